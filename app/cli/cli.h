@@ -1,0 +1,13 @@
+#pragma once
+// quantscope-cli as a library: main() is one line, tests call runCli() in-process.
+// Exit codes, for every command: 0 success, 2 bad input or usage (one line on stderr naming the
+// file and the problem), 1 any other failure.
+#include <iosfwd>
+
+namespace qs::cli {
+
+enum ExitCode { kExitOk = 0, kExitFailure = 1, kExitBadInput = 2 };
+
+int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& err);
+
+}  // namespace qs::cli

@@ -1,0 +1,18 @@
+#pragma once
+// Each CLI subcommand lives in its own file and registers itself on the CLI11 app.
+// A command's callback writes results to ctx.out (stdout: clean for --json), diagnostics to
+// ctx.err, and throws qs::Error for failures; runCli maps errors to exit codes.
+#include <CLI/CLI.hpp>
+#include <ostream>
+
+namespace qs::cli {
+
+struct CliContext {
+  std::ostream& out;
+  std::ostream& err;
+  int exitCode = 0;
+};
+
+void registerInspect(CLI::App& app, CliContext& ctx);
+
+}  // namespace qs::cli

@@ -1,0 +1,55 @@
+#include "app/gui/gui_main.h"
+
+#include <QCommandLineParser>
+#include <QTimer>
+
+#include "app/gui/main_window.h"
+#include "core/util/datasets.h"
+
+namespace qs::app {
+
+void setApplicationIdentity() {
+  QCoreApplication::setOrganizationName(QStringLiteral("Quantscope"));
+  QCoreApplication::setApplicationName(QStringLiteral("Quantscope"));
+  QCoreApplication::setApplicationVersion(QStringLiteral(QS_VERSION));
+}
+
+int runGui(QApplication& app) {
+  setApplicationIdentity();
+  QCommandLineParser parser;
+  parser.setApplicationDescription(QStringLiteral("Quantscope: mixed-precision quantization lab"));
+  parser.addHelpOption();
+  parser.addVersionOption();
+  parser.addPositionalArgument(QStringLiteral("model"),
+                               QStringLiteral("Model file to open (default: the bundled stories260K)"));
+  QCommandLineOption screenshot(
+      QStringLiteral("screenshot"),
+      QStringLiteral("Save a PNG of the window once the model is loaded, then quit"),
+      QStringLiteral("file"));
+  parser.addOption(screenshot);
+  parser.process(app);
+
+  auto* window = new MainWindow;
+  window->setAttribute(Qt::WA_DeleteOnClose);
+  const QStringList args = parser.positionalArguments();
+  const QString model =
+      args.isEmpty() ? QString::fromStdString(defaultModelPath()) : args.first();
+
+  if (parser.isSet(screenshot)) {
+    const QString out = parser.value(screenshot);
+    auto grab = [window, out](int code) {
+      // Give the layout a moment to settle before grabbing.
+      QTimer::singleShot(300, window, [window, out, code] {
+        const bool ok = window->grab().save(out);
+        QCoreApplication::exit(ok ? code : 1);
+      });
+    };
+    QObject::connect(window, &MainWindow::modelLoaded, window, [grab] { grab(0); });
+    QObject::connect(window, &MainWindow::modelLoadFailed, window, [grab] { grab(2); });
+  }
+  window->show();
+  window->openModel(model);
+  return app.exec();
+}
+
+}  // namespace qs::app

@@ -1,0 +1,77 @@
+#pragma once
+// The main window: model panel (tree of blocks and tensors) on the left, the model summary in the
+// centre, backend and memory in the status bar. Models load off the GUI thread.
+#include <QFutureWatcher>
+#include <QMainWindow>
+#include <memory>
+
+class QLabel;
+class QLineEdit;
+class QMenu;
+class QSortFilterProxyModel;
+class QTextBrowser;
+class QTreeView;
+class QMessageBox;
+
+namespace qs {
+class ModelFile;
+}
+namespace qs::widgets {
+class ModelTreeModel;
+}
+
+namespace qs::app {
+
+class MainWindow : public QMainWindow {
+  Q_OBJECT
+ public:
+  explicit MainWindow(QWidget* parent = nullptr);
+  ~MainWindow() override;
+
+  // Starts loading `path` on a worker thread; emits modelLoaded or modelLoadFailed.
+  void openModel(const QString& path);
+  const ModelFile* model() const { return model_.get(); }
+  QString modelPath() const { return modelPath_; }
+  QTreeView* modelTree() const { return tree_; }
+  QMessageBox* errorDialog() const { return errorDialog_; }  // the last error shown, if open
+
+ signals:
+  void modelLoaded(const QString& path);
+  void modelLoadFailed(const QString& path, const QString& message);
+
+ protected:
+  void closeEvent(QCloseEvent* e) override;
+  void dragEnterEvent(QDragEnterEvent* e) override;
+  void dropEvent(QDropEvent* e) override;
+
+ private:
+  struct LoadResult {
+    std::shared_ptr<ModelFile> model;
+    QString error;
+  };
+  void buildUi();
+  void buildMenus();
+  void onLoadFinished();
+  void showSummary();
+  void addRecent(const QString& path);
+  void rebuildRecentMenu();
+  void updateMemoryLabel();
+
+  std::shared_ptr<ModelFile> model_;
+  QString modelPath_, loadingPath_;
+  QFutureWatcher<LoadResult> loadWatcher_;
+  widgets::ModelTreeModel* treeModel_ = nullptr;
+  QSortFilterProxyModel* treeFilter_ = nullptr;
+  QTreeView* tree_ = nullptr;
+  QLineEdit* filterEdit_ = nullptr;
+  QTextBrowser* summary_ = nullptr;
+  QLabel* backendLabel_ = nullptr;
+  QLabel* memoryLabel_ = nullptr;
+  QMenu* recentMenu_ = nullptr;
+  QMessageBox* errorDialog_ = nullptr;
+};
+
+// Resident memory of this process in bytes (from /proc/self/statm), 0 if unknown.
+quint64 residentMemoryBytes();
+
+}  // namespace qs::app

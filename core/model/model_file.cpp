@@ -1,0 +1,84 @@
+#include "core/model/model_file.h"
+
+#include "kernels/common/error.h"
+#include "kernels/common/storage_convert.h"
+
+namespace qs {
+
+std::string_view modelFormatName(ModelFormat f) {
+  switch (f) {
+    case ModelFormat::Llama2c: return "llama2.c";
+    case ModelFormat::Safetensors: return "safetensors";
+    case ModelFormat::Gguf: return "gguf";
+  }
+  return "unknown";
+}
+
+uint64_t TensorInfo::elements() const {
+  uint64_t n = 1;
+  for (int64_t d : shape) n *= uint64_t(d);
+  return n;
+}
+
+std::string TensorInfo::shapeString() const {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+nlohmann::ordered_json ModelConfig::toJson() const {
+  nlohmann::ordered_json j;
+  j["architecture"] = architecture.empty() ? "weights-only" : architecture;
+  auto put = [&](const char* k, int64_t v) {
+    if (v) j[k] = v;
+  };
+  put("dim", dim);
+  put("hidden_dim", hiddenDim);
+  put("n_layers", nLayers);
+  put("n_heads", nHeads);
+  put("n_kv_heads", nKvHeads);
+  put("vocab_size", vocabSize);
+  put("seq_len", maxSeqLen);
+  if (normEps > 0) j["norm_eps"] = normEps;
+  if (ropeTheta > 0) j["rope_theta"] = ropeTheta;
+  if (!architecture.empty()) j["tied_embeddings"] = tiedEmbeddings;
+  return j;
+}
+
+ModelFile::~ModelFile() = default;
+
+const TensorInfo* ModelFile::findTensor(std::string_view name) const {
+  for (const auto& t : tensors_)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+const MetaEntry* ModelFile::findMeta(std::string_view key) const {
+  for (const auto& m : metadata_)
+    if (m.key == key) return &m;
+  return nullptr;
+}
+
+uint64_t ModelFile::parameterCount() const {
+  uint64_t n = 0;
+  for (const auto& t : tensors_)
+    if (t.isParameter) n += t.elements();
+  return n;
+}
+
+uint64_t ModelFile::tensorDataBytes() const {
+  uint64_t n = 0;
+  for (const auto& t : tensors_) n += t.nbytes;
+  return n;
+}
+
+std::vector<float> ModelFile::tensorToFloat(const TensorInfo& t) const {
+  std::vector<float> out(t.elements());
+  storageToFloat(t.dtype, tensorBytes(t), out);
+  return out;
+}
+
+}  // namespace qs

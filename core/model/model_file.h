@@ -1,0 +1,99 @@
+#pragma once
+// A model file opened for inspection: format, architecture hyper-parameters, metadata and the
+// tensor table. Opening reads headers only; tensor bytes are memory-mapped and touched only when
+// asked for (tensorBytes is zero-copy, tensorToFloat converts or dequantizes on demand).
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "kernels/common/dtype.h"
+
+namespace qs {
+
+class MappedFile;
+
+enum class ModelFormat { Llama2c, Safetensors, Gguf };
+std::string_view modelFormatName(ModelFormat f);  // "llama2.c", "safetensors", "gguf"
+
+struct TensorInfo {
+  std::string name;
+  DType dtype = DType::Unknown;
+  std::string dtypeLabel;       // dtype name, or e.g. "ggml type 99" when dtype is Unknown
+  std::vector<int64_t> shape;   // outermost first (row-major; a linear weight is [out, in])
+  uint64_t offset = 0;          // absolute byte offset of the data in its file
+  uint64_t nbytes = 0;
+  int fileIndex = 0;            // which file of a sharded model holds it
+  bool isParameter = true;      // false for buffers stored alongside (e.g. RoPE tables)
+
+  uint64_t elements() const;
+  std::string shapeString() const;  // "[172, 64]"
+};
+
+// Architecture hyper-parameters, in one vocabulary for every format. Zero means "not known".
+struct ModelConfig {
+  std::string architecture;  // "llama", "gpt2"; empty when the model is opened as weights only
+  int64_t dim = 0;           // model (embedding) width
+  int64_t hiddenDim = 0;     // MLP inner width
+  int64_t nLayers = 0;
+  int64_t nHeads = 0;
+  int64_t nKvHeads = 0;
+  int64_t vocabSize = 0;
+  int64_t maxSeqLen = 0;
+  double normEps = 0.0;
+  double ropeTheta = 0.0;
+  bool tiedEmbeddings = false;
+
+  int64_t headDim() const { return nHeads > 0 ? dim / nHeads : 0; }
+  nlohmann::ordered_json toJson() const;
+};
+
+// One metadata entry (GGUF key-value, safetensors __metadata__ string, config.json field…).
+// `type` keeps the source's exact type name (GGUF: "u32", "f32", "string", "array[string]"…)
+// so a writer can copy it back unchanged.
+struct MetaEntry {
+  std::string key;
+  std::string type;
+  nlohmann::json value;
+};
+
+class ModelFile {
+ public:
+  virtual ~ModelFile();
+
+  virtual ModelFormat format() const = 0;
+  virtual std::string formatDescription() const = 0;  // "llama2.c checkpoint (legacy header)"
+
+  const std::string& path() const { return path_; }
+  uint64_t fileSize() const { return fileSize_; }
+  const ModelConfig& config() const { return config_; }
+  const std::vector<MetaEntry>& metadata() const { return metadata_; }
+  const std::vector<TensorInfo>& tensors() const { return tensors_; }
+  const TensorInfo* findTensor(std::string_view name) const;
+  const MetaEntry* findMeta(std::string_view key) const;
+
+  uint64_t parameterCount() const;  // elements of all tensors with isParameter
+  uint64_t tensorDataBytes() const;
+
+  // Zero-copy view of a tensor's stored bytes (bounds were checked when the file was opened).
+  virtual std::span<const std::byte> tensorBytes(const TensorInfo& t) const = 0;
+  // The tensor as float32 (converted or dequantized). Throws Unsupported for types we cannot read.
+  std::vector<float> tensorToFloat(const TensorInfo& t) const;
+
+ protected:
+  std::string path_;
+  uint64_t fileSize_ = 0;
+  ModelConfig config_;
+  std::vector<MetaEntry> metadata_;
+  std::vector<TensorInfo> tensors_;
+};
+
+// Opens any supported model; the format is detected from the content, never from the extension.
+// Throws qs::Error (BadInput) naming the file and the field on anything malformed.
+std::unique_ptr<ModelFile> openModel(const std::string& path);
+
+}  // namespace qs

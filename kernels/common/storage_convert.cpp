@@ -1,0 +1,81 @@
+#include "kernels/common/storage_convert.h"
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "kernels/common/error.h"
+#include "kernels/common/half.h"
+
+namespace qs {
+
+float fp8E4M3ToFloat(uint8_t v) {
+  const bool neg = v & 0x80u;
+  const int exp = (v >> 3) & 0xF;
+  const int mant = v & 0x7;
+  if (exp == 0xF && mant == 0x7) return std::numeric_limits<float>::quiet_NaN();
+  float mag = exp == 0 ? std::ldexp(float(mant), -9)                 // subnormal: m/8 · 2^-6
+                       : std::ldexp(float(8 + mant), exp - 7 - 3);  // (1 + m/8) · 2^(e-7)
+  return neg ? -mag : mag;
+}
+
+float fp8E5M2ToFloat(uint8_t v) {
+  // E5M2 is the top byte of an IEEE binary16.
+  return halfBitsToFloat(uint16_t(uint16_t(v) << 8));
+}
+
+namespace {
+template <typename T>
+void convertPlain(std::span<const std::byte> in, std::span<float> out) {
+  for (size_t i = 0; i < out.size(); ++i) {
+    T v;
+    std::memcpy(&v, in.data() + i * sizeof(T), sizeof(T));
+    out[i] = float(v);
+  }
+}
+}  // namespace
+
+void storageToFloat(DType type, std::span<const std::byte> in, std::span<float> out) {
+  const auto& tr = dtypeTraits(type);
+  if (tr.cls == DTypeClass::Block || tr.cls == DTypeClass::Unknown)
+    throw Error(ErrorKind::Unsupported,
+                std::string("no plain conversion from ") + std::string(tr.name) + " to F32");
+  if (in.size() != out.size() * tr.blockBytes)
+    throw Error(ErrorKind::Internal, "storageToFloat: byte count does not match element count");
+  const auto* p = reinterpret_cast<const uint8_t*>(in.data());
+  switch (type) {
+    case DType::F32: std::memcpy(out.data(), in.data(), in.size()); return;
+    case DType::F16:
+      for (size_t i = 0; i < out.size(); ++i)
+        out[i] = halfBitsToFloat(uint16_t(p[2 * i] | (p[2 * i + 1] << 8)));
+      return;
+    case DType::BF16:
+      for (size_t i = 0; i < out.size(); ++i)
+        out[i] = bf16BitsToFloat(uint16_t(p[2 * i] | (p[2 * i + 1] << 8)));
+      return;
+    case DType::F8_E4M3:
+      for (size_t i = 0; i < out.size(); ++i) out[i] = fp8E4M3ToFloat(p[i]);
+      return;
+    case DType::F8_E5M2:
+      for (size_t i = 0; i < out.size(); ++i) out[i] = fp8E5M2ToFloat(p[i]);
+      return;
+    case DType::F64: convertPlain<double>(in, out); return;
+    case DType::I8: convertPlain<int8_t>(in, out); return;
+    case DType::U8: convertPlain<uint8_t>(in, out); return;
+    case DType::I16: convertPlain<int16_t>(in, out); return;
+    case DType::U16: convertPlain<uint16_t>(in, out); return;
+    case DType::I32: convertPlain<int32_t>(in, out); return;
+    case DType::U32: convertPlain<uint32_t>(in, out); return;
+    case DType::I64: convertPlain<int64_t>(in, out); return;
+    case DType::U64: convertPlain<uint64_t>(in, out); return;
+    case DType::Bool:
+      for (size_t i = 0; i < out.size(); ++i) out[i] = p[i] ? 1.f : 0.f;
+      return;
+    default: break;
+  }
+  throw Error(ErrorKind::Unsupported, "no conversion from " + std::string(tr.name) + " to F32");
+}
+
+}  // namespace qs

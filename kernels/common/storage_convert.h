@@ -1,0 +1,20 @@
+#pragma once
+// Stored tensor bytes → float32, for every plain dtype (F32, F16, BF16, F64, FP8 E4M3/E5M2,
+// integers, bool). Block-quantized types are dequantized by their codecs; asking this function
+// for one throws ErrorKind::Unsupported.
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "kernels/common/dtype.h"
+
+namespace qs {
+
+// Decodes one FP8 value (OCP "FN" E4M3: no infinities, 0x7F/0xFF are NaN; E5M2: IEEE-like).
+float fp8E4M3ToFloat(uint8_t v);
+float fp8E5M2ToFloat(uint8_t v);
+
+// `out.size()` values are read from `in`, which must hold exactly their storage bytes.
+void storageToFloat(DType type, std::span<const std::byte> in, std::span<float> out);
+
+}  // namespace qs

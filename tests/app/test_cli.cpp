@@ -1,0 +1,124 @@
+// quantscope-cli: inspect on the real model (text and JSON), exit codes and one-line errors, both
+// in-process (runCli) and through the real binary.
+#include <QProcess>
+#include <QtTest>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "app/cli/cli.h"
+#include "tests/test_util.h"
+
+namespace {
+struct Run {
+  int code;
+  std::string out, err;
+};
+Run runInProcess(std::vector<std::string> args) {
+  args.insert(args.begin(), "quantscope-cli");
+  std::vector<const char*> argv;
+  for (auto& a : args) argv.push_back(a.c_str());
+  std::ostringstream out, err;
+  const int code = qs::cli::runCli(int(argv.size()), argv.data(), out, err);
+  return {code, out.str(), err.str()};
+}
+Run runBinary(const QStringList& args) {
+  QProcess p;
+  p.start(QStringLiteral(QS_CLI_EXE), args);
+  p.waitForFinished(60'000);
+  return {p.exitCode(), p.readAllStandardOutput().toStdString(),
+          p.readAllStandardError().toStdString()};
+}
+int lineCount(const std::string& s) { return int(std::count(s.begin(), s.end(), '\n')); }
+}  // namespace
+
+class TestCli : public QObject {
+  Q_OBJECT
+  QTemporaryDir tmp_;
+
+ private slots:
+  void versionPrints() {
+    const Run r = runInProcess({"--version"});
+    QCOMPARE(r.code, 0);
+    QVERIFY(QString::fromStdString(r.out).contains(QS_VERSION));
+  }
+
+  void inspectTextReportsTheConfig() {
+    const Run r = runInProcess({"inspect", qs::test::stories260K().toStdString()});
+    QCOMPARE(r.code, 0);
+    const QString out = QString::fromStdString(r.out);
+    for (const char* needle : {"dim                 64", "hidden_dim          172",
+                               "n_layers            5", "n_heads             8",
+                               "n_kv_heads          4", "vocab_size          512",
+                               "seq_len             512", "260,032", "layers.4.feed_forward.w2.weight"})
+      QVERIFY2(out.contains(needle), needle);
+    QVERIFY(r.err.empty());
+  }
+
+  void inspectJsonMatchesText() {
+    const Run r = runInProcess({"inspect", qs::test::stories260K().toStdString(), "--json"});
+    QCOMPARE(r.code, 0);
+    const auto j = nlohmann::json::parse(r.out);  // stdout is pure JSON
+    QCOMPARE(j["format"].get<std::string>(), std::string("llama2.c"));
+    QCOMPARE(j["config"]["dim"].get<int>(), 64);
+    QCOMPARE(j["config"]["hidden_dim"].get<int>(), 172);
+    QCOMPARE(j["config"]["n_layers"].get<int>(), 5);
+    QCOMPARE(j["config"]["n_heads"].get<int>(), 8);
+    QCOMPARE(j["config"]["n_kv_heads"].get<int>(), 4);
+    QCOMPARE(j["config"]["vocab_size"].get<int>(), 512);
+    QCOMPARE(j["config"]["seq_len"].get<int>(), 512);
+    QCOMPARE(j["parameters"].get<uint64_t>(), uint64_t(260'032));
+    QCOMPARE(j["tensors"].size(), size_t(49));
+    uint64_t params = 0;
+    for (const auto& t : j["tensors"]) {
+      if (!t["parameter"].get<bool>()) continue;
+      uint64_t n = 1;
+      for (auto d : t["shape"]) n *= d.get<uint64_t>();
+      params += n;
+    }
+    QCOMPARE(params, uint64_t(260'032));
+  }
+
+  void badInputsExitTwoWithOneLine_data() {
+    QTest::addColumn<QString>("kind");
+    QTest::newRow("missing") << "missing";
+    QTest::newRow("empty") << "empty";
+    QTest::newRow("truncated") << "truncated";
+  }
+  void badInputsExitTwoWithOneLine() {
+    QFETCH(QString, kind);
+    QString path;
+    if (kind == "missing") path = tmp_.filePath("does-not-exist.bin");
+    if (kind == "empty") path = qs::test::writeFile(tmp_, "empty.bin", {});
+    if (kind == "truncated")
+      path = qs::test::writeFile(tmp_, "trunc.bin",
+                                 qs::test::readAll(qs::test::stories260K()).left(400'000));
+    for (const bool json : {false, true}) {
+      QStringList args{"inspect", path};
+      if (json) args << "--json";
+      const Run r = runBinary(args);
+      QCOMPARE(r.code, 2);
+      QCOMPARE(lineCount(r.err), 1);
+      QVERIFY2(QString::fromStdString(r.err).contains(path), r.err.c_str());
+      QVERIFY(r.out.empty());  // nothing half-printed on stdout
+    }
+  }
+
+  void usageErrorsExitTwo() {
+    Run r = runBinary({"inspect"});
+    QCOMPARE(r.code, 2);
+    QCOMPARE(lineCount(r.err), 1);
+    r = runBinary({"no-such-command"});
+    QCOMPARE(r.code, 2);
+    r = runBinary({"inspect", "a", "--no-such-flag"});
+    QCOMPARE(r.code, 2);
+  }
+
+  void helpExitsZero() {
+    const Run r = runBinary({"--help"});
+    QCOMPARE(r.code, 0);
+    QVERIFY(QString::fromStdString(r.out).contains("inspect"));
+  }
+};
+
+QTEST_GUILESS_MAIN(TestCli)
+#include "test_cli.moc"
