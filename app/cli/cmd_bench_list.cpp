@@ -1,0 +1,11 @@
+// The list of benchmarks under `quantscope-cli bench`. One line per benchmark.
+#include "app/cli/commands.h"
+
+namespace qs::cli {
+
+void registerBenchSubcommands(CLI::App& bench, CliContext& ctx) {
+  (void)bench;
+  (void)ctx;
+}
+
+}  // namespace qs::cli

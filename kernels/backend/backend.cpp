@@ -1,0 +1,39 @@
+#include "kernels/backend/backend.h"
+
+#include <thread>
+
+#include "kernels/common/error.h"
+
+namespace qs {
+
+namespace {
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend() { device_ = queryDevice(); }
+  BackendKind kind() const override { return BackendKind::Cpu; }
+  std::string name() const override {
+    return "CPU (" + std::to_string(std::thread::hardware_concurrency()) + " threads)";
+  }
+};
+}  // namespace
+
+std::unique_ptr<Backend> createCpuBackend() { return std::make_unique<CpuBackend>(); }
+
+#ifdef QS_HAVE_CUDA
+std::unique_ptr<Backend> createCudaBackend(const DeviceInfo& info);  // backend_cuda.cu
+#endif
+
+std::unique_ptr<Backend> createBackend(BackendChoice choice) {
+  if (choice == BackendChoice::Cpu) return createCpuBackend();
+  const DeviceInfo info = queryDevice();
+#ifdef QS_HAVE_CUDA
+  if (info.cudaAvailable) return createCudaBackend(info);
+#endif
+  if (choice == BackendChoice::Cuda)
+    throw Error(ErrorKind::Device, "the CUDA backend was requested but " +
+                                       (info.unavailableReason.empty() ? std::string("is unavailable")
+                                                                       : info.unavailableReason));
+  return createCpuBackend();
+}
+
+}  // namespace qs

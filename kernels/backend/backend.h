@@ -1,0 +1,35 @@
+#pragma once
+// The compute backend: one interface, a CPU reference implementation and (when built) a CUDA
+// one, chosen at start-up. Operations are grouped into op-sets (statistics, transformer ops,
+// quantized GEMM…), each its own abstract class in its own header, reached through an accessor
+// here; every CUDA op-set has a CPU twin behind the same interface, and tests compare the two.
+#include <memory>
+#include <string>
+
+#include "kernels/device/device_info.h"
+
+namespace qs {
+
+enum class BackendKind { Cpu, Cuda };
+enum class BackendChoice { Auto, Cpu, Cuda };
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual BackendKind kind() const = 0;
+  // Shown in the status bar and printed by the CLI: "CUDA: NVIDIA H100 …" / "CPU (…)".
+  virtual std::string name() const = 0;
+  const DeviceInfo& device() const { return device_; }
+
+ protected:
+  DeviceInfo device_;
+};
+
+// Auto: CUDA when a device works, otherwise CPU. Cuda when none works: throws ErrorKind::Device
+// with the reason. Never aborts the process.
+std::unique_ptr<Backend> createBackend(BackendChoice choice = BackendChoice::Auto);
+
+// The CPU reference backend, always available.
+std::unique_ptr<Backend> createCpuBackend();
+
+}  // namespace qs
