@@ -6,6 +6,10 @@
 #   .carry/libs/       shared libraries the GPU machine lacks
 # On the GPU machine, scripts/gpu/run.sh puts them back where ctest expects them.
 # Usage: scripts/gpu/stage.sh [extra cmake args]
+# QS_CARRY_DIR: where to stage (default: <this checkout>/.carry). The device tool sends only the
+# main checkout, so a build from another worktree stages into /work/main/.carry and runs with
+# SOURCE_ROOT = that worktree (run.sh recreates the path there).
+# QS_STAGE_LIBS=0: skip the shared libraries (quantscope-cli alone needs none of them).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=$root/build-gpu
@@ -13,7 +17,7 @@ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DQS_GUI=OFF -D
       -DQS_PYTHON=python3 "$@" >/dev/null
 cmake --build "$build" -j "$(nproc)"
 
-stage=$root/.carry
+stage=${QS_CARRY_DIR:-$root/.carry}
 rm -rf "$stage/build-gpu" "$stage/libs"
 mkdir -p "$stage/build-gpu" "$stage/libs"
 # ctest files and binaries only
@@ -28,6 +32,8 @@ strip --strip-debug "$stage"/build-gpu/bin/* 2>/dev/null || true
 skip='linux-vdso|ld-linux|/libc\.so|/libm\.so|/libstdc\+\+|/libgcc_s|/libpthread|/libdl\.so|/librt\.so|/libcuda\.so'
 for exe in "$stage"/build-gpu/bin/*; do
   ldd "$exe" | awk '$3 ~ /^\// {print $3}' | grep -Ev "$skip" || true
-done | sort -u | while read -r lib; do cp -L "$lib" "$stage/libs/"; done
+done | sort -u | while read -r lib; do
+  [[ ${QS_STAGE_LIBS:-1} == 1 ]] && cp -L "$lib" "$stage/libs/"
+done
 du -sh "$stage/build-gpu" "$stage/libs"
 echo "source root recorded in the ctest files: $root"
