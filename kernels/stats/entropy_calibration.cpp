@@ -9,29 +9,27 @@
 namespace qs {
 namespace {
 
-// In place: normalise to probabilities, then move ε of mass onto every zero bin, taking it
-// evenly from the non-zero bins. Returns false when the distribution cannot be smoothed (all
-// zero, or too few non-zero bins to give away the mass); such a candidate is skipped.
-bool normaliseAndSmooth(std::vector<double>& d) {
+// In place, on counts (as the reference implementations do, so ε is tiny next to a single
+// count): move ε onto every zero bin, taking it evenly from the non-zero bins, then normalise
+// to probabilities. Returns false when the distribution cannot be smoothed (all zero, or a
+// non-zero bin smaller than its share); such a candidate is skipped.
+bool smoothAndNormalise(std::vector<double>& d) {
   constexpr double kEps = 1e-4;
-  double sum = 0;
   size_t zeros = 0;
-  for (double v : d) {
-    sum += v;
-    zeros += v == 0;
-  }
-  if (sum <= 0) return false;
-  const size_t nonZeros = d.size() - zeros;
-  const double take = kEps * double(zeros) / double(nonZeros);
+  for (double v : d) zeros += v == 0;
+  if (zeros == d.size()) return false;
+  const double take = kEps * double(zeros) / double(d.size() - zeros);
+  double sum = 0;
   for (double& v : d) {
-    v /= sum;
     if (v == 0) {
       v = kEps;
     } else {
       v -= take;
       if (v <= 0) return false;
     }
+    sum += v;
   }
+  for (double& v : d) v /= sum;
   return true;
 }
 
@@ -79,7 +77,7 @@ EntropyCalibration entropyCalibrate(const Histogram& h, int levels, int minBins)
       for (int b = b0; b < b1; ++b)
         if (bins[size_t(b)] != 0) q[size_t(b)] = each;
     }
-    if (!normaliseAndSmooth(p) || !normaliseAndSmooth(q)) continue;
+    if (!smoothAndNormalise(p) || !smoothAndNormalise(q)) continue;
     double kl = 0;
     for (int b = 0; b < i; ++b) kl += p[size_t(b)] * std::log(p[size_t(b)] / q[size_t(b)]);
     out.divergences[size_t(i - minBins)] = kl;

@@ -8,8 +8,8 @@
 //     Q = bins[0 .. i-1] merged into `levels` equal runs of bins (the last run takes the
 //         remainder when i is not a multiple), each run's total spread evenly over the bins of
 //         the run that are non-empty (empty bins stay empty): what the quantiser can express;
-//     normalise both, give zero bins a tiny probability (ε = 1e-4, taken from the non-zero ones)
-//     so the divergence stays finite, and compute KL(P ‖ Q) = Σ P log(P / Q).
+//     give zero bins a tiny count (ε = 1e-4, taken evenly from the non-zero bins) so the
+//     divergence stays finite, normalise both, and compute KL(P ‖ Q) = Σ P log(P / Q).
 //   The threshold is the upper edge of bin i-1 for the i with the smallest divergence (on ties
 //   the smaller i).
 //
