@@ -109,10 +109,10 @@ QuantizedActivations quantizeActivations(const ActSpec& spec, std::span<const fl
           o[c] = uint8_t(int8_t(quantizeIntSym(xr[c], inv, tr.symMin, tr.symMax)));
         break;
       case QuantKind::FP8_E4M3:
-        for (int64_t c = 0; c < cols; ++c) o[c] = floatToFp8E4M3(xr[c] * inv);
+        for (int64_t c = 0; c < cols; ++c) o[c] = fp8E4M3CodeOfValue(roundToFp8E4M3(xr[c] * inv));
         break;
       case QuantKind::FP8_E5M2:
-        for (int64_t c = 0; c < cols; ++c) o[c] = floatToFp8E5M2(xr[c] * inv);
+        for (int64_t c = 0; c < cols; ++c) o[c] = fp8E5M2CodeOfValue(roundToFp8E5M2(xr[c] * inv));
         break;
       default: throw Error(ErrorKind::Internal, "quantizeActivations: unexpected kind");
     }
@@ -157,10 +157,10 @@ void fakeQuantActivations(const ActSpec& spec, std::span<const float> x, std::sp
         if (o != xr) std::memcpy(o, xr, size_t(cols) * 4);
         return;
       case QuantKind::FP16:
-        for (int64_t c = 0; c < cols; ++c) o[c] = halfBitsToFloat(floatToHalfBits(xr[c]));
+        for (int64_t c = 0; c < cols; ++c) o[c] = roundToHalf(xr[c]);
         return;
       case QuantKind::BF16:
-        for (int64_t c = 0; c < cols; ++c) o[c] = bf16BitsToFloat(floatToBf16Bits(xr[c]));
+        for (int64_t c = 0; c < cols; ++c) o[c] = roundToBf16(xr[c]);
         return;
       default: break;
     }

@@ -93,7 +93,8 @@ QS_HD float fp8E5M2ToFloat(uint8_t v) {
 // Needs the default rounding mode (round to nearest even), which host and device both use.
 template <int kMant, int kMinExp>
 QS_HD float roundToFp8Grid(float x, float maxValue) {
-  const float c = x > maxValue ? maxValue : (x < -maxValue ? -maxValue : x);
+  float c = x > maxValue ? maxValue : x;  // saturate (two plain selects: they vectorise)
+  c = c < -maxValue ? -maxValue : c;
   const uint32_t cb = floatBits(c);
   uint32_t eb = cb & 0x7F800000u;
   constexpr uint32_t kMinEb = uint32_t(kMinExp + 127) << 23;
@@ -105,5 +106,24 @@ QS_HD float roundToFp8Grid(float x, float maxValue) {
 
 QS_HD float roundToFp8E4M3(float x) { return roundToFp8Grid<3, -6>(x, kFp8E4M3Max); }
 QS_HD float roundToFp8E5M2(float x) { return roundToFp8Grid<2, -14>(x, kFp8E5M2Max); }
+
+// The code of a float that is exactly an FP8 value (what roundToFp8… returns): no rounding left
+// to do, just re-packing the bits, branch-free so it vectorises. So
+//   fp8E4M3CodeOfValue(roundToFp8E4M3(x)) == floatToFp8E4M3(x) for every finite x (tested).
+template <int kMant, int kBias>
+QS_HD uint8_t fp8CodeOfValue(float v) {
+  const uint32_t bits = floatBits(v);
+  const uint32_t sign = (bits >> 24) & 0x80u;
+  const uint32_t a = bits & 0x7FFFFFFFu;
+  constexpr uint32_t kMinNormal = uint32_t(127 + 1 - kBias) << 23;
+  // normal: the float's exponent re-biased and its top kMant mantissa bits
+  const uint32_t normal = (a >> (23 - kMant)) - (uint32_t(127 - kBias) << kMant);
+  // subnormal: the value in units of the smallest subnormal, 2^(1 - kBias - kMant) (exact)
+  const uint32_t sub = uint32_t(bitsToFloat(a) * bitsToFloat(uint32_t(127 + kBias + kMant - 1) << 23));
+  return uint8_t((a >= kMinNormal ? normal : sub) | sign);
+}
+
+QS_HD uint8_t fp8E4M3CodeOfValue(float v) { return fp8CodeOfValue<3, 7>(v); }
+QS_HD uint8_t fp8E5M2CodeOfValue(float v) { return fp8CodeOfValue<2, 15>(v); }
 
 }  // namespace qs

@@ -35,7 +35,11 @@ QS_HD float roundHalfEven(float v) {
 #endif
 }
 
-QS_HD float clampf(float v, float lo, float hi) { return v < lo ? lo : (v > hi ? hi : v); }
+// Two unconditional selects (not a nested ?:) so compilers turn them into min/max instructions.
+QS_HD float clampf(float v, float lo, float hi) {
+  v = v < lo ? lo : v;
+  return v > hi ? hi : v;
+}
 
 // The smallest FP16 ≥ s, for s ≥ 0 (NaN is the caller's bug): the FP16 weight-scale rounding.
 // Equal to __float2half_ru(s) except that s > 65504 gives 65504 (0x7BFF), not Inf.
@@ -66,6 +70,19 @@ QS_HD float halfBitsToFloatPositive(uint16_t h) {
   const uint32_t e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;
   if (e == 0) return float(m) * 5.9604644775390625e-08f;  // m · 2^-24, exact
   return bitsToFloat(((e + 112u) << 23) | (m << 13));
+}
+
+// FP16 and BF16 rounding of a finite float, returned as the float it rounds to: equal to
+// halfBitsToFloat(floatToHalfBits(x)) / bf16BitsToFloat(floatToBf16Bits(x)) (tested), but
+// branch-free so fake-quantisation loops vectorise. |x| ≥ 65520 overflows to ±Inf as in FP16.
+QS_HD float roundToHalf(float x) {
+  const float r = roundToFp8Grid<10, -14>(x, 65504.0f);  // the FP8 grid trick with 10 bits
+  const uint32_t inf = (floatBits(x) & 0x80000000u) | 0x7F800000u;
+  return (floatBits(x) & 0x7FFFFFFFu) >= 0x477FF000u ? bitsToFloat(inf) : r;  // ≥ 65520
+}
+QS_HD float roundToBf16(float x) {
+  const uint32_t b = floatBits(x);
+  return bitsToFloat((b + 0x7FFFu + ((b >> 16) & 1u)) & 0xFFFF0000u);  // RNE; may carry to Inf
 }
 
 QS_HD float reciprocalOrZero(float scale) { return scale > 0.0f ? 1.0f / scale : 0.0f; }

@@ -96,6 +96,30 @@ double sumSquaredError(const float* x, int64_t n, const Q& q) {
   return total;
 }
 
+// The same sum in blocks of 32, giving up (returning +inf) as soon as the partial sum exceeds
+// `bound`: partial sums of non-negative terms only grow, so an abandoned candidate could not
+// have won. Used by the clip search, where most candidates lose early.
+template <typename Q>
+double sumSquaredErrorBounded(const float* x, int64_t n, const Q& q, double bound) {
+  double total = 0;
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int64_t b = i; b < i + 32; b += 8)
+      for (int j = 0; j < 8; ++j) {
+        const float d = x[b + j] - q(x[b + j]);
+        acc[j] += d * d;
+      }
+    for (float a : acc) total += a;
+    if (total > bound) return std::numeric_limits<double>::infinity();
+  }
+  for (; i < n; ++i) {
+    const float d = x[i] - q(x[i]);
+    total += double(d) * d;
+  }
+  return total;
+}
+
 template <typename Q>
 void fakeQuantRun(const float* x, float* out, int64_t n, const Q& q) {
   for (int64_t i = 0; i < n; ++i) out[i] = q(x[i]);
@@ -136,8 +160,16 @@ std::string tensorField(std::string_view name) {
 // Throws BadInput naming the first NaN/Inf of row r in [c0, c1).
 void checkFinite(const float* w, int64_t cols, int64_t r, int64_t c0, int64_t c1,
                  std::string_view name) {
-  Eigen::Map<const Eigen::ArrayXf> a(w + r * cols + c0, c1 - c0);
-  if (!((a - a).sum() == 0.0f)) throwNonFinite(w, cols, r, c0, c1, name);  // x - x is NaN iff x is
+  const float* x = w + r * cols + c0;
+  float bad[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  const int64_t n = c1 - c0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) bad[j] += x[i + j] - x[i + j];  // NaN iff some x is NaN/Inf
+  float b = 0.0f;
+  for (; i < n; ++i) b += x[i] - x[i];
+  for (float v : bad) b += v;
+  if (!(b == 0.0f)) throwNonFinite(w, cols, r, c0, c1, name);
 }
 
 struct MinMax {
@@ -149,6 +181,15 @@ struct MinMax {
   }
   float absMax() const { return std::max(std::fabs(mn), std::fabs(mx)); }
 };
+
+// Min and max of n values and whether all are finite (x - x is 0 for finite x, NaN for NaN and
+// Inf, so its sum says). Eigen's reductions use min/max packet instructions, which the
+// compiler does not generate from a plain loop without -ffinite-math-only.
+MinMax segmentMinMax(const float* x, int64_t n, bool& finite) {
+  const Eigen::Map<const Eigen::ArrayXf> a(x, n);
+  finite = (a - a).sum() == 0.0f;
+  return {a.minCoeff(), a.maxCoeff()};
+}
 
 // Splits a cell's rows into a fixed number of chunks (64 for a big cell, 1 otherwise) and runs
 // them in parallel when `parallel`; chunk results are combined in chunk order by the caller, so
@@ -169,13 +210,22 @@ void forRowChunks(const Rect& r, bool parallel, Fn&& fn) {
 
 MinMax cellMinMax(const float* w, int64_t cols, const Rect& r, bool parallel,
                   std::string_view name) {
+  if (!parallel) {
+    MinMax m;
+    for (int64_t row = r.r0; row < r.r1; ++row) {
+      bool finite;
+      m.add(segmentMinMax(w + row * cols + r.c0, r.c1 - r.c0, finite));
+      if (!finite) throwNonFinite(w, cols, row, r.c0, r.c1, name);
+    }
+    return m;
+  }
   std::vector<MinMax> parts(size_t(parallel ? std::min<int64_t>(r.r1 - r.r0, 64) : 1));
   forRowChunks(r, parallel, [&](int64_t chunk, int64_t a, int64_t b) {
     MinMax m;
     for (int64_t row = a; row < b; ++row) {
-      checkFinite(w, cols, row, r.c0, r.c1, name);
-      Eigen::Map<const Eigen::ArrayXf> x(w + row * cols + r.c0, r.c1 - r.c0);
-      m.add({x.minCoeff(), x.maxCoeff()});
+      bool finite;
+      m.add(segmentMinMax(w + row * cols + r.c0, r.c1 - r.c0, finite));
+      if (!finite) throwNonFinite(w, cols, row, r.c0, r.c1, name);
     }
     parts[size_t(chunk)] = m;
   });
@@ -246,6 +296,26 @@ CellParams chooseCell(const KindInfo& k, const WeightSpec& spec, const float* w,
       const size_t n = ratios.size();
       std::vector<CellParams> cand(n);
       for (size_t i = 0; i < n; ++i) cand[i] = paramsForClip(k, lo * ratios[i], hi * ratios[i]);
+      auto sameAs = [&](size_t i, size_t j) {
+        return cand[i].scaleBits == cand[j].scaleBits && cand[i].zero == cand[j].zero;
+      };
+      if (!parallel && r.r1 - r.r0 == 1) {  // one row segment (groups, channels): early exits
+        const float* x = w + r.r0 * cols + r.c0;
+        const int64_t len = r.c1 - r.c0;
+        size_t best = n - 1;
+        double bestErr = std::numeric_limits<double>::infinity();
+        for (size_t i = n; i-- > 0;) {  // from ratio 1 down, so ties keep the larger ratio
+          if (i + 1 < n && sameAs(i, i + 1)) continue;  // same stored scale: same error
+          const double e = withQuantizer(k, cand[i], [&](const auto& q) {
+            return sumSquaredErrorBounded(x, len, q, bestErr);
+          });
+          if (e < bestErr) {
+            bestErr = e;
+            best = i;
+          }
+        }
+        return cand[best];
+      }
       const size_t chunks = size_t(parallel ? std::min<int64_t>(r.r1 - r.r0, 64) : 1);
       std::vector<double> err(chunks * n, 0.0);
       forRowChunks(r, parallel, [&](int64_t chunk, int64_t a, int64_t b) {
@@ -254,8 +324,7 @@ CellParams chooseCell(const KindInfo& k, const WeightSpec& spec, const float* w,
           const float* x = w + row * cols + r.c0;
           const int64_t len = r.c1 - r.c0;
           for (size_t i = 0; i < n; ++i) {
-            if (i > 0 && cand[i].scaleBits == cand[i - 1].scaleBits &&
-                cand[i].zero == cand[i - 1].zero) {
+            if (i > 0 && sameAs(i, i - 1)) {
               e[i] = e[i - 1];  // same stored scale as the previous ratio: same error
               continue;
             }
@@ -364,11 +433,11 @@ void fakeCastRow(QuantKind kind, const float* x, float* out, int64_t n) {
     case QuantKind::F32:
       if (out != x) std::memcpy(out, x, size_t(n) * 4);
       return;
-    case QuantKind::FP16:
-      for (int64_t i = 0; i < n; ++i) out[i] = halfBitsToFloat(floatToHalfBits(x[i]));
+    case QuantKind::FP16:  // x is finite here (checked)
+      for (int64_t i = 0; i < n; ++i) out[i] = roundToHalf(x[i]);
       return;
     case QuantKind::BF16:
-      for (int64_t i = 0; i < n; ++i) out[i] = bf16BitsToFloat(floatToBf16Bits(x[i]));
+      for (int64_t i = 0; i < n; ++i) out[i] = roundToBf16(x[i]);
       return;
     default: throw Error(ErrorKind::Internal, "fakeCastRow: not a cast kind");
   }
@@ -389,16 +458,23 @@ void encodeSegment(const KindInfo& k, const CellParams& p, const float* x, int64
   const float inv = reciprocalOrZero(s);
   switch (k.kind) {
     case QuantKind::INT4: {
-      // c0 is even (cells are ≥ 32 wide), so the segment starts on a byte boundary.
-      const int offset = k.symmetric ? 8 : 0;
-      auto code = [&](float v) {
-        return uint8_t((k.symmetric ? quantizeIntSym(v, inv, k.qmin, k.qmax)
-                                    : quantizeIntAsym(v, inv, p.zero, k.umax)) +
-                       offset);
-      };
-      int64_t c = c0;
-      for (; c + 1 < c1; c += 2) rowOut[c / 2] = uint8_t(code(x[c]) | (code(x[c + 1]) << 4));
-      if (c < c1) rowOut[c / 2] = code(x[c]);  // odd K: high nibble of the last byte stays 0
+      // Codes (as nibbles u) into a buffer in one vectorisable loop, then packed two per byte;
+      // c0 is even (cells are at least 32 wide), so the segment starts on a byte boundary.
+      uint8_t u[256];
+      for (int64_t b0 = c0; b0 < c1; b0 += 256) {
+        const int64_t len = std::min<int64_t>(256, c1 - b0);
+        const float* xb = x + b0;
+        if (k.symmetric) {
+          for (int64_t i = 0; i < len; ++i)
+            u[i] = uint8_t(quantizeIntSym(xb[i], inv, k.qmin, k.qmax) + 8);
+        } else {
+          for (int64_t i = 0; i < len; ++i) u[i] = uint8_t(quantizeIntAsym(xb[i], inv, p.zero, k.umax));
+        }
+        uint8_t* o = rowOut + b0 / 2;
+        int64_t i = 0;
+        for (; i + 1 < len; i += 2) o[i / 2] = uint8_t(u[i] | (u[i + 1] << 4));
+        if (i < len) o[i / 2] = u[i];  // odd K: the high nibble of the last byte stays 0
+      }
       return;
     }
     case QuantKind::INT8:
@@ -410,11 +486,13 @@ void encodeSegment(const KindInfo& k, const CellParams& p, const float* x, int64
           rowOut[c] = uint8_t(quantizeIntAsym(x[c], inv, p.zero, k.umax));
       }
       return;
+    // FP8: round on the float grid, then re-pack the bits; equal to floatToFp8…(x·inv) for
+    // finite x (tested), and both steps vectorise where floatToFp8… does not.
     case QuantKind::FP8_E4M3:
-      for (int64_t c = c0; c < c1; ++c) rowOut[c] = floatToFp8E4M3(x[c] * inv);
+      for (int64_t c = c0; c < c1; ++c) rowOut[c] = fp8E4M3CodeOfValue(roundToFp8E4M3(x[c] * inv));
       return;
     case QuantKind::FP8_E5M2:
-      for (int64_t c = c0; c < c1; ++c) rowOut[c] = floatToFp8E5M2(x[c] * inv);
+      for (int64_t c = c0; c < c1; ++c) rowOut[c] = fp8E5M2CodeOfValue(roundToFp8E5M2(x[c] * inv));
       return;
     default: throw Error(ErrorKind::Internal, "encodeSegment: not a scaled kind");
   }
@@ -441,10 +519,14 @@ void decodeSegment(const KindInfo& k, const CellParams& p, const uint8_t* rowIn,
   switch (k.kind) {
     case QuantKind::INT4: {
       const int z = k.symmetric ? 8 : p.zero;
-      for (int64_t c = c0; c < c1; ++c) {
-        const int u = (rowIn[c / 2] >> ((c & 1) * 4)) & 0xF;
-        out[c] = float(u - z) * s;
+      const uint8_t* in = rowIn + c0 / 2;  // c0 is even
+      float* o = out + c0;
+      const int64_t n = c1 - c0, pairs = n / 2;
+      for (int64_t j = 0; j < pairs; ++j) {
+        o[2 * j] = float(int(in[j] & 0xF) - z) * s;
+        o[2 * j + 1] = float(int(in[j] >> 4) - z) * s;
       }
+      if (n & 1) o[n - 1] = float(int(in[pairs] & 0xF) - z) * s;
       return;
     }
     case QuantKind::INT8:
@@ -535,9 +617,13 @@ WeightScales chooseWeightScales(const WeightSpec& spec, std::span<const float> w
   return out;
 }
 
-QuantizedTensor quantizeWeightWithScales(const WeightSpec& spec, std::span<const float> w,
-                                         int64_t rows, int64_t cols, const WeightScales& scales,
-                                         std::string_view name) {
+namespace {
+
+// checkInput = false when the scales were just chosen from the same values (which checked
+// them for NaN/Inf already): saves a pass.
+QuantizedTensor quantizeImpl(const WeightSpec& spec, std::span<const float> w, int64_t rows,
+                             int64_t cols, const WeightScales& scales, std::string_view name,
+                             bool checkInput) {
   checkShape(spec, w, rows, cols, name);
   const KindInfo k(spec);
   QuantizedTensor q;
@@ -557,7 +643,7 @@ QuantizedTensor quantizeWeightWithScales(const WeightSpec& spec, std::span<const
   const auto params = cellParamsOf(spec, q.grid, scales, name);
   forEachSegment(q.grid, rows, cols, params,
                  [&](int64_t row, int64_t c0, int64_t c1, const CellParams& p) {
-                   checkFinite(w.data(), cols, row, c0, c1, name);
+                   if (checkInput) checkFinite(w.data(), cols, row, c0, c1, name);
                    encodeSegment(k, p, w.data() + row * cols,
                                  c0, c1, q.payload.data() + size_t(row) * rowBytes);
                  });
@@ -574,10 +660,22 @@ QuantizedTensor quantizeWeightWithScales(const WeightSpec& spec, std::span<const
   return q;
 }
 
+void fakeQuantImpl(const WeightSpec& spec, std::span<const float> w, std::span<float> out,
+                   int64_t rows, int64_t cols, const WeightScales& scales, std::string_view name,
+                   bool checkInput);
+
+}  // namespace
+
+QuantizedTensor quantizeWeightWithScales(const WeightSpec& spec, std::span<const float> w,
+                                         int64_t rows, int64_t cols, const WeightScales& scales,
+                                         std::string_view name) {
+  return quantizeImpl(spec, w, rows, cols, scales, name, true);
+}
+
 QuantizedTensor quantizeWeight(const WeightSpec& spec, std::span<const float> w, int64_t rows,
                                int64_t cols, std::string_view name) {
-  return quantizeWeightWithScales(spec, w, rows, cols,
-                                  chooseWeightScales(spec, w, rows, cols, name), name);
+  const WeightScales s = chooseWeightScales(spec, w, rows, cols, name);
+  return quantizeImpl(spec, w, rows, cols, s, name, s.scales.empty());
 }
 
 void dequantizeWeight(const QuantizedTensor& q, std::span<float> out) {
@@ -614,9 +712,10 @@ std::vector<float> dequantizeWeight(const QuantizedTensor& q) {
   return out;
 }
 
-void fakeQuantWeightWithScales(const WeightSpec& spec, std::span<const float> w,
-                               std::span<float> out, int64_t rows, int64_t cols,
-                               const WeightScales& scales, std::string_view name) {
+namespace {
+void fakeQuantImpl(const WeightSpec& spec, std::span<const float> w, std::span<float> out,
+                   int64_t rows, int64_t cols, const WeightScales& scales, std::string_view name,
+                   bool checkInput) {
   checkShape(spec, w, rows, cols, name);
   if (out.size() != w.size())
     throw Error(ErrorKind::Internal, "fakeQuantWeight: output size differs from input size");
@@ -632,7 +731,7 @@ void fakeQuantWeightWithScales(const WeightSpec& spec, std::span<const float> w,
   const auto params = cellParamsOf(spec, g, scales, name);
   forEachSegment(g, rows, cols, params,
                  [&](int64_t row, int64_t c0, int64_t c1, const CellParams& p) {
-                   checkFinite(w.data(), cols, row, c0, c1, name);
+                   if (checkInput) checkFinite(w.data(), cols, row, c0, c1, name);
                    const float* x = w.data() + row * cols + c0;
                    float* o = out.data() + row * cols + c0;
                    withQuantizer(k, p, [&](const auto& q) {
@@ -642,10 +741,18 @@ void fakeQuantWeightWithScales(const WeightSpec& spec, std::span<const float> w,
                  });
 }
 
+}  // namespace
+
+void fakeQuantWeightWithScales(const WeightSpec& spec, std::span<const float> w,
+                               std::span<float> out, int64_t rows, int64_t cols,
+                               const WeightScales& scales, std::string_view name) {
+  fakeQuantImpl(spec, w, out, rows, cols, scales, name, true);
+}
+
 void fakeQuantWeight(const WeightSpec& spec, std::span<const float> w, std::span<float> out,
                      int64_t rows, int64_t cols, std::string_view name) {
   const WeightScales s = chooseWeightScales(spec, w, rows, cols, name);
-  fakeQuantWeightWithScales(spec, w, out, rows, cols, s, name);
+  fakeQuantImpl(spec, w, out, rows, cols, s, name, s.scales.empty());
 }
 
 }  // namespace qs

@@ -267,11 +267,13 @@ class TestFormats : public QObject {
   void fp8FloatRoundingEqualsEncodeDecode() {
     // roundToFp8… (the vectorisable float path of fake quantisation) must equal
     // decode(encode(x)) bit for bit, for every finite x.
+    // And re-packing that value gives the code: fp8…CodeOfValue(roundToFp8…(x)) == encode(x).
     auto check = [](float x) {
       const float a = roundToFp8E4M3(x), b = fp8E4M3ToFloat(floatToFp8E4M3(x));
       const float c = roundToFp8E5M2(x), d = fp8E5M2ToFloat(floatToFp8E5M2(x));
       return std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b) &&
-             std::bit_cast<uint32_t>(c) == std::bit_cast<uint32_t>(d);
+             std::bit_cast<uint32_t>(c) == std::bit_cast<uint32_t>(d) &&
+             fp8E4M3CodeOfValue(a) == floatToFp8E4M3(x) && fp8E5M2CodeOfValue(c) == floatToFp8E5M2(x);
     };
     for (uint32_t h = 0; h < 0x10000; ++h) {
       const float x = halfBitsToFloat(uint16_t(h));
@@ -282,6 +284,29 @@ class TestFormats : public QObject {
     for (int i = 0; i < 4'000'000; ++i) {
       const float x = std::bit_cast<float>(bits(rng));
       if (std::isfinite(x) && !check(x)) QFAIL(qPrintable(QString("x = %1").arg(double(x))));
+    }
+  }
+
+  void halfAndBf16FloatRoundingMatchesCasts() {
+    auto check = [](float x) {
+      const float h = halfBitsToFloat(floatToHalfBits(x)), b = bf16BitsToFloat(floatToBf16Bits(x));
+      return std::bit_cast<uint32_t>(roundToHalf(x)) == std::bit_cast<uint32_t>(h) &&
+             std::bit_cast<uint32_t>(roundToBf16(x)) == std::bit_cast<uint32_t>(b);
+    };
+    for (float x : {65504.0f, 65519.996f, 65520.0f, -65520.0f, 1e30f, 0.0f, -0.0f,
+                    std::ldexp(1.0f, -25), std::ldexp(1.5f, -25), std::numeric_limits<float>::max()})
+      QVERIFY2(check(x), qPrintable(QString::number(double(x))));
+    for (uint32_t h = 0; h < 0x10000; ++h) {
+      const float x = halfBitsToFloat(uint16_t(h));
+      if (std::isfinite(x)) QVERIFY(check(x));
+    }
+    std::mt19937 rng(11);
+    std::uniform_int_distribution<uint32_t> bits;
+    for (int i = 0; i < 4'000'000; ++i) {
+      uint32_t u = bits(rng);
+      if (i & 1) u = (u & 0x807FFFFFu) | ((0x60u + (u >> 24) % 0x30u) << 23);
+      const float x = std::bit_cast<float>(u);
+      if (std::isfinite(x) && !check(x)) QFAIL(qPrintable(QString("bits 0x%1").arg(u, 0, 16)));
     }
   }
 
