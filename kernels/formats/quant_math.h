@@ -85,6 +85,18 @@ QS_HD float roundToBf16(float x) {
   return bitsToFloat((b + 0x7FFFu + ((b >> 16) & 1u)) & 0xFFFF0000u);  // RNE; may carry to Inf
 }
 
+// The FP16 bits of a float that is exactly an FP16 value or ±Inf (what roundToHalf returns):
+// re-packing only, branch-free. halfBitsOfValue(roundToHalf(x)) == floatToHalfBits(x) for
+// finite x (tested).
+QS_HD uint16_t halfBitsOfValue(float v) {
+  const uint32_t b = floatBits(v);
+  const uint32_t sign = (b >> 16) & 0x8000u, a = b & 0x7FFFFFFFu;
+  const uint32_t normal = (a >> 13) - (112u << 10);  // re-biased exponent and top 10 bits
+  const uint32_t sub = uint32_t(bitsToFloat(a) * 16777216.0f);  // units of 2^-24 (exact)
+  const uint32_t mag = a >= 0x7F800000u ? 0x7C00u : (a >= 0x38800000u ? normal : sub);
+  return uint16_t(mag | sign);
+}
+
 QS_HD float reciprocalOrZero(float scale) { return scale > 0.0f ? 1.0f / scale : 0.0f; }
 
 // Symmetric INT: code in [qmin, qmax] = [-2^(b-1), 2^(b-1)-1].

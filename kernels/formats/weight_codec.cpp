@@ -410,16 +410,16 @@ void forEachSegment(const ScaleGrid& g, int64_t rows, int64_t cols,
 void castRow(QuantKind kind, const float* x, int64_t n, uint8_t* dst) {
   switch (kind) {
     case QuantKind::F32: std::memcpy(dst, x, size_t(n) * 4); return;  // little-endian hosts
-    case QuantKind::FP16:
+    case QuantKind::FP16:  // x is finite here (checked)
       for (int64_t i = 0; i < n; ++i) {
-        const uint16_t h = floatToHalfBits(x[i]);
+        const uint16_t h = halfBitsOfValue(roundToHalf(x[i]));
         dst[2 * i] = uint8_t(h);
         dst[2 * i + 1] = uint8_t(h >> 8);
       }
       return;
     case QuantKind::BF16:
       for (int64_t i = 0; i < n; ++i) {
-        const uint16_t h = floatToBf16Bits(x[i]);
+        const uint16_t h = uint16_t(floatBits(roundToBf16(x[i])) >> 16);
         dst[2 * i] = uint8_t(h);
         dst[2 * i + 1] = uint8_t(h >> 8);
       }

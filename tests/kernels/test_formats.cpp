@@ -291,7 +291,8 @@ class TestFormats : public QObject {
     auto check = [](float x) {
       const float h = halfBitsToFloat(floatToHalfBits(x)), b = bf16BitsToFloat(floatToBf16Bits(x));
       return std::bit_cast<uint32_t>(roundToHalf(x)) == std::bit_cast<uint32_t>(h) &&
-             std::bit_cast<uint32_t>(roundToBf16(x)) == std::bit_cast<uint32_t>(b);
+             std::bit_cast<uint32_t>(roundToBf16(x)) == std::bit_cast<uint32_t>(b) &&
+             halfBitsOfValue(roundToHalf(x)) == floatToHalfBits(x);
     };
     for (float x : {65504.0f, 65519.996f, 65520.0f, -65520.0f, 1e30f, 0.0f, -0.0f,
                     std::ldexp(1.0f, -25), std::ldexp(1.5f, -25), std::numeric_limits<float>::max()})

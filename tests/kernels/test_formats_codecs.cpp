@@ -145,7 +145,7 @@ class TestFormatsCodecs : public QObject {
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < cols; ++c) {
         const size_t i = size_t(r * cols + c);
-        QVERIFY(std::isfinite(deq[i]));
+        if (!std::isfinite(deq[i])) QFAIL(qPrintable(QString("[%1, %2] not finite").arg(r).arg(c)));
         float s = 1.0f;
         double lo = -INFINITY, hi = INFINITY;  // representable range of the cell
         if (tr.cls != QuantClass::Float) {
@@ -166,14 +166,16 @@ class TestFormatsCodecs : public QObject {
             QFAIL(qPrintable(QString("[%1, %2]: x=%3 x̂=%4 err %5 > bound %6 (scale %7)")
                                  .arg(r).arg(c).arg(x, 0, 'g', 9).arg(double(deq[i]), 0, 'g', 9)
                                  .arg(e).arg(boundInside(spec, w[i], s)).arg(double(s))));
-        } else {  // saturated to the nearer end of the range
-          QCOMPARE(double(deq[i]), x > hi ? hi : lo);
+        } else if (double(deq[i]) != (x > hi ? hi : lo)) {  // saturates to the nearer end
+          QFAIL(qPrintable(QString("[%1, %2]: x=%3 beyond [%4, %5] gave %6")
+                               .arg(r).arg(c).arg(x).arg(lo).arg(hi).arg(double(deq[i]))));
         }
         // absmax scales are rounded up: nothing clips (the asymmetric zero point's rounding
         // can still push the far end half a step out)
         if (spec.method == ScaleMethod::AbsMax && tr.cls != QuantClass::Float) {
           const double slack = spec.symmetric ? 0.0 : 0.5 * s;
-          QVERIFY2(x >= lo - slack && x <= hi + slack, qPrintable(QString::number(x)));
+          if (!(x >= lo - slack && x <= hi + slack))
+            QFAIL(qPrintable(QString("absmax clipped x=%1").arg(x)));
         }
       }
   }
