@@ -8,7 +8,6 @@
 #include <string>
 
 #include "kernels/common/error.h"
-#include "kernels/common/half.h"
 #include "kernels/common/storage_convert.h"
 #include "kernels/formats/parallel.h"
 #include "kernels/formats/quant_math.h"
