@@ -3,6 +3,7 @@
 #include <thread>
 
 #include "kernels/common/error.h"
+#include "kernels/stats/stats_ops.h"
 
 namespace qs {
 
@@ -14,6 +15,13 @@ class CpuBackend final : public Backend {
   std::string name() const override {
     return "CPU (" + std::to_string(std::thread::hardware_concurrency()) + " threads)";
   }
+  StatsOps& stats() override {
+    if (!stats_) stats_ = createCpuStatsOps();
+    return *stats_;
+  }
+
+ private:
+  std::unique_ptr<StatsOps> stats_;
 };
 }  // namespace
 

@@ -10,6 +10,8 @@
 
 namespace qs {
 
+class StatsOps;  // kernels/stats/stats_ops.h
+
 enum class BackendKind { Cpu, Cuda };
 enum class BackendChoice { Auto, Cpu, Cuda };
 
@@ -20,6 +22,9 @@ class Backend {
   // Shown in the status bar and printed by the CLI: "CUDA: NVIDIA H100 …" / "CPU (…)".
   virtual std::string name() const = 0;
   const DeviceInfo& device() const { return device_; }
+  // Calibration statistics and the sensitivity proxy (kernels/stats/stats_ops.h); created on
+  // first use.
+  virtual StatsOps& stats() = 0;
 
  protected:
   DeviceInfo device_;

@@ -1,0 +1,439 @@
+// Per-channel statistics kernels: column statistics (activations' input channels) and row
+// statistics (weights' output channels). Layouts and accuracy: channel_stats.cuh.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <limits>
+#include <string>
+
+#include "kernels/cuda/stats/channel_stats.cuh"
+#include "kernels/cuda/stats/load.cuh"
+
+namespace qs::cuda_stats {
+namespace {
+
+constexpr int kThreads = 256;  // both kernels: 8 warps
+constexpr int kWarps = kThreads / 32;
+constexpr int kUnitRows = 32;   // column kernel: a work unit is 32 rows of one column tile
+constexpr int kRowUnroll = 4;   // rows (column kernel) / vectors (row kernel) loaded together
+
+// One thread's statistics of one column (or of its share of one row).
+struct Acc {
+  float mn, mx;
+  double s, q;
+  unsigned nan;
+  __device__ void init() {
+    mn = INFINITY;
+    mx = -INFINITY;
+    s = 0;
+    q = 0;
+    nan = 0;
+  }
+};
+
+// A run of values added in float: min/max/NaN count directly, Σx and Σx² in the run.
+struct Run {
+  float s = 0.0f, q = 0.0f;
+  __device__ __forceinline__ void add(Acc& a, float x) {
+    const bool isNan = x != x;
+    a.nan += isNan;
+    a.mn = fminf(a.mn, x);  // fminf/fmaxf ignore a NaN operand
+    a.mx = fmaxf(a.mx, x);
+    const float v = isNan ? 0.0f : x;
+    s = __fadd_rn(s, v);
+    q = __fmaf_rn(v, v, q);
+  }
+  __device__ __forceinline__ void flush(Acc& a) {
+    a.s += double(s);
+    a.q += double(q);
+    s = 0.0f;
+    q = 0.0f;
+  }
+};
+
+__device__ __forceinline__ void mergeInto(const DeviceChannelStatsView& acc, int64_t c, float mn,
+                                          float mx, double s, double q, unsigned long long nan) {
+  acc.min[c] = fminf(acc.min[c], mn);
+  acc.max[c] = fmaxf(acc.max[c], mx);
+  acc.sum[c] += s;
+  acc.sumSq[c] += q;
+  acc.nan[c] += nan;
+}
+
+// ---- column statistics ----------------------------------------------------------------------
+
+struct ColumnPlan {
+  int64_t rows, cols;
+  int64_t tiles;   // column tiles
+  int64_t chunks;  // units per tile: ceil(rows / kUnitRows)
+  int64_t units;   // tiles · chunks
+  int64_t grid;    // blocks (≤ units)
+  // Records: SoA arrays of (grid + tiles) · tileCols entries each (a block's pair (b, t) uses
+  // slot b + t, unique because a block's tiles are consecutive and the next block starts on its
+  // last tile or the one after).
+  double* recSum;
+  double* recSq;
+  float* recMin;
+  float* recMax;
+  unsigned* recNan;
+  unsigned* counters;  // per tile: blocks that have written their record
+};
+
+// The block whose unit range contains unit u (ranges [b·U/G, (b+1)·U/G)).
+__device__ __forceinline__ int64_t ownerOf(int64_t u, const ColumnPlan& p) {
+  return ((u + 1) * p.grid - 1) / p.units;
+}
+
+template <typename T, int VEC>
+__global__ void __launch_bounds__(kThreads, 2)
+    columnStatsKernel(const T* __restrict__ x, ColumnPlan p, DeviceChannelStatsView acc) {
+  constexpr int kTile = 32 * VEC;
+  // Shared: the 8 warps' partials of the tile, first min/max/NaN, then the two sums.
+  __shared__ union {
+    struct {
+      float mn[kWarps][kTile], mx[kWarps][kTile];
+      unsigned nan[kWarps][kTile];
+    } a;
+    struct {
+      double s[kWarps][kTile], q[kWarps][kTile];
+    } b;
+  } sh;
+  __shared__ bool lastBlock;
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t b = blockIdx.x;
+  const int64_t uBegin = b * p.units / p.grid, uEnd = (b + 1) * p.units / p.grid;
+
+  for (int64_t u = uBegin; u < uEnd;) {
+    const int64_t t = u / p.chunks;
+    const int64_t uTileEnd = min(uEnd, (t + 1) * p.chunks);
+    const int64_t r0 = (u - t * p.chunks) * kUnitRows;
+    const int64_t r1 = min(p.rows, (uTileEnd - t * p.chunks) * kUnitRows);
+    u = uTileEnd;
+
+    const int64_t col0 = t * kTile + int64_t(lane) * VEC;
+    const bool active = col0 < p.cols;  // vector path: cols % VEC == 0, so all VEC are valid
+    Acc a[VEC];
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) a[j].init();
+
+    if (active) {
+      const T* base = x + col0;
+      int64_t r = r0 + warp;
+      // Full groups of kRowUnroll rows: all loads first, then the arithmetic.
+      for (; r + (kRowUnroll - 1) * kWarps < r1; r += kRowUnroll * kWarps) {
+        float v[kRowUnroll][VEC];
+        if constexpr (VEC > 1) {
+          uint4 raw[kRowUnroll];
+#pragma unroll
+          for (int i = 0; i < kRowUnroll; ++i) raw[i] = loadStream16(base + (r + i * kWarps) * p.cols);
+#pragma unroll
+          for (int i = 0; i < kRowUnroll; ++i) unpack16<T>(raw[i], v[i]);
+        } else {
+#pragma unroll
+          for (int i = 0; i < kRowUnroll; ++i) v[i][0] = loadOne(base + (r + i * kWarps) * p.cols);
+        }
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+          Run run;
+#pragma unroll
+          for (int i = 0; i < kRowUnroll; ++i) run.add(a[j], v[i][j]);
+          run.flush(a[j]);
+        }
+      }
+      for (; r < r1; r += kWarps) {  // the remaining rows, one at a time
+        float v[VEC];
+        if constexpr (VEC > 1)
+          unpack16<T>(loadStream16(base + r * p.cols), v);
+        else
+          v[0] = loadOne(base + r * p.cols);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {
+          Run run;
+          run.add(a[j], v[j]);
+          run.flush(a[j]);
+        }
+      }
+    }
+
+    // Combine the warps (fixed order), column tid of the tile per thread.
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      sh.a.mn[warp][lane * VEC + j] = a[j].mn;
+      sh.a.mx[warp][lane * VEC + j] = a[j].mx;
+      sh.a.nan[warp][lane * VEC + j] = a[j].nan;
+    }
+    __syncthreads();
+    const int c = threadIdx.x;  // column of the tile this thread finishes (c < kTile)
+    float mn = INFINITY, mx = -INFINITY;
+    unsigned nan = 0;
+    if (c < kTile)
+      for (int w = 0; w < kWarps; ++w) {
+        mn = fminf(mn, sh.a.mn[w][c]);
+        mx = fmaxf(mx, sh.a.mx[w][c]);
+        nan += sh.a.nan[w][c];
+      }
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      sh.b.s[warp][lane * VEC + j] = a[j].s;
+      sh.b.q[warp][lane * VEC + j] = a[j].q;
+    }
+    __syncthreads();
+    double s = 0, q = 0;
+    if (c < kTile)
+      for (int w = 0; w < kWarps; ++w) {
+        s += sh.b.s[w][c];
+        q += sh.b.q[w][c];
+      }
+    __syncthreads();  // the union is rewritten by the next segment
+
+    const int64_t col = t * kTile + c;
+    const int64_t bFirst = ownerOf(t * p.chunks, p), bLast = ownerOf((t + 1) * p.chunks - 1, p);
+    if (bFirst == bLast) {  // this block alone covers the tile
+      if (c < kTile && col < p.cols) mergeInto(acc, col, mn, mx, s, q, nan);
+      continue;
+    }
+    const int64_t slot = (b + t) * kTile + c;
+    if (c < kTile) {
+      p.recMin[slot] = mn;
+      p.recMax[slot] = mx;
+      p.recNan[slot] = nan;
+      p.recSum[slot] = s;
+      p.recSq[slot] = q;
+    }
+    __threadfence();  // records visible device-wide before the arrival is counted
+    __syncthreads();
+    if (threadIdx.x == 0)
+      lastBlock = atomicAdd(&p.counters[t], 1u) == unsigned(bLast - bFirst);
+    __syncthreads();
+    if (!lastBlock) continue;
+    __threadfence();
+    if (c < kTile && col < p.cols) {
+      float m0 = INFINITY, m1 = -INFINITY;
+      double s0 = 0, q0 = 0;
+      unsigned long long n0 = 0;
+      for (int64_t bb = bFirst; bb <= bLast; ++bb) {  // block order: deterministic
+        const int64_t k = (bb + t) * kTile + c;
+        m0 = fminf(m0, __ldcg(p.recMin + k));
+        m1 = fmaxf(m1, __ldcg(p.recMax + k));
+        n0 += __ldcg(p.recNan + k);
+        s0 += __ldcg(p.recSum + k);
+        q0 += __ldcg(p.recSq + k);
+      }
+      mergeInto(acc, col, m0, m1, s0, q0, n0);
+    }
+    if (threadIdx.x == 0) p.counters[t] = 0;  // ready for the next launch
+  }
+}
+
+// ---- row statistics -------------------------------------------------------------------------
+
+template <typename T, int VEC>
+__global__ void __launch_bounds__(kThreads)
+    rowStatsKernel(const T* __restrict__ x, int64_t rows, int64_t cols, DeviceChannelStatsView acc) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t warps = int64_t(gridDim.x) * kWarps;
+  for (int64_t row = int64_t(blockIdx.x) * kWarps + warp; row < rows; row += warps) {
+    const T* p = x + row * cols;
+    Acc a;
+    a.init();
+    if constexpr (VEC > 1) {
+      const int64_t nvec = cols / VEC;
+      int64_t v = lane;
+      for (; v + (kRowUnroll - 1) * 32 < nvec; v += kRowUnroll * 32) {
+        uint4 raw[kRowUnroll];
+#pragma unroll
+        for (int i = 0; i < kRowUnroll; ++i) raw[i] = loadStream16(p + (v + i * 32) * VEC);
+#pragma unroll
+        for (int i = 0; i < kRowUnroll; ++i) {
+          float f[VEC];
+          unpack16<T>(raw[i], f);
+          Run run;
+#pragma unroll
+          for (int j = 0; j < VEC; ++j) run.add(a, f[j]);
+          run.flush(a);
+        }
+      }
+      for (; v < nvec; v += 32) {
+        float f[VEC];
+        unpack16<T>(loadStream16(p + v * VEC), f);
+        Run run;
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) run.add(a, f[j]);
+        run.flush(a);
+      }
+    } else {
+      for (int64_t c = lane; c < cols; c += 32) {
+        Run run;
+        run.add(a, loadOne(p + c));
+        run.flush(a);
+      }
+    }
+    // Butterfly over the warp: every lane ends with the same values (fixed order).
+    unsigned long long nan = a.nan;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+      a.mn = fminf(a.mn, __shfl_xor_sync(0xFFFFFFFFu, a.mn, off));
+      a.mx = fmaxf(a.mx, __shfl_xor_sync(0xFFFFFFFFu, a.mx, off));
+      a.s += __shfl_xor_sync(0xFFFFFFFFu, a.s, off);
+      a.q += __shfl_xor_sync(0xFFFFFFFFu, a.q, off);
+      nan += __shfl_xor_sync(0xFFFFFFFFu, nan, off);
+    }
+    if (lane == 0) mergeInto(acc, row, a.mn, a.mx, a.s, a.q, nan);
+  }
+}
+
+__global__ void resetKernel(DeviceChannelStatsView acc) {
+  for (int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; c < acc.channels;
+       c += int64_t(gridDim.x) * blockDim.x) {
+    acc.min[c] = INFINITY;
+    acc.max[c] = -INFINITY;
+    acc.sum[c] = 0;
+    acc.sumSq[c] = 0;
+    acc.nan[c] = 0;
+  }
+}
+
+template <typename Fn>
+void dispatchType(DType t, Fn&& fn) {
+  switch (t) {
+    case DType::F32: fn(float{}); return;
+    case DType::F16: fn(__half{}); return;
+    case DType::BF16: fn(__nv_bfloat16{}); return;
+    default: throw Error(ErrorKind::Internal, "unchecked dtype");
+  }
+}
+
+void checkChannels(const DeviceChannelStatsView& acc, int64_t want, const char* what) {
+  if (acc.channels != want)
+    throw Error(ErrorKind::BadInput,
+                "accumulator has " + std::to_string(acc.channels) + " channels, this batch " +
+                    std::to_string(want),
+                {}, what);
+}
+
+}  // namespace
+
+DeviceChannelStats::DeviceChannelStats(int64_t channels, cudaStream_t stream) {
+  if (channels < 0)
+    throw Error(ErrorKind::BadInput, "channel count " + std::to_string(channels) + " is negative",
+                {}, "device channel statistics");
+  const size_t n = size_t(channels);
+  // Layout of the one allocation: sum, sumSq, nan (8-byte), then min, max (4-byte).
+  buf_.allocate(std::max<size_t>(n * 32, 32), "channel statistics");
+  char* p = buf_.as<char>();
+  view_.sum = reinterpret_cast<double*>(p);
+  view_.sumSq = reinterpret_cast<double*>(p + 8 * n);
+  view_.nan = reinterpret_cast<unsigned long long*>(p + 16 * n);
+  view_.min = reinterpret_cast<float*>(p + 24 * n);
+  view_.max = reinterpret_cast<float*>(p + 28 * n);
+  view_.channels = channels;
+  reset(stream);
+}
+
+void resetChannelStats(const DeviceChannelStatsView& acc, cudaStream_t stream) {
+  if (acc.channels == 0) return;
+  const int grid = int(std::min<int64_t>((acc.channels + 255) / 256, 1024));
+  resetKernel<<<grid, 256, 0, stream>>>(acc);
+  QS_STATS_LAUNCHED("resetKernel");
+}
+
+ChannelStats downloadChannelStats(const DeviceChannelStatsView& acc, uint64_t values,
+                                  cudaStream_t stream) {
+  ChannelStats out(acc.channels);
+  out.values = values;
+  const size_t n = size_t(acc.channels);
+  if (n) {
+    QS_STATS_CUDA(cudaMemcpyAsync(out.min.data(), acc.min, n * 4, cudaMemcpyDeviceToHost, stream));
+    QS_STATS_CUDA(cudaMemcpyAsync(out.max.data(), acc.max, n * 4, cudaMemcpyDeviceToHost, stream));
+    QS_STATS_CUDA(cudaMemcpyAsync(out.sum.data(), acc.sum, n * 8, cudaMemcpyDeviceToHost, stream));
+    QS_STATS_CUDA(cudaMemcpyAsync(out.sumSq.data(), acc.sumSq, n * 8, cudaMemcpyDeviceToHost, stream));
+    QS_STATS_CUDA(cudaMemcpyAsync(out.nan.data(), acc.nan, n * 8, cudaMemcpyDeviceToHost, stream));
+  }
+  QS_STATS_CUDA(cudaStreamSynchronize(stream));
+  return out;
+}
+
+void DeviceChannelStats::reset(cudaStream_t stream) {
+  values = 0;
+  resetChannelStats(view_, stream);
+}
+
+ChannelStats DeviceChannelStats::download(cudaStream_t stream) const {
+  return downloadChannelStats(view_, values, stream);
+}
+
+void accumulateColumnStats(const DeviceMatrix& x, DeviceChannelStats& acc,
+                           ColumnStatsWorkspace& ws, cudaStream_t stream) {
+  accumulateColumnStats(x, acc.view(), ws, stream);
+  acc.values += uint64_t(x.rows);
+}
+
+void accumulateRowStats(const DeviceMatrix& x, DeviceChannelStats& acc, cudaStream_t stream) {
+  accumulateRowStats(x, acc.view(), stream);
+  acc.values += uint64_t(x.cols);
+}
+
+void accumulateColumnStats(const DeviceMatrix& x, const DeviceChannelStatsView& acc,
+                           ColumnStatsWorkspace& ws, cudaStream_t stream) {
+  checkDeviceMatrix(x, "column statistics");
+  checkChannels(acc, x.cols, "column statistics");
+  if (x.size() == 0) return;
+  const bool vec = x.vectorRows();
+  dispatchType(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    auto launch = [&](auto kernel, int tileCols) {
+      ColumnPlan p{};
+      p.rows = x.rows;
+      p.cols = x.cols;
+      p.tiles = (x.cols + tileCols - 1) / tileCols;
+      p.chunks = (x.rows + kUnitRows - 1) / kUnitRows;
+      p.units = p.tiles * p.chunks;
+      int perSm = 0;
+      QS_STATS_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, kernel, kThreads, 0));
+      p.grid = std::min<int64_t>(p.units, int64_t(std::max(perSm, 1)) * currentDeviceMultiprocessors());
+      const size_t nrec = size_t(p.grid + p.tiles) * size_t(tileCols);
+      ws.records.reserve(nrec * (8 + 8 + 4 + 4 + 4), "column statistics records");
+      if (ws.counterCount < size_t(p.tiles)) {
+        ws.counters.allocate(size_t(p.tiles) * 4, "column statistics counters");
+        QS_STATS_CUDA(cudaMemsetAsync(ws.counters.get(), 0, size_t(p.tiles) * 4, stream));
+        ws.counterCount = size_t(p.tiles);
+      }
+      char* r = ws.records.as<char>();
+      p.recSum = reinterpret_cast<double*>(r);
+      p.recSq = reinterpret_cast<double*>(r + 8 * nrec);
+      p.recMin = reinterpret_cast<float*>(r + 16 * nrec);
+      p.recMax = reinterpret_cast<float*>(r + 20 * nrec);
+      p.recNan = reinterpret_cast<unsigned*>(r + 24 * nrec);
+      p.counters = ws.counters.as<unsigned>();
+      kernel<<<unsigned(p.grid), kThreads, 0, stream>>>(static_cast<const T*>(x.data), p, acc);
+      QS_STATS_LAUNCHED("columnStatsKernel");
+    };
+    if (vec)
+      launch(columnStatsKernel<T, Elem<T>::kVec>, 32 * Elem<T>::kVec);
+    else
+      launch(columnStatsKernel<T, 1>, 32);
+  });
+}
+
+void accumulateRowStats(const DeviceMatrix& x, const DeviceChannelStatsView& acc,
+                        cudaStream_t stream) {
+  checkDeviceMatrix(x, "row statistics");
+  checkChannels(acc, x.rows, "row statistics");
+  if (x.size() == 0) return;
+  const bool vec = x.vectorRows();
+  const int64_t grid = std::min<int64_t>((x.rows + kWarps - 1) / kWarps,
+                                         int64_t(currentDeviceMultiprocessors()) * 16);
+  dispatchType(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T* data = static_cast<const T*>(x.data);
+    if (vec)
+      rowStatsKernel<T, Elem<T>::kVec><<<unsigned(grid), kThreads, 0, stream>>>(data, x.rows, x.cols, acc);
+    else
+      rowStatsKernel<T, 1><<<unsigned(grid), kThreads, 0, stream>>>(data, x.rows, x.cols, acc);
+    QS_STATS_LAUNCHED("rowStatsKernel");
+  });
+}
+
+}  // namespace qs::cuda_stats

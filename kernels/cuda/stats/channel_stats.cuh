@@ -1,0 +1,81 @@
+#pragma once
+// Per-channel statistics on the device (the CPU reference and the semantics: kernels/stats/
+// channel_stats.h). Entry points for data already on the device; plain C++ declarations.
+//
+// Column statistics (activations [tokens, K], one channel per column), layout of the kernel:
+//   - a column tile is 32 lanes × one 16-byte vector (256 columns of F16/BF16, 128 of F32; 32
+//     columns on the scalar path); a work unit is 32 rows of one tile
+//   - the units, tile-major, are split into equal contiguous ranges, one per block of a grid
+//     that fills the GPU once (no tail wave); a block's range covers one to a few tiles
+//   - inside a block the 8 warps take interleaved rows; each thread keeps, for its columns,
+//     min/max/NaN count and double Σx, Σx², adding each 4-row run in float first
+//   - at the end of a tile segment the 8 warps combine in shared memory (fixed order) and the
+//     block writes one record; the last block to finish a tile (counter in the workspace)
+//     combines that tile's records in block order and merges them into the accumulator.
+//   Deterministic: the same inputs give the same bits, whatever the block scheduling.
+// Row statistics (weights [N, K], one channel per row): one warp per row, 16-byte loads, runs
+//   of one vector (≤ 8 values) added in float, then double; a fixed shuffle tree per row.
+//
+// Accuracy: Σx and Σx² differ from the CPU's double sums by at most about 5e-7 of Σ|x| (Σx²)
+// (float runs of ≤ 8 values), plus double rounding. min, max and NaN counts are exact. Squares
+// are taken in float, so |x| above 1.8e19 overflows Σx² to Inf (FP16 data never comes close).
+#include <cstdint>
+
+#include "kernels/cuda/stats/cuda_check.h"
+#include "kernels/cuda/stats/device_matrix.cuh"
+#include "kernels/stats/channel_stats.h"
+
+namespace qs::cuda_stats {
+
+// Device arrays of one accumulator, `channels` long each.
+struct DeviceChannelStatsView {
+  float* min = nullptr;
+  float* max = nullptr;
+  double* sum = nullptr;
+  double* sumSq = nullptr;
+  unsigned long long* nan = nullptr;
+  int64_t channels = 0;
+};
+
+// Empties an accumulator (min +Inf, max -Inf, sums and NaN counts 0).
+void resetChannelStats(const DeviceChannelStatsView& acc, cudaStream_t stream);
+// Copies an accumulator to the host (synchronises); `values` as the caller counted them.
+ChannelStats downloadChannelStats(const DeviceChannelStatsView& acc, uint64_t values,
+                                  cudaStream_t stream);
+
+// A device-resident ChannelStats: accumulate many batches, download once.
+class DeviceChannelStats {
+ public:
+  DeviceChannelStats(int64_t channels, cudaStream_t stream);  // empty (reset)
+  void reset(cudaStream_t stream);
+  const DeviceChannelStatsView& view() const { return view_; }
+  int64_t channels() const { return view_.channels; }
+  uint64_t values = 0;  // values per channel so far (the entry points add each batch's)
+  // Copies the accumulator to the host (synchronises the stream).
+  ChannelStats download(cudaStream_t stream) const;
+
+ private:
+  DeviceBuffer buf_;
+  DeviceChannelStatsView view_;
+};
+
+// Scratch of the column kernel: per-block records and per-tile arrival counters (kept at zero
+// between launches). Grows on demand; one workspace per stream.
+class ColumnStatsWorkspace {
+ public:
+  DeviceBuffer records, counters;
+  size_t counterCount = 0;
+};
+
+// acc.channels must equal x.cols (column stats) / x.rows (row stats): BadInput otherwise. The
+// view forms leave the per-channel value count to the caller; the DeviceChannelStats forms add
+// the batch's (rows, resp. cols) to acc.values.
+void accumulateColumnStats(const DeviceMatrix& x, const DeviceChannelStatsView& acc,
+                           ColumnStatsWorkspace& ws, cudaStream_t stream);
+void accumulateRowStats(const DeviceMatrix& x, const DeviceChannelStatsView& acc,
+                        cudaStream_t stream);
+void accumulateColumnStats(const DeviceMatrix& x, DeviceChannelStats& acc,
+                           ColumnStatsWorkspace& ws, cudaStream_t stream);
+void accumulateRowStats(const DeviceMatrix& x, DeviceChannelStats& acc, cudaStream_t stream);
+
+}  // namespace qs::cuda_stats
