@@ -2,7 +2,7 @@
 // outlier-heavy inputs of odd sizes, F32/F16/BF16, aligned and misaligned, with guard regions
 // around inputs and outputs. Bounds, as promised in the headers:
 //   counts, histograms, min/max, NaN counts, percentiles, chosen scales, fake-quant values: exact
-//   channel Σx / Σx²: |gpu − cpu| ≤ 1e-6 · Σ|x| (resp. Σx²)     (float runs of ≤ 8 values)
+//   channel Σx / Σx²: |gpu − cpu| ≤ 1e-6 · Σ|x| (resp. Σx²)  (float runs of ≤ 16 values: ≤ 15·2^-24)
 //   sensitivity sums: relative 1e-12 (same double terms, other order)
 //   entropy divergences: relative 1e-9; the same chosen bin
 #include <QtTest>
@@ -540,6 +540,7 @@ class TestStatsGpu : public QObject {
   }
 
   void cudaFailuresBecomeDeviceErrors() {
+    if (quick()) QSKIP("provokes CUDA API errors on purpose, which compute-sanitizer reports");
     try {
       DeviceBuffer huge(size_t(1) << 52, "a petabyte");
       QFAIL("allocated 4 PiB");

@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <limits>
 #include <string>
 
@@ -15,7 +16,7 @@ namespace {
 constexpr int kThreads = 256;  // both kernels: 8 warps
 constexpr int kWarps = kThreads / 32;
 constexpr int kUnitRows = 32;   // column kernel: a work unit is 32 rows of one column tile
-constexpr int kRowUnroll = 4;   // rows (column kernel) / vectors (row kernel) loaded together
+constexpr int kRowUnroll = 4;   // row kernel: 16-byte vectors loaded together
 
 // One thread's statistics of one column (or of its share of one row).
 struct Acc {
@@ -31,24 +32,72 @@ struct Acc {
   }
 };
 
-// A run of values added in float: min/max/NaN count directly, Σx and Σx² in the run.
-struct Run {
+// Adds a run of N values: min/max directly (fminf/fmaxf ignore NaN), Σx and Σx² first in
+// float over the run, then into the double accumulators. NaN is rare, so the run is summed
+// without looking for it; a NaN sum (a NaN value, or +Inf and -Inf together) sends the run
+// through the careful loop, which skips and counts NaNs (and still gives NaN for Inf - Inf,
+// as the CPU's double sum does).
+template <int N>
+__device__ __forceinline__ void addRun(Acc& a, const float (&v)[N]) {
   float s = 0.0f, q = 0.0f;
-  __device__ __forceinline__ void add(Acc& a, float x) {
-    const bool isNan = x != x;
-    a.nan += isNan;
-    a.mn = fminf(a.mn, x);  // fminf/fmaxf ignore a NaN operand
-    a.mx = fmaxf(a.mx, x);
-    const float v = isNan ? 0.0f : x;
-    s = __fadd_rn(s, v);
-    q = __fmaf_rn(v, v, q);
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    a.mn = fminf(a.mn, v[i]);
+    a.mx = fmaxf(a.mx, v[i]);
+    s = __fadd_rn(s, v[i]);
+    q = __fmaf_rn(v[i], v[i], q);
   }
-  __device__ __forceinline__ void flush(Acc& a) {
-    a.s += double(s);
-    a.q += double(q);
+  if (isnan(s) || isnan(q)) {
     s = 0.0f;
     q = 0.0f;
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      if (isnan(v[i])) {
+        ++a.nan;
+      } else {
+        s = __fadd_rn(s, v[i]);
+        q = __fmaf_rn(v[i], v[i], q);
+      }
+    }
   }
+  a.s += double(s);
+  a.q += double(q);
+}
+
+// Loads of VEC consecutive values for the column kernel: two columns per thread (4 bytes of
+// F16/BF16, 8 bytes of F32), or one value on the scalar path. Few columns per thread keep the
+// accumulators small (≈ 64 registers), so 32 warps fit on an SM; each thread has a run of rows
+// (64 bytes) in flight, 64 KB per SM in all — what a read-only stream needs to approach the
+// copy bandwidth.
+template <typename T, int VEC>
+struct ColumnIO;
+template <>
+struct ColumnIO<float, 2> {
+  using Raw = uint2;
+  static constexpr int kRun = 8;  // rows per run: 64 bytes in flight per thread
+  __device__ static Raw load(const float* p) { return loadStream8(p); }
+  __device__ static void unpack(const Raw& r, float (&v)[2]) {
+    v[0] = __uint_as_float(r.x);
+    v[1] = __uint_as_float(r.y);
+  }
+};
+template <typename T>
+struct ColumnIO2x16 {
+  using Raw = uint32_t;
+  static constexpr int kRun = 16;
+  __device__ static Raw load(const T* p) { return loadStream4(p); }
+  __device__ static void unpack(const Raw& r, float (&v)[2]) { unpack4<T>(r, v); }
+};
+template <>
+struct ColumnIO<__half, 2> : ColumnIO2x16<__half> {};
+template <>
+struct ColumnIO<__nv_bfloat16, 2> : ColumnIO2x16<__nv_bfloat16> {};
+template <typename T>
+struct ColumnIO<T, 1> {
+  using Raw = T;
+  static constexpr int kRun = 8;
+  __device__ static Raw load(const T* p) { return p[0]; }
+  __device__ static void unpack(const Raw& r, float (&v)[1]) { v[0] = Elem<T>::toFloat(r); }
 };
 
 __device__ __forceinline__ void mergeInto(const DeviceChannelStatsView& acc, int64_t c, float mn,
@@ -85,8 +134,10 @@ __device__ __forceinline__ int64_t ownerOf(int64_t u, const ColumnPlan& p) {
 }
 
 template <typename T, int VEC>
-__global__ void __launch_bounds__(kThreads, 2)
+__global__ void __launch_bounds__(kThreads, 4)
     columnStatsKernel(const T* __restrict__ x, ColumnPlan p, DeviceChannelStatsView acc) {
+  using IO = ColumnIO<T, VEC>;
+  constexpr int kRun = IO::kRun;
   constexpr int kTile = 32 * VEC;
   // Shared: the 8 warps' partials of the tile, first min/max/NaN, then the two sums.
   __shared__ union {
@@ -120,38 +171,29 @@ __global__ void __launch_bounds__(kThreads, 2)
     if (active) {
       const T* base = x + col0;
       int64_t r = r0 + warp;
-      // Full groups of kRowUnroll rows: all loads first, then the arithmetic.
-      for (; r + (kRowUnroll - 1) * kWarps < r1; r += kRowUnroll * kWarps) {
-        float v[kRowUnroll][VEC];
-        if constexpr (VEC > 1) {
-          uint4 raw[kRowUnroll];
+      // Runs of kRun rows (this warp's rows r, r + 8, …): all loads first, then the arithmetic.
+      for (; r + (kRun - 1) * kWarps < r1; r += kRun * kWarps) {
+        typename IO::Raw raw[kRun];
 #pragma unroll
-          for (int i = 0; i < kRowUnroll; ++i) raw[i] = loadStream16(base + (r + i * kWarps) * p.cols);
+        for (int i = 0; i < kRun; ++i) raw[i] = IO::load(base + (r + i * kWarps) * p.cols);
+        float v[VEC][kRun];
 #pragma unroll
-          for (int i = 0; i < kRowUnroll; ++i) unpack16<T>(raw[i], v[i]);
-        } else {
+        for (int i = 0; i < kRun; ++i) {
+          float f[VEC];
+          IO::unpack(raw[i], f);
 #pragma unroll
-          for (int i = 0; i < kRowUnroll; ++i) v[i][0] = loadOne(base + (r + i * kWarps) * p.cols);
+          for (int j = 0; j < VEC; ++j) v[j][i] = f[j];
         }
 #pragma unroll
-        for (int j = 0; j < VEC; ++j) {
-          Run run;
-#pragma unroll
-          for (int i = 0; i < kRowUnroll; ++i) run.add(a[j], v[i][j]);
-          run.flush(a[j]);
-        }
+        for (int j = 0; j < VEC; ++j) addRun(a[j], v[j]);
       }
       for (; r < r1; r += kWarps) {  // the remaining rows, one at a time
-        float v[VEC];
-        if constexpr (VEC > 1)
-          unpack16<T>(loadStream16(base + r * p.cols), v);
-        else
-          v[0] = loadOne(base + r * p.cols);
+        float f[VEC];
+        IO::unpack(IO::load(base + r * p.cols), f);
 #pragma unroll
         for (int j = 0; j < VEC; ++j) {
-          Run run;
-          run.add(a[j], v[j]);
-          run.flush(a[j]);
+          const float one[1] = {f[j]};
+          addRun(a[j], one);
         }
       }
     }
@@ -249,25 +291,18 @@ __global__ void __launch_bounds__(kThreads)
         for (int i = 0; i < kRowUnroll; ++i) {
           float f[VEC];
           unpack16<T>(raw[i], f);
-          Run run;
-#pragma unroll
-          for (int j = 0; j < VEC; ++j) run.add(a, f[j]);
-          run.flush(a);
+          addRun(a, f);
         }
       }
       for (; v < nvec; v += 32) {
         float f[VEC];
         unpack16<T>(loadStream16(p + v * VEC), f);
-        Run run;
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) run.add(a, f[j]);
-        run.flush(a);
+        addRun(a, f);
       }
     } else {
       for (int64_t c = lane; c < cols; c += 32) {
-        Run run;
-        run.add(a, loadOne(p + c));
-        run.flush(a);
+        const float f[1] = {loadOne(p + c)};
+        addRun(a, f);
       }
     }
     // Butterfly over the warp: every lane ends with the same values (fixed order).
@@ -380,7 +415,9 @@ void accumulateColumnStats(const DeviceMatrix& x, const DeviceChannelStatsView& 
   checkDeviceMatrix(x, "column statistics");
   checkChannels(acc, x.cols, "column statistics");
   if (x.size() == 0) return;
-  const bool vec = x.vectorRows();
+  // The vector path reads 2 columns per thread: cols even and rows aligned to 2 values.
+  const bool vec = x.cols % 2 == 0 &&
+                   reinterpret_cast<uintptr_t>(x.data) % uintptr_t(2 * x.elementBytes()) == 0;
   dispatchType(x.dtype, [&](auto tag) {
     using T = decltype(tag);
     auto launch = [&](auto kernel, int tileCols) {
@@ -392,6 +429,12 @@ void accumulateColumnStats(const DeviceMatrix& x, const DeviceChannelStatsView& 
       p.units = p.tiles * p.chunks;
       int perSm = 0;
       QS_STATS_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, kernel, kThreads, 0));
+      // Tuning aid for the benchmark (not an interface): QS_STATS_COL_BLOCKS_PER_SM caps it.
+      static const int cap = [] {
+        const char* e = std::getenv("QS_STATS_COL_BLOCKS_PER_SM");
+        return e && std::atoi(e) > 0 ? std::atoi(e) : 64;
+      }();
+      perSm = std::min(perSm, cap);
       p.grid = std::min<int64_t>(p.units, int64_t(std::max(perSm, 1)) * currentDeviceMultiprocessors());
       const size_t nrec = size_t(p.grid + p.tiles) * size_t(tileCols);
       ws.records.reserve(nrec * (8 + 8 + 4 + 4 + 4), "column statistics records");
@@ -411,7 +454,7 @@ void accumulateColumnStats(const DeviceMatrix& x, const DeviceChannelStatsView& 
       QS_STATS_LAUNCHED("columnStatsKernel");
     };
     if (vec)
-      launch(columnStatsKernel<T, Elem<T>::kVec>, 32 * Elem<T>::kVec);
+      launch(columnStatsKernel<T, 2>, 32 * 2);
     else
       launch(columnStatsKernel<T, 1>, 32);
   });

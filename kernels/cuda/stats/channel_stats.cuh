@@ -3,21 +3,24 @@
 // channel_stats.h). Entry points for data already on the device; plain C++ declarations.
 //
 // Column statistics (activations [tokens, K], one channel per column), layout of the kernel:
-//   - a column tile is 32 lanes × one 16-byte vector (256 columns of F16/BF16, 128 of F32; 32
-//     columns on the scalar path); a work unit is 32 rows of one tile
+//   - a column tile is 32 lanes × two columns (64 columns; 32 on the scalar path, taken when
+//     K is odd or the rows are misaligned); a work unit is 32 rows of one tile
 //   - the units, tile-major, are split into equal contiguous ranges, one per block of a grid
 //     that fills the GPU once (no tail wave); a block's range covers one to a few tiles
-//   - inside a block the 8 warps take interleaved rows; each thread keeps, for its columns,
-//     min/max/NaN count and double Σx, Σx², adding each 4-row run in float first
+//   - inside a block the 8 warps take interleaved rows; each thread loads a run of rows for its
+//     two columns at once (16 rows of F16/BF16, 8 of F32: 64 bytes in flight per thread, 32
+//     warps per SM) and keeps min/max/NaN count and double Σx, Σx², adding each run in float
+//     first (NaN is looked for only when a run's sum comes out NaN)
 //   - at the end of a tile segment the 8 warps combine in shared memory (fixed order) and the
 //     block writes one record; the last block to finish a tile (counter in the workspace)
 //     combines that tile's records in block order and merges them into the accumulator.
 //   Deterministic: the same inputs give the same bits, whatever the block scheduling.
-// Row statistics (weights [N, K], one channel per row): one warp per row, 16-byte loads, runs
-//   of one vector (≤ 8 values) added in float, then double; a fixed shuffle tree per row.
+// Row statistics (weights [N, K], one channel per row): one warp per row, 16-byte loads, four
+//   in flight per thread, runs of one vector (≤ 8 values) added in float, then double; a fixed
+//   shuffle tree per row.
 //
-// Accuracy: Σx and Σx² differ from the CPU's double sums by at most about 5e-7 of Σ|x| (Σx²)
-// (float runs of ≤ 8 values), plus double rounding. min, max and NaN counts are exact. Squares
+// Accuracy: Σx and Σx² differ from the CPU's double sums by at most about 1e-6 of Σ|x| (Σx²)
+// (float runs of ≤ 16 values), plus double rounding. min, max and NaN counts are exact. Squares
 // are taken in float, so |x| above 1.8e19 overflows Σx² to Inf (FP16 data never comes close).
 #include <cstdint>
 

@@ -68,17 +68,23 @@ __device__ __forceinline__ void baseRange(const DevKind& k, float mn, float mx, 
   }
 }
 
+// Round half to even as the CPU codecs do it: the host's (v + 1.5·2^23) - 1.5·2^23 turns a
+// value in (-0.5, 0) into +0, where rintf gives -0; adding +0 makes rintf's -0 a +0 and leaves
+// every other value alone. (INT codes are unaffected — int(-0.0f) is 0 — but fake-quantised
+// values keep the sign of zero, and they must match the CPU's bit for bit.)
+__device__ __forceinline__ float rintLikeHost(float v) { return __fadd_rn(rintf(v), 0.0f); }
+
 // The quantisers of one cell (the CPU's FqIntSym, FqIntAsym, FqE4M3, FqE5M2).
 struct DevFqIntSym {
   float inv, s, qmin, qmax;
   __device__ __forceinline__ float operator()(float x) const {
-    return __fmul_rn(rintf(clampf(__fmul_rn(x, inv), qmin, qmax)), s);
+    return __fmul_rn(rintLikeHost(clampf(__fmul_rn(x, inv), qmin, qmax)), s);
   }
 };
 struct DevFqIntAsym {  // (q - z) = rne(clamp(x·inv, -z, umax - z))
   float inv, s, lo, hi;
   __device__ __forceinline__ float operator()(float x) const {
-    return __fmul_rn(rintf(clampf(__fmul_rn(x, inv), lo, hi)), s);
+    return __fmul_rn(rintLikeHost(clampf(__fmul_rn(x, inv), lo, hi)), s);
   }
 };
 struct DevFqE4M3 {

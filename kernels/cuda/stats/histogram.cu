@@ -2,6 +2,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -19,11 +20,23 @@ constexpr int kUnroll = 4;  // 16-byte loads in flight per thread
 // flight to saturate HBM.
 constexpr int kSmemBudget = 76 * 1024;
 
-// Words per replica: bins + 3 counters, rounded up to a multiple of 32 and then one more, so
-// the same counter of consecutive replicas lies in consecutive banks.
-int replicaStride(int bins) { return (bins + 3 + 31) / 32 * 32 + 1; }
+// Shared-memory slots of a replica: [0, bins) the bins; [bins] the last bin again (a value
+// whose product (x - lo)·scale rounds up to `bins` — x == hi, or x just below it — counts here
+// and is added to bin bins-1 when the block flushes: the rule's min(…, bins - 1) without an
+// instruction per value); [bins+1] underflow, [bins+2] overflow, [bins+3] NaN.
+// For bins < 2^22 the product of an in-range value is at most bins·(1 + 2^-22) < bins + 1, so
+// the truncated index is at most `bins`.
+constexpr int kSlots = 4;  // slots after the bins
 
-// The histogram slot of one value by the shared binning rule (histogram.h), branch-free.
+// Replicas are interleaved: slot s of replica r is word s·R + r, and lane l counts into replica
+// l % R. So lanes l and l' whose values fall into the same slot hit different words in
+// different banks unless l ≡ l' (mod R), and for random slots the 32 lanes' words spread over
+// the banks with fewer collisions than R separate copies would (R = 32: lane l always uses
+// bank l — conflict-free).
+__host__ __device__ __forceinline__ int slotsOf(int bins) { return bins + kSlots; }
+
+// The global layout's slot of one value by the shared binning rule (histogram.h), branch-free
+// (the global-atomic path, and the careful path of the shared kernel, which then maps it).
 template <bool kAbs>
 __device__ __forceinline__ int slotOf(float x, const DeviceHistogramView& h) {
   if constexpr (kAbs) x = fabsf(x);
@@ -36,15 +49,42 @@ __device__ __forceinline__ int slotOf(float x, const DeviceHistogramView& h) {
   return b;
 }
 
+// Counts VEC values into a replica. The common case — every value inside [lo, hi] — costs per
+// value one subtraction, one multiplication, the truncation, two compares folded into one
+// flag, and the atomic; any value outside (or NaN) sends the whole vector down the careful path.
+template <bool kAbs, int VEC>
+__device__ __forceinline__ void countValues(const float (&v)[VEC], const DeviceHistogramView& h,
+                                            unsigned* mine, int logR) {
+  int b[VEC];
+  bool inside = true;
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) {
+    const float x = kAbs ? fabsf(v[j]) : v[j];
+    const float d = __fsub_rn(x, h.lo);
+    b[j] = __float2int_rz(__fmul_rn(d, h.scale));
+    inside = inside & (d >= 0.0f) & (x <= h.hi);
+  }
+  if (inside) {
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) atomicAdd(mine + (b[j] << logR), 1u);
+  } else {
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      const int g = slotOf<kAbs>(v[j], h);  // global layout: bins-1 stays, specials move up 1
+      atomicAdd(mine + ((g < h.bins ? g : g + 1) << logR), 1u);
+    }
+  }
+}
+
 template <typename T, int VEC, bool kAbs>
-__global__ void __launch_bounds__(kThreads)
-    histogramKernel(const T* __restrict__ x, int64_t n, DeviceHistogramView h, int replicas,
-                    int stride) {
+__global__ void __launch_bounds__(kThreads, 2)
+    histogramKernel(const T* __restrict__ x, int64_t n, DeviceHistogramView h, int logReplicas) {
   extern __shared__ unsigned sh[];
-  const int words = replicas * stride;
+  const int words = slotsOf(h.bins) << logReplicas;
   for (int i = threadIdx.x; i < words; i += kThreads) sh[i] = 0;
   __syncthreads();
-  unsigned* mine = sh + (threadIdx.x % replicas) * stride;  // lane % replicas (32 % R == 0)
+  // This thread's replica: words lane % R, lane % R + R, … (32 % R == 0, so lane % R = tid % R)
+  unsigned* mine = sh + (threadIdx.x & ((1 << logReplicas) - 1));
 
   const int64_t step = int64_t(gridDim.x) * kThreads;
   int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
@@ -58,27 +98,31 @@ __global__ void __launch_bounds__(kThreads)
       for (int u = 0; u < kUnroll; ++u) {
         float v[VEC];
         unpack16<T>(raw[u], v);
-#pragma unroll
-        for (int j = 0; j < VEC; ++j) atomicAdd(mine + slotOf<kAbs>(v[j], h), 1u);
+        countValues<kAbs>(v, h, mine, logReplicas);
       }
     }
     for (; i < nvec; i += step) {
       float v[VEC];
       unpack16<T>(loadStream16(x + i * VEC), v);
-#pragma unroll
-      for (int j = 0; j < VEC; ++j) atomicAdd(mine + slotOf<kAbs>(v[j], h), 1u);
+      countValues<kAbs>(v, h, mine, logReplicas);
     }
     if (blockIdx.x == 0)  // the values after the last whole vector
-      for (int64_t k = nvec * VEC + threadIdx.x; k < n; k += kThreads)
-        atomicAdd(mine + slotOf<kAbs>(loadOne(x + k), h), 1u);
+      for (int64_t k = nvec * VEC + threadIdx.x; k < n; k += kThreads) {
+        const float v[1] = {loadOne(x + k)};
+        countValues<kAbs>(v, h, mine, logReplicas);
+      }
   } else {
-    for (; i < n; i += step) atomicAdd(mine + slotOf<kAbs>(loadOne(x + i), h), 1u);
+    for (; i < n; i += step) {
+      const float v[1] = {loadOne(x + i)};
+      countValues<kAbs>(v, h, mine, logReplicas);
+    }
   }
   __syncthreads();
-  for (int b = threadIdx.x; b < h.bins + 3; b += kThreads) {
+  // Flush: one global atomic per non-empty slot; the alias slot goes to the last bin.
+  for (int b = threadIdx.x; b < h.bins + kSlots; b += kThreads) {
     unsigned long long total = 0;
-    for (int r = 0; r < replicas; ++r) total += sh[r * stride + b];
-    if (total) atomicAdd(h.counts + b, total);
+    for (int r = 0; r < (1 << logReplicas); ++r) total += sh[(b << logReplicas) + r];
+    if (total) atomicAdd(h.counts + (b < h.bins ? b : b - 1), total);
   }
 }
 
@@ -114,8 +158,9 @@ void launchTyped(const DeviceMatrix& x, const DeviceHistogramView& h, cudaStream
     QS_STATS_LAUNCHED("histogramGlobalKernel");
     return;
   }
-  const int stride = replicaStride(h.bins);
-  const int smem = replicas * stride * 4;
+  int logReplicas = 0;
+  while ((1 << logReplicas) < replicas) ++logReplicas;
+  const int smem = slotsOf(h.bins) * replicas * 4;
   auto go = [&](auto kernel, int64_t work) {
     allowSharedMemory(reinterpret_cast<const void*>(kernel), smem);
     int perSm = 0;
@@ -124,7 +169,7 @@ void launchTyped(const DeviceMatrix& x, const DeviceHistogramView& h, cudaStream
                                      std::max<int64_t>(1, (work + kThreads - 1) / kThreads));
     // A block's 32-bit counters must not wrap: at most 2^31 values per block.
     grid = std::max<int64_t>(grid, n / (int64_t(1) << 31) + 1);
-    kernel<<<unsigned(grid), kThreads, smem, stream>>>(data, n, h, replicas, stride);
+    kernel<<<unsigned(grid), kThreads, smem, stream>>>(data, n, h, logReplicas);
     QS_STATS_LAUNCHED("histogramKernel");
   };
   constexpr int kVec = Elem<T>::kVec;
@@ -141,10 +186,23 @@ __global__ void zeroKernel(unsigned long long* p, int n) {
 }  // namespace
 
 int histogramReplicas(int bins) {
-  const int stride = replicaStride(bins);
+  const int64_t slots = slotsOf(bins);
+  // Tuning aid for the benchmark (not an interface): QS_STATS_HIST_REPLICAS=R caps R.
+  // Tuning aids for the benchmark (not an interface): QS_STATS_HIST_REPLICAS caps R,
+  // QS_STATS_HIST_SMEM_KB replaces the shared-memory budget.
+  static const int cap = [] {
+    const char* e = std::getenv("QS_STATS_HIST_REPLICAS");
+    const int v = e ? std::atoi(e) : 32;
+    return v >= 1 && v <= 32 ? v : 32;
+  }();
+  static const int64_t budget = [] {
+    const char* e = std::getenv("QS_STATS_HIST_SMEM_KB");
+    const int v = e ? std::atoi(e) : 0;
+    return v > 0 && v <= 227 ? int64_t(v) * 1024 : int64_t(kSmemBudget);
+  }();
   for (int r = 32; r >= 1; r /= 2)
-    if (int64_t(r) * stride * 4 <= kSmemBudget) return r;
-  if (int64_t(stride) * 4 <= currentDeviceMaxSharedPerBlockOptin()) return 1;
+    if (r <= cap && int64_t(r) * slots * 4 <= budget) return r;
+  if (slots * 4 <= currentDeviceMaxSharedPerBlockOptin()) return 1;
   return 0;
 }
 

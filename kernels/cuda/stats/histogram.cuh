@@ -7,16 +7,21 @@
 //   [0, bins)  the bins     [bins] underflow     [bins + 1] overflow     [bins + 2] NaN
 //
 // Kernel layout (fast on outlier-heavy data, where most values fall into a few bins):
-//   - each block keeps R private copies ("replicas") of the bins + 3 counters in shared memory,
-//     32-bit; lane l counts into replica l % R, so lanes of a warp that hit the same bin hit
-//     different addresses (at most 32/R of them collide instead of 32). A replica's stride is
-//     ≡ 1 (mod 32) words, so the same bin of different replicas sits in different banks.
+//   - each block keeps R private copies ("replicas") of its counters in shared memory, 32-bit,
+//     interleaved: slot s of replica r is word s·R + r, and lane l counts into replica l % R.
+//     Lanes of a warp that hit the same bin hit different words in different banks (at most
+//     32/R of them collide instead of 32), and random bins spread over the banks with fewer
+//     conflicts than separate copies; with R = 32 lane l always uses bank l.
 //   - R is the largest power of two ≤ 32 that fits the shared-memory budget (2048 bins: 8;
-//     256 bins: 32); every value costs one shared-memory atomic, no branch (the slot index
-//     folds the underflow/overflow/NaN cases in);
+//     256 bins: 32). Slots: the bins, an alias of the last bin (a value whose (x - lo)·scale
+//     rounds up to `bins` counts there and is added to bin bins-1 at the flush: the rule's
+//     min(…, bins - 1) without an instruction per value), underflow, overflow, NaN.
+//   - per 16-byte vector the common case (all values inside [lo, hi]) costs per value one
+//     subtraction, one multiplication, the truncation, two compares folded into one flag and
+//     the shared atomic; a vector with any value outside (or NaN) takes the careful path;
 //   - 16-byte loads, four in flight per thread, over a grid that fills the GPU once;
-//   - at the end each block adds its replicas per bin and issues one global atomic per
-//     non-empty bin.
+//   - at the end each block adds its replicas per slot and issues one global atomic per
+//     non-empty slot.
 //   Bins beyond what one replica fits in shared memory (> ~56k): a slower path with one global
 //   atomic per value. Counts are exact either way (integers), so the result is deterministic.
 #include <cstdint>

@@ -37,6 +37,52 @@ __device__ __forceinline__ uint4 loadStream16(const void* p) {
   return r;
 }
 
+// 8 bytes read once (four F16/BF16 values).
+__device__ __forceinline__ uint2 loadStream8(const void* p) {
+  uint2 r;
+  asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];\n"
+               : "=r"(r.x), "=r"(r.y)
+               : "l"(p));
+  return r;
+}
+
+// 4 bytes read once (two F16/BF16 values).
+__device__ __forceinline__ uint32_t loadStream4(const void* p) {
+  uint32_t r;
+  asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];\n" : "=r"(r) : "l"(p));
+  return r;
+}
+
+// 4 bytes of F16/BF16 as two floats.
+template <typename T>
+__device__ __forceinline__ void unpack4(uint32_t w, float (&out)[2]) {
+  if constexpr (std::is_same_v<T, __half>) {
+    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w));
+    out[0] = f.x;
+    out[1] = f.y;
+  } else {
+    out[0] = __uint_as_float(w << 16);
+    out[1] = __uint_as_float(w & 0xFFFF0000u);
+  }
+}
+
+// 8 bytes of F16/BF16 as four floats.
+template <typename T>
+__device__ __forceinline__ void unpack8(const uint2& v, float (&out)[4]) {
+  const uint32_t w[2] = {v.x, v.y};
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    if constexpr (std::is_same_v<T, __half>) {
+      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
+      out[2 * i] = f.x;
+      out[2 * i + 1] = f.y;
+    } else {
+      out[2 * i] = __uint_as_float(w[i] << 16);
+      out[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+    }
+  }
+}
+
 // The 16 bytes as floats (kVec of them).
 template <typename T>
 __device__ __forceinline__ void unpack16(const uint4& v, float (&out)[Elem<T>::kVec]) {

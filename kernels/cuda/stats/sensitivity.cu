@@ -50,7 +50,7 @@ __device__ __forceinline__ float fakeOf(uint8_t type, float x, const float4& cp)
     case kCastF32: return x;
     case kCastF16: return roundToHalf(x);
     case kCastBF16: return roundToBf16(x);
-    case kInt: return __fmul_rn(rintf(clampf(__fmul_rn(x, cp.y), cp.z, cp.w)), cp.x);
+    case kInt: return __fmul_rn(rintLikeHost(clampf(__fmul_rn(x, cp.y), cp.z, cp.w)), cp.x);
     case kE4M3: return __fmul_rn(roundToFp8E4M3(__fmul_rn(x, cp.y)), cp.x);
     default: return __fmul_rn(roundToFp8E5M2(__fmul_rn(x, cp.y)), cp.x);
   }
