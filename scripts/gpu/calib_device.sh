@@ -27,20 +27,23 @@ cat "$out/bench_calib.txt"
 
 # The SASS of the two bandwidth kernels (F16): instruction mix of the hot loops, spills.
 if command -v cuobjdump >/dev/null; then
-  cuobjdump -sass bin/quantscope-cli 2>/dev/null | awk '/Function : .*(histogramKernelI6__halfLi8ELb0|columnStatsKernelI6__halfLi2)/{p=1; print; next} /Function :/{p=0} p' >"$out/kernels.sass"
+  cuobjdump -sass bin/quantscope-cli 2>/dev/null | awk '/Function : .*(histogramKernelI6__halfLi8ELb0|columnStatsStagedKernelI6__half)/{p=1; print; next} /Function :/{p=0} p' >"$out/kernels.sass"
   echo "sass lines: $(wc -l <"$out/kernels.sass"), local memory ops: $(grep -cE 'LDL|STL' "$out/kernels.sass")" | tee -a "$summary"
 fi
 
 # Tuning variants (env knobs of the kernels; rows of interest only).
 if [[ ${VARIANTS:-1} == 1 ]]; then
-  for v in "QS_STATS_HIST_REPLICAS=4" "QS_STATS_HIST_SMEM_KB=140" "QS_STATS_COL_BLOCKS_PER_SM=2" \
-           "QS_STATS_COL_BLOCKS_PER_SM=3"; do
+  for v in "QS_STATS_COL_KERNEL=direct" "QS_STATS_HIST_REPLICAS=2" "QS_STATS_HIST_SMEM_KB=76" \
+           "QS_STATS_COL_BLOCKS_PER_SM=2"; do
     step "variant $v"
     env "$v" timeout 60 bin/quantscope-cli --backend cuda bench calib --no-extras --reps 10 \
       >"$out/variant.txt" 2>/dev/null
     grep -E "copy \(|stats \(ours|histogram 2048 bins, \|x\| \(ours|headline" "$out/variant.txt" | \
       grep -E "outliers|headline" | tee -a "$summary"
   done
+  step "bench calib --bins 256 --no-extras"
+  timeout 60 bin/quantscope-cli --backend cuda bench calib --bins 256 --no-extras >"$out/variant.txt" 2>&1
+  grep -E "histogram|headline" "$out/variant.txt" | tee -a "$summary"
 fi
 
 for tool in memcheck racecheck; do

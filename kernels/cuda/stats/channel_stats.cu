@@ -133,6 +133,53 @@ __device__ __forceinline__ int64_t ownerOf(int64_t u, const ColumnPlan& p) {
   return ((u + 1) * p.grid - 1) / p.units;
 }
 
+// The end of a block's segment of tile t: thread c (< tileCols) holds the block's statistics of
+// column c of the tile. A tile covered by this block alone is merged into the accumulator at
+// once; otherwise the block writes its record, and the last of the tile's blocks to arrive
+// combines the records in block order (deterministic) and merges them. Called by every thread
+// of the block (it synchronises).
+__device__ void finishTile(const ColumnPlan& p, const DeviceChannelStatsView& acc, int64_t b,
+                           int64_t t, int tileCols, int c, float mn, float mx, double s, double q,
+                           unsigned nan, bool& lastBlock) {
+  const int64_t col = t * tileCols + c;
+  const bool mine = c < tileCols && col < p.cols;
+  const int64_t bFirst = ownerOf(t * p.chunks, p), bLast = ownerOf((t + 1) * p.chunks - 1, p);
+  if (bFirst == bLast) {  // this block alone covers the tile
+    if (mine) mergeInto(acc, col, mn, mx, s, q, nan);
+    return;
+  }
+  const int64_t slot = (b + t) * tileCols + c;
+  if (c < tileCols) {
+    p.recMin[slot] = mn;
+    p.recMax[slot] = mx;
+    p.recNan[slot] = nan;
+    p.recSum[slot] = s;
+    p.recSq[slot] = q;
+  }
+  __threadfence();  // records visible device-wide before the arrival is counted
+  __syncthreads();
+  if (threadIdx.x == 0) lastBlock = atomicAdd(&p.counters[t], 1u) == unsigned(bLast - bFirst);
+  __syncthreads();
+  if (!lastBlock) return;
+  __threadfence();
+  if (mine) {
+    float m0 = INFINITY, m1 = -INFINITY;
+    double s0 = 0, q0 = 0;
+    unsigned long long n0 = 0;
+    for (int64_t bb = bFirst; bb <= bLast; ++bb) {  // block order: deterministic
+      const int64_t k = (bb + t) * tileCols + c;
+      m0 = fminf(m0, __ldcg(p.recMin + k));
+      m1 = fmaxf(m1, __ldcg(p.recMax + k));
+      n0 += __ldcg(p.recNan + k);
+      s0 += __ldcg(p.recSum + k);
+      q0 += __ldcg(p.recSq + k);
+    }
+    mergeInto(acc, col, m0, m1, s0, q0, n0);
+  }
+  if (threadIdx.x == 0) p.counters[t] = 0;  // ready for the next launch
+  __syncthreads();  // lastBlock is rewritten by the next segment
+}
+
 template <typename T, int VEC>
 __global__ void __launch_bounds__(kThreads, 4)
     columnStatsKernel(const T* __restrict__ x, ColumnPlan p, DeviceChannelStatsView acc) {
@@ -230,42 +277,167 @@ __global__ void __launch_bounds__(kThreads, 4)
       }
     __syncthreads();  // the union is rewritten by the next segment
 
-    const int64_t col = t * kTile + c;
-    const int64_t bFirst = ownerOf(t * p.chunks, p), bLast = ownerOf((t + 1) * p.chunks - 1, p);
-    if (bFirst == bLast) {  // this block alone covers the tile
-      if (c < kTile && col < p.cols) mergeInto(acc, col, mn, mx, s, q, nan);
-      continue;
-    }
-    const int64_t slot = (b + t) * kTile + c;
-    if (c < kTile) {
-      p.recMin[slot] = mn;
-      p.recMax[slot] = mx;
-      p.recNan[slot] = nan;
-      p.recSum[slot] = s;
-      p.recSq[slot] = q;
-    }
-    __threadfence();  // records visible device-wide before the arrival is counted
-    __syncthreads();
-    if (threadIdx.x == 0)
-      lastBlock = atomicAdd(&p.counters[t], 1u) == unsigned(bLast - bFirst);
-    __syncthreads();
-    if (!lastBlock) continue;
-    __threadfence();
-    if (c < kTile && col < p.cols) {
-      float m0 = INFINITY, m1 = -INFINITY;
-      double s0 = 0, q0 = 0;
-      unsigned long long n0 = 0;
-      for (int64_t bb = bFirst; bb <= bLast; ++bb) {  // block order: deterministic
-        const int64_t k = (bb + t) * kTile + c;
-        m0 = fminf(m0, __ldcg(p.recMin + k));
-        m1 = fmaxf(m1, __ldcg(p.recMax + k));
-        n0 += __ldcg(p.recNan + k);
-        s0 += __ldcg(p.recSum + k);
-        q0 += __ldcg(p.recSq + k);
+    finishTile(p, acc, b, t, kTile, c, mn, mx, s, q, nan, lastBlock);
+  }
+}
+
+// ---- column statistics, staged through shared memory -----------------------------------------
+//
+// For rows that are whole 16-byte vectors (the common case): the block streams a strip of
+// 512 bytes per row (256 F16/BF16 or 128 F32 columns) through shared memory with cp.async, in
+// kStages buffers of kUnitRows rows. Every warp reads 512 contiguous bytes per request (long
+// DRAM bursts), and the bytes in flight (up to kStages - 1 buffers per block) cost no registers.
+// Thread t then reads column pair t % P of the buffered rows (P = strip / 2 pairs; 4-byte or
+// 8-byte shared loads, conflict-free), for the rows t / P, t / P + G, … (G = 256 / P groups):
+// runs of 16 (F16/BF16) or 8 (F32) rows, the same float runs as above.
+
+constexpr int kStripBytes = 512;  // per row of a stage
+constexpr int kStages = 4;
+constexpr int kStageBytes = kUnitRows * kStripBytes;  // 16 KB
+
+__device__ __forceinline__ void cpAsync16(void* smem, const void* gmem) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(
+                   static_cast<uint32_t>(__cvta_generic_to_shared(smem))),
+               "l"(gmem));
+}
+__device__ __forceinline__ void cpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads, 3)
+    columnStatsStagedKernel(const T* __restrict__ x, ColumnPlan p, DeviceChannelStatsView acc) {
+  constexpr int kStrip = kStripBytes / int(sizeof(T));  // columns per strip
+  constexpr int kPairs = kStrip / 2;
+  constexpr int kGroups = kThreads / kPairs;              // 2 (F16/BF16) or 4 (F32)
+  constexpr int kRun = kUnitRows / kGroups;               // 16 or 8 rows per thread and stage
+  constexpr int kChunks = kStripBytes / 16;               // 16-byte chunks per row
+  extern __shared__ __align__(16) unsigned char stage[];  // kStages × kStageBytes
+  __shared__ union {
+    struct {
+      float mn[kGroups][kStrip], mx[kGroups][kStrip];
+      unsigned nan[kGroups][kStrip];
+    } a;
+    struct {
+      double s[kGroups][kStrip], q[kGroups][kStrip];
+    } b;
+  } sh;
+  __shared__ bool lastBlock;
+
+  const int pair = threadIdx.x % kPairs, group = threadIdx.x / kPairs;
+  const int64_t b = blockIdx.x;
+  const int64_t uBegin = b * p.units / p.grid, uEnd = (b + 1) * p.units / p.grid;
+
+  for (int64_t u = uBegin; u < uEnd;) {
+    const int64_t t = u / p.chunks;
+    const int64_t uTileEnd = min(uEnd, (t + 1) * p.chunks);
+    const int64_t r0 = (u - t * p.chunks) * kUnitRows;
+    const int64_t r1 = min(p.rows, (uTileEnd - t * p.chunks) * kUnitRows);
+    const int stages = int((r1 - r0 + kUnitRows - 1) / kUnitRows);
+    u = uTileEnd;
+    const int64_t col0 = t * kStrip;
+
+    // Copies rows [r0 + s·32, …) of the strip into buffer s % kStages; chunks past the end of
+    // the rows or of the matrix are not copied (and not read).
+    auto issue = [&](int st) {
+      if (st < stages) {
+        unsigned char* buf = stage + (st % kStages) * kStageBytes;
+        const int64_t rs = r0 + int64_t(st) * kUnitRows;
+        for (int k = threadIdx.x; k < kUnitRows * kChunks; k += kThreads) {
+          const int row = k / kChunks, ch = k % kChunks;
+          const int64_t col = col0 + int64_t(ch) * (16 / int(sizeof(T)));
+          if (rs + row < r1 && col < p.cols)
+            cpAsync16(buf + row * kStripBytes + ch * 16, x + (rs + row) * p.cols + col);
+        }
       }
-      mergeInto(acc, col, m0, m1, s0, q0, n0);
+      cpAsyncCommit();  // an empty group keeps the wait counts uniform
+    };
+#pragma unroll
+    for (int st = 0; st < kStages - 1; ++st) issue(st);
+
+    Acc a[2];
+    a[0].init();
+    a[1].init();
+    const bool active = col0 + 2 * pair < p.cols;  // cols is even on this path
+    for (int st = 0; st < stages; ++st) {
+      cpAsyncWait<kStages - 2>();  // stage st has landed (this thread's copies)
+      __syncthreads();             // … everyone's; and buffer st - 1 is free again
+      issue(st + kStages - 1);
+      const unsigned char* buf = stage + (st % kStages) * kStageBytes;
+      const int valid = int(min(int64_t(kUnitRows), r1 - (r0 + int64_t(st) * kUnitRows)));
+      if (active) {
+        if (valid == kUnitRows) {
+          float v[2][kRun];
+#pragma unroll
+          for (int i = 0; i < kRun; ++i) {
+            const int row = group + i * kGroups;
+            float f[2];
+            if constexpr (sizeof(T) == 4) {
+              const float2 w = *reinterpret_cast<const float2*>(buf + row * kStripBytes + pair * 8);
+              f[0] = w.x;
+              f[1] = w.y;
+            } else {
+              unpack4<T>(*reinterpret_cast<const uint32_t*>(buf + row * kStripBytes + pair * 4), f);
+            }
+            v[0][i] = f[0];
+            v[1][i] = f[1];
+          }
+          addRun(a[0], v[0]);
+          addRun(a[1], v[1]);
+        } else {
+          for (int row = group; row < valid; row += kGroups) {
+            float f[2];
+            if constexpr (sizeof(T) == 4) {
+              const float2 w = *reinterpret_cast<const float2*>(buf + row * kStripBytes + pair * 8);
+              f[0] = w.x;
+              f[1] = w.y;
+            } else {
+              unpack4<T>(*reinterpret_cast<const uint32_t*>(buf + row * kStripBytes + pair * 4), f);
+            }
+            const float f0[1] = {f[0]}, f1[1] = {f[1]};
+            addRun(a[0], f0);
+            addRun(a[1], f1);
+          }
+        }
+      }
     }
-    if (threadIdx.x == 0) p.counters[t] = 0;  // ready for the next launch
+    cpAsyncWait<0>();
+    __syncthreads();  // all buffers idle before the next segment reuses them
+
+    // Combine the groups (fixed order); thread c finishes column c of the strip.
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      sh.a.mn[group][2 * pair + j] = a[j].mn;
+      sh.a.mx[group][2 * pair + j] = a[j].mx;
+      sh.a.nan[group][2 * pair + j] = a[j].nan;
+    }
+    __syncthreads();
+    const int c = threadIdx.x;
+    float mn = INFINITY, mx = -INFINITY;
+    unsigned nan = 0;
+    if (c < kStrip)
+      for (int g = 0; g < kGroups; ++g) {
+        mn = fminf(mn, sh.a.mn[g][c]);
+        mx = fmaxf(mx, sh.a.mx[g][c]);
+        nan += sh.a.nan[g][c];
+      }
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      sh.b.s[group][2 * pair + j] = a[j].s;
+      sh.b.q[group][2 * pair + j] = a[j].q;
+    }
+    __syncthreads();
+    double s = 0, q = 0;
+    if (c < kStrip)
+      for (int g = 0; g < kGroups; ++g) {
+        s += sh.b.s[g][c];
+        q += sh.b.q[g][c];
+      }
+    __syncthreads();
+    finishTile(p, acc, b, t, kStrip, c, mn, mx, s, q, nan, lastBlock);
   }
 }
 
@@ -415,12 +587,17 @@ void accumulateColumnStats(const DeviceMatrix& x, const DeviceChannelStatsView& 
   checkDeviceMatrix(x, "column statistics");
   checkChannels(acc, x.cols, "column statistics");
   if (x.size() == 0) return;
-  // The vector path reads 2 columns per thread: cols even and rows aligned to 2 values.
+  // Staged path: rows of whole 16-byte vectors (cp.async copies 16 bytes). Otherwise the
+  // direct kernel: 2 columns per thread when cols is even and the rows aligned to 2 values.
+  const bool staged = (x.cols * x.elementBytes()) % 16 == 0 &&
+                      reinterpret_cast<uintptr_t>(x.data) % 16 == 0;
   const bool vec = x.cols % 2 == 0 &&
                    reinterpret_cast<uintptr_t>(x.data) % uintptr_t(2 * x.elementBytes()) == 0;
   dispatchType(x.dtype, [&](auto tag) {
     using T = decltype(tag);
-    auto launch = [&](auto kernel, int tileCols) {
+    auto launch = [&](auto kernel, int tileCols, int smem) {
+      if (smem > 0)
+        QS_STATS_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
       ColumnPlan p{};
       p.rows = x.rows;
       p.cols = x.cols;
@@ -428,7 +605,7 @@ void accumulateColumnStats(const DeviceMatrix& x, const DeviceChannelStatsView& 
       p.chunks = (x.rows + kUnitRows - 1) / kUnitRows;
       p.units = p.tiles * p.chunks;
       int perSm = 0;
-      QS_STATS_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, kernel, kThreads, 0));
+      QS_STATS_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, kernel, kThreads, size_t(smem)));
       // Tuning aid for the benchmark (not an interface): QS_STATS_COL_BLOCKS_PER_SM caps it.
       static const int cap = [] {
         const char* e = std::getenv("QS_STATS_COL_BLOCKS_PER_SM");
@@ -450,13 +627,21 @@ void accumulateColumnStats(const DeviceMatrix& x, const DeviceChannelStatsView& 
       p.recMax = reinterpret_cast<float*>(r + 20 * nrec);
       p.recNan = reinterpret_cast<unsigned*>(r + 24 * nrec);
       p.counters = ws.counters.as<unsigned>();
-      kernel<<<unsigned(p.grid), kThreads, 0, stream>>>(static_cast<const T*>(x.data), p, acc);
+      kernel<<<unsigned(p.grid), kThreads, size_t(smem), stream>>>(static_cast<const T*>(x.data), p, acc);
       QS_STATS_LAUNCHED("columnStatsKernel");
     };
-    if (vec)
-      launch(columnStatsKernel<T, 2>, 32 * 2);
+    // Tuning aid for the benchmark (not an interface): QS_STATS_COL_KERNEL=direct skips the
+    // staged kernel.
+    static const bool noStaged = [] {
+      const char* e = std::getenv("QS_STATS_COL_KERNEL");
+      return e && std::string(e) == "direct";
+    }();
+    if (staged && !noStaged)
+      launch(columnStatsStagedKernel<T>, kStripBytes / int(sizeof(T)), kStages * kStageBytes);
+    else if (vec)
+      launch(columnStatsKernel<T, 2>, 32 * 2, 0);
     else
-      launch(columnStatsKernel<T, 1>, 32);
+      launch(columnStatsKernel<T, 1>, 32, 0);
   });
 }
 

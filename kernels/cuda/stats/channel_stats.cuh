@@ -2,18 +2,24 @@
 // Per-channel statistics on the device (the CPU reference and the semantics: kernels/stats/
 // channel_stats.h). Entry points for data already on the device; plain C++ declarations.
 //
-// Column statistics (activations [tokens, K], one channel per column), layout of the kernel:
-//   - a column tile is 32 lanes × two columns (64 columns; 32 on the scalar path, taken when
-//     K is odd or the rows are misaligned); a work unit is 32 rows of one tile
-//   - the units, tile-major, are split into equal contiguous ranges, one per block of a grid
-//     that fills the GPU once (no tail wave); a block's range covers one to a few tiles
-//   - inside a block the 8 warps take interleaved rows; each thread loads a run of rows for its
-//     two columns at once (16 rows of F16/BF16, 8 of F32: 64 bytes in flight per thread, 32
-//     warps per SM) and keeps min/max/NaN count and double Σx, Σx², adding each run in float
+// Column statistics (activations [tokens, K], one channel per column), layout of the kernels:
+//   - a column tile ("strip") is 512 bytes of a row (256 F16/BF16 or 128 F32 columns); a work
+//     unit is 32 rows of one strip
+//   - the units, strip-major, are split into equal contiguous ranges, one per block of a grid
+//     that fills the GPU once (no tail wave); a block's range covers one to a few strips
+//   - the block streams its rows of the strip through shared memory with cp.async, 4 buffers of
+//     32 rows (16 KB each): every warp request is 512 contiguous bytes and up to 48 KB per block
+//     is in flight without costing registers; thread t then takes column pair t % P of the
+//     buffered rows for every G-th row (P = pairs per strip, G = 256 / P), so each run is 16
+//     rows of F16/BF16 or 8 of F32
+//   - per column a thread keeps min/max/NaN count and double Σx, Σx², adding each run in float
 //     first (NaN is looked for only when a run's sum comes out NaN)
-//   - at the end of a tile segment the 8 warps combine in shared memory (fixed order) and the
-//     block writes one record; the last block to finish a tile (counter in the workspace)
-//     combines that tile's records in block order and merges them into the accumulator.
+//   - at the end of a strip segment the G row groups combine in shared memory (fixed order) and
+//     the block writes one record; the last block to finish a strip (counter in the workspace)
+//     combines that strip's records in block order and merges them into the accumulator.
+//   Rows that are not whole 16-byte vectors (K·size % 16 ≠ 0, or a misaligned pointer) take a
+//   direct kernel with the same structure but without the staging: 32 lanes × 2 columns (×1 for
+//   odd K or misaligned rows), the 8 warps on interleaved rows, 16 (F32: 8) rows in flight.
 //   Deterministic: the same inputs give the same bits, whatever the block scheduling.
 // Row statistics (weights [N, K], one channel per row): one warp per row, 16-byte loads, four
 //   in flight per thread, runs of one vector (≤ 8 values) added in float, then double; a fixed

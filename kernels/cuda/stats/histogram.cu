@@ -15,10 +15,10 @@ namespace {
 
 constexpr int kThreads = 512;
 constexpr int kUnroll = 4;  // 16-byte loads in flight per thread
-// Shared memory a block may use for its replicas: two 512-thread blocks per SM fit in the
-// 228 KB of an H100/H200 SM (and in the 164 KB of an A100 SM), which keeps enough loads in
-// flight to saturate HBM.
-constexpr int kSmemBudget = 76 * 1024;
+// Shared memory a block may use for its replicas. Measured on an H200 (docs/benchmarks.md):
+// 2048 bins with 4 replicas (33 KB) ran at 0.85 of copy bandwidth, with 8 (66 KB) at 0.78 and
+// with 16 at 0.61; the budget picks 4 for 2048 bins and 32 for 256.
+constexpr int kSmemBudget = 40 * 1024;
 
 // Shared-memory slots of a replica: [0, bins) the bins; [bins] the last bin again (a value
 // whose product (x - lo)·scale rounds up to `bins` — x == hi, or x just below it — counts here

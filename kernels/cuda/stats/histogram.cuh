@@ -12,8 +12,8 @@
 //     Lanes of a warp that hit the same bin hit different words in different banks (at most
 //     32/R of them collide instead of 32), and random bins spread over the banks with fewer
 //     conflicts than separate copies; with R = 32 lane l always uses bank l.
-//   - R is the largest power of two ≤ 32 that fits the shared-memory budget (2048 bins: 8;
-//     256 bins: 32). Slots: the bins, an alias of the last bin (a value whose (x - lo)·scale
+//   - R is the largest power of two ≤ 32 that fits a 40 KB shared-memory budget (2048 bins: 4;
+//     256 bins: 32; fewer, smaller replicas measured faster than more of them). Slots: the bins, an alias of the last bin (a value whose (x - lo)·scale
 //     rounds up to `bins` counts there and is added to bin bins-1 at the flush: the rule's
 //     min(…, bins - 1) without an instruction per value), underflow, overflow, NaN.
 //   - per 16-byte vector the common case (all values inside [lo, hi]) costs per value one
