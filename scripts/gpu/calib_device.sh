@@ -25,16 +25,23 @@ timeout 150 bin/quantscope-cli --backend cuda bench calib "$@" >"$out/bench_cali
 echo "bench rc=$?" | tee -a "$summary"
 cat "$out/bench_calib.txt"
 
-# The SASS of the two bandwidth kernels (F16): instruction mix of the hot loops, spills.
-if command -v cuobjdump >/dev/null; then
-  cuobjdump -sass bin/quantscope-cli 2>/dev/null | awk '/Function : .*(histogramKernelI6__halfLi8ELb0|columnStatsStagedKernelI6__half)/{p=1; print; next} /Function :/{p=0} p' >"$out/kernels.sass"
-  echo "sass lines: $(wc -l <"$out/kernels.sass"), local memory ops: $(grep -cE 'LDL|STL' "$out/kernels.sass")" | tee -a "$summary"
+# Hardware counters of the column kernel (staged and direct) on the activation batch.
+if [[ ${NCU:-1} == 1 ]] && command -v ncu >/dev/null; then
+  : >"$out/ncu.txt"
+  for v in staged direct; do
+    step "ncu column kernel ($v)"
+    QS_STATS_COL_KERNEL=$v timeout 90 ncu --clock-control none -k regex:columnStats --launch-skip 1 \
+      --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
+      --section WarpStateStats --section LaunchStats bin/quantscope-cli --backend cuda bench calib \
+      --weight 64x64 --no-extras --reps 1 --warmup 0 >>"$out/ncu.txt" 2>&1
+    echo "ncu rc=$?" | tee -a "$summary"
+  done
+  grep -E "columnStats|Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Grid Size|Stall|L2 Hit|Mem Busy|Max Bandwidth" "$out/ncu.txt" | head -60 | tee -a "$summary"
 fi
 
 # Tuning variants (env knobs of the kernels; rows of interest only).
 if [[ ${VARIANTS:-1} == 1 ]]; then
-  for v in "QS_STATS_COL_KERNEL=direct" "QS_STATS_HIST_REPLICAS=2" "QS_STATS_HIST_SMEM_KB=76" \
-           "QS_STATS_COL_BLOCKS_PER_SM=2"; do
+  for v in "QS_STATS_COL_KERNEL=direct" "QS_STATS_COL_BLOCKS_PER_SM=2"; do
     step "variant $v"
     env "$v" timeout 60 bin/quantscope-cli --backend cuda bench calib --no-extras --reps 10 \
       >"$out/variant.txt" 2>/dev/null

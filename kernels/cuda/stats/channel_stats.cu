@@ -111,44 +111,51 @@ __device__ __forceinline__ void mergeInto(const DeviceChannelStatsView& acc, int
 
 // ---- column statistics ----------------------------------------------------------------------
 
+// The column kernels' split of the work into "row bands": block b takes column tile b % tiles
+// over rows band b / tiles (bands of whole 32-row units). Adjacent blocks — launched together —
+// read adjacent column tiles of the same rows, so the GPU sweeps the matrix band by band in
+// long contiguous stretches (DRAM-friendly), and each column ends with one record per band.
 struct ColumnPlan {
   int64_t rows, cols;
   int64_t tiles;   // column tiles
-  int64_t chunks;  // units per tile: ceil(rows / kUnitRows)
-  int64_t units;   // tiles · chunks
-  int64_t grid;    // blocks (≤ units)
-  // Records: SoA arrays of (grid + tiles) · tileCols entries each (a block's pair (b, t) uses
-  // slot b + t, unique because a block's tiles are consecutive and the next block starts on its
-  // last tile or the one after).
+  int64_t chunks;  // 32-row units per tile: ceil(rows / kUnitRows)
+  int64_t bands;   // row bands (≤ chunks); the grid is tiles × bands blocks
+  // Records: SoA arrays of tiles · bands · tileCols entries; (tile t, band k) at t·bands + k.
   double* recSum;
   double* recSq;
   float* recMin;
   float* recMax;
   unsigned* recNan;
-  unsigned* counters;  // per tile: blocks that have written their record
+  unsigned* counters;  // per tile: bands that have written their record
 };
 
-// The block whose unit range contains unit u (ranges [b·U/G, (b+1)·U/G)).
-__device__ __forceinline__ int64_t ownerOf(int64_t u, const ColumnPlan& p) {
-  return ((u + 1) * p.grid - 1) / p.units;
+// This block's tile and rows.
+struct ColumnSegment {
+  int64_t t, band, r0, r1;
+};
+__device__ __forceinline__ ColumnSegment segmentOf(const ColumnPlan& p) {
+  ColumnSegment g;
+  g.t = int64_t(blockIdx.x) % p.tiles;
+  g.band = int64_t(blockIdx.x) / p.tiles;
+  g.r0 = g.band * p.chunks / p.bands * kUnitRows;
+  g.r1 = min(p.rows, (g.band + 1) * p.chunks / p.bands * kUnitRows);
+  return g;
 }
 
-// The end of a block's segment of tile t: thread c (< tileCols) holds the block's statistics of
-// column c of the tile. A tile covered by this block alone is merged into the accumulator at
-// once; otherwise the block writes its record, and the last of the tile's blocks to arrive
-// combines the records in block order (deterministic) and merges them. Called by every thread
-// of the block (it synchronises).
-__device__ void finishTile(const ColumnPlan& p, const DeviceChannelStatsView& acc, int64_t b,
-                           int64_t t, int tileCols, int c, float mn, float mx, double s, double q,
-                           unsigned nan, bool& lastBlock) {
-  const int64_t col = t * tileCols + c;
+// The end of a block's band of tile t: thread c (< tileCols) holds the band's statistics of
+// column c of the tile. With one band they are merged into the accumulator at once; otherwise
+// the block writes its record, and the last band of the tile to arrive combines the records in
+// band order (deterministic) and merges them. Called by every thread of the block.
+__device__ void finishTile(const ColumnPlan& p, const DeviceChannelStatsView& acc,
+                           const ColumnSegment& g, int tileCols, int c, float mn, float mx,
+                           double s, double q, unsigned nan, bool& lastBlock) {
+  const int64_t col = g.t * tileCols + c;
   const bool mine = c < tileCols && col < p.cols;
-  const int64_t bFirst = ownerOf(t * p.chunks, p), bLast = ownerOf((t + 1) * p.chunks - 1, p);
-  if (bFirst == bLast) {  // this block alone covers the tile
+  if (p.bands == 1) {
     if (mine) mergeInto(acc, col, mn, mx, s, q, nan);
     return;
   }
-  const int64_t slot = (b + t) * tileCols + c;
+  const int64_t slot = (g.t * p.bands + g.band) * tileCols + c;
   if (c < tileCols) {
     p.recMin[slot] = mn;
     p.recMax[slot] = mx;
@@ -158,7 +165,7 @@ __device__ void finishTile(const ColumnPlan& p, const DeviceChannelStatsView& ac
   }
   __threadfence();  // records visible device-wide before the arrival is counted
   __syncthreads();
-  if (threadIdx.x == 0) lastBlock = atomicAdd(&p.counters[t], 1u) == unsigned(bLast - bFirst);
+  if (threadIdx.x == 0) lastBlock = atomicAdd(&p.counters[g.t], 1u) == unsigned(p.bands - 1);
   __syncthreads();
   if (!lastBlock) return;
   __threadfence();
@@ -166,18 +173,17 @@ __device__ void finishTile(const ColumnPlan& p, const DeviceChannelStatsView& ac
     float m0 = INFINITY, m1 = -INFINITY;
     double s0 = 0, q0 = 0;
     unsigned long long n0 = 0;
-    for (int64_t bb = bFirst; bb <= bLast; ++bb) {  // block order: deterministic
-      const int64_t k = (bb + t) * tileCols + c;
-      m0 = fminf(m0, __ldcg(p.recMin + k));
-      m1 = fmaxf(m1, __ldcg(p.recMax + k));
-      n0 += __ldcg(p.recNan + k);
-      s0 += __ldcg(p.recSum + k);
-      q0 += __ldcg(p.recSq + k);
+    for (int64_t k = 0; k < p.bands; ++k) {  // band order: deterministic
+      const int64_t i = (g.t * p.bands + k) * tileCols + c;
+      m0 = fminf(m0, __ldcg(p.recMin + i));
+      m1 = fmaxf(m1, __ldcg(p.recMax + i));
+      n0 += __ldcg(p.recNan + i);
+      s0 += __ldcg(p.recSum + i);
+      q0 += __ldcg(p.recSq + i);
     }
     mergeInto(acc, col, m0, m1, s0, q0, n0);
   }
-  if (threadIdx.x == 0) p.counters[t] = 0;  // ready for the next launch
-  __syncthreads();  // lastBlock is rewritten by the next segment
+  if (threadIdx.x == 0) p.counters[g.t] = 0;  // ready for the next launch
 }
 
 template <typename T, int VEC>
@@ -199,15 +205,9 @@ __global__ void __launch_bounds__(kThreads, 4)
   __shared__ bool lastBlock;
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t b = blockIdx.x;
-  const int64_t uBegin = b * p.units / p.grid, uEnd = (b + 1) * p.units / p.grid;
-
-  for (int64_t u = uBegin; u < uEnd;) {
-    const int64_t t = u / p.chunks;
-    const int64_t uTileEnd = min(uEnd, (t + 1) * p.chunks);
-    const int64_t r0 = (u - t * p.chunks) * kUnitRows;
-    const int64_t r1 = min(p.rows, (uTileEnd - t * p.chunks) * kUnitRows);
-    u = uTileEnd;
+  const ColumnSegment g = segmentOf(p);
+  const int64_t t = g.t, r0 = g.r0, r1 = g.r1;
+  {
 
     const int64_t col0 = t * kTile + int64_t(lane) * VEC;
     const bool active = col0 < p.cols;  // vector path: cols % VEC == 0, so all VEC are valid
@@ -277,7 +277,7 @@ __global__ void __launch_bounds__(kThreads, 4)
       }
     __syncthreads();  // the union is rewritten by the next segment
 
-    finishTile(p, acc, b, t, kTile, c, mn, mx, s, q, nan, lastBlock);
+    finishTile(p, acc, g, kTile, c, mn, mx, s, q, nan, lastBlock);
   }
 }
 
@@ -327,16 +327,10 @@ __global__ void __launch_bounds__(kThreads, 3)
   __shared__ bool lastBlock;
 
   const int pair = threadIdx.x % kPairs, group = threadIdx.x / kPairs;
-  const int64_t b = blockIdx.x;
-  const int64_t uBegin = b * p.units / p.grid, uEnd = (b + 1) * p.units / p.grid;
-
-  for (int64_t u = uBegin; u < uEnd;) {
-    const int64_t t = u / p.chunks;
-    const int64_t uTileEnd = min(uEnd, (t + 1) * p.chunks);
-    const int64_t r0 = (u - t * p.chunks) * kUnitRows;
-    const int64_t r1 = min(p.rows, (uTileEnd - t * p.chunks) * kUnitRows);
+  const ColumnSegment g = segmentOf(p);
+  const int64_t t = g.t, r0 = g.r0, r1 = g.r1;
+  {
     const int stages = int((r1 - r0 + kUnitRows - 1) / kUnitRows);
-    u = uTileEnd;
     const int64_t col0 = t * kStrip;
 
     // Copies rows [r0 + s·32, …) of the strip into buffer s % kStages; chunks past the end of
@@ -418,10 +412,10 @@ __global__ void __launch_bounds__(kThreads, 3)
     float mn = INFINITY, mx = -INFINITY;
     unsigned nan = 0;
     if (c < kStrip)
-      for (int g = 0; g < kGroups; ++g) {
-        mn = fminf(mn, sh.a.mn[g][c]);
-        mx = fmaxf(mx, sh.a.mx[g][c]);
-        nan += sh.a.nan[g][c];
+      for (int k = 0; k < kGroups; ++k) {
+        mn = fminf(mn, sh.a.mn[k][c]);
+        mx = fmaxf(mx, sh.a.mx[k][c]);
+        nan += sh.a.nan[k][c];
       }
     __syncthreads();
 #pragma unroll
@@ -432,12 +426,12 @@ __global__ void __launch_bounds__(kThreads, 3)
     __syncthreads();
     double s = 0, q = 0;
     if (c < kStrip)
-      for (int g = 0; g < kGroups; ++g) {
-        s += sh.b.s[g][c];
-        q += sh.b.q[g][c];
+      for (int k = 0; k < kGroups; ++k) {
+        s += sh.b.s[k][c];
+        q += sh.b.q[k][c];
       }
     __syncthreads();
-    finishTile(p, acc, b, t, kStrip, c, mn, mx, s, q, nan, lastBlock);
+    finishTile(p, acc, g, kStrip, c, mn, mx, s, q, nan, lastBlock);
   }
 }
 
@@ -603,7 +597,6 @@ void accumulateColumnStats(const DeviceMatrix& x, const DeviceChannelStatsView& 
       p.cols = x.cols;
       p.tiles = (x.cols + tileCols - 1) / tileCols;
       p.chunks = (x.rows + kUnitRows - 1) / kUnitRows;
-      p.units = p.tiles * p.chunks;
       int perSm = 0;
       QS_STATS_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, kernel, kThreads, size_t(smem)));
       // Tuning aid for the benchmark (not an interface): QS_STATS_COL_BLOCKS_PER_SM caps it.
@@ -612,8 +605,14 @@ void accumulateColumnStats(const DeviceMatrix& x, const DeviceChannelStatsView& 
         return e && std::atoi(e) > 0 ? std::atoi(e) : 64;
       }();
       perSm = std::min(perSm, cap);
-      p.grid = std::min<int64_t>(p.units, int64_t(std::max(perSm, 1)) * currentDeviceMultiprocessors());
-      const size_t nrec = size_t(p.grid + p.tiles) * size_t(tileCols);
+      // As many bands as fill the GPU once (no tail wave); at least one, at most one per unit.
+      const int64_t slots = int64_t(std::max(perSm, 1)) * currentDeviceMultiprocessors();
+      p.bands = std::clamp<int64_t>(slots / p.tiles, 1, p.chunks);
+      const int64_t grid = p.tiles * p.bands;
+      if (grid > int64_t(INT32_MAX))
+        throw Error(ErrorKind::Unsupported, "matrix too wide for the column kernel", {},
+                    "column statistics");
+      const size_t nrec = size_t(grid) * size_t(tileCols);
       ws.records.reserve(nrec * (8 + 8 + 4 + 4 + 4), "column statistics records");
       if (ws.counterCount < size_t(p.tiles)) {
         ws.counters.allocate(size_t(p.tiles) * 4, "column statistics counters");
@@ -627,7 +626,7 @@ void accumulateColumnStats(const DeviceMatrix& x, const DeviceChannelStatsView& 
       p.recMax = reinterpret_cast<float*>(r + 20 * nrec);
       p.recNan = reinterpret_cast<unsigned*>(r + 24 * nrec);
       p.counters = ws.counters.as<unsigned>();
-      kernel<<<unsigned(p.grid), kThreads, size_t(smem), stream>>>(static_cast<const T*>(x.data), p, acc);
+      kernel<<<unsigned(grid), kThreads, size_t(smem), stream>>>(static_cast<const T*>(x.data), p, acc);
       QS_STATS_LAUNCHED("columnStatsKernel");
     };
     // Tuning aid for the benchmark (not an interface): QS_STATS_COL_KERNEL=direct skips the

@@ -5,8 +5,10 @@
 // Column statistics (activations [tokens, K], one channel per column), layout of the kernels:
 //   - a column tile ("strip") is 512 bytes of a row (256 F16/BF16 or 128 F32 columns); a work
 //     unit is 32 rows of one strip
-//   - the units, strip-major, are split into equal contiguous ranges, one per block of a grid
-//     that fills the GPU once (no tail wave); a block's range covers one to a few strips
+//   - "row bands": block b takes strip b % strips over band b / strips of the rows (bands of
+//     whole units, as many as fill the GPU once: no tail wave); adjacent blocks, launched
+//     together, read adjacent strips of the same rows, so the GPU sweeps the matrix band by band
+//     in long contiguous stretches, and each column gets one record per band
 //   - the block streams its rows of the strip through shared memory with cp.async, 4 buffers of
 //     32 rows (16 KB each): every warp request is 512 contiguous bytes and up to 48 KB per block
 //     is in flight without costing registers; thread t then takes column pair t % P of the
@@ -14,9 +16,9 @@
 //     rows of F16/BF16 or 8 of F32
 //   - per column a thread keeps min/max/NaN count and double Σx, Σx², adding each run in float
 //     first (NaN is looked for only when a run's sum comes out NaN)
-//   - at the end of a strip segment the G row groups combine in shared memory (fixed order) and
-//     the block writes one record; the last block to finish a strip (counter in the workspace)
-//     combines that strip's records in block order and merges them into the accumulator.
+//   - at the end the G row groups combine in shared memory (fixed order) and the block writes
+//     its band's record; the last band of a strip to finish (counter in the workspace) combines
+//     the strip's records in band order and merges them into the accumulator.
 //   Rows that are not whole 16-byte vectors (K·size % 16 ≠ 0, or a misaligned pointer) take a
 //   direct kernel with the same structure but without the staging: 32 lanes × 2 columns (×1 for
 //   odd K or misaligned rows), the 8 warps on interleaved rows, 16 (F32: 8) rows in flight.
