@@ -25,12 +25,12 @@ timeout 150 bin/quantscope-cli --backend cuda bench calib "$@" >"$out/bench_cali
 echo "bench rc=$?" | tee -a "$summary"
 cat "$out/bench_calib.txt"
 
-# Hardware counters of the column kernel (staged and direct) on the activation batch.
+# Hardware counters of the column kernel (two runs in flight, and one) on the activation batch.
 if [[ ${NCU:-1} == 1 ]] && command -v ncu >/dev/null; then
   : >"$out/ncu.txt"
-  for v in staged direct; do
-    step "ncu column kernel ($v)"
-    QS_STATS_COL_KERNEL=$v timeout 90 ncu --clock-control none -k regex:columnStats --launch-skip 1 \
+  for v in 2 1; do
+    step "ncu column kernel (runs in flight: $v)"
+    QS_STATS_COL_RUNS=$v timeout 90 ncu --clock-control none -k regex:columnStats --launch-skip 1 \
       --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
       --section WarpStateStats --section LaunchStats bin/quantscope-cli --backend cuda bench calib \
       --weight 64x64 --no-extras --reps 1 --warmup 0 >>"$out/ncu.txt" 2>&1
@@ -41,7 +41,7 @@ fi
 
 # Tuning variants (env knobs of the kernels; rows of interest only).
 if [[ ${VARIANTS:-1} == 1 ]]; then
-  for v in "QS_STATS_COL_KERNEL=direct" "QS_STATS_COL_BLOCKS_PER_SM=2"; do
+  for v in "QS_STATS_COL_RUNS=1"; do
     step "variant $v"
     env "$v" timeout 60 bin/quantscope-cli --backend cuda bench calib --no-extras --reps 10 \
       >"$out/variant.txt" 2>/dev/null

@@ -178,8 +178,8 @@ class TestStatsGpu : public QObject {
   }
 
   void channelStatsMatchCpu() {
-    // Odd K and misaligned rows take the scalar kernel, even K the 2-column one, rows of whole
-    // 16-byte vectors the staged one (partial strips and partial stages included).
+    // Odd K and misaligned rows take the scalar column kernel, even K the 2-column one; partial
+    // tiles, partial 32-row units and several row bands included.
     const Shape shapes[] = {{1, 1}, {3, 7}, {37, 1001}, {129, 4099}, {300, 2056}, {1000, 264},
                             {33, 8192}, {5, 4097}, {41, 1002}, {70, 520}};
     uint32_t seed = 100;

@@ -186,8 +186,10 @@ __device__ void finishTile(const ColumnPlan& p, const DeviceChannelStatsView& ac
   if (threadIdx.x == 0) p.counters[g.t] = 0;  // ready for the next launch
 }
 
-template <typename T, int VEC>
-__global__ void __launch_bounds__(kThreads, 4)
+// kRuns runs are loaded together (all loads first, then the sums, run by run): with 2, a thread
+// has 128 bytes in flight — the kernel waits on memory latency, not on arithmetic.
+template <typename T, int VEC, int kRuns>
+__global__ void __launch_bounds__(kThreads, 3)
     columnStatsKernel(const T* __restrict__ x, ColumnPlan p, DeviceChannelStatsView acc) {
   using IO = ColumnIO<T, VEC>;
   constexpr int kRun = IO::kRun;
@@ -218,8 +220,27 @@ __global__ void __launch_bounds__(kThreads, 4)
     if (active) {
       const T* base = x + col0;
       int64_t r = r0 + warp;
-      // Runs of kRun rows (this warp's rows r, r + 8, …): all loads first, then the arithmetic.
-      for (; r + (kRun - 1) * kWarps < r1; r += kRun * kWarps) {
+      // kRuns runs of kRun rows (this warp's rows r, r + 8, …): all loads first, then the sums.
+      constexpr int kRows = kRun * kRuns;
+      for (; r + (kRows - 1) * kWarps < r1; r += kRows * kWarps) {
+        typename IO::Raw raw[kRows];
+#pragma unroll
+        for (int i = 0; i < kRows; ++i) raw[i] = IO::load(base + (r + i * kWarps) * p.cols);
+#pragma unroll
+        for (int run = 0; run < kRuns; ++run) {
+          float v[VEC][kRun];
+#pragma unroll
+          for (int i = 0; i < kRun; ++i) {
+            float f[VEC];
+            IO::unpack(raw[run * kRun + i], f);
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) v[j][i] = f[j];
+          }
+#pragma unroll
+          for (int j = 0; j < VEC; ++j) addRun(a[j], v[j]);
+        }
+      }
+      for (; r + (kRun - 1) * kWarps < r1; r += kRun * kWarps) {  // a last single run
         typename IO::Raw raw[kRun];
 #pragma unroll
         for (int i = 0; i < kRun; ++i) raw[i] = IO::load(base + (r + i * kWarps) * p.cols);
@@ -278,160 +299,6 @@ __global__ void __launch_bounds__(kThreads, 4)
     __syncthreads();  // the union is rewritten by the next segment
 
     finishTile(p, acc, g, kTile, c, mn, mx, s, q, nan, lastBlock);
-  }
-}
-
-// ---- column statistics, staged through shared memory -----------------------------------------
-//
-// For rows that are whole 16-byte vectors (the common case): the block streams a strip of
-// 512 bytes per row (256 F16/BF16 or 128 F32 columns) through shared memory with cp.async, in
-// kStages buffers of kUnitRows rows. Every warp reads 512 contiguous bytes per request (long
-// DRAM bursts), and the bytes in flight (up to kStages - 1 buffers per block) cost no registers.
-// Thread t then reads column pair t % P of the buffered rows (P = strip / 2 pairs; 4-byte or
-// 8-byte shared loads, conflict-free), for the rows t / P, t / P + G, … (G = 256 / P groups):
-// runs of 16 (F16/BF16) or 8 (F32) rows, the same float runs as above.
-
-constexpr int kStripBytes = 512;  // per row of a stage
-constexpr int kStages = 4;
-constexpr int kStageBytes = kUnitRows * kStripBytes;  // 16 KB
-
-__device__ __forceinline__ void cpAsync16(void* smem, const void* gmem) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(
-                   static_cast<uint32_t>(__cvta_generic_to_shared(smem))),
-               "l"(gmem));
-}
-__device__ __forceinline__ void cpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
-template <typename T>
-__global__ void __launch_bounds__(kThreads, 3)
-    columnStatsStagedKernel(const T* __restrict__ x, ColumnPlan p, DeviceChannelStatsView acc) {
-  constexpr int kStrip = kStripBytes / int(sizeof(T));  // columns per strip
-  constexpr int kPairs = kStrip / 2;
-  constexpr int kGroups = kThreads / kPairs;              // 2 (F16/BF16) or 4 (F32)
-  constexpr int kRun = kUnitRows / kGroups;               // 16 or 8 rows per thread and stage
-  constexpr int kChunks = kStripBytes / 16;               // 16-byte chunks per row
-  extern __shared__ __align__(16) unsigned char stage[];  // kStages × kStageBytes
-  __shared__ union {
-    struct {
-      float mn[kGroups][kStrip], mx[kGroups][kStrip];
-      unsigned nan[kGroups][kStrip];
-    } a;
-    struct {
-      double s[kGroups][kStrip], q[kGroups][kStrip];
-    } b;
-  } sh;
-  __shared__ bool lastBlock;
-
-  const int pair = threadIdx.x % kPairs, group = threadIdx.x / kPairs;
-  const ColumnSegment g = segmentOf(p);
-  const int64_t t = g.t, r0 = g.r0, r1 = g.r1;
-  {
-    const int stages = int((r1 - r0 + kUnitRows - 1) / kUnitRows);
-    const int64_t col0 = t * kStrip;
-
-    // Copies rows [r0 + s·32, …) of the strip into buffer s % kStages; chunks past the end of
-    // the rows or of the matrix are not copied (and not read).
-    auto issue = [&](int st) {
-      if (st < stages) {
-        unsigned char* buf = stage + (st % kStages) * kStageBytes;
-        const int64_t rs = r0 + int64_t(st) * kUnitRows;
-        for (int k = threadIdx.x; k < kUnitRows * kChunks; k += kThreads) {
-          const int row = k / kChunks, ch = k % kChunks;
-          const int64_t col = col0 + int64_t(ch) * (16 / int(sizeof(T)));
-          if (rs + row < r1 && col < p.cols)
-            cpAsync16(buf + row * kStripBytes + ch * 16, x + (rs + row) * p.cols + col);
-        }
-      }
-      cpAsyncCommit();  // an empty group keeps the wait counts uniform
-    };
-#pragma unroll
-    for (int st = 0; st < kStages - 1; ++st) issue(st);
-
-    Acc a[2];
-    a[0].init();
-    a[1].init();
-    const bool active = col0 + 2 * pair < p.cols;  // cols is even on this path
-    for (int st = 0; st < stages; ++st) {
-      cpAsyncWait<kStages - 2>();  // stage st has landed (this thread's copies)
-      __syncthreads();             // … everyone's; and buffer st - 1 is free again
-      issue(st + kStages - 1);
-      const unsigned char* buf = stage + (st % kStages) * kStageBytes;
-      const int valid = int(min(int64_t(kUnitRows), r1 - (r0 + int64_t(st) * kUnitRows)));
-      if (active) {
-        if (valid == kUnitRows) {
-          float v[2][kRun];
-#pragma unroll
-          for (int i = 0; i < kRun; ++i) {
-            const int row = group + i * kGroups;
-            float f[2];
-            if constexpr (sizeof(T) == 4) {
-              const float2 w = *reinterpret_cast<const float2*>(buf + row * kStripBytes + pair * 8);
-              f[0] = w.x;
-              f[1] = w.y;
-            } else {
-              unpack4<T>(*reinterpret_cast<const uint32_t*>(buf + row * kStripBytes + pair * 4), f);
-            }
-            v[0][i] = f[0];
-            v[1][i] = f[1];
-          }
-          addRun(a[0], v[0]);
-          addRun(a[1], v[1]);
-        } else {
-          for (int row = group; row < valid; row += kGroups) {
-            float f[2];
-            if constexpr (sizeof(T) == 4) {
-              const float2 w = *reinterpret_cast<const float2*>(buf + row * kStripBytes + pair * 8);
-              f[0] = w.x;
-              f[1] = w.y;
-            } else {
-              unpack4<T>(*reinterpret_cast<const uint32_t*>(buf + row * kStripBytes + pair * 4), f);
-            }
-            const float f0[1] = {f[0]}, f1[1] = {f[1]};
-            addRun(a[0], f0);
-            addRun(a[1], f1);
-          }
-        }
-      }
-    }
-    cpAsyncWait<0>();
-    __syncthreads();  // all buffers idle before the next segment reuses them
-
-    // Combine the groups (fixed order); thread c finishes column c of the strip.
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      sh.a.mn[group][2 * pair + j] = a[j].mn;
-      sh.a.mx[group][2 * pair + j] = a[j].mx;
-      sh.a.nan[group][2 * pair + j] = a[j].nan;
-    }
-    __syncthreads();
-    const int c = threadIdx.x;
-    float mn = INFINITY, mx = -INFINITY;
-    unsigned nan = 0;
-    if (c < kStrip)
-      for (int k = 0; k < kGroups; ++k) {
-        mn = fminf(mn, sh.a.mn[k][c]);
-        mx = fmaxf(mx, sh.a.mx[k][c]);
-        nan += sh.a.nan[k][c];
-      }
-    __syncthreads();
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      sh.b.s[group][2 * pair + j] = a[j].s;
-      sh.b.q[group][2 * pair + j] = a[j].q;
-    }
-    __syncthreads();
-    double s = 0, q = 0;
-    if (c < kStrip)
-      for (int k = 0; k < kGroups; ++k) {
-        s += sh.b.s[k][c];
-        q += sh.b.q[k][c];
-      }
-    __syncthreads();
-    finishTile(p, acc, g, kStrip, c, mn, mx, s, q, nan, lastBlock);
   }
 }
 
@@ -581,10 +448,7 @@ void accumulateColumnStats(const DeviceMatrix& x, const DeviceChannelStatsView& 
   checkDeviceMatrix(x, "column statistics");
   checkChannels(acc, x.cols, "column statistics");
   if (x.size() == 0) return;
-  // Staged path: rows of whole 16-byte vectors (cp.async copies 16 bytes). Otherwise the
-  // direct kernel: 2 columns per thread when cols is even and the rows aligned to 2 values.
-  const bool staged = (x.cols * x.elementBytes()) % 16 == 0 &&
-                      reinterpret_cast<uintptr_t>(x.data) % 16 == 0;
+  // 2 columns per thread when cols is even and the rows aligned to 2 values; else one.
   const bool vec = x.cols % 2 == 0 &&
                    reinterpret_cast<uintptr_t>(x.data) % uintptr_t(2 * x.elementBytes()) == 0;
   dispatchType(x.dtype, [&](auto tag) {
@@ -629,18 +493,18 @@ void accumulateColumnStats(const DeviceMatrix& x, const DeviceChannelStatsView& 
       kernel<<<unsigned(grid), kThreads, size_t(smem), stream>>>(static_cast<const T*>(x.data), p, acc);
       QS_STATS_LAUNCHED("columnStatsKernel");
     };
-    // Tuning aid for the benchmark (not an interface): QS_STATS_COL_KERNEL=direct skips the
-    // staged kernel.
-    static const bool noStaged = [] {
-      const char* e = std::getenv("QS_STATS_COL_KERNEL");
-      return e && std::string(e) == "direct";
+    // Tuning aid for the benchmark (not an interface): QS_STATS_COL_RUNS=1 loads one run at a
+    // time.
+    static const bool oneRun = [] {
+      const char* e = std::getenv("QS_STATS_COL_RUNS");
+      return e && std::string(e) == "1";
     }();
-    if (staged && !noStaged)
-      launch(columnStatsStagedKernel<T>, kStripBytes / int(sizeof(T)), kStages * kStageBytes);
+    if (vec && oneRun)
+      launch(columnStatsKernel<T, 2, 1>, 32 * 2, 0);
     else if (vec)
-      launch(columnStatsKernel<T, 2>, 32 * 2, 0);
+      launch(columnStatsKernel<T, 2, 2>, 32 * 2, 0);
     else
-      launch(columnStatsKernel<T, 1>, 32, 0);
+      launch(columnStatsKernel<T, 1, 2>, 32, 0);
   });
 }
 

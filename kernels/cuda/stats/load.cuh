@@ -66,23 +66,6 @@ __device__ __forceinline__ void unpack4(uint32_t w, float (&out)[2]) {
   }
 }
 
-// 8 bytes of F16/BF16 as four floats.
-template <typename T>
-__device__ __forceinline__ void unpack8(const uint2& v, float (&out)[4]) {
-  const uint32_t w[2] = {v.x, v.y};
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    if constexpr (std::is_same_v<T, __half>) {
-      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
-      out[2 * i] = f.x;
-      out[2 * i + 1] = f.y;
-    } else {
-      out[2 * i] = __uint_as_float(w[i] << 16);
-      out[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
-    }
-  }
-}
-
 // The 16 bytes as floats (kVec of them).
 template <typename T>
 __device__ __forceinline__ void unpack16(const uint4& v, float (&out)[Elem<T>::kVec]) {
