@@ -13,12 +13,8 @@
 namespace qs::cuda_stats {
 namespace {
 
-constexpr int kThreads = 256;  // row kernel: 8 warps, one row each
+constexpr int kThreads = 256;  // both kernels: 8 warps
 constexpr int kWarps = kThreads / 32;
-// Column kernel: 4 warps. Small blocks let the grid cover every column tile several times over
-// (row bands) and still fit the GPU in one wave: 6 blocks per SM at ≤ 85 registers.
-constexpr int kColThreads = 128;
-constexpr int kColWarps = kColThreads / 32;
 constexpr int kUnitRows = 32;   // column kernel: a work unit is 32 rows of one column tile
 constexpr int kRowUnroll = 4;   // row kernel: 16-byte vectors loaded together
 
@@ -193,19 +189,19 @@ __device__ void finishTile(const ColumnPlan& p, const DeviceChannelStatsView& ac
 // kRuns runs are loaded together (all loads first, then the sums, run by run): with 2, a thread
 // has 128 bytes in flight — the kernel waits on memory latency, not on arithmetic.
 template <typename T, int VEC, int kRuns>
-__global__ void __launch_bounds__(kColThreads, 6)
+__global__ void __launch_bounds__(kThreads, 3)
     columnStatsKernel(const T* __restrict__ x, ColumnPlan p, DeviceChannelStatsView acc) {
   using IO = ColumnIO<T, VEC>;
   constexpr int kRun = IO::kRun;
   constexpr int kTile = 32 * VEC;
-  // Shared: the warps' partials of the tile, first min/max/NaN, then the two sums.
+  // Shared: the 8 warps' partials of the tile, first min/max/NaN, then the two sums.
   __shared__ union {
     struct {
-      float mn[kColWarps][kTile], mx[kColWarps][kTile];
-      unsigned nan[kColWarps][kTile];
+      float mn[kWarps][kTile], mx[kWarps][kTile];
+      unsigned nan[kWarps][kTile];
     } a;
     struct {
-      double s[kColWarps][kTile], q[kColWarps][kTile];
+      double s[kWarps][kTile], q[kWarps][kTile];
     } b;
   } sh;
   __shared__ bool lastBlock;
@@ -226,10 +222,10 @@ __global__ void __launch_bounds__(kColThreads, 6)
       int64_t r = r0 + warp;
       // kRuns runs of kRun rows (this warp's rows r, r + 8, …): all loads first, then the sums.
       constexpr int kRows = kRun * kRuns;
-      for (; r + (kRows - 1) * kColWarps < r1; r += kRows * kColWarps) {
+      for (; r + (kRows - 1) * kWarps < r1; r += kRows * kWarps) {
         typename IO::Raw raw[kRows];
 #pragma unroll
-        for (int i = 0; i < kRows; ++i) raw[i] = IO::load(base + (r + i * kColWarps) * p.cols);
+        for (int i = 0; i < kRows; ++i) raw[i] = IO::load(base + (r + i * kWarps) * p.cols);
 #pragma unroll
         for (int run = 0; run < kRuns; ++run) {
           float v[VEC][kRun];
@@ -244,10 +240,10 @@ __global__ void __launch_bounds__(kColThreads, 6)
           for (int j = 0; j < VEC; ++j) addRun(a[j], v[j]);
         }
       }
-      for (; r + (kRun - 1) * kColWarps < r1; r += kRun * kColWarps) {  // a last single run
+      for (; r + (kRun - 1) * kWarps < r1; r += kRun * kWarps) {  // a last single run
         typename IO::Raw raw[kRun];
 #pragma unroll
-        for (int i = 0; i < kRun; ++i) raw[i] = IO::load(base + (r + i * kColWarps) * p.cols);
+        for (int i = 0; i < kRun; ++i) raw[i] = IO::load(base + (r + i * kWarps) * p.cols);
         float v[VEC][kRun];
 #pragma unroll
         for (int i = 0; i < kRun; ++i) {
@@ -259,7 +255,7 @@ __global__ void __launch_bounds__(kColThreads, 6)
 #pragma unroll
         for (int j = 0; j < VEC; ++j) addRun(a[j], v[j]);
       }
-      for (; r < r1; r += kColWarps) {  // the remaining rows, one at a time
+      for (; r < r1; r += kWarps) {  // the remaining rows, one at a time
         float f[VEC];
         IO::unpack(IO::load(base + r * p.cols), f);
 #pragma unroll
@@ -282,7 +278,7 @@ __global__ void __launch_bounds__(kColThreads, 6)
     float mn = INFINITY, mx = -INFINITY;
     unsigned nan = 0;
     if (c < kTile)
-      for (int w = 0; w < kColWarps; ++w) {
+      for (int w = 0; w < kWarps; ++w) {
         mn = fminf(mn, sh.a.mn[w][c]);
         mx = fmaxf(mx, sh.a.mx[w][c]);
         nan += sh.a.nan[w][c];
@@ -296,7 +292,7 @@ __global__ void __launch_bounds__(kColThreads, 6)
     __syncthreads();
     double s = 0, q = 0;
     if (c < kTile)
-      for (int w = 0; w < kColWarps; ++w) {
+      for (int w = 0; w < kWarps; ++w) {
         s += sh.b.s[w][c];
         q += sh.b.q[w][c];
       }
@@ -466,7 +462,7 @@ void accumulateColumnStats(const DeviceMatrix& x, const DeviceChannelStatsView& 
       p.tiles = (x.cols + tileCols - 1) / tileCols;
       p.chunks = (x.rows + kUnitRows - 1) / kUnitRows;
       int perSm = 0;
-      QS_STATS_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, kernel, kColThreads, size_t(smem)));
+      QS_STATS_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, kernel, kThreads, size_t(smem)));
       // Tuning aid for the benchmark (not an interface): QS_STATS_COL_BLOCKS_PER_SM caps it.
       static const int cap = [] {
         const char* e = std::getenv("QS_STATS_COL_BLOCKS_PER_SM");
@@ -494,7 +490,7 @@ void accumulateColumnStats(const DeviceMatrix& x, const DeviceChannelStatsView& 
       p.recMax = reinterpret_cast<float*>(r + 20 * nrec);
       p.recNan = reinterpret_cast<unsigned*>(r + 24 * nrec);
       p.counters = ws.counters.as<unsigned>();
-      kernel<<<unsigned(grid), kColThreads, size_t(smem), stream>>>(static_cast<const T*>(x.data), p, acc);
+      kernel<<<unsigned(grid), kThreads, size_t(smem), stream>>>(static_cast<const T*>(x.data), p, acc);
       QS_STATS_LAUNCHED("columnStatsKernel");
     };
     // Tuning aid for the benchmark (not an interface): QS_STATS_COL_RUNS=1 loads one run at a

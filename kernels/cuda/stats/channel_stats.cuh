@@ -10,12 +10,11 @@
 //     read adjacent tiles of the same rows, so the GPU sweeps the matrix band by band in long
 //     contiguous stretches (DRAM-friendly; +14% over splitting each tile's rows among blocks in
 //     tile order), and each column gets one record per band
-//   - blocks of 4 warps (small blocks: the grid covers every tile with several bands and still
-//     fits the GPU in one wave); the warps take interleaved rows; each thread loads two runs of
-//     rows for its two columns before summing them (runs of 16 rows of F16/BF16, 8 of F32: 128
-//     bytes in flight per thread) and keeps min/max/NaN count and double Σx, Σx², adding each
-//     run in float first (NaN is looked for only when a run's sum comes out NaN)
-//   - at the end the warps combine in shared memory (fixed order) and the block writes its
+//   - inside a block the 8 warps take interleaved rows; each thread loads two runs of rows for
+//     its two columns before summing them (runs of 16 rows of F16/BF16, 8 of F32: 128 bytes in
+//     flight per thread, 24 warps per SM) and keeps min/max/NaN count and double Σx, Σx², adding
+//     each run in float first (NaN is looked for only when a run's sum comes out NaN)
+//   - at the end the 8 warps combine in shared memory (fixed order) and the block writes its
 //     band's record; the last band of a tile to finish (counter in the workspace) combines the
 //     tile's records in band order and merges them into the accumulator.
 //   Deterministic: the same inputs give the same bits, whatever the block scheduling.
