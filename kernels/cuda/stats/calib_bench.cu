@@ -308,7 +308,7 @@ CalibBenchReport runCalibBenchCuda(const CalibBenchConfig& c, const BenchProgres
     histOfCopy = std::min({histOfCopy, gbs(tHist) / copyGBs, gbs(tHistAbs) / copyGBs});
     if (d.kind == kActOutliers) rep.histVsCubOutliers = tCubHist / tHist;
 
-    if (c.extras && d.kind == kActOutliers) {  // entropy calibration on this |x| histogram
+    if (c.extras && d.kind == kActOutliers && c.bins >= kKlMinBins) {  // KL on this |x| histogram
       const Histogram& habs = ha1;
       EntropyCalibration gpu, cpu;
       const double tGpu = timeMs(s, c, [&] { gpu = entropyCalibrate(ha.view(), 128, 128, scratch, s); });
