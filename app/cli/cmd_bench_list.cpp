@@ -4,8 +4,7 @@
 namespace qs::cli {
 
 void registerBenchSubcommands(CLI::App& bench, CliContext& ctx) {
-  (void)bench;
-  (void)ctx;
+  registerBenchGemm(bench, ctx);
 }
 
 }  // namespace qs::cli

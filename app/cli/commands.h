@@ -19,5 +19,6 @@ void registerBench(CLI::App& app, CliContext& ctx);
 // Benchmarks, each a subcommand of `bench` (cmd_bench_*.cpp). Add yours to
 // registerBenchSubcommands in cmd_bench_list.cpp.
 void registerBenchSubcommands(CLI::App& bench, CliContext& ctx);
+void registerBenchGemm(CLI::App& bench, CliContext& ctx);  // cmd_bench_gemm.cpp
 
 }  // namespace qs::cli
