@@ -103,6 +103,7 @@ QuantLinearWeight makeRandomQuantWeight(int64_t n, int64_t k, const GemmScheme& 
     case GemmWeightType::Int8:
       w.codes.resize(elems);
       for (auto& c : w.codes) c = int8_t(int(rng() % 255) - 127);
+      scale *= 8.0f / 127.0f;  // same weight magnitudes as INT4 codes
       break;
     case GemmWeightType::Fp8E4M3:
     case GemmWeightType::Fp8E5M2: {
@@ -126,7 +127,7 @@ QuantLinearWeight makeRandomQuantWeight(int64_t n, int64_t k, const GemmScheme& 
   if (outliers) {
     // A few scales 10..100x larger (outlier channels or groups).
     const size_t count = std::max<size_t>(1, nScales / 64);
-    std::uniform_real_distribution<float> big(10.0f, 100.0f);
+    std::uniform_real_distribution<float> big(10.0f, 30.0f);
     for (size_t i = 0; i < count; ++i) {
       float& s = w.scales[size_t(rng() % nScales)];
       s = gemmEffectiveScale(w.type, s * big(rng));
@@ -144,14 +145,14 @@ std::vector<uint16_t> makeRandomActivations(int64_t m, int64_t k, uint64_t seed,
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> colScale(size_t(k), 1.0f);
   if (outliers) {
-    std::uniform_real_distribution<float> big(10.0f, 100.0f);
+    std::uniform_real_distribution<float> big(5.0f, 30.0f);
     for (int64_t i = 0; i < std::max<int64_t>(1, k / 128); ++i) colScale[size_t(rng() % uint64_t(k))] = big(rng);
   }
   std::vector<uint16_t> x(size_t(m * k));
   for (int64_t r = 0; r < m; ++r)
     for (int64_t c = 0; c < k; ++c) x[size_t(r * k + c)] = floatToHalfBits(normal(rng) * colScale[size_t(c)]);
   if (outliers) {
-    std::uniform_real_distribution<float> far(50.0f, 300.0f);
+    std::uniform_real_distribution<float> far(20.0f, 100.0f);
     for (int64_t i = 0; i < std::max<int64_t>(1, m * k / 4096); ++i)
       x[size_t(rng() % uint64_t(m * k))] = floatToHalfBits((rng() & 1 ? 1.0f : -1.0f) * far(rng));
   }

@@ -37,7 +37,8 @@ double median(std::vector<double> v) {
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
-// Median milliseconds of one replay of a graph of `launches` calls of launch(i).
+// Milliseconds per call: the median replay time of a graph of `launches` calls of launch(i),
+// divided by `launches`.
 double timeGraph(cudaStream_t stream, int launches, int repeats, const std::function<void(int)>& launch) {
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
@@ -65,7 +66,7 @@ double timeGraph(cudaStream_t stream, int launches, int repeats, const std::func
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   QS_CUDA_CHECK(cudaGetLastError());
-  return median(ms);
+  return median(ms) / launches;
 }
 
 double copyBandwidthGBps(cudaStream_t stream) {

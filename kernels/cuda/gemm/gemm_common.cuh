@@ -10,17 +10,18 @@ namespace qs::cuda_gemm {
 // ---- memory ---------------------------------------------------------------------------------
 
 // Weights are read exactly once per call: skip L1 and mark the lines evict-first in L2 so they
-// do not push out the activations, scales and split-K partials that other blocks re-read.
-__device__ __forceinline__ uint4 loadWeightOnce(const uint4* p) {
+// do not push out the activations, scales and split-K partials that other blocks re-read. The
+// policy register is made once per thread (createpolicy) and passed to every load.
+__device__ __forceinline__ uint64_t evictFirstPolicy() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+__device__ __forceinline__ uint4 loadWeightOnce(const uint4* p, uint64_t policy) {
   uint4 r;
-  asm volatile(
-      "{\n"
-      "  .reg .b64 policy;\n"
-      "  createpolicy.fractional.L2::evict_first.b64 policy, 1.0;\n"
-      "  ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], policy;\n"
-      "}\n"
-      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-      : "l"(p));
+  asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\n"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "l"(p), "l"(policy));
   return r;
 }
 
@@ -30,19 +31,16 @@ __device__ __forceinline__ uint32_t smemAddress(const void* p) {
 
 // 16-byte asynchronous global → shared copy; srcBytes < 16 zero-fills the rest (0 = all zeros,
 // used for rows past m and columns past k without a branch around the copy).
+__device__ __forceinline__ void cpAsync16(uint32_t smemAddr, const void* gmem, int srcBytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smemAddr), "l"(gmem), "r"(srcBytes));
+}
 __device__ __forceinline__ void cpAsync16(void* smem, const void* gmem, int srcBytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smemAddress(smem)), "l"(gmem),
-               "r"(srcBytes));
+  cpAsync16(smemAddress(smem), gmem, srcBytes);
 }
 // Same, for weights read once (evict-first in L2).
-__device__ __forceinline__ void cpAsync16Stream(void* smem, const void* gmem) {
-  asm volatile(
-      "{\n"
-      "  .reg .b64 policy;\n"
-      "  createpolicy.fractional.L2::evict_first.b64 policy, 1.0;\n"
-      "  cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, policy;\n"
-      "}\n" ::"r"(smemAddress(smem)),
-      "l"(gmem));
+__device__ __forceinline__ void cpAsync16Stream(uint32_t smemAddr, const void* gmem, uint64_t policy) {
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(smemAddr), "l"(gmem),
+               "l"(policy));
 }
 __device__ __forceinline__ void cpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
@@ -54,15 +52,27 @@ __device__ __forceinline__ void cpAsyncWait() {
 // (l / 8). For FP16 activations stored [token][k], matrix j = k range [8j, 8j+8) gives exactly the
 // B fragments (b0, b1) of two k16 steps; for 8-bit activations (16 bytes = 16 codes per row) it
 // gives the m16n8k32 B fragments.
-__device__ __forceinline__ void ldsm4(uint32_t (&r)[4], const void* smem) {
+__device__ __forceinline__ void ldsm4(uint32_t (&r)[4], uint32_t smemAddr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smemAddress(smem)));
+               : "r"(smemAddr));
 }
-__device__ __forceinline__ void ldsm2(uint32_t (&r)[2], const void* smem) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
-               : "=r"(r[0]), "=r"(r[1])
-               : "r"(smemAddress(smem)));
+__device__ __forceinline__ void ldsm4(uint32_t (&r)[4], const void* smem) { ldsm4(r, smemAddress(smem)); }
+__device__ __forceinline__ uint2 lds64(uint32_t smemAddr) {
+  uint2 r;
+  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(r.x), "=r"(r.y) : "r"(smemAddr));
+  return r;
+}
+
+// Programmatic dependent launch (sm_90): a kernel launched with programmatic stream
+// serialization may start while the previous kernel in the stream is still finishing; it must
+// wait here before touching anything that kernel writes (activations, workspace, output).
+// Everything before the wait may only read data no earlier kernel writes (the weights).
+// Without the launch attribute, and before sm_90, this is a no-op.
+__device__ __forceinline__ void waitForPriorGrids() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
 }
 
 // ---- tensor cores ---------------------------------------------------------------------------
@@ -129,24 +139,30 @@ __device__ __forceinline__ Int4Zero int4Zero(int z0, int z1) {
 // holding the exact integers (nibble - zero). OR-ing a nibble into the mantissa of 1024.0
 // (0x6400) makes 1024 + nibble without a conversion instruction; the nibble in bits 4..7 makes
 // 1024 + 16 * nibble, which an FMA by 1/16 brings back. All steps are exact in FP16.
+// (w & mask) | magic in one LOP3. Written as PTX because from C the compiler emits an AND and an
+// OR (SASS LOP3 has one immediate slot); here the magic is a register operand.
+template <uint32_t kMask>
+__device__ __forceinline__ uint32_t maskOr(uint32_t w, uint32_t magic) {
+  uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(r) : "r"(w), "n"(kMask), "r"(magic));
+  return r;
+}
+
 __device__ __forceinline__ void dequantInt4(uint32_t w, Int4Zero z, uint32_t (&a)[4]) {
-  const __half2 sixteenth = __float2half2_rn(0.0625f);
-  const uint32_t lo0 = (w & 0x000F000Fu) | 0x64006400u;
-  const uint32_t hi0 = (w & 0x00F000F0u) | 0x64006400u;
+  const __half2 sixteenth = asHalf2(0x2C002C00u);  // half2(1/16, 1/16), a literal (no conversion)
+  const uint32_t magic = 0x64006400u;              // half2(1024, 1024)
   const uint32_t w8 = w >> 8;
-  const uint32_t lo1 = (w8 & 0x000F000Fu) | 0x64006400u;
-  const uint32_t hi1 = (w8 & 0x00F000F0u) | 0x64006400u;
-  a[0] = asU32(__hsub2(asHalf2(lo0), asHalf2(z.lo)));
-  a[1] = asU32(__hfma2(asHalf2(hi0), sixteenth, asHalf2(z.hi)));
-  a[2] = asU32(__hsub2(asHalf2(lo1), asHalf2(z.lo)));
-  a[3] = asU32(__hfma2(asHalf2(hi1), sixteenth, asHalf2(z.hi)));
+  a[0] = asU32(__hsub2(asHalf2(maskOr<0x000F000Fu>(w, magic)), asHalf2(z.lo)));
+  a[1] = asU32(__hfma2(asHalf2(maskOr<0x00F000F0u>(w, magic)), sixteenth, asHalf2(z.hi)));
+  a[2] = asU32(__hsub2(asHalf2(maskOr<0x000F000Fu>(w8, magic)), asHalf2(z.lo)));
+  a[3] = asU32(__hfma2(asHalf2(maskOr<0x00F000F0u>(w8, magic)), sixteenth, asHalf2(z.hi)));
 }
 
 // Two biased INT8 bytes (u = q + 128) → half2(q): PRMT places each byte under the exponent byte
 // 0x64 (1024 + u), one subtraction of 1152 leaves q, exactly.
 __device__ __forceinline__ uint32_t int8PairToHalf2(uint32_t w, uint32_t selector) {
   const uint32_t r = __byte_perm(w, 0x64646464u, selector);
-  return asU32(__hsub2(asHalf2(r), __float2half2_rn(1152.0f)));
+  return asU32(__hsub2(asHalf2(r), asHalf2(0x64806480u)));  // half2(1152, 1152)
 }
 
 template <bool kE5M2>

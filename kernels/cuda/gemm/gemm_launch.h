@@ -40,8 +40,10 @@ struct LaunchPlan {
 // ---- skinny path: m <= 16, every weight kind, A16 and A8 ---------------------------------
 LaunchPlan planSkinny(const DeviceQuantWeight& w, int m, int multiprocessors);
 // x: FP16 [m, k] (A16) or 8-bit codes [m, k] (A8, with tokenScales [m]); y: FP16 [m, n].
+// pdl: launch with programmatic stream serialization (sm_90): the weight stream starts while the
+// previous kernel in the stream is still finishing.
 void launchSkinny(const DeviceQuantWeight& w, const void* x, const float* tokenScales, int m, void* y,
-                  const LaunchPlan& plan, const SplitWorkspace& ws, cudaStream_t stream);
+                  const LaunchPlan& plan, const SplitWorkspace& ws, cudaStream_t stream, bool pdl);
 
 // ---- wide path: m > 16, A16 weight kinds (tensor-core tiles of 128 rows x 64 tokens) --------
 LaunchPlan planWide(const DeviceQuantWeight& w, int m, int multiprocessors);

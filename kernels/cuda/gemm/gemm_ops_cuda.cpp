@@ -11,6 +11,7 @@
 // slices of 16 tokens instead: slower, never wrong.
 #include <cuda_runtime.h>
 
+#include <cstdlib>
 #include <map>
 #include <tuple>
 
@@ -60,6 +61,7 @@ class CudaGemmWeight final : public GemmWeight {
  public:
   DeviceBuffer codes, groupScales, groupZeros, channelScales, f16;
   cuda_gemm::DeviceQuantWeight dev;
+  mutable std::map<int, cuda_gemm::LaunchPlan> skinnyPlans, widePlans;  // per m
 };
 
 int weightKind(GemmWeightType t) {
@@ -79,6 +81,9 @@ class CudaGemmOps final : public GemmOps {
     QS_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     blas_ = std::make_unique<cuda_gemm::CublasContext>(stream_);
     cuda_gemm::configureKernels();
+    // Programmatic dependent launch for the skinny kernels on sm_90+ (QS_GEMM_PDL=0 turns it off).
+    const char* pdl = std::getenv("QS_GEMM_PDL");
+    pdl_ = info_.computeMajor >= 9 && !(pdl && std::string(pdl) == "0");
     QS_CUDA_CHECK(cudaGetLastError());
   }
   ~CudaGemmOps() override {
@@ -135,9 +140,9 @@ class CudaGemmOps final : public GemmOps {
     switch (w.scheme.activation) {
       case GemmActivationType::F16:
         if (w.scheme.weight == GemmWeightType::F16) return "cublasGemmEx-f16";
-        return m <= 16 ? "skinny-mma" : "wide-mma";
+        return m <= 16 ? (pdl_ ? "skinny-mma+pdl" : "skinny-mma") : "wide-mma";
       default: {
-        if (m <= 16) return "quant+skinny-mma";
+        if (m <= 16) return pdl_ ? "quant+skinny-mma+pdl" : "quant+skinny-mma";
         const LtMatmul* lt = ltFor(w, int(m));
         if (!lt) return "quant+skinny-mma-slices";
         const bool fp8 = w.scheme.activation == GemmActivationType::Fp8E4M3PerToken;
@@ -158,11 +163,12 @@ class CudaGemmOps final : public GemmOps {
         if (w.scheme.weight == GemmWeightType::F16) {
           blas_->gemmF16(w.f16.get(), x, y, m, int(w.n), int(w.k));
         } else if (m <= 16) {
-          const auto plan = cuda_gemm::planSkinny(d, m, info_.multiprocessors);
-          cuda_gemm::launchSkinny(d, x, nullptr, m, y, plan, splitWorkspace(plan), stream_);
+          const auto& plan = skinnyPlan(w, m);
+          cuda_gemm::launchSkinny(d, x, nullptr, m, y, plan, splitWorkspace(plan), stream_, pdl_);
         } else {
-          const auto plan = cuda_gemm::planWide(d, m, info_.multiprocessors);
-          cuda_gemm::launchWide(d, x, m, y, plan, splitWorkspace(plan), stream_);
+          auto it = w.widePlans.find(m);
+          if (it == w.widePlans.end()) it = w.widePlans.emplace(m, cuda_gemm::planWide(d, m, info_.multiprocessors)).first;
+          cuda_gemm::launchWide(d, x, m, y, it->second, splitWorkspace(it->second), stream_);
         }
         break;
       default: {
@@ -182,10 +188,10 @@ class CudaGemmOps final : public GemmOps {
           // Slices of at most 16 tokens through the skinny kernel.
           for (int m0 = 0; m0 < m; m0 += 16) {
             const int mm = std::min(16, m - m0);
-            const auto plan = cuda_gemm::planSkinny(d, mm, info_.multiprocessors);
+            const auto& plan = skinnyPlan(w, mm);
             cuda_gemm::launchSkinny(d, static_cast<const uint8_t*>(actCodes_.get()) + size_t(m0) * size_t(w.k),
                                     tokenScalesPtr() + m0, mm, static_cast<uint16_t*>(y) + size_t(m0) * size_t(w.n),
-                                    plan, splitWorkspace(plan), stream_);
+                                    plan, splitWorkspace(plan), stream_, pdl_);
           }
         }
         break;
@@ -246,6 +252,13 @@ class CudaGemmOps final : public GemmOps {
     return ws;
   }
 
+  const cuda_gemm::LaunchPlan& skinnyPlan(const CudaGemmWeight& w, int m) const {
+    auto it = w.skinnyPlans.find(m);
+    if (it == w.skinnyPlans.end())
+      it = w.skinnyPlans.emplace(m, cuda_gemm::planSkinny(w.dev, m, info_.multiprocessors)).first;
+    return it->second;
+  }
+
   float* tokenScalesPtr() const { return static_cast<float*>(tokenScales_.get()); }
 
   const LtMatmul* ltFor(const CudaGemmWeight& w, int m) const {
@@ -262,6 +275,7 @@ class CudaGemmOps final : public GemmOps {
   }
 
   DeviceInfo info_;
+  bool pdl_ = false;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<cuda_gemm::CublasContext> blas_;
   DeviceBuffer partials_, counters_, actCodes_, tokenScales_, ltOut_;

@@ -5,9 +5,10 @@
 // Work split
 //   block  = 8 warps = 8 row tiles of 16 output rows (128 rows) x one K range ("split")
 //   warp   = 1 row tile x the block's K range; lane = 4g + t holds rows g and g + 8
-//   grid   = (ceil(rowTiles / 8), splits); splits > 1 only when there are too few row groups to
-//            fill the machine (about two blocks per multiprocessor), reduced deterministically
-//            by the last-arriving block (arrival counter per row group, fixed summation order).
+//   grid   = (ceil(rowTiles / 8), splits): planSkinny() splits K as finely as keeps every block
+//            resident at once with 2 (m <= 8) or 3 (m <= 16) blocks per SM; the splits are
+//            reduced deterministically by the last-arriving block of a row group (arrival
+//            counter per row group, fixed summation order).
 //
 //        K →  split 0          split 1          ...
 //   N  ┌────────────────┬────────────────┬──
@@ -18,12 +19,14 @@
 // Tensor cores do the arithmetic with the roles swapped (y^T = W x^T): the weight tile is the
 // A operand (16 rows x k16/k32), the tokens are the B operand (n8: tokens 0..7, a second n8 for
 // 8..15). For m = 1 seven of eight B columns are zero; the tensor cores have the throughput to
-// spare and m = 16 then costs almost the same as m = 1.
+// spare, and m = 16 runs the same code with one more mma per step.
 //
 // Per warp and chunk (A16): one 16-byte load per lane (kPrefetch of them in flight, issued
-// before the activations are staged), LOP3/PRMT dequantization to FP16 (exact integers, no
-// scale), mma into a per-group accumulator, and at each group end one FFMA per output fragment
-// applies the group scale in FP32 (cheaper and more exact than scaling every weight in FP16).
+// before anything is staged; on sm_90 even before the previous kernel has finished),
+// LOP3/PRMT dequantization to FP16 (exact integers, no scale), mma into a per-group
+// accumulator, and at each group end one FFMA per output fragment applies the group scale in
+// FP32 (cheaper and more exact than scaling every weight in FP16). The kernel is bound by
+// instruction issue and latency at this occupancy, not by DRAM (docs/gemm.md).
 // A8 (W8A8): the weight is plain row-major (shared with cuBLASLt); the codes go into INT8/FP8
 // m16n8k32 mma as they are, with per-channel x per-token scales in the epilogue.
 //
@@ -31,6 +34,7 @@
 // read whole 8x8 tiles), row stride padded by 16 bytes (conflict-free ldmatrix), then the
 // block's scale pairs and zero-point pairs for its groups.
 #include <algorithm>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -43,9 +47,8 @@ namespace {
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
-constexpr int kPrefetch = 8;            // 16-byte weight loads in flight per lane: 32 KB per block
+constexpr int kPrefetch = 6;            // 16-byte weight loads in flight per lane (A8: 3 chunks x 2 rows)
 constexpr int kSmemBudget = 64 * 1024;  // activation tile + scales of one block
-constexpr int kBlocksPerSm = 2;         // target blocks per multiprocessor (all resident at once)
 
 struct SkinnyArgs {
   const uint4* codes;
@@ -66,14 +69,14 @@ struct SkinnyArgs {
 };
 
 template <WKind K, bool A8, int NT>
-__global__ void __launch_bounds__(kThreads) skinnyKernel(const SkinnyArgs p) {
+__global__ void __launch_bounds__(kThreads, 3) skinnyKernel(const SkinnyArgs p) {
   constexpr int kChunkK = K == WKind::Int4 || A8 ? 64 : 32;
   constexpr int kElemBytes = A8 ? 1 : 2;
   extern __shared__ __align__(16) uint8_t smem[];
   __shared__ int lastBlock;
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int g = lane >> 2;
+  const int g = lane >> 2, t = lane & 3;
   const int rowGroup = blockIdx.x, split = blockIdx.y;
   const int rowTile = rowGroup * kWarps + warp;
   const bool active = rowTile < p.rowTiles;
@@ -81,76 +84,91 @@ __global__ void __launch_bounds__(kThreads) skinnyKernel(const SkinnyArgs p) {
   const int nChunks = min(p.chunksPerSplit, p.chunks - chunk0);
   const int kBegin = chunk0 * kChunkK;
   const int kLen = nChunks * kChunkK;
+  const uint64_t policy = evictFirstPolicy();
 
   // 1. Weight stream first: its loads fly while the block stages activations and scales.
   //    A16: the packed chunk, one 16-byte load per lane. A8: the plain row-major weight, 16
   //    bytes of row r0 and 16 of row r1 per lane and 64-wide chunk (k in [16t, 16t+16)).
   constexpr int kLoads = A8 ? 2 : 1;
-  constexpr int kDepth = kPrefetch / kLoads;
+  constexpr int kDepth = (NT == 1 ? kPrefetch : kPrefetch - 2) / kLoads;
+  constexpr int kStride = A8 ? 4 : 32;  // uint4 units from one chunk to the next
   const uint4* wp;
   size_t rowStep = 0;  // uint4 units from row r0 to row r1 (A8)
   if constexpr (A8) {
     const size_t kPad = size_t(p.chunks) * kChunkK;
     wp = reinterpret_cast<const uint4*>(reinterpret_cast<const uint8_t*>(p.codes) +
-                                        (size_t(rowTile) * 16 + g) * kPad + kBegin + 16 * (lane & 3));
+                                        (size_t(rowTile) * 16 + g) * kPad + kBegin + 16 * t);
     rowStep = kPad / 2;  // 8 rows of kPad bytes, in 16-byte units
   } else {
     wp = p.codes + (size_t(rowTile) * p.chunks + chunk0) * 32 + lane;
   }
-  auto loadChunk = [&](int c, uint4 (&dst)[kLoads]) {
-    if constexpr (A8) {
-      dst[0] = loadWeightOnce(wp + c * 4);
-      dst[1] = loadWeightOnce(wp + rowStep + c * 4);
-    } else {
-      dst[0] = loadWeightOnce(wp + c * 32);
-    }
+  auto loadAt = [&](const uint4* ptr, uint4 (&dst)[kLoads]) {
+    dst[0] = loadWeightOnce(ptr, policy);
+    if constexpr (A8) dst[1] = loadWeightOnce(ptr + rowStep, policy);
   };
   uint4 buf[kDepth][kLoads];
 #pragma unroll
   for (int i = 0; i < kDepth; ++i) {
 #pragma unroll
     for (int j = 0; j < kLoads; ++j) buf[i][j] = make_uint4(0, 0, 0, 0);
-    if (active && i < nChunks) loadChunk(i, buf[i]);
+    if (active && i < nChunks) loadAt(wp + i * kStride, buf[i]);
   }
 
-  // 2. Activations → shared memory.
-  uint8_t* xs = smem;
-  {
-    const int pieces = kLen * kElemBytes / 16;
-    const size_t xRowBytes = size_t(p.k) * kElemBytes;
-    for (int i = threadIdx.x; i < 8 * NT * pieces; i += kThreads) {
-      const int row = i / pieces, piece = i - row * pieces;
-      const int kOff = kBegin + piece * (16 / kElemBytes);
-      uint4 v = make_uint4(0, 0, 0, 0);
-      if (row < p.m && kOff < p.k)
-        v = *reinterpret_cast<const uint4*>(p.x + row * xRowBytes + size_t(kOff) * kElemBytes);
-      *reinterpret_cast<uint4*>(xs + row * p.xStrideBytes + piece * 16) = v;
-    }
-  }
-
-  // 3. Scale and zero-point pairs of the groups this split touches → shared memory (A16).
-  uint32_t* ss = reinterpret_cast<uint32_t*>(xs + 8 * NT * p.xStrideBytes);
-  uint16_t* zs = reinterpret_cast<uint16_t*>(ss + kWarps * p.groupSlots * 8);
+  // 2. Stage (cp.async, one round trip): the scale / zero-point pairs of the split's groups,
+  //    then (after the previous kernel is done with them: programmatic dependent launch) the
+  //    activations x[0 .. 8NT)[split's K range], zero rows past m and columns past k.
+  const uint32_t xs = smemAddress(smem);
+  const uint32_t ss = xs + 8 * NT * p.xStrideBytes;       // [kWarps][groupSlots][8] half2 scale pairs
+  const uint32_t zs = ss + kWarps * p.groupSlots * 8 * 4;  // [kWarps][groupSlots][8] zero-point byte pairs
   const int gBegin = kBegin >> p.groupShift;
   if constexpr (!A8) {
     const int nGroups = ((kBegin + kLen - 1) >> p.groupShift) - gBegin + 1;
-    for (int i = threadIdx.x; i < kWarps * nGroups * 8; i += kThreads) {
-      const int w = i / (nGroups * 8), rest = i - w * nGroups * 8;
+    uint32_t* ssPtr = reinterpret_cast<uint32_t*>(smem + 8 * NT * p.xStrideBytes);
+    uint16_t* zsPtr = reinterpret_cast<uint16_t*>(ssPtr + kWarps * p.groupSlots * 8);
+    // Scales: 32 bytes per (row tile, group), contiguous over groups → 2 pieces each.
+    for (int i = threadIdx.x; i < kWarps * nGroups * 2; i += kThreads) {
+      const int w = i / (nGroups * 2), piece = i - w * nGroups * 2;
       const int rt = rowGroup * kWarps + w;
-      uint32_t s = 0x3C003C00u;  // half2(1, 1): per channel, the channel scale comes at the end
-      uint16_t z = 0x0808;       // symmetric: zero point 8 in both rows
-      if (rt < p.rowTiles) {
-        const size_t idx = (size_t(rt) * p.groupsPad + gBegin) * 8 + rest;
-        if (p.groupScales) s = p.groupScales[idx];
-        if (p.groupZeros) z = p.groupZeros[idx];
+      if (p.groupScales) {
+        const bool ok = rt < p.rowTiles;
+        cpAsync16(ss + (w * p.groupSlots * 8 + piece * 4) * 4,
+                  ok ? p.groupScales + (size_t(rt) * p.groupsPad + gBegin) * 8 + piece * 4 : p.groupScales, ok ? 16 : 0);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) ssPtr[w * p.groupSlots * 8 + piece * 4 + e] = 0x3C003C00u;  // half2(1, 1)
       }
-      ss[w * p.groupSlots * 8 + rest] = s;
-      zs[w * p.groupSlots * 8 + rest] = z;
+    }
+    // Zero points: 16 bytes per (row tile, group).
+    for (int i = threadIdx.x; i < kWarps * nGroups; i += kThreads) {
+      const int w = i / nGroups, grp = i - w * nGroups;
+      const int rt = rowGroup * kWarps + w;
+      if (p.groupZeros) {
+        const bool ok = rt < p.rowTiles;
+        cpAsync16(zs + (w * p.groupSlots + grp) * 16,
+                  ok ? p.groupZeros + (size_t(rt) * p.groupsPad + gBegin + grp) * 8 : p.groupZeros, ok ? 16 : 0);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) zsPtr[(w * p.groupSlots + grp) * 8 + e] = 0x0808;  // symmetric: 8
+      }
     }
   }
+  waitForPriorGrids();
+  {
+    const int pieces = kLen * kElemBytes / 16;
+    for (int row = 0; row < 8 * NT; ++row) {
+      const bool rowOk = row < p.m;
+      const uint8_t* src = p.x + (size_t(row) * p.k + kBegin) * kElemBytes;
+      for (int piece = threadIdx.x; piece < pieces; piece += kThreads) {
+        const bool ok = rowOk && kBegin + piece * (16 / kElemBytes) < p.k;
+        cpAsync16(xs + row * p.xStrideBytes + piece * 16, ok ? src + piece * 16 : p.x, ok ? 16 : 0);
+      }
+    }
+  }
+  cpAsyncCommit();
+  cpAsyncWait<0>();
   __syncthreads();
 
-  // 4. Main loop. acc: scaled sums; tmp: the current group's raw sums (A16); iacc: INT8 W8A8.
+  // 3. Main loop. acc: scaled sums; tmp: the current group's raw sums (A16); iacc: INT8 W8A8.
   float acc[NT][4], tmp[NT][4];
   int iacc[NT][4];
 #pragma unroll
@@ -159,17 +177,25 @@ __global__ void __launch_bounds__(kThreads) skinnyKernel(const SkinnyArgs p) {
     for (int i = 0; i < 4; ++i) acc[nt][i] = tmp[nt][i] = 0.0f, iacc[nt][i] = 0;
 
   if (active) {
-    const uint32_t* mySs = ss + warp * p.groupSlots * 8;
-    const uint16_t* myZs = zs + warp * p.groupSlots * 8;
+    const uint32_t mySs = ss + warp * p.groupSlots * 8 * 4 + g * 4;
+    const uint32_t myZs = zs + warp * p.groupSlots * 16 + g * 2;
     const int groupMask = int((1u << p.groupShift) - 1u);
-    int zGroup = -1;
+    // INT4 with groups of 32: two groups per 64-wide chunk, a fold after its second k16 step.
+    const bool foldMidChunk = K == WKind::Int4 && p.groupShift == 5;
+    const bool asym = p.groupZeros != nullptr;
+    int gRel = 0;  // group of the current k16 step, relative to gBegin
     Int4Zero zc = int4Zero(8, 8);
-    // ldmatrix row address of this lane: token row (lane % 8) [+ 8 for the second n8 tile].
-    const uint8_t* xLane = xs + (lane & 7) * p.xStrideBytes;
-
-    auto fold = [&](int gRel) {
-      const __half2 sp = asHalf2(mySs[gRel * 8 + g]);
-      const float s0 = __low2float(sp), s1 = __high2float(sp);
+    auto loadZero = [&](int gr) {
+      uint16_t zz;
+      asm volatile("ld.shared.u16 %0, [%1];\n" : "=h"(zz) : "r"(myZs + gr * 16));
+      zc = int4Zero(zz & 0xFF, zz >> 8);
+    };
+    if (K == WKind::Int4 && asym) loadZero(0);
+    // Apply the group scale to the group's raw sums, move to the next group.
+    auto fold = [&](bool more) {
+      uint32_t sp;
+      asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(sp) : "r"(mySs + gRel * 32));
+      const float s0 = __low2float(asHalf2(sp)), s1 = __high2float(asHalf2(sp));
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
         acc[nt][0] = fmaf(tmp[nt][0], s0, acc[nt][0]);
@@ -178,78 +204,103 @@ __global__ void __launch_bounds__(kThreads) skinnyKernel(const SkinnyArgs p) {
         acc[nt][3] = fmaf(tmp[nt][3], s1, acc[nt][3]);
         tmp[nt][0] = tmp[nt][1] = tmp[nt][2] = tmp[nt][3] = 0.0f;
       }
+      ++gRel;
+      if (K == WKind::Int4 && asym && more) loadZero(gRel);
     };
-    // One k16 step of an A16 kernel: kRel = offset of the step inside the split.
-    auto stepA16 = [&](const uint32_t (&a)[4], const uint32_t (&b)[NT][4], int half, int kRel) {
+    // Group ends (group size >= chunkK): every chunksPerGroup chunks, counted from the split's
+    // first chunk, which may sit inside a group. Per channel: never inside the split.
+    const bool perChannel = p.groupShift >= 31;
+    const int chunksPerGroup = perChannel ? 0x7FFFFFFF : max(1, (1 << p.groupShift) / kChunkK);
+    int sinceFold = perChannel ? 0 : ((kBegin & groupMask) / kChunkK) % chunksPerGroup;
+    // ldmatrix row address of this lane: token row (lane % 8) of n8 tile nt, k offset 8*(lane/8).
+    const uint32_t xLane = xs + (lane & 7) * p.xStrideBytes + 16 * (lane >> 3);
+    // A8: this lane's 8 activation codes of step s: token g, k 16t + 8s.
+    const uint32_t xLaneA8 = xs + g * p.xStrideBytes + 16 * t;
+
+    // One chunk: kc = its offset inside the split.
+    auto step = [&](const uint4& wv, const uint4& wv1, int kc, bool more) {
+      if constexpr (A8) {
+        // Two m16n8k32 steps. Step s gives lane t the real k 16t + 8s + 0..7 of the chunk as
+        // its "4t..4t+3" and "16+4t.." fragment columns; the B fragment must use the same k:
+        // 8 contiguous activation codes, one 64-bit shared load per n8 tile.
+        const uint32_t r0[4] = {wv.x, wv.y, wv.z, wv.w}, r1[4] = {wv1.x, wv1.y, wv1.z, wv1.w};
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) mmaF16(tmp[nt], a, b[nt][2 * half], b[nt][2 * half + 1]);
-      const int kEnd = kBegin + kRel + 16;
-      if ((kEnd & groupMask) == 0 || kRel + 16 == kLen) fold(((kEnd - 1) >> p.groupShift) - gBegin);
+        for (int s = 0; s < 2; ++s) {
+          const uint32_t a[4] = {r0[2 * s], r1[2 * s], r0[2 * s + 1], r1[2 * s + 1]};
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            const uint2 b = lds64(xLaneA8 + nt * 8 * p.xStrideBytes + kc + 8 * s);
+            if constexpr (K == WKind::Int8) mmaS8(iacc[nt], a, b.x, b.y);
+            else mmaFp8<K == WKind::E5M2>(acc[nt], a, b.x, b.y);
+          }
+        }
+      } else {
+        if constexpr (K == WKind::Int4) {
+          // Four k16 steps; B fragments of steps (0, 1) and (2, 3) from two ldmatrix.x4.
+          uint32_t b01[NT][4], b23[NT][4];
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            ldsm4(b01[nt], xLane + nt * 8 * p.xStrideBytes + kc * 2);
+            ldsm4(b23[nt], xLane + nt * 8 * p.xStrideBytes + kc * 2 + 64);
+          }
+          uint32_t a[4];
+          dequantInt4(wv.x, zc, a);
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) mmaF16(tmp[nt], a, b01[nt][0], b01[nt][1]);
+          dequantInt4(wv.y, zc, a);
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) mmaF16(tmp[nt], a, b01[nt][2], b01[nt][3]);
+          if (foldMidChunk) fold(true);  // groups of 32: the chunk's first group ends here
+          dequantInt4(wv.z, zc, a);
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) mmaF16(tmp[nt], a, b23[nt][0], b23[nt][1]);
+          dequantInt4(wv.w, zc, a);
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) mmaF16(tmp[nt], a, b23[nt][2], b23[nt][3]);
+        } else {
+          // 8-bit weights, FP16 activations: two k16 steps.
+          uint32_t b[NT][4];
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) ldsm4(b[nt], xLane + nt * 8 * p.xStrideBytes + kc * 2);
+          uint32_t a[4];
+          dequant8<K>(wv.x, wv.y, a);
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) mmaF16(tmp[nt], a, b[nt][0], b[nt][1]);
+          dequant8<K>(wv.z, wv.w, a);
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) mmaF16(tmp[nt], a, b[nt][2], b[nt][3]);
+        }
+        if (++sinceFold == chunksPerGroup) {
+          sinceFold = 0;
+          fold(more);
+        }
+      }
     };
 
-    for (int c0 = 0; c0 < nChunks; c0 += kDepth) {
+    // Steady state: every prefetch is in range, no bounds checks; then the drain.
+    const uint4* next = wp + kDepth * kStride;
+    int c = 0;
+    for (; c + 2 * kDepth <= nChunks; c += kDepth) {
 #pragma unroll
       for (int i = 0; i < kDepth; ++i) {
-        const int c = c0 + i;
-        if (c < nChunks) {
-          const uint4 wv = buf[i][0];
-          const uint4 wv1 = buf[i][kLoads - 1];
-          if (c + kDepth < nChunks) loadChunk(c + kDepth, buf[i]);
-          const int kc = c * kChunkK;  // offset of the chunk inside the split
-          if constexpr (A8) {
-            // Two m16n8k32 steps. Step s gives lane t the real k 16t + 8s + 0..7 of the chunk as
-            // its "4t..4t+3" and "16+4t.." fragment columns; the B fragment must use the same
-            // k: 8 contiguous activation codes, one 64-bit shared load per n8 tile.
-            const uint32_t r0[4] = {wv.x, wv.y, wv.z, wv.w}, r1[4] = {wv1.x, wv1.y, wv1.z, wv1.w};
+        const uint4 w0 = buf[i][0], w1 = buf[i][kLoads - 1];
+        loadAt(next, buf[i]);
+        next += kStride;
+        step(w0, w1, (c + i) * kChunkK, true);
+      }
+    }
+    for (; c < nChunks; c += kDepth) {
 #pragma unroll
-            for (int s = 0; s < 2; ++s) {
-              const uint32_t a[4] = {r0[2 * s], r1[2 * s], r0[2 * s + 1], r1[2 * s + 1]};
-#pragma unroll
-              for (int nt = 0; nt < NT; ++nt) {
-                const uint2 b = *reinterpret_cast<const uint2*>(xs + (nt * 8 + g) * p.xStrideBytes + kc +
-                                                                16 * (lane & 3) + 8 * s);
-                if constexpr (K == WKind::Int8) mmaS8(iacc[nt], a, b.x, b.y);
-                else mmaFp8<K == WKind::E5M2>(acc[nt], a, b.x, b.y);
-              }
-            }
-          } else if constexpr (K == WKind::Int4) {
-            // Four k16 steps; B fragments of steps (0, 1) and (2, 3) from two ldmatrix.x4 each.
-            uint32_t b01[NT][4], b23[NT][4];
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt) {
-              const uint8_t* base = xLane + nt * 8 * p.xStrideBytes + (kc + 8 * (lane >> 3)) * 2;
-              ldsm4(b01[nt], base);
-              ldsm4(b23[nt], base + 64);
-            }
-            const uint32_t words[4] = {wv.x, wv.y, wv.z, wv.w};
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-              const int kRel = kc + 16 * j;
-              const int gRel = ((kBegin + kRel) >> p.groupShift) - gBegin;
-              if (gRel != zGroup) {  // new group: its zero points (asymmetric; constant 8 otherwise)
-                zGroup = gRel;
-                const uint16_t zz = myZs[gRel * 8 + g];
-                zc = int4Zero(zz & 0xFF, zz >> 8);
-              }
-              uint32_t a[4];
-              dequantInt4(words[j], zc, a);
-              stepA16(a, j < 2 ? b01 : b23, j & 1, kRel);
-            }
-          } else {
-            // 8-bit weights, FP16 activations: two k16 steps.
-            uint32_t b[NT][4];
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt)
-              ldsm4(b[nt], xLane + nt * 8 * p.xStrideBytes + (kc + 8 * (lane >> 3)) * 2);
-            uint32_t a[4];
-            dequant8<K>(wv.x, wv.y, a);
-            stepA16(a, b, 0, kc);
-            dequant8<K>(wv.z, wv.w, a);
-            stepA16(a, b, 1, kc + 16);
-          }
+      for (int i = 0; i < kDepth; ++i) {
+        if (c + i < nChunks) {
+          const uint4 w0 = buf[i][0], w1 = buf[i][kLoads - 1];
+          if (c + i + kDepth < nChunks) loadAt(next, buf[i]);
+          next += kStride;
+          step(w0, w1, (c + i) * kChunkK, c + i + 1 < nChunks);
         }
       }
     }
+    if (!A8 && sinceFold != 0) fold(false);  // the split ends inside a group (or per channel)
     if constexpr (A8 && K == WKind::Int8) {
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
@@ -258,8 +309,7 @@ __global__ void __launch_bounds__(kThreads) skinnyKernel(const SkinnyArgs p) {
     }
   }
 
-  // 5. Epilogue. Fragment element (nt, i): row r0 + 8*(i >= 2), token 8*nt + 2t + (i & 1).
-  const int t = lane & 3;
+  // 4. Epilogue. Fragment element (nt, i): row r0 + 8*(i >= 2), token 8*nt + 2t + (i & 1).
   auto store = [&](const float (&v)[NT][4]) {
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
@@ -288,9 +338,13 @@ __global__ void __launch_bounds__(kThreads) skinnyKernel(const SkinnyArgs p) {
     for (int nt = 0; nt < NT; ++nt)
       *reinterpret_cast<float4*>(myPartial + 4 * nt) = make_float4(acc[nt][0], acc[nt][1], acc[nt][2], acc[nt][3]);
   }
-  __threadfence();
+  // Release: the barrier orders every thread's partial stores before thread 0's fence, which
+  // orders them before its arrival (the pattern of CUTLASS's semaphore).
   __syncthreads();
-  if (threadIdx.x == 0) lastBlock = atomicAdd(&p.counters[rowGroup], 1) == p.splits - 1;
+  if (threadIdx.x == 0) {
+    __threadfence();
+    lastBlock = atomicAdd(&p.counters[rowGroup], 1) == p.splits - 1;
+  }
   __syncthreads();
   if (!lastBlock) return;
   __threadfence();
@@ -329,6 +383,19 @@ KernelFn selectKernel(int kind, bool a8, int nt) {
   return nullptr;
 }
 
+// Blocks per multiprocessor the split-K planner aims for (capped by what is resident), measured
+// on H200 with `bench gemm` (docs/gemm.md): 2 for m <= 8 (fewer splits: less staging and
+// reduction per byte), 3 for m <= 16 (more warps hide the longer mma chains).
+// QS_GEMM_SKINNY_BLOCKS_PER_SM overrides both for tuning runs.
+int blocksPerSmTarget(int nt) {
+  static const int forced = [] {
+    const char* v = std::getenv("QS_GEMM_SKINNY_BLOCKS_PER_SM");
+    const int t = v ? std::atoi(v) : 0;
+    return t >= 1 && t <= 16 ? t : 0;
+  }();
+  return forced ? forced : nt == 1 ? 2 : 3;
+}
+
 int log2Exact(int v) {
   int s = 0;
   while ((1 << s) < v) ++s;
@@ -343,30 +410,49 @@ LaunchPlan planSkinny(const DeviceQuantWeight& w, int m, int multiprocessors) {
   const int rowTiles = w.nPad / 16;
   const int rowGroups = (rowTiles + kWarps - 1) / kWarps;
   const int chunks = w.kPad / w.chunkK;
-  // Enough blocks for every multiprocessor, but at least 4 chunks per warp.
-  int splits = std::clamp((kBlocksPerSm * multiprocessors + rowGroups - 1) / rowGroups, 1, std::max(1, chunks / 4));
+  const KernelFn fn = selectKernel(w.kind, w.a8, nt);
   // Shared memory of one split: the activation tile plus the scale/zero slots of its groups.
   auto smemFor = [&](int perSplit) {
     const int groupSlots = w.a8 ? 0 : w.groupSize > 0 ? (perSplit * w.chunkK + w.groupSize - 1) / w.groupSize + 1 : 1;
     return size_t(8 * nt) * (perSplit * w.chunkK * elem + 16) + size_t(kWarps) * groupSlots * 8 * (4 + 2);
   };
-  int perSplit = (chunks + splits - 1) / splits;
-  while (perSplit > 1 && smemFor(perSplit) > size_t(kSmemBudget)) perSplit = (perSplit + 1) / 2;
-  splits = (chunks + perSplit - 1) / perSplit;
+  // The kernel is bound by instruction issue and latency, not by one block's work: an SM runs
+  // its resident blocks at nearly the speed of one until its warps saturate the schedulers.
+  // So split K as finely as keeps every block resident at once (one wave, no tail) and the
+  // blocks per SM even: the largest split count s with ceil(rowGroups * s / SMs) <= blocks
+  // an SM holds. At least two chunks per split.
+  const int target = blocksPerSmTarget(nt);
+  int best = 1, bestPer = chunks;
+  for (int s = std::max(1, chunks / 2); s >= 1; --s) {
+    const int perSplit = (chunks + s - 1) / s;
+    const int splits = (chunks + perSplit - 1) / perSplit;
+    const size_t smem = smemFor(perSplit);
+    if (smem > size_t(kSmemBudget)) break;  // fewer splits only need more shared memory
+    int resident = 0;
+    if (fn) cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, fn, kThreads, smem);
+    const int perSm = (rowGroups * splits + multiprocessors - 1) / multiprocessors;
+    if (resident > 0 && perSm <= std::min(resident, target)) {
+      best = splits, bestPer = perSplit;
+      break;
+    }
+  }
+  // Very long k with few rows: the activation tile must still fit.
+  while (bestPer > 1 && smemFor(bestPer) > size_t(kSmemBudget)) bestPer = (bestPer + 1) / 2;
+  best = (chunks + bestPer - 1) / bestPer;
 
   LaunchPlan plan;
-  plan.splits = splits;
-  plan.unitsPerSplit = perSplit;
-  if (splits > 1) {
-    plan.partialFloats = size_t(splits) * rowGroups * kThreads * 4 * nt;
+  plan.splits = best;
+  plan.unitsPerSplit = bestPer;
+  if (best > 1) {
+    plan.partialFloats = size_t(best) * rowGroups * kThreads * 4 * nt;
     plan.counters = size_t(rowGroups);
   }
-  plan.smemBytes = smemFor(perSplit);
+  plan.smemBytes = smemFor(bestPer);
   return plan;
 }
 
 void launchSkinny(const DeviceQuantWeight& w, const void* x, const float* tokenScales, int m, void* y,
-                  const LaunchPlan& plan, const SplitWorkspace& ws, cudaStream_t stream) {
+                  const LaunchPlan& plan, const SplitWorkspace& ws, cudaStream_t stream, bool pdl) {
   const int nt = m <= 8 ? 1 : 2;
   const KernelFn fn = selectKernel(w.kind, w.a8, nt);
   if (!fn) throw std::invalid_argument("skinny GEMM: no kernel for this weight kind");
@@ -396,7 +482,23 @@ void launchSkinny(const DeviceQuantWeight& w, const void* x, const float* tokenS
     throw std::invalid_argument("skinny GEMM: split-K workspace too small");
   const int rowGroups = (a.rowTiles + kWarps - 1) / kWarps;
   const dim3 grid(unsigned(rowGroups), unsigned(plan.splits));
-  fn<<<grid, kThreads, plan.smemBytes, stream>>>(a);
+  if (!pdl) {
+    fn<<<grid, kThreads, plan.smemBytes, stream>>>(a);
+    return;
+  }
+  // Programmatic dependent launch: the blocks may start (and stream their weights) while the
+  // previous kernel in the stream finishes; they wait for it before reading x (kernel step 2).
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = plan.smemBytes;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  cudaLaunchKernelEx(&cfg, fn, a);
 }
 
 void configureSkinnyKernels() {

@@ -85,6 +85,8 @@ __global__ void __launch_bounds__(kThreads) wideKernel(const WideArgs p) {
   const int stageGroups = p.groupShift == 5 ? 2 : 1;
 
   auto stagePtr = [&](int s) { return smem + s * L::kStageBytes; };
+  const uint32_t smem0 = smemAddress(smem);
+  const uint64_t policy = evictFirstPolicy();
 
   auto loadStage = [&](int s, int kt) {
     uint8_t* ws = stagePtr(s);
@@ -97,7 +99,8 @@ __global__ void __launch_bounds__(kThreads) wideKernel(const WideArgs p) {
       const int chunk = kt * L::kChunksPerStage + rest / 32;
       const int rowTile = rowTile0 + rt;
       if (rowTile < p.rowTiles && chunk < p.chunks)
-        cpAsync16Stream(ws + i * 16, p.codes + ((size_t(rowTile) * p.chunks + chunk) * 32 + rest % 32) * 16);
+        cpAsync16Stream(smem0 + s * L::kStageBytes + i * 16,
+                        p.codes + ((size_t(rowTile) * p.chunks + chunk) * 32 + rest % 32) * 16, policy);
       else
         cpAsync16(ws + i * 16, p.codes, 0);
     }
@@ -150,9 +153,10 @@ __global__ void __launch_bounds__(kThreads) wideKernel(const WideArgs p) {
 #pragma unroll
     for (int sp = 0; sp < 2; ++sp) {  // k16 steps (2sp, 2sp+1) = k offset 32*sp
       uint32_t b[4][4];
+      const uint32_t xAddr = smem0 + s * L::kStageBytes + L::kWBytes +
+                             ((wm * 32 + (lane & 7)) * kXStride + sp * 32 + 8 * (lane >> 3)) * 2;
 #pragma unroll
-      for (int nt = 0; nt < 4; ++nt)
-        ldsm4(b[nt], xs + ((wm * 32 + nt * 8 + (lane & 7)) * kXStride + sp * 32 + 8 * (lane >> 3)) * 2);
+      for (int nt = 0; nt < 4; ++nt) ldsm4(b[nt], xAddr + nt * 8 * kXStride * 2);
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int rt = wn * 2 + r;
@@ -167,7 +171,7 @@ __global__ void __launch_bounds__(kThreads) wideKernel(const WideArgs p) {
             zc = int4Zero(zz & 0xFF, zz >> 8);
           }
         }
-        __half2 s0 = __float2half2_rn(1.0f), s1 = s0;
+        __half2 s0 = asHalf2(0x3C003C00u), s1 = s0;  // half2(1, 1)
         if (grouped) {
           const __half2 pair = asHalf2(ss[(rt * 2 + sg) * 8 + g]);
           s0 = __low2half2(pair);
@@ -224,9 +228,11 @@ __global__ void __launch_bounds__(kThreads) wideKernel(const WideArgs p) {
       for (int nt = 0; nt < 4; ++nt)
         *reinterpret_cast<float4*>(mine + (r * 4 + nt) * 4) =
             make_float4(acc[r][nt][0], acc[r][nt][1], acc[r][nt][2], acc[r][nt][3]);
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) lastBlock = atomicAdd(&p.counters[tile], 1) == p.splits - 1;
+    __syncthreads();  // release through thread 0's fence, as in the skinny kernel
+    if (threadIdx.x == 0) {
+      __threadfence();
+      lastBlock = atomicAdd(&p.counters[tile], 1) == p.splits - 1;
+    }
     __syncthreads();
     if (!lastBlock) return;
     __threadfence();
@@ -310,8 +316,19 @@ LaunchPlan planWide(const DeviceQuantWeight& w, int m, int multiprocessors) {
   const int nTiles = (w.n + kBN - 1) / kBN, mTiles = (m + kBM - 1) / kBM;
   const int kTiles = (w.kPad + kBK - 1) / kBK;
   const int tiles = nTiles * mTiles;
+  // Split K only while every block stays resident (one wave): the largest split count s with
+  // ceil(tiles * s / SMs) <= blocks per SM, at least 4 k tiles per split.
+  int resident = 0;
+  if (KernelFn fn = w.a8 ? nullptr : selectKernel(w.kind))
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, fn, kThreads, smemFor(w.kind));
   int splits = 1;
-  if (tiles < multiprocessors) splits = std::clamp(multiprocessors / tiles, 1, std::max(1, kTiles / 4));
+  for (int s = std::max(1, kTiles / 4); s >= 1; --s) {
+    const int per = (kTiles + s - 1) / s, real = (kTiles + per - 1) / per;
+    if ((tiles * real + multiprocessors - 1) / multiprocessors <= std::max(1, resident)) {
+      splits = real;
+      break;
+    }
+  }
   const int perSplit = (kTiles + splits - 1) / splits;
   splits = (kTiles + perSplit - 1) / perSplit;
   LaunchPlan plan;
