@@ -8,7 +8,9 @@
 //
 // x and y are FP16 [m, k] / [m, n] row-major in the backend's memory (host memory for the CPU
 // backend, device memory for CUDA; allocate() gives such memory). On CUDA run() is
-// asynchronous on stream(); synchronize() waits.
+// asynchronous on stream(); synchronize() waits. An op-set is not thread-safe (it caches launch
+// plans and owns one workspace): use it from one thread, and capture CUDA graphs only after
+// one eager run per (weight, m) has sized the workspace.
 #include <cstdint>
 #include <memory>
 #include <string>
