@@ -7,6 +7,7 @@ void registerBenchSubcommands(CLI::App& bench, CliContext& ctx) {
   (void)bench;
   (void)ctx;
   registerBenchCodecs(bench, ctx);
+  registerBenchGemm(bench, ctx);
 }
 
 }  // namespace qs::cli

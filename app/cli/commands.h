@@ -20,5 +20,6 @@ void registerBench(CLI::App& app, CliContext& ctx);
 // registerBenchSubcommands in cmd_bench_list.cpp.
 void registerBenchSubcommands(CLI::App& bench, CliContext& ctx);
 void registerBenchCodecs(CLI::App& bench, CliContext& ctx);  // cmd_bench_codecs.cpp
+void registerBenchGemm(CLI::App& bench, CliContext& ctx);  // cmd_bench_gemm.cpp
 
 }  // namespace qs::cli

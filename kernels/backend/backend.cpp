@@ -3,6 +3,7 @@
 #include <thread>
 
 #include "kernels/common/error.h"
+#include "kernels/gemm/gemm_ops.h"
 
 namespace qs {
 
@@ -14,6 +15,13 @@ class CpuBackend final : public Backend {
   std::string name() const override {
     return "CPU (" + std::to_string(std::thread::hardware_concurrency()) + " threads)";
   }
+  GemmOps& gemm() override {
+    if (!gemm_) gemm_ = createCpuGemmOps();
+    return *gemm_;
+  }
+
+ private:
+  std::unique_ptr<GemmOps> gemm_;
 };
 }  // namespace
 

@@ -10,6 +10,8 @@
 
 namespace qs {
 
+class GemmOps;  // kernels/gemm/gemm_ops.h
+
 enum class BackendKind { Cpu, Cuda };
 enum class BackendChoice { Auto, Cpu, Cuda };
 
@@ -20,6 +22,8 @@ class Backend {
   // Shown in the status bar and printed by the CLI: "CUDA: NVIDIA H100 …" / "CPU (…)".
   virtual std::string name() const = 0;
   const DeviceInfo& device() const { return device_; }
+  // Quantized GEMM/GEMV (kernels/gemm/gemm_ops.h); created on first use.
+  virtual GemmOps& gemm() = 0;
 
  protected:
   DeviceInfo device_;
