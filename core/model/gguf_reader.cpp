@@ -1,6 +1,7 @@
 #include "core/model/gguf_reader.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <unordered_set>
@@ -33,6 +34,15 @@ constexpr uint32_t kMaxDims = 4;
 constexpr uint64_t kMaxArrayElems = uint64_t(1) << 24;
 constexpr int kMaxArrayDepth = 3;  // an array of arrays of arrays of scalars, at most
 constexpr uint64_t kMaxAlignment = uint64_t(1) << 20;
+
+// An f32 as the double with the shortest decimal form that reads back as the same float
+// (1e-05, not 9.999999747378752e-06): exact for a writer, readable for a person.
+nlohmann::json f32ToJson(float v) {
+  if (!std::isfinite(v)) return double(v);
+  char buf[32];
+  auto res = std::to_chars(buf, buf + sizeof buf, v);
+  return std::strtod(std::string(buf, res.ptr).c_str(), nullptr);
+}
 
 class GgufFile final : public ModelFile {
  public:
@@ -257,7 +267,7 @@ class GgufParser {
     c.normEps = real(p + "attention.layer_norm_rms_epsilon");
     if (c.normEps == 0) c.normEps = real(p + "attention.layer_norm_epsilon");
     c.ropeTheta = real(p + "rope.freq_base");
-    if (c.ropeTheta == 0 && arch != "gpt2") c.ropeTheta = 10000.0;  // llama.cpp's default
+    if (c.ropeTheta == 0 && (arch == "llama" || arch == "qwen2")) c.ropeTheta = 10000.0;  // llama.cpp's default
     const int64_t keyLength = integer(p + "attention.key_length");
     if (keyLength > 0 && c.nHeads > 0 && keyLength != c.dim / c.nHeads) c.explicitHeadDim = keyLength;
     c.tiedEmbeddings = m_.findTensor("output.weight") == nullptr;
@@ -303,7 +313,7 @@ class GgufParser {
       case GgufType::I32: return r_.read<int32_t>(f);
       case GgufType::U64: return r_.read<uint64_t>(f);
       case GgufType::I64: return r_.read<int64_t>(f);
-      case GgufType::F32: return double(r_.read<float>(f));
+      case GgufType::F32: return f32ToJson(r_.read<float>(f));
       case GgufType::F64: return r_.read<double>(f);
       case GgufType::Bool: {
         const uint8_t b = r_.read<uint8_t>(f);

@@ -166,7 +166,8 @@ class Builder {
     if (a == "llama" || a == "mistral" || a == "qwen2") family = GraphFamily::Llama;
     if (a == "gpt2") family = GraphFamily::Gpt2;
     g_.architecture = a.empty() ? c.sourceArchitecture : a;
-    if (family == GraphFamily::WeightsOnly) return weightsOnly();
+    // A vocabulary-only file (llama.cpp's ggml-vocab-*.gguf) has nothing to check.
+    if (family == GraphFamily::WeightsOnly || m_.tensors().empty()) return weightsOnly();
 
     // The scheme whose token embedding the file has; HF GPT-2 may carry a "transformer." prefix.
     for (const auto& s : schemes()) {
