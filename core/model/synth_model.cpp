@@ -1,6 +1,7 @@
 #include "core/model/synth_model.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <filesystem>
@@ -35,15 +36,43 @@ struct Rng {
   }
   // Uniform in the open interval (0, 1).
   float uniform() { return (float(next() >> 40) + 0.5f) * (1.0f / 16777216.0f); }
-  // Student-t with 4 degrees of freedom, scaled to unit variance: Z / sqrt(V / 4) with
-  // V ~ chi²(4) = -2 ln(u1 u2); Var(t4) = 2.
-  void studentT4Pair(float& a, float& b) {
-    const float u1 = uniform(), u2 = uniform();
-    const float r = std::sqrt(-2.0f * std::log(u1));
-    const float z1 = r * std::cos(6.2831853f * u2), z2 = r * std::sin(6.2831853f * u2);
-    a = z1 * std::sqrt(-1.0f / std::log(uniform() * uniform()));  // z sqrt(4/V) / sqrt(2)
-    b = z2 * std::sqrt(-1.0f / std::log(uniform() * uniform()));
+  // Uniform in (0, 1) with 53 bits, for the tails.
+  double uniform53() { return (double(next() >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
+};
+
+// Student-t with 4 degrees of freedom has a closed-form quantile (Wikipedia, "Student's
+// t-distribution"): with a = 4p(1 - p) and q = cos(acos(sqrt(a)) / 3) / sqrt(a),
+// F^-1(p) = sign(p - 1/2) * 2 * sqrt(q - 1). Sampling is by inversion: the body
+// (2^-10 < p < 1 - 2^-10) from a table with linear interpolation, the tails (0.2 % of draws)
+// exactly. Var(t4) = 2, so values are divided by sqrt(2) for unit variance.
+double t4Quantile(double p) {
+  const double a = 4.0 * p * (1.0 - p);
+  const double q = std::cos(std::acos(std::sqrt(a)) / 3.0) / std::sqrt(a);
+  const double t = 2.0 * std::sqrt(std::max(0.0, q - 1.0));
+  return p < 0.5 ? -t : t;
+}
+
+class StudentT4 {
+ public:
+  static constexpr double kTail = 1.0 / 1024.0;
+  static constexpr int kSteps = 1 << 14;
+  StudentT4() {
+    for (int k = 0; k <= kSteps; ++k)
+      table_[size_t(k)] = float(t4Quantile(kTail + (1.0 - 2 * kTail) * k / kSteps) * kInvSqrt2);
   }
+  float operator()(Rng& rng) const {
+    const uint64_t bits = rng.next();
+    const double p = (double(bits >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+    if (p < kTail || p > 1.0 - kTail) return float(t4Quantile(p) * kInvSqrt2);
+    const double x = (p - kTail) / (1.0 - 2 * kTail) * kSteps;
+    const int k = std::min(kSteps - 1, int(x));
+    const float f = float(x - k);
+    return table_[size_t(k)] + f * (table_[size_t(k) + 1] - table_[size_t(k)]);
+  }
+
+ private:
+  static constexpr double kInvSqrt2 = 0.70710678118654752;
+  std::array<float, kSteps + 1> table_{};
 };
 
 enum class Kind { Embedding, Linear, NormWeight, NormBias, Bias };
@@ -128,7 +157,9 @@ ModelConfig synthPresetConfig(const std::string& arch, const std::string& preset
   if (arch == "llama") {
     c.normEps = 1e-5;
     c.ropeTheta = 10000.0;
-    if (preset == "110m") {
+    if (preset == "tiny") {
+      set(128, 3, 4, 2, 320, 512, 64);  // for tests: seconds, not minutes
+    } else if (preset == "110m") {
       set(768, 12, 12, 12, 2048, 32000, 1024);  // llama2.c stories110M
       c.tiedEmbeddings = true;
     } else if (preset == "1b") {
@@ -137,19 +168,21 @@ ModelConfig synthPresetConfig(const std::string& arch, const std::string& preset
       set(4096, 32, 32, 8, 14336, 128256, 8192);  // Llama 3 8B
       c.ropeTheta = 500000.0;
     } else {
-      throwBadInput("", "--preset", "unknown preset \"" + preset + "\" (110m, 1b, 8b)");
+      throwBadInput("", "--preset", "unknown preset \"" + preset + "\" (110m, 1b, 8b; tiny for tests)");
     }
   } else if (arch == "gpt2") {
     c.normEps = 1e-5;
     c.tiedEmbeddings = true;
-    if (preset == "110m")
+    if (preset == "tiny")
+      set(128, 3, 4, 4, 512, 500, 64);  // for tests
+    else if (preset == "110m")
       set(768, 12, 12, 12, 3072, 50257, 1024);  // GPT-2 (124M)
     else if (preset == "1b")
       set(1600, 48, 25, 25, 6400, 50257, 1024);  // GPT-2 XL (1.56B)
     else if (preset == "8b")
       set(4096, 40, 32, 32, 16384, 50257, 2048);  // GPT-2 shape scaled to 8.3B
     else
-      throwBadInput("", "--preset", "unknown preset \"" + preset + "\" (110m, 1b, 8b)");
+      throwBadInput("", "--preset", "unknown preset \"" + preset + "\" (110m, 1b, 8b; tiny for tests)");
   } else {
     throwBadInput("", "--arch", "unknown architecture \"" + arch + "\" (llama, gpt2)");
   }
@@ -223,6 +256,7 @@ SynthResult writeSynthModel(const SynthOptions& opt, const std::string& outPath,
   std::mutex errorMutex;
   const int threads = opt.threads > 0 ? opt.threads : int(std::max(1u, std::thread::hardware_concurrency()));
 
+  static const StudentT4 t4;
   auto worker = [&] {
     std::vector<float> vals(kChunk);
     std::vector<std::byte> bytes(kChunk * elemBytes);
@@ -232,37 +266,45 @@ SynthResult writeSynthModel(const SynthOptions& opt, const std::string& outPath,
         const SynthTensor& t = tensors[it.tensor];
         uint64_t seed = opt.seed * 0x100000001B3ull ^ (uint64_t(it.tensor) << 32) ^ (it.first / kChunk);
         Rng rng(splitmix(seed));
-        for (uint64_t j = 0; j < it.count; j += 2) {
-          float a, b;
-          rng.studentT4Pair(a, b);
-          vals[j] = a;
-          if (j + 1 < it.count) vals[j + 1] = b;
-        }
+        for (uint64_t j = 0; j < it.count; ++j) vals[j] = t4(rng);
         const float ls = t.layer >= 0 ? layerScale[size_t(t.layer)] : 1.0f;
-        const int64_t cols = t.shape.size() == 2 ? t.shape[1] : t.shape[0];
-        for (uint64_t j = 0; j < it.count; ++j) {
-          const uint64_t e = it.first + j;
-          const uint64_t row = t.shape.size() == 2 ? e / uint64_t(cols) : 0, col = e % uint64_t(cols);
-          float v = vals[j];
-          switch (t.kind) {
-            case Kind::Embedding: v *= 0.02f; break;
-            case Kind::Bias: v *= 0.02f * ls; break;
-            case Kind::NormBias: v *= 0.02f; break;
-            case Kind::NormWeight:
-              // Positive, around 1, larger where the residual stream has its outlier channels.
-              v = std::fabs(1.0f + 0.1f * v) * (outlier[col] ? 4.0f : 1.0f);
-              break;
-            case Kind::Linear: {
-              // [out, in] (or [in, out] for Conv1D): which index is the input channel?
-              const uint64_t inCh = t.conv1d ? row : col, outCh = t.conv1d ? col : row;
-              const int64_t in = t.conv1d ? t.shape[0] : t.shape[1];
-              v *= t.gain * ls / std::sqrt(float(in));
-              if (t.readsStream && inCh < outlier.size() && outlier[inCh]) v *= 6.0f;
-              if (t.writesStream && outCh < outlier.size() && outlier[outCh]) v *= 3.0f;
-              break;
+        const uint64_t cols = uint64_t(t.shape.size() == 2 ? t.shape[1] : t.shape[0]);
+        switch (t.kind) {
+          case Kind::Embedding:
+          case Kind::NormBias:
+            for (uint64_t j = 0; j < it.count; ++j) vals[j] *= 0.02f;
+            break;
+          case Kind::Bias:
+            for (uint64_t j = 0; j < it.count; ++j) vals[j] *= 0.02f * ls;
+            break;
+          case Kind::NormWeight:
+            // Positive, around 1, larger where the residual stream has its outlier channels.
+            for (uint64_t j = 0; j < it.count; ++j)
+              vals[j] = std::fabs(1.0f + 0.1f * vals[j]) * (outlier[(it.first + j) % cols] ? 4.0f : 1.0f);
+            break;
+          case Kind::Linear: {
+            // Row by row: [out, in] (Conv1D: [in, out]) tells which index is the input channel.
+            const int64_t in = t.conv1d ? t.shape[0] : t.shape[1];
+            const float base = t.gain * ls / std::sqrt(float(in));
+            uint64_t row = it.first / cols, col = it.first % cols;
+            for (uint64_t j = 0; j < it.count;) {
+              const uint64_t n = std::min<uint64_t>(cols - col, it.count - j);
+              const bool rowIsStream = row < outlier.size() && outlier[row];
+              const float rowScale =
+                  base * ((t.conv1d ? t.readsStream : t.writesStream) && rowIsStream ? (t.conv1d ? 6.0f : 3.0f) : 1.0f);
+              const bool colsAreStream = t.conv1d ? t.writesStream : t.readsStream;
+              const float colBoost = t.conv1d ? 3.0f : 6.0f;
+              float* v = &vals[j];
+              for (uint64_t k = 0; k < n; ++k) v[k] *= rowScale;
+              if (colsAreStream)
+                for (uint64_t k = 0; k < n; ++k)
+                  if (col + k < outlier.size() && outlier[col + k]) v[k] *= colBoost;
+              j += n;
+              col = 0;
+              ++row;
             }
+            break;
           }
-          vals[j] = v;
         }
         for (uint64_t j = 0; j < it.count; ++j) {
           if (opt.dtype == DType::F32) {

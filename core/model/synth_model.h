@@ -26,7 +26,7 @@ namespace qs {
 
 struct SynthOptions {
   std::string arch = "llama";   // "llama" | "gpt2"
-  std::string preset = "110m";  // "110m" | "1b" | "8b"
+  std::string preset = "110m";  // "110m" | "1b" | "8b" ("tiny": a few MB, for tests)
   DType dtype = DType::F16;     // F16, BF16 or F32
   uint64_t seed = 1234;
   int threads = 0;              // 0: every hardware thread
