@@ -134,7 +134,8 @@ void SpmTokenizer::encodeLlamaCpp(std::string_view text, std::vector<int32_t>& o
     }
     auto it = revMerge.find(piece);
     if (it == revMerge.end() || depth > 64) {
-      for (char c : piece) out.push_back(byteTokens_[uint8_t(c)]);
+      for (char c : piece)
+        if (byteTokens_[uint8_t(c)] >= 0) out.push_back(byteTokens_[uint8_t(c)]);  // else: no way to say it
       return;
     }
     resegment(sym[size_t(it->second.first)], depth + 1);
@@ -216,7 +217,8 @@ void SpmTokenizer::encodeLlama2c(std::string_view text, std::vector<int32_t>& ou
     push(c.left, l.next);
   }
   toks.clear();
-  for (int i = sym.empty() ? -1 : 0; i >= 0; i = sym[size_t(i)].next) toks.push_back(sym[size_t(i)].id);
+  for (int i = sym.empty() ? -1 : 0; i >= 0; i = sym[size_t(i)].next)
+    if (sym[size_t(i)].id >= 0) toks.push_back(sym[size_t(i)].id);  // a byte the vocabulary cannot say is dropped
   out.insert(out.end(), toks.begin(), toks.end());
 }
 
