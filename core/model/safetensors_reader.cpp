@@ -242,6 +242,9 @@ std::unique_ptr<ModelFile> openSafetensorsSharded(const std::string& indexPath) 
       throwBadInput(indexPath, it.key(), "shard name \"" + shard + "\" is not a plain file name");
     shardIndex.emplace(shard, 0);
   }
+  // Each shard is a memory map; the kernel allows ~65k per process. Real checkpoints have < 200.
+  if (shardIndex.size() > 4096)
+    throwBadInput(indexPath, "weight_map", "names " + std::to_string(shardIndex.size()) + " shard files (at most 4096)");
   int next = 0;
   for (auto& [name, idx] : shardIndex) idx = next++;
   uint64_t total = 0;
