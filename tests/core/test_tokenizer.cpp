@@ -255,6 +255,27 @@ class TestTokenizer : public QObject {
     }
   }
 
+  void tokenizerForModelFindsTheModelsOwn() {
+    auto gguf = openModel(test::datasetPath("tokenizers/llama2/ggml-vocab-llama-spm.gguf").toStdString());
+    auto t = tokenizerForModel(*gguf);
+    QVERIFY(t);
+    QCOMPARE(t->vocabSize(), 32000);
+    auto l2c = openModel(test::stories260K().toStdString());
+    QVERIFY(!tokenizerForModel(*l2c));  // llama2.c keeps its tokenizer in a separate file
+    auto byPath = openTokenizer(test::datasetPath("models/stories260K/tok512.bin").toStdString(), 512);
+    QCOMPARE(byPath->vocabSize(), 512);
+    QS_REQUIRE_PYTHON();
+    const QString dir = tmp_.filePath("hf");
+    if (!QFileInfo::exists(dir))
+      QVERIFY(test::runFixtureScript("make_tokenizer_fixture.py",
+                                     {dir, test::datasetPath("text/tinyshakespeare.txt")}));
+    QVERIFY(test::runFixtureScript("make_safetensors_fixture.py", {"gpt2", dir + "/gpt2"}));
+    auto st = openModel((dir + "/gpt2/model.safetensors").toStdString());
+    auto bpe = tokenizerForModel(*st);  // tokenizer.json beside the weights
+    QVERIFY(bpe);
+    QCOMPARE(bpe->kindName(), std::string_view("byte-level-bpe"));
+  }
+
   void bpeHandlesArbitraryBytes() {
     QS_REQUIRE_PYTHON();
     const QString dir = tmp_.filePath("hf");
