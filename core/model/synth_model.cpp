@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <array>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 #include <atomic>
 #include <cmath>
 #include <filesystem>
@@ -74,6 +77,36 @@ class StudentT4 {
   static constexpr double kInvSqrt2 = 0.70710678118654752;
   std::array<float, kSteps + 1> table_{};
 };
+
+// float → fp16 for finite values (all synth values are finite). The F16C instruction rounds to
+// nearest even exactly like floatToHalfBits; it halves the time of a 1B-parameter model.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+__attribute__((target("avx,f16c"))) void toHalfF16c(const float* in, uint16_t* out, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(in + i);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+  }
+  for (; i < n; ++i) out[i] = floatToHalfBits(in[i]);
+}
+bool haveF16c() {
+  static const bool yes = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+  return yes;
+}
+#else
+void toHalfF16c(const float* in, uint16_t* out, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = floatToHalfBits(in[i]);
+}
+bool haveF16c() { return false; }
+#endif
+
+void toHalf(const float* in, uint16_t* out, size_t n) {
+  if (haveF16c()) {
+    toHalfF16c(in, out, n);
+    return;
+  }
+  for (size_t i = 0; i < n; ++i) out[i] = floatToHalfBits(in[i]);
+}
 
 enum class Kind { Embedding, Linear, NormWeight, NormBias, Bias };
 
@@ -260,6 +293,7 @@ SynthResult writeSynthModel(const SynthOptions& opt, const std::string& outPath,
   auto worker = [&] {
     std::vector<float> vals(kChunk);
     std::vector<std::byte> bytes(kChunk * elemBytes);
+    std::vector<uint16_t> halves(kChunk);
     try {
       for (size_t k; !failed && (k = next.fetch_add(1)) < items.size();) {
         const Item& it = items[k];
@@ -306,13 +340,14 @@ SynthResult writeSynthModel(const SynthOptions& opt, const std::string& outPath,
             break;
           }
         }
-        for (uint64_t j = 0; j < it.count; ++j) {
-          if (opt.dtype == DType::F32) {
-            std::memcpy(&bytes[j * 4], &vals[j], 4);
-          } else {
-            const uint16_t hbits = opt.dtype == DType::F16 ? floatToHalfBits(vals[j]) : floatToBf16Bits(vals[j]);
-            std::memcpy(&bytes[j * 2], &hbits, 2);
-          }
+        if (opt.dtype == DType::F32) {
+          std::memcpy(bytes.data(), vals.data(), size_t(it.count) * 4);
+        } else if (opt.dtype == DType::F16) {
+          toHalf(vals.data(), halves.data(), size_t(it.count));
+          std::memcpy(bytes.data(), halves.data(), size_t(it.count) * 2);
+        } else {
+          for (uint64_t j = 0; j < it.count; ++j) halves[j] = floatToBf16Bits(vals[j]);
+          std::memcpy(bytes.data(), halves.data(), size_t(it.count) * 2);
         }
         file.writeAt(dataStart + t.offset + it.first * elemBytes,
                      std::span(bytes.data(), size_t(it.count * elemBytes)));

@@ -14,6 +14,7 @@
 #include "core/model/synth_model.h"
 #include "core/model/tensor_stats.h"
 #include "kernels/common/error.h"
+#include "kernels/common/half.h"
 #include "kernels/ggml/ggml_types.h"
 #include "tests/core/python_fixture.h"
 #include "tests/test_util.h"
@@ -221,6 +222,20 @@ class TestModelTools : public QObject {
     auto m = openModel(tmp_.filePath("a/m.safetensors").toStdString());
     QCOMPARE(m->graph().family, GraphFamily::Gpt2);
     QVERIFY(m->graph().blocks[0].find(LinearRole::QkvFused)->transposed);
+    // F16 output is the F32 output rounded to nearest even (whichever conversion path ran).
+    QDir(tmp_.path()).mkpath("c");
+    o.dtype = DType::F32;
+    writeSynthModel(o, tmp_.filePath("c/m.safetensors").toStdString());
+    auto m32 = openModel(tmp_.filePath("c/m.safetensors").toStdString());
+    for (const char* n : {"h.0.attn.c_attn.weight", "wte.weight", "ln_f.weight"}) {
+      const auto a16 = m->tensorBytes(*m->findTensor(n));
+      const auto f32 = m32->tensorToFloat(*m32->findTensor(n));
+      for (size_t i = 0; i < f32.size(); ++i) {
+        uint16_t h;
+        std::memcpy(&h, a16.data() + 2 * i, 2);
+        QCOMPARE(h, floatToHalfBits(f32[i]));
+      }
+    }
     // No temporary files left behind.
     QCOMPARE(QDir(tmp_.filePath("a")).entryList(QDir::Files).size(), 2);
 
