@@ -6,6 +6,7 @@ namespace qs::cli {
 void registerBenchSubcommands(CLI::App& bench, CliContext& ctx) {
   (void)bench;
   (void)ctx;
+  registerBenchCodecs(bench, ctx);
   registerBenchOpen(bench, ctx);
 }
 
