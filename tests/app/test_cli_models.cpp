@@ -104,6 +104,14 @@ class TestCliModels : public QObject {
     QCOMPARE(lines(r.err), 1);
   }
 
+  void benchSynthReportsARatio() {
+    const Run r = cli({"bench", "synth", "--preset", "tiny", "--dir", tmp_.path().toStdString()});
+    QCOMPARE(r.code, 0);
+    QVERIFY(r.out.rfind("headline: synth llama tiny in") != std::string::npos);
+    QVERIFY(r.out.find("baseline: write the same bytes of zeros") != std::string::npos);
+    QVERIFY(!QFileInfo::exists(tmp_.filePath("bench-synth.safetensors")));  // cleaned up
+  }
+
   void benchOpenMeetsItsTarget() {
     const Run r = cli({"bench", "open", "--repeat", "1"});
     QCOMPARE(r.code, 0);
