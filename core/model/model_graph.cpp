@@ -338,9 +338,11 @@ class Builder {
     }
 
     g_.finalNorm = norm(pre + s.finalNorm, nk, "final_norm", d);
-    const int head = optional(pre + s.head);
+    // HF keeps lm_head outside the "transformer." prefix of GPT-2 checkpoints.
+    const std::string headName = find(pre + s.head) >= 0 ? pre + s.head : std::string(s.head);
+    const int head = optional(headName);
     if (head >= 0) {
-      g_.head = linear(LinearRole::Head, pre + s.head, nullptr, V, d, false, false);
+      g_.head = linear(LinearRole::Head, headName, nullptr, V, d, false, false);
       g_.head.name = "head";
     } else {
       // No head tensor: the token embedding doubles as the output projection.

@@ -432,6 +432,44 @@ class TestModelFormats : public QObject {
     QCOMPARE(g.parameters, m->parameterCount());
   }
 
+  void gpt2WithTransformerPrefixAndSeparateHead() {
+    // Older HF GPT-2 checkpoints: "transformer.h.N…" names, lm_head.weight outside the prefix.
+    const int64_t d = 8, V = 10, P = 4, L = 1;
+    nlohmann::ordered_json h;
+    uint64_t off = 0;
+    auto add = [&](const std::string& n, std::vector<int64_t> shape) {
+      uint64_t bytes = 4;
+      for (auto x : shape) bytes *= uint64_t(x);
+      h[n] = {{"dtype", "F32"}, {"shape", shape}, {"data_offsets", {off, off + bytes}}};
+      off += bytes;
+    };
+    add("transformer.wte.weight", {V, d});
+    add("transformer.wpe.weight", {P, d});
+    for (const char* n : {"ln_1", "ln_2"}) {
+      add(std::string("transformer.h.0.") + n + ".weight", {d});
+      add(std::string("transformer.h.0.") + n + ".bias", {d});
+    }
+    for (auto [n, i, o] : {std::tuple{"attn.c_attn", d, 3 * d}, {"attn.c_proj", d, d}, {"mlp.c_fc", d, 4 * d}, {"mlp.c_proj", 4 * d, d}}) {
+      add(std::string("transformer.h.0.") + n + ".weight", {i, o});
+      add(std::string("transformer.h.0.") + n + ".bias", {o});
+    }
+    add("transformer.ln_f.weight", {d});
+    add("transformer.ln_f.bias", {d});
+    add("lm_head.weight", {V, d});
+    QDir(tmp_.path()).mkpath("tp");
+    test::writeFile(tmp_, "tp/model.safetensors", safetensorsBytes(h.dump(), QByteArray(qsizetype(off), '\0')));
+    writeText(tmp_.filePath("tp/config.json"),
+              nlohmann::json({{"model_type", "gpt2"}, {"n_embd", d}, {"n_layer", L}, {"n_head", 2}, {"vocab_size", V},
+                              {"n_positions", P}}).dump());
+    auto m = openModel(tmp_.filePath("tp").toStdString());
+    const ModelGraph& g = m->graph();
+    QCOMPARE(g.family, GraphFamily::Gpt2);
+    QVERIFY(!g.tiedHead);
+    QCOMPARE(g.head.weightName, std::string("lm_head.weight"));
+    QVERIFY(g.unassigned.empty());
+    QCOMPARE(g.blocks[0].find(LinearRole::MlpOut)->inFeatures, 4 * d);
+  }
+
   void configContradictionsAreBadInput() {
     QS_REQUIRE_PYTHON();
     QVERIFY(made("make_safetensors_fixture.py", "llama", fx("sc")));
