@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 #include <atomic>
@@ -90,7 +91,16 @@ __attribute__((target("avx,f16c"))) void toHalfF16c(const float* in, uint16_t* o
   for (; i < n; ++i) out[i] = floatToHalfBits(in[i]);
 }
 bool haveF16c() {
-  static const bool yes = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+  // CPUID leaf 1: ECX bit 29 F16C, bit 28 AVX, bit 27 OSXSAVE; XCR0 bits 1-2: the OS saves
+  // SSE and AVX state. (clang-14's __builtin_cpu_supports does not know "f16c".)
+  static const bool yes = [] {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
+    if (!(c & (1u << 29)) || !(c & (1u << 28)) || !(c & (1u << 27))) return false;
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return (lo & 6u) == 6u;
+  }();
   return yes;
 }
 #else
