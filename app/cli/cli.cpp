@@ -15,6 +15,7 @@ int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
   CliContext ctx{out, err};
   registerInspect(app, ctx);
   registerBench(app, ctx);
+  registerSynth(app, ctx);
 
   try {
     app.parse(argc, argv);

@@ -8,6 +8,8 @@ void registerBenchSubcommands(CLI::App& bench, CliContext& ctx) {
   (void)ctx;
   registerBenchCodecs(bench, ctx);
   registerBenchGemm(bench, ctx);
+  registerBenchOpen(bench, ctx);
+  registerBenchSynth(bench, ctx);
 }
 
 }  // namespace qs::cli
