@@ -1,0 +1,157 @@
+#include "kernels/ops/cpu_transformer_ops.h"
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace qs {
+namespace {
+
+using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using ConstMap = Eigen::Map<const RowMatrix>;
+using Map = Eigen::Map<RowMatrix>;
+
+class CpuTransformerOps final : public TransformerOps {
+ public:
+  void linear(const float* x, int64_t T, int64_t K, const float* W, int64_t N, const float* bias,
+              float* y, bool weightTransposed) override {
+    ConstMap X(x, T, K);
+    Map Y(y, T, N);
+    if (weightTransposed)
+      Y.noalias() = X * ConstMap(W, K, N);
+    else
+      Y.noalias() = X * ConstMap(W, N, K).transpose();
+    if (bias) Y.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(bias, N);
+  }
+
+  void rmsNorm(const float* x, const float* w, int64_t T, int64_t D, float eps, float* out) override {
+    for (int64_t t = 0; t < T; ++t) {
+      const float* xr = x + t * D;
+      float* o = out + t * D;
+      double ss = 0;
+      for (int64_t i = 0; i < D; ++i) ss += double(xr[i]) * xr[i];
+      const float inv = 1.0f / std::sqrt(float(ss / double(D)) + eps);
+      for (int64_t i = 0; i < D; ++i) o[i] = xr[i] * inv * w[i];
+    }
+  }
+
+  void layerNorm(const float* x, const float* w, const float* b, int64_t T, int64_t D, float eps,
+                 float* out) override {
+    for (int64_t t = 0; t < T; ++t) {
+      const float* xr = x + t * D;
+      float* o = out + t * D;
+      double mean = 0;
+      for (int64_t i = 0; i < D; ++i) mean += xr[i];
+      mean /= double(D);
+      double var = 0;
+      for (int64_t i = 0; i < D; ++i) var += (xr[i] - mean) * (xr[i] - mean);
+      var /= double(D);
+      const float inv = float(1.0 / std::sqrt(var + double(eps)));
+      for (int64_t i = 0; i < D; ++i)
+        o[i] = float(xr[i] - mean) * inv * w[i] + (b ? b[i] : 0.0f);
+    }
+  }
+
+  void rope(float* q, float* k, const int32_t* positions, int64_t T, const AttentionShape& s,
+            float theta, RopeMode mode) override {
+    const int hd = s.headDim, half = hd / 2;
+    std::vector<float> cosv(static_cast<size_t>(half)), sinv(static_cast<size_t>(half));
+    for (int64_t t = 0; t < T; ++t) {
+      for (int i = 0; i < half; ++i) {
+        // Same expression as llama2.c's run.c: freq = 1 / theta^(2i / headDim), in float.
+        const float freq = 1.0f / std::pow(theta, float(2 * i) / float(hd));
+        const float angle = float(positions[t]) * freq;
+        cosv[size_t(i)] = std::cos(angle);
+        sinv[size_t(i)] = std::sin(angle);
+      }
+      auto rotate = [&](float* vec, int heads) {
+        for (int h = 0; h < heads; ++h) {
+          float* v = vec + int64_t(h) * hd;
+          for (int i = 0; i < half; ++i) {
+            const int a = mode == RopeMode::Interleaved ? 2 * i : i;
+            const int b = mode == RopeMode::Interleaved ? 2 * i + 1 : i + half;
+            const float x0 = v[a], x1 = v[b];
+            v[a] = x0 * cosv[size_t(i)] - x1 * sinv[size_t(i)];
+            v[b] = x0 * sinv[size_t(i)] + x1 * cosv[size_t(i)];
+          }
+        }
+      };
+      rotate(q + t * int64_t(s.nHeads) * hd, s.nHeads);
+      rotate(k + t * int64_t(s.nKvHeads) * hd, s.nKvHeads);
+    }
+  }
+
+  void attention(const float* q, const float* k, const float* v, const int32_t* positions,
+                 int64_t T, const AttentionShape& s, float* kCache, float* vCache,
+                 float* out) override {
+    const int64_t kvDim = int64_t(s.nKvHeads) * s.headDim;
+    const int64_t qDim = int64_t(s.nHeads) * s.headDim;
+    for (int64_t t = 0; t < T; ++t) {
+      std::copy_n(k + t * kvDim, kvDim, kCache + int64_t(positions[t]) * kvDim);
+      std::copy_n(v + t * kvDim, kvDim, vCache + int64_t(positions[t]) * kvDim);
+    }
+    const int group = s.nHeads / s.nKvHeads;
+    const float scale = 1.0f / std::sqrt(float(s.headDim));
+    const int64_t work = T * s.nHeads;
+#pragma omp parallel
+    {
+      std::vector<float> scores(size_t(s.maxSeq));
+#pragma omp for schedule(static)
+      for (int64_t w = 0; w < work; ++w) {
+        const int64_t t = w / s.nHeads;
+        const int h = int(w % s.nHeads);
+        const int kvh = h / group;
+        const int64_t len = int64_t(positions[t]) + 1;  // causal: attend to 0..pos
+        const float* qv = q + t * qDim + int64_t(h) * s.headDim;
+        float maxScore = -INFINITY;
+        for (int64_t p = 0; p < len; ++p) {
+          const float* kv = kCache + p * kvDim + int64_t(kvh) * s.headDim;
+          float dot = 0;
+          for (int i = 0; i < s.headDim; ++i) dot += qv[i] * kv[i];
+          scores[size_t(p)] = dot * scale;
+          maxScore = std::max(maxScore, scores[size_t(p)]);
+        }
+        float sum = 0;
+        for (int64_t p = 0; p < len; ++p) {
+          scores[size_t(p)] = std::exp(scores[size_t(p)] - maxScore);
+          sum += scores[size_t(p)];
+        }
+        float* o = out + t * qDim + int64_t(h) * s.headDim;
+        std::fill_n(o, s.headDim, 0.0f);
+        for (int64_t p = 0; p < len; ++p) {
+          const float a = scores[size_t(p)] / sum;
+          const float* vv = vCache + p * kvDim + int64_t(kvh) * s.headDim;
+          for (int i = 0; i < s.headDim; ++i) o[i] += a * vv[i];
+        }
+      }
+    }
+  }
+
+  void swiglu(const float* gate, const float* up, int64_t n, float* out) override {
+    for (int64_t i = 0; i < n; ++i) {
+      const float g = gate[i];
+      out[i] = g / (1.0f + std::exp(-g)) * up[i];
+    }
+  }
+
+  void geluTanh(float* x, int64_t n) override {
+    constexpr float kSqrt2OverPi = 0.7978845608028654f;
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = x[i];
+      x[i] = 0.5f * v * (1.0f + std::tanh(kSqrt2OverPi * (v + 0.044715f * v * v * v)));
+    }
+  }
+
+  void add(float* x, const float* y, int64_t n) override {
+    for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<TransformerOps> createCpuTransformerOps() {
+  return std::make_unique<CpuTransformerOps>();
+}
+
+}  // namespace qs

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Builds the CLI and the test programs for a GPU machine without Qt Widgets (and without Qt at
+# all: the Qt Core/Test shared libraries and their dependencies are staged next to the
+# binaries), and stages what a run there needs into .carry/ (git-ignored):
+#   .carry/build-gpu/  binaries + ctest files (no object files)
+#   .carry/libs/       shared libraries the GPU machine lacks
+# On the GPU machine, scripts/gpu/run.sh puts them back where ctest expects them.
+# Usage: scripts/gpu/stage.sh [extra cmake args]
+# QS_CARRY_DIR: where to stage (default: <this checkout>/.carry). The device tool sends only the
+# main checkout, so a build from another worktree stages into /work/main/.carry and runs with
+# SOURCE_ROOT = that worktree (run.sh recreates the path there).
+# QS_STAGE_LIBS=0: skip the shared libraries (quantscope-cli alone needs none of them).
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+build=$root/build-gpu
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DQS_GUI=OFF -DQS_CUDA=ON \
+      -DQS_PYTHON=python3 "$@" >/dev/null
+cmake --build "$build" -j "$(nproc)"
+
+stage=${QS_CARRY_DIR:-$root/.carry}
+rm -rf "$stage/build-gpu" "$stage/libs"
+mkdir -p "$stage/build-gpu" "$stage/libs"
+# ctest files and binaries only
+(cd "$build" && find . \( -name '*.cmake' -o -name 'CTestTestfile.cmake' \) -not -path '*/CMakeFiles/*' \
+   -print0 | xargs -0 -I{} cp --parents {} "$stage/build-gpu/")
+cp -r "$build/bin" "$stage/build-gpu/bin"
+strip --strip-debug "$stage"/build-gpu/bin/* 2>/dev/null || true
+
+# Shared libraries the stock Ubuntu 24.04 CUDA image lacks (Qt Core/Test and what they pull
+# in: ICU 72, glib, double-conversion, libb2, pcre2; HDF5 and its compression libraries):
+# everything ldd resolves except the C/C++ runtime, which the newer system there provides.
+skip='linux-vdso|ld-linux|/libc\.so|/libm\.so|/libstdc\+\+|/libgcc_s|/libpthread|/libdl\.so|/librt\.so|/libcuda\.so'
+for exe in "$stage"/build-gpu/bin/*; do
+  ldd "$exe" | awk '$3 ~ /^\// {print $3}' | grep -Ev "$skip" || true
+done | sort -u | while read -r lib; do
+  [[ ${QS_STAGE_LIBS:-1} == 1 ]] && cp -L "$lib" "$stage/libs/"
+done
+du -sh "$stage/build-gpu" "$stage/libs"
+echo "source root recorded in the ctest files: $root"

@@ -1,0 +1,172 @@
+// kernels/ops CPU reference: each op against a direct double-precision formulation on random
+// inputs of odd sizes; RoPE layouts agree up to the q/k permutation that relates them.
+#include <QtTest>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "kernels/ops/cpu_transformer_ops.h"
+
+using namespace qs;
+
+namespace {
+std::vector<float> randn(size_t n, unsigned seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+double relErr(const std::vector<float>& a, const std::vector<double>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num += (a[i] - ref[i]) * (a[i] - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+}  // namespace
+
+class TestTransformerOps : public QObject {
+  Q_OBJECT
+  std::unique_ptr<TransformerOps> ops_ = createCpuTransformerOps();
+
+ private slots:
+  void linearMatchesDoubleReference_data() {
+    QTest::addColumn<int>("T");
+    QTest::addColumn<int>("K");
+    QTest::addColumn<int>("N");
+    QTest::addColumn<bool>("transposed");
+    QTest::newRow("1x7x5") << 1 << 7 << 5 << false;
+    QTest::newRow("13x64x33") << 13 << 64 << 33 << false;
+    QTest::newRow("13x64x33 T") << 13 << 64 << 33 << true;
+    QTest::newRow("37x129x300") << 37 << 129 << 300 << false;
+  }
+  void linearMatchesDoubleReference() {
+    QFETCH(int, T);
+    QFETCH(int, K);
+    QFETCH(int, N);
+    QFETCH(bool, transposed);
+    auto x = randn(size_t(T * K), 1), W = randn(size_t(N * K), 2), b = randn(size_t(N), 3);
+    std::vector<float> y(size_t(T * N));
+    ops_->linear(x.data(), T, K, W.data(), N, b.data(), y.data(), transposed);
+    std::vector<double> ref(size_t(T * N));
+    for (int t = 0; t < T; ++t)
+      for (int n = 0; n < N; ++n) {
+        double acc = b[size_t(n)];
+        for (int k = 0; k < K; ++k)
+          acc += double(x[size_t(t * K + k)]) *
+                 (transposed ? W[size_t(k * N + n)] : W[size_t(n * K + k)]);
+        ref[size_t(t * N + n)] = acc;
+      }
+    QVERIFY2(relErr(y, ref) < 1e-6, qPrintable(QString::number(relErr(y, ref))));
+  }
+
+  void normsMatchDefinition() {
+    const int T = 5, D = 37;
+    auto x = randn(T * D, 4, 3.0f), w = randn(D, 5), b = randn(D, 6);
+    std::vector<float> rms(T * D), ln(T * D);
+    ops_->rmsNorm(x.data(), w.data(), T, D, 1e-5f, rms.data());
+    ops_->layerNorm(x.data(), w.data(), b.data(), T, D, 1e-5f, ln.data());
+    std::vector<double> rref(T * D), lref(T * D);
+    for (int t = 0; t < T; ++t) {
+      double ss = 0, mean = 0, var = 0;
+      for (int i = 0; i < D; ++i) ss += double(x[t * D + i]) * x[t * D + i], mean += x[t * D + i];
+      mean /= D;
+      for (int i = 0; i < D; ++i) var += (x[t * D + i] - mean) * (x[t * D + i] - mean);
+      var /= D;
+      for (int i = 0; i < D; ++i) {
+        rref[t * D + i] = x[t * D + i] / std::sqrt(ss / D + 1e-5) * w[i];
+        lref[t * D + i] = (x[t * D + i] - mean) / std::sqrt(var + 1e-5) * w[i] + b[i];
+      }
+    }
+    QVERIFY(relErr(rms, rref) < 1e-6);
+    QVERIFY(relErr(ln, lref) < 1e-6);
+  }
+
+  void ropeLayoutsAgreeUpToPermutation() {
+    // HalfSplit applied to a head whose entries were permuted (even indices first, then odd)
+    // equals Interleaved applied to the original: this is the relation between Meta and HF q/k.
+    AttentionShape s{4, 2, 12, 64};
+    const int T = 3;
+    const int32_t pos[T] = {0, 7, 41};
+    auto q = randn(T * 4 * 12, 7), k = randn(T * 2 * 12, 8);
+    auto permute = [&](const std::vector<float>& v, int heads) {
+      std::vector<float> p(v.size());
+      for (int t = 0; t < T; ++t)
+        for (int h = 0; h < heads; ++h)
+          for (int i = 0; i < 6; ++i) {
+            const float* src = v.data() + (t * heads + h) * 12;
+            float* dst = p.data() + (t * heads + h) * 12;
+            dst[i] = src[2 * i];
+            dst[i + 6] = src[2 * i + 1];
+          }
+      return p;
+    };
+    auto qi = q, ki = k;
+    ops_->rope(qi.data(), ki.data(), pos, T, s, 10000.0f, RopeMode::Interleaved);
+    auto qh = permute(q, 4), kh = permute(k, 2);
+    ops_->rope(qh.data(), kh.data(), pos, T, s, 10000.0f, RopeMode::HalfSplit);
+    const auto qiP = permute(qi, 4), kiP = permute(ki, 2);
+    for (size_t i = 0; i < qh.size(); ++i) QCOMPARE(qh[i], qiP[i]);
+    for (size_t i = 0; i < kh.size(); ++i) QCOMPARE(kh[i], kiP[i]);
+    // Position 0 is the identity.
+    auto q0 = randn(4 * 12, 9), k0 = randn(2 * 12, 10);
+    auto q0c = q0, k0c = k0;
+    const int32_t zero = 0;
+    ops_->rope(q0.data(), k0.data(), &zero, 1, s, 10000.0f, RopeMode::Interleaved);
+    QVERIFY(q0 == q0c && k0 == k0c);
+  }
+
+  void attentionIsCausalGqaSoftmax() {
+    AttentionShape s{6, 2, 8, 32};
+    const int T = 11;
+    std::vector<int32_t> pos(T);
+    for (int t = 0; t < T; ++t) pos[t] = t;
+    auto q = randn(T * 48, 11), k = randn(T * 16, 12), v = randn(T * 16, 13);
+    std::vector<float> kc(32 * 16, NAN), vc(32 * 16, NAN), out(T * 48);
+    // Prefill the first 6 tokens, then decode the rest one by one: same as one pass.
+    ops_->attention(q.data(), k.data(), v.data(), pos.data(), 6, s, kc.data(), vc.data(), out.data());
+    for (int t = 6; t < T; ++t)
+      ops_->attention(q.data() + t * 48, k.data() + t * 16, v.data() + t * 16, pos.data() + t, 1, s,
+                      kc.data(), vc.data(), out.data() + t * 48);
+    std::vector<double> ref(T * 48);
+    for (int t = 0; t < T; ++t)
+      for (int h = 0; h < 6; ++h) {
+        const int kvh = h / 3;
+        std::vector<double> sc(t + 1);
+        double mx = -1e300, sum = 0;
+        for (int p = 0; p <= t; ++p) {
+          double d = 0;
+          for (int i = 0; i < 8; ++i) d += double(q[t * 48 + h * 8 + i]) * k[p * 16 + kvh * 8 + i];
+          sc[p] = d / std::sqrt(8.0);
+          mx = std::max(mx, sc[p]);
+        }
+        for (auto& x : sc) sum += (x = std::exp(x - mx));
+        for (int i = 0; i < 8; ++i) {
+          double o = 0;
+          for (int p = 0; p <= t; ++p) o += sc[p] / sum * v[p * 16 + kvh * 8 + i];
+          ref[t * 48 + h * 8 + i] = o;
+        }
+      }
+    QVERIFY2(relErr(out, ref) < 1e-6, qPrintable(QString::number(relErr(out, ref))));
+  }
+
+  void activations() {
+    std::vector<float> g{-3.0f, -0.5f, 0.0f, 0.7f, 4.0f}, u{1, 2, 3, 4, 5}, o(5);
+    ops_->swiglu(g.data(), u.data(), 5, o.data());
+    for (int i = 0; i < 5; ++i)
+      QVERIFY(std::abs(o[i] - g[i] / (1 + std::exp(-double(g[i]))) * u[i]) < 1e-6);
+    std::vector<float> x{-3.0f, -1.0f, 0.0f, 0.5f, 2.0f};
+    auto y = x;
+    ops_->geluTanh(y.data(), 5);
+    for (int i = 0; i < 5; ++i) {
+      const double v = x[i];
+      const double ref = 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+      QVERIFY(std::abs(y[i] - ref) < 1e-6);
+    }
+  }
+};
+
+QTEST_GUILESS_MAIN(TestTransformerOps)
+#include "test_transformer_ops.moc"

@@ -1,0 +1,120 @@
+// widgets: histogram and channel plots hold the data they were given, toggle log scale, export
+// to PNG/SVG/PDF (atomically), and tables export to CSV.
+#include <QStandardItemModel>
+#include <QtTest>
+#include <random>
+
+#include "tests/test_util.h"
+#include "widgets/channel_plot.h"
+#include "widgets/histogram_plot.h"
+#include "widgets/plot_export.h"
+
+using namespace qs::widgets;
+
+namespace {
+HistogramSeries gaussianSeries(int bins, int n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> d(0.0, 1.0);
+  HistogramSeries s{QStringLiteral("weights"), -4, 4, std::vector<double>(size_t(bins)), Qt::blue, true};
+  for (int i = 0; i < n; ++i) {
+    const double x = d(rng);
+    const int b = int((x + 4) / 8 * bins);
+    if (b >= 0 && b < bins) s.counts[size_t(b)] += 1;
+  }
+  return s;
+}
+int nonBackgroundPixels(const QImage& img) {
+  const QRgb bg = img.pixel(2, 2);
+  int n = 0;
+  for (int y = 0; y < img.height(); y += 2)
+    for (int x = 0; x < img.width(); x += 2) n += img.pixel(x, y) != bg;
+  return n;
+}
+}  // namespace
+
+class TestPlots : public QObject {
+  Q_OBJECT
+  QTemporaryDir tmp_;
+
+ private slots:
+  void histogramHoldsSeriesAndGrid() {
+    HistogramPlot plot;
+    plot.resize(640, 400);
+    plot.setSeries({gaussianSeries(128, 20000, 1)});
+    QCOMPARE(plot.pointCount(), 128);
+    std::vector<double> levels;
+    for (int q = -8; q <= 7; ++q) levels.push_back(q * 0.5);
+    plot.setGrid(levels, -4.0, 3.5);
+    QCOMPARE(plot.gridLevelCount(), 16);
+    QCOMPARE(plot.graphCount(), 3);  // grid, clip, weights
+    plot.setLogScale(true);
+    QVERIFY(plot.logScale());
+    QCOMPARE(plot.yAxis->scaleType(), QCPAxis::stLogarithmic);
+    plot.setLogScale(false);
+    const QImage img = plot.toPixmap(640, 400).toImage();
+    QVERIFY2(nonBackgroundPixels(img) > 2000, "plot looks blank");
+    QDir().mkpath(QS_BINARY_DIR "/screenshots");
+    QVERIFY(img.save(QS_BINARY_DIR "/screenshots/histogram_plot.png"));
+  }
+
+  void channelPlotFlagsOutliers() {
+    ChannelPlot plot;
+    std::vector<double> v(300, 1.0);
+    v[17] = 20.0;
+    v[250] = 9.0;
+    plot.setValues(v, "absmax");
+    QCOMPARE(plot.pointCount(), 300);
+    QCOMPARE(plot.outlierCount(), 2);
+    QCOMPARE(plot.median(), 1.0);
+  }
+
+  void exportsPlotInThreeFormats_data() {
+    QTest::addColumn<QString>("suffix");
+    QTest::addColumn<QByteArray>("magic");
+    QTest::newRow("png") << "png" << QByteArray("\x89PNG");
+    QTest::newRow("svg") << "svg" << QByteArray("<?xml");
+    QTest::newRow("pdf") << "pdf" << QByteArray("%PDF");
+  }
+  void exportsPlotInThreeFormats() {
+    QFETCH(QString, suffix);
+    QFETCH(QByteArray, magic);
+    HistogramPlot plot;
+    plot.resize(500, 300);
+    plot.setSeries({gaussianSeries(64, 5000, 2)});
+    const QString path = tmp_.filePath("hist." + suffix);
+    QString error;
+    QVERIFY2(exportPlot(&plot, path, &error, 500, 300), qPrintable(error));
+    const QByteArray bytes = qs::test::readAll(path);
+    QVERIFY(bytes.size() > 500);
+    QVERIFY(bytes.startsWith(magic));
+    // no temporary files left next to it
+    QCOMPARE(QDir(tmp_.path()).entryList(QDir::AllEntries | QDir::NoDotAndDotDot | QDir::Hidden)
+                 .filter(".qs-export").size(), 0);
+  }
+
+  void exportRejectsUnknownSuffixAndBadFolder() {
+    HistogramPlot plot;
+    QString error;
+    QVERIFY(!exportPlot(&plot, tmp_.filePath("x.bmpx"), &error));
+    QVERIFY(error.contains("x.bmpx"));
+    QVERIFY(!exportPlot(&plot, "/nonexistent-dir/x.png", &error));
+    QVERIFY(error.contains("/nonexistent-dir/x.png"));
+  }
+
+  void tableExportsCsvWithQuoting() {
+    QStandardItemModel m(2, 2);
+    m.setHorizontalHeaderLabels({"layer", "note"});
+    m.setItem(0, 0, new QStandardItem("blocks.0.q"));
+    m.setItem(0, 1, new QStandardItem("a, \"quoted\" note"));
+    m.setItem(1, 0, new QStandardItem("blocks.1.q"));
+    m.setItem(1, 1, new QStandardItem("plain"));
+    const QString path = tmp_.filePath("t.csv");
+    QString error;
+    QVERIFY2(exportTableCsv(&m, path, &error), qPrintable(error));
+    QCOMPARE(QString::fromUtf8(qs::test::readAll(path)),
+             QString("layer,note\nblocks.0.q,\"a, \"\"quoted\"\" note\"\nblocks.1.q,plain\n"));
+  }
+};
+
+QTEST_MAIN(TestPlots)
+#include "test_plots.moc"

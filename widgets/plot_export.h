@@ -1,0 +1,22 @@
+#pragma once
+// Exporting what the user sees: every plot to PNG, SVG or PDF (by file suffix), every table to
+// CSV. Both write to a temporary file and rename (QSaveFile), so a failed export never leaves a
+// half-written file behind.
+#include <QString>
+
+class QCustomPlot;
+class QAbstractItemModel;
+class QWidget;
+
+namespace qs::widgets {
+
+// Returns false and fills *error (naming the file) on failure.
+bool exportPlot(QCustomPlot* plot, const QString& path, QString* error, int width = 0, int height = 0);
+bool exportTableCsv(const QAbstractItemModel* model, const QString& path, QString* error);
+
+// Adds "Export plot…" to the plot's right-click menu (asks for a file, reports errors).
+void installPlotExportMenu(QCustomPlot* plot);
+// File dialog + exportTableCsv + error box.
+void exportTableInteractive(const QAbstractItemModel* model, QWidget* parent, const QString& suggestedName);
+
+}  // namespace qs::widgets
