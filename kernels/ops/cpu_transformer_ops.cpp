@@ -5,12 +5,17 @@
 #include <cmath>
 #include <vector>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 namespace qs {
 namespace {
 
 using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using ConstMap = Eigen::Map<const RowMatrix>;
 using Map = Eigen::Map<RowMatrix>;
+constexpr int64_t kSkinnyRows = 8;  // up to this many tokens a product is bandwidth-bound
 
 class CpuTransformerOps final : public TransformerOps {
  public:
@@ -18,7 +23,25 @@ class CpuTransformerOps final : public TransformerOps {
               float* y, bool weightTransposed) override {
     ConstMap X(x, T, K);
     Map Y(y, T, N);
-    if (weightTransposed)
+    if (!weightTransposed && T <= kSkinnyRows && N >= 256) {
+      // Decode-sized products are matrix-vector work, which Eigen runs on one thread: split the
+      // output features across threads instead (each reads its own rows of W once).
+#pragma omp parallel
+      {
+#ifdef _OPENMP
+        const int nt = omp_get_num_threads(), id = omp_get_thread_num();
+#else
+        const int nt = 1, id = 0;
+#endif
+        const int64_t chunk = (N + nt - 1) / nt, n0 = std::min<int64_t>(N, id * chunk),
+                      n1 = std::min<int64_t>(N, n0 + chunk);
+        if (n1 > n0) {
+          Eigen::Map<const RowMatrix> Wc(W + n0 * K, n1 - n0, K);
+          Eigen::Map<RowMatrix, 0, Eigen::OuterStride<>> Yc(y + n0, T, n1 - n0, Eigen::OuterStride<>(N));
+          Yc.noalias() = X * Wc.transpose();
+        }
+      }
+    } else if (weightTransposed)
       Y.noalias() = X * ConstMap(W, K, N);
     else
       Y.noalias() = X * ConstMap(W, N, K).transpose();
