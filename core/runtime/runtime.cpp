@@ -149,7 +149,7 @@ void Runtime::removeTap(int id) {
 }
 void Runtime::clearTaps() { taps_.clear(); }
 
-void Runtime::emit(TapKind kind, int block, int linear, const float* data, int64_t rows,
+void Runtime::fireTap(TapKind kind, int block, int linear, const float* data, int64_t rows,
                    int64_t cols) {
   if (taps_.empty()) return;
   TapEvent e{kind, block, linear, data, rows, cols, tapStartPos_};
@@ -163,10 +163,10 @@ void Runtime::reset() {
 
 void Runtime::linear(int i, const float* x, int64_t T, float* y, int block) {
   const LinearLayer& l = *linears_[size_t(i)];
-  emit(TapKind::LinearInput, block, i, x, T, l.inFeatures);
+  fireTap(TapKind::LinearInput, block, i, x, T, l.inFeatures);
   const LinearWeights& lw = weights_[size_t(i)];
   ops_.linear(x, T, l.inFeatures, lw.w(), l.outFeatures, lw.bias.empty() ? nullptr : lw.bias.data(), y);
-  emit(TapKind::LinearOutput, block, i, y, T, l.outFeatures);
+  fireTap(TapKind::LinearOutput, block, i, y, T, l.outFeatures);
 }
 
 void Runtime::embed(std::span<const int32_t> tokens, int32_t startPos, float* x) {
@@ -190,7 +190,7 @@ void Runtime::runBlock(int b, float* x, int64_t T, int32_t startPos) {
     runGpt2Block(b, x, T, startPos);
   else
     runLlamaBlock(b, x, T, startPos);
-  emit(TapKind::Residual, b, -1, x, T, dim_);
+  fireTap(TapKind::Residual, b, -1, x, T, dim_);
 }
 
 void Runtime::runLlamaBlock(int b, float* x, int64_t T, int32_t startPos) {
@@ -265,7 +265,7 @@ void Runtime::head(const float* x, int64_t T, float* logits) {
   else
     ops_.rmsNorm(x, finalNorm_.w.data(), T, dim_, normEps_, h.data());
   linear(headLinear_, h.data(), T, logits, -1);
-  emit(TapKind::Logits, -1, -1, logits, T, vocab_);
+  fireTap(TapKind::Logits, -1, -1, logits, T, vocab_);
 }
 
 void Runtime::forward(std::span<const int32_t> tokens, int32_t startPos, std::vector<float>& logits,

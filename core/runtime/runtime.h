@@ -84,7 +84,7 @@ class Runtime {
     const float* w() const { return replaced.empty() ? original.data() : replaced.data(); }
   };
   void linear(int i, const float* x, int64_t T, float* y, int block);
-  void emit(TapKind kind, int block, int linear, const float* data, int64_t rows, int64_t cols);
+  void fireTap(TapKind kind, int block, int linear, const float* data, int64_t rows, int64_t cols);
   void runLlamaBlock(int b, float* x, int64_t T, int32_t startPos);
   void runGpt2Block(int b, float* x, int64_t T, int32_t startPos);
   std::vector<float> loadTensor(const ModelFile& file, int index) const;

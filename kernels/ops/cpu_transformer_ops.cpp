@@ -16,6 +16,8 @@ using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::Ro
 using ConstMap = Eigen::Map<const RowMatrix>;
 using Map = Eigen::Map<RowMatrix>;
 constexpr int64_t kSkinnyRows = 8;  // up to this many tokens a product is bandwidth-bound
+// Below this many multiply-adds a parallel region costs more than it saves (thread wake-up).
+constexpr int64_t kParallelMinWork = 1 << 18;
 
 class CpuTransformerOps final : public TransformerOps {
  public:
@@ -23,7 +25,7 @@ class CpuTransformerOps final : public TransformerOps {
               float* y, bool weightTransposed) override {
     ConstMap X(x, T, K);
     Map Y(y, T, N);
-    if (!weightTransposed && T <= kSkinnyRows && N >= 256) {
+    if (!weightTransposed && T <= kSkinnyRows && N * K >= kParallelMinWork) {
       // Decode-sized products are matrix-vector work, which Eigen runs on one thread: split the
       // output features across threads instead (each reads its own rows of W once).
 #pragma omp parallel
@@ -117,7 +119,8 @@ class CpuTransformerOps final : public TransformerOps {
     const int group = s.nHeads / s.nKvHeads;
     const float scale = 1.0f / std::sqrt(float(s.headDim));
     const int64_t work = T * s.nHeads;
-#pragma omp parallel
+    const int64_t flops = work * (int64_t(positions[T - 1]) + 1) * s.headDim;
+#pragma omp parallel if (flops >= kParallelMinWork)
     {
       std::vector<float> scores(size_t(s.maxSeq));
 #pragma omp for schedule(static)
