@@ -15,6 +15,8 @@ struct CliContext {
 
 void registerInspect(CLI::App& app, CliContext& ctx);
 void registerBench(CLI::App& app, CliContext& ctx);
+void registerGenerate(CLI::App& app, CliContext& ctx);
+void registerPerplexity(CLI::App& app, CliContext& ctx);
 
 // Benchmarks, each a subcommand of `bench` (cmd_bench_*.cpp). Add yours to
 // registerBenchSubcommands in cmd_bench_list.cpp.
