@@ -17,6 +17,7 @@ int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
   registerGenerate(app, ctx);
   registerPerplexity(app, ctx);
   registerBench(app, ctx);
+  registerSynth(app, ctx);
 
   try {
     app.parse(argc, argv);

@@ -6,6 +6,8 @@ namespace qs::cli {
 void registerBenchSubcommands(CLI::App& bench, CliContext& ctx) {
   (void)bench;
   (void)ctx;
+  registerBenchCodecs(bench, ctx);
+  registerBenchOpen(bench, ctx);
 }
 
 }  // namespace qs::cli

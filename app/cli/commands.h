@@ -17,9 +17,12 @@ void registerInspect(CLI::App& app, CliContext& ctx);
 void registerBench(CLI::App& app, CliContext& ctx);
 void registerGenerate(CLI::App& app, CliContext& ctx);
 void registerPerplexity(CLI::App& app, CliContext& ctx);
+void registerSynth(CLI::App& app, CliContext& ctx);
 
 // Benchmarks, each a subcommand of `bench` (cmd_bench_*.cpp). Add yours to
 // registerBenchSubcommands in cmd_bench_list.cpp.
 void registerBenchSubcommands(CLI::App& bench, CliContext& ctx);
+void registerBenchCodecs(CLI::App& bench, CliContext& ctx);  // cmd_bench_codecs.cpp
+void registerBenchOpen(CLI::App& bench, CliContext& ctx);
 
 }  // namespace qs::cli

@@ -71,9 +71,10 @@ class GgufParser {
   void parse() {
     r_.skip(4, "header.magic");
     const uint32_t version = r_.read<uint32_t>("header.version");
-    if (version < 1 || version > 3)
+    if (version < 2 || version > 3)
       throw Error(ErrorKind::Unsupported,
-                  "GGUF version " + std::to_string(version) + " is not supported (1 to 3)",
+                  "GGUF version " + std::to_string(version) +
+                      " is not supported (2 and 3; llama.cpp dropped version 1 too)",
                   m_.path_, "header.version");
     m_.version_ = version;
     // Version 1 stored counts and lengths as u32, later versions as u64.
@@ -201,7 +202,7 @@ class GgufParser {
                       "data [" + std::to_string(rel) + ", +" + std::to_string(t.nbytes) +
                           ") runs past the end of the data section (" + std::to_string(dataBytes) +
                           " bytes)");
-      if (k > 0) {
+      if (k > 0 && t.nbytes > 0) {  // an empty tensor overlaps nothing
         const TensorInfo& prev = m_.tensors_[order[k - 1]];
         const uint64_t prevRel = relOffsets[order[k - 1]];
         if (prevRel + prev.nbytes > rel)

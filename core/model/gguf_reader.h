@@ -1,5 +1,6 @@
 #pragma once
-// GGUF (llama.cpp's model file), versions 2 and 3 (version 1, with 32-bit counts, is read too).
+// GGUF (llama.cpp's model file), versions 2 and 3. Version 1 (32-bit counts) is refused as
+// Unsupported, as llama.cpp refuses it.
 //
 //   magic "GGUF" | u32 version | u64 n_tensors | u64 n_kv
 //   n_kv × (string key, u32 value type, value)            -- metadata

@@ -33,6 +33,8 @@ std::string TensorInfo::shapeString() const {
 nlohmann::ordered_json ModelConfig::toJson() const {
   nlohmann::ordered_json j;
   j["architecture"] = architecture.empty() ? "weights-only" : architecture;
+  if (!sourceArchitecture.empty() && sourceArchitecture != architecture)
+    j["source_architecture"] = sourceArchitecture;
   auto put = [&](const char* k, int64_t v) {
     if (v) j[k] = v;
   };
@@ -41,6 +43,7 @@ nlohmann::ordered_json ModelConfig::toJson() const {
   put("n_layers", nLayers);
   put("n_heads", nHeads);
   put("n_kv_heads", nKvHeads);
+  put("head_dim", explicitHeadDim);
   put("vocab_size", vocabSize);
   put("seq_len", maxSeqLen);
   if (normEps > 0) j["norm_eps"] = normEps;

@@ -360,7 +360,7 @@ class Builder {
     for (const auto& [name, i] : index_) {
       const std::string bp = pre + s.blockPrefix;
       if (used_[size_t(i)] || name.compare(0, bp.size(), bp) != 0) continue;
-      const int64_t n = std::atoll(name.c_str() + bp.size());
+      const int64_t n = std::strtoll(name.c_str() + bp.size(), nullptr, 10);  // saturates, never UB
       if (n >= c.nLayers)
         throwBadInput(m_.path(), name,
                       "belongs to block " + std::to_string(n) + " but the config has n_layers " +

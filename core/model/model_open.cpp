@@ -54,6 +54,7 @@ std::unique_ptr<ModelFile> openByContent(const std::string& path) {
 
 std::unique_ptr<ModelFile> openModel(const std::string& path) {
   auto model = openByContent(path);
+  if (model->config_.sourceArchitecture.empty()) model->config_.sourceArchitecture = model->config_.architecture;
   model->graph_ = buildModelGraph(*model);
   return model;
 }

@@ -134,7 +134,8 @@ void SpmTokenizer::encodeLlamaCpp(std::string_view text, std::vector<int32_t>& o
     }
     auto it = revMerge.find(piece);
     if (it == revMerge.end() || depth > 64) {
-      for (char c : piece) out.push_back(byteTokens_[uint8_t(c)]);
+      for (char c : piece)
+        if (byteTokens_[uint8_t(c)] >= 0) out.push_back(byteTokens_[uint8_t(c)]);  // else: no way to say it
       return;
     }
     resegment(sym[size_t(it->second.first)], depth + 1);
@@ -163,29 +164,61 @@ void SpmTokenizer::encodeLlama2c(std::string_view text, std::vector<int32_t>& ou
     }
     off += n;
   }
-  std::string pair;
-  while (true) {
-    float best = -1e10f;
-    int32_t bestId = -1;
-    size_t bestIdx = 0;
-    for (size_t i = 0; i + 1 < toks.size(); ++i) {
-      if (toks[i] < 0 || toks[i + 1] < 0) continue;
-      pair = vocab_.tokens[size_t(toks[i])];
-      pair += vocab_.tokens[size_t(toks[i + 1])];
-      const int32_t id = vocab_.find(pair);
-      if (id >= 0) {
-        const float sc = vocab_.scores.empty() ? 0.0f : vocab_.scores[size_t(id)];
-        if (sc > best) {
-          best = sc;
-          bestId = id;
-          bestIdx = i;
-        }
-      }
+  // run.c merges, again and again, the adjacent pair with the best score anywhere in the
+  // sequence (the leftmost on ties, scores <= -1e10 never). A priority queue ordered by (score
+  // desc, left position asc) with stale entries skipped makes exactly the same choices in
+  // O(n log n) instead of run.c's O(n²) rescans: positions keep their order as symbols merge.
+  struct Sym {
+    int32_t id;
+    int prev, next;
+    uint32_t version;
+  };
+  struct Cand {
+    float score;
+    int left, right;
+    uint32_t vl, vr;
+    int32_t merged;
+  };
+  struct CandOrder {
+    bool operator()(const Cand& a, const Cand& b) const {
+      return a.score < b.score || (a.score == b.score && a.left > b.left);
     }
-    if (bestId < 0) break;
-    toks[bestIdx] = bestId;
-    toks.erase(toks.begin() + std::ptrdiff_t(bestIdx) + 1);
+  };
+  std::vector<Sym> sym(toks.size());
+  for (size_t i = 0; i < toks.size(); ++i)
+    sym[i] = {toks[i], int(i) - 1, i + 1 < toks.size() ? int(i) + 1 : -1, 0};
+  std::priority_queue<Cand, std::vector<Cand>, CandOrder> queue;
+  std::string pair;
+  auto push = [&](int l, int r) {
+    if (l < 0 || r < 0 || sym[size_t(l)].id < 0 || sym[size_t(r)].id < 0) return;
+    pair = vocab_.tokens[size_t(sym[size_t(l)].id)];
+    pair += vocab_.tokens[size_t(sym[size_t(r)].id)];
+    const int32_t id = vocab_.find(pair);
+    if (id < 0) return;
+    const float sc = vocab_.scores.empty() ? 0.0f : vocab_.scores[size_t(id)];
+    if (!(sc > -1e10f)) return;
+    queue.push({sc, l, r, sym[size_t(l)].version, sym[size_t(r)].version, id});
+  };
+  for (int i = 0; i + 1 < int(sym.size()); ++i) push(i, i + 1);
+  std::vector<bool> alive(sym.size(), true);
+  while (!queue.empty()) {
+    const Cand c = queue.top();
+    queue.pop();
+    Sym& l = sym[size_t(c.left)];
+    if (!alive[size_t(c.left)] || !alive[size_t(c.right)] || l.next != c.right || l.version != c.vl ||
+        sym[size_t(c.right)].version != c.vr)
+      continue;  // stale
+    l.id = c.merged;
+    ++l.version;
+    alive[size_t(c.right)] = false;
+    l.next = sym[size_t(c.right)].next;
+    if (l.next >= 0) sym[size_t(l.next)].prev = c.left;
+    push(l.prev, c.left);
+    push(c.left, l.next);
   }
+  toks.clear();
+  for (int i = sym.empty() ? -1 : 0; i >= 0; i = sym[size_t(i)].next)
+    if (sym[size_t(i)].id >= 0) toks.push_back(sym[size_t(i)].id);  // a byte the vocabulary cannot say is dropped
   out.insert(out.end(), toks.begin(), toks.end());
 }
 

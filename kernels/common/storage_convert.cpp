@@ -11,21 +11,6 @@
 
 namespace qs {
 
-float fp8E4M3ToFloat(uint8_t v) {
-  const bool neg = v & 0x80u;
-  const int exp = (v >> 3) & 0xF;
-  const int mant = v & 0x7;
-  if (exp == 0xF && mant == 0x7) return std::numeric_limits<float>::quiet_NaN();
-  float mag = exp == 0 ? std::ldexp(float(mant), -9)                 // subnormal: m/8 · 2^-6
-                       : std::ldexp(float(8 + mant), exp - 7 - 3);  // (1 + m/8) · 2^(e-7)
-  return neg ? -mag : mag;
-}
-
-float fp8E5M2ToFloat(uint8_t v) {
-  // E5M2 is the top byte of an IEEE binary16.
-  return halfBitsToFloat(uint16_t(uint16_t(v) << 8));
-}
-
 namespace {
 template <typename T>
 void convertPlain(std::span<const std::byte> in, std::span<float> out) {

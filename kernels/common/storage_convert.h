@@ -7,12 +7,9 @@
 #include <span>
 
 #include "kernels/common/dtype.h"
+#include "kernels/formats/fp8.h"  // fp8E4M3ToFloat / fp8E5M2ToFloat (header-only, host + device)
 
 namespace qs {
-
-// Decodes one FP8 value (OCP "FN" E4M3: no infinities, 0x7F/0xFF are NaN; E5M2: IEEE-like).
-float fp8E4M3ToFloat(uint8_t v);
-float fp8E5M2ToFloat(uint8_t v);
 
 // `out.size()` values are read from `in`, which must hold exactly their storage bytes.
 void storageToFloat(DType type, std::span<const std::byte> in, std::span<float> out);

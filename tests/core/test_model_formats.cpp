@@ -670,6 +670,9 @@ class TestModelFormats : public QObject {
     QCOMPARE(m->formatDescription(), std::string("GGUF version 2"));
     std::memcpy(b.data() + 4, &nine, 4);
     expectError(test::writeFile(tmp_, "v9.gguf", b), ErrorKind::Unsupported, "header.version");
+    const uint32_t one = 1;  // GGUF v1 (32-bit counts) is refused, as llama.cpp refuses it
+    std::memcpy(b.data() + 4, &one, 4);
+    expectError(test::writeFile(tmp_, "v1.gguf", b), ErrorKind::Unsupported, "header.version");
   }
 
   // ---- hostile safetensors ---------------------------------------------------------------------
@@ -708,6 +711,17 @@ class TestModelFormats : public QObject {
     QFETCH(QString, message);
     expectError(test::writeFile(tmp_, "lie.safetensors", bytes), ErrorKind::BadInput,
                 qPrintable(field), qPrintable(message));
+  }
+
+  void safetensorsEmptyTensorsOverlapNothing() {
+    const QString p = test::writeFile(
+        tmp_, "empty.safetensors",
+        safetensorsBytes(R"({"a":{"dtype":"U8","shape":[8],"data_offsets":[0,8]},"e":{"dtype":"F32","shape":[0,3],"data_offsets":[4,4]}})",
+                         QByteArray(8, 'x')));
+    auto m = openModel(p.toStdString());
+    QCOMPARE(m->tensors().size(), size_t(2));
+    QCOMPARE(m->findTensor("e")->elements(), uint64_t(0));
+    QVERIFY(m->tensorToFloat(*m->findTensor("e")).empty());
   }
 
   void safetensorsHugeHeaderLengthIsNotSafetensors() {

@@ -162,6 +162,53 @@ class TestTokenizer : public QObject {
     }
   }
 
+  void llama2cModeMakesRunCsChoices() {
+    // run.c's encode() written out literally (rescan for the best pair after every merge) as the
+    // reference for the O(n log n) implementation, on real text and on random Unicode.
+    auto tok = loadLlama2cTokenizer(test::datasetPath("models/stories260K/tok512.bin").toStdString(), 512);
+    const Vocabulary& v = tok->vocab();
+    auto literal = [&](const std::string& text) {
+      std::vector<int32_t> t{1};
+      if (text.empty()) return t;
+      t.push_back(v.find(" "));
+      for (size_t off = 0; off < text.size();) {
+        size_t n = 1;
+        while (off + n < text.size() && n < 4 && (uint8_t(text[off + n]) & 0xC0) == 0x80) ++n;
+        const int32_t id = v.find(text.substr(off, n));
+        if (id >= 0) t.push_back(id);
+        else for (size_t k = 0; k < n; ++k) t.push_back(uint8_t(text[off + k]) + 3);
+        off += n;
+      }
+      while (true) {
+        float best = -1e10f;
+        int32_t bestId = -1;
+        size_t bestIdx = 0;
+        for (size_t i = 0; i + 1 < t.size(); ++i) {
+          const int32_t id = v.find(v.tokens[size_t(t[i])] + v.tokens[size_t(t[i + 1])]);
+          if (id >= 0 && v.scores[size_t(id)] > best) best = v.scores[size_t(id)], bestId = id, bestIdx = i;
+        }
+        if (bestId < 0) break;
+        t[bestIdx] = bestId;
+        t.erase(t.begin() + std::ptrdiff_t(bestIdx) + 1);
+      }
+      return t;
+    };
+    const QString text = QString::fromUtf8(test::readAll(test::datasetPath("text/tinystories_validation_head.txt")));
+    std::vector<std::string> samples;
+    for (const QString& l : text.split('\n', Qt::SkipEmptyParts).mid(0, 40)) samples.push_back(l.toStdString());
+    std::mt19937 rng(9);
+    const char* pieces[] = {"a", "the ", "é", "🦙", "  ", "\n", "ing", "x", "日本", "\t", "aaaa", "<0x41>"};
+    for (int i = 0; i < 300; ++i) {
+      std::string s;
+      for (int k = int(rng() % 25); k > 0; --k) s += pieces[rng() % std::size(pieces)];
+      samples.push_back(s);
+    }
+    for (const auto& s : samples) {
+      const auto have = tok->encode(s, {.addBos = true}, SpmEncodeMode::Llama2c);
+      QVERIFY2(have == literal(s), qPrintable(QString::fromStdString(s)));
+    }
+  }
+
   void stories260KTokenizer() {
     auto tok = loadLlama2cTokenizer(test::datasetPath("models/stories260K/tok512.bin").toStdString(), 512);
     QCOMPARE(tok->vocabSize(), 512);
@@ -206,6 +253,27 @@ class TestTokenizer : public QObject {
                                         "\n want " + idsText(want)));
       QCOMPARE(tok->decode(have, true), text);
     }
+  }
+
+  void tokenizerForModelFindsTheModelsOwn() {
+    auto gguf = openModel(test::datasetPath("tokenizers/llama2/ggml-vocab-llama-spm.gguf").toStdString());
+    auto t = tokenizerForModel(*gguf);
+    QVERIFY(t);
+    QCOMPARE(t->vocabSize(), 32000);
+    auto l2c = openModel(test::stories260K().toStdString());
+    QVERIFY(!tokenizerForModel(*l2c));  // llama2.c keeps its tokenizer in a separate file
+    auto byPath = openTokenizer(test::datasetPath("models/stories260K/tok512.bin").toStdString(), 512);
+    QCOMPARE(byPath->vocabSize(), 512);
+    QS_REQUIRE_PYTHON();
+    const QString dir = tmp_.filePath("hf");
+    if (!QFileInfo::exists(dir))
+      QVERIFY(test::runFixtureScript("make_tokenizer_fixture.py",
+                                     {dir, test::datasetPath("text/tinyshakespeare.txt")}));
+    QVERIFY(test::runFixtureScript("make_safetensors_fixture.py", {"gpt2", dir + "/gpt2"}));
+    auto st = openModel((dir + "/gpt2/model.safetensors").toStdString());
+    auto bpe = tokenizerForModel(*st);  // tokenizer.json beside the weights
+    QVERIFY(bpe);
+    QCOMPARE(bpe->kindName(), std::string_view("byte-level-bpe"));
   }
 
   void bpeHandlesArbitraryBytes() {
