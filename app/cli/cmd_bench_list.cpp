@@ -8,6 +8,7 @@ void registerBenchSubcommands(CLI::App& bench, CliContext& ctx) {
   (void)ctx;
   registerBenchCodecs(bench, ctx);
   registerBenchOpen(bench, ctx);
+  registerBenchRuntime(bench, ctx);
 }
 
 }  // namespace qs::cli

@@ -24,5 +24,6 @@ void registerSynth(CLI::App& app, CliContext& ctx);
 void registerBenchSubcommands(CLI::App& bench, CliContext& ctx);
 void registerBenchCodecs(CLI::App& bench, CliContext& ctx);  // cmd_bench_codecs.cpp
 void registerBenchOpen(CLI::App& bench, CliContext& ctx);
+void registerBenchRuntime(CLI::App& bench, CliContext& ctx);  // cmd_bench_runtime.cpp
 
 }  // namespace qs::cli
