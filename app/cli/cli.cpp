@@ -14,6 +14,8 @@ int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
   app.require_subcommand(0, 1);
   CliContext ctx{out, err};
   registerInspect(app, ctx);
+  registerGenerate(app, ctx);
+  registerPerplexity(app, ctx);
   registerBench(app, ctx);
   registerSynth(app, ctx);
 

@@ -10,6 +10,7 @@ void registerBenchSubcommands(CLI::App& bench, CliContext& ctx) {
   registerBenchGemm(bench, ctx);
   registerBenchOpen(bench, ctx);
   registerBenchSynth(bench, ctx);
+  registerBenchRuntime(bench, ctx);
 }
 
 }  // namespace qs::cli

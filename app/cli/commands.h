@@ -15,6 +15,8 @@ struct CliContext {
 
 void registerInspect(CLI::App& app, CliContext& ctx);
 void registerBench(CLI::App& app, CliContext& ctx);
+void registerGenerate(CLI::App& app, CliContext& ctx);
+void registerPerplexity(CLI::App& app, CliContext& ctx);
 void registerSynth(CLI::App& app, CliContext& ctx);
 
 // Benchmarks, each a subcommand of `bench` (cmd_bench_*.cpp). Add yours to
@@ -24,5 +26,6 @@ void registerBenchCodecs(CLI::App& bench, CliContext& ctx);  // cmd_bench_codecs
 void registerBenchGemm(CLI::App& bench, CliContext& ctx);  // cmd_bench_gemm.cpp
 void registerBenchOpen(CLI::App& bench, CliContext& ctx);
 void registerBenchSynth(CLI::App& bench, CliContext& ctx);
+void registerBenchRuntime(CLI::App& bench, CliContext& ctx);  // cmd_bench_runtime.cpp
 
 }  // namespace qs::cli
