@@ -1,8 +1,6 @@
 #include "widgets/model_tree_model.h"
 
 #include <QLocale>
-#include <QRegularExpression>
-#include <map>
 
 #include "core/model/model_file.h"
 
@@ -18,36 +16,55 @@ void ModelTreeModel::setModel(std::shared_ptr<const ModelFile> model) {
   model_ = std::move(model);
   groups_.clear();
   if (model_) {
-    // Block index from the common naming schemes: llama2.c/Meta "layers.N.", HF
-    // "model.layers.N.", GGUF "blk.N.", GPT-2 "h.N." / "transformer.h.N.".
-    static const QRegularExpression blockRe(
-        QStringLiteral(R"(^(?:model\.|transformer\.)?(?:layers|blk|h|blocks)\.(\d+)\.)"));
-    Group embeddings{tr("Embeddings"), {}, 0}, head{tr("Head"), {}, 0}, other{tr("Other"), {}, 0};
-    std::map<int, Group> blocks;
+    // Groups come from the model's ModelGraph: embeddings, one node per block (its tensors in
+    // execution order: norm, q, k, v, o, norm, gate, up, down — biases after their weights),
+    // the head (final norm, output projection unless tied) and whatever the graph leaves over.
+    const ModelGraph& g = model_->graph();
     const auto& ts = model_->tensors();
-    for (int i = 0; i < int(ts.size()); ++i) {
-      const QString name = QString::fromStdString(ts[size_t(i)].name);
-      Group* g = &other;
-      if (auto m = blockRe.match(name); m.hasMatch()) {
-        const int b = m.captured(1).toInt();
-        auto [it, inserted] = blocks.try_emplace(b);
-        if (inserted) it->second.title = tr("Block %1").arg(b);
-        g = &it->second;
-      } else if (name.contains(QLatin1String("embed")) || name.startsWith(QLatin1String("wte")) ||
-                 name.startsWith(QLatin1String("wpe")) || name.startsWith(QLatin1String("token_embd"))) {
-        g = &embeddings;
-      } else if (name.contains(QLatin1String("norm")) || name.startsWith(QLatin1String("output")) ||
-                 name.startsWith(QLatin1String("lm_head")) || name.startsWith(QLatin1String("ln_f"))) {
-        g = &head;
+    std::vector<bool> placed(ts.size(), false);
+    auto take = [&](Group& grp, int i) {
+      if (i < 0 || i >= int(ts.size()) || placed[size_t(i)]) return;
+      placed[size_t(i)] = true;
+      grp.tensors.push_back(i);
+      if (ts[size_t(i)].isParameter) grp.params += ts[size_t(i)].elements();
+    };
+    Group embeddings{tr("Embeddings"), {}, 0}, head{tr("Head"), {}, 0}, other{tr("Other"), {}, 0};
+    take(embeddings, g.tokenEmbedding.weight);
+    take(embeddings, g.positionEmbedding.weight);
+    std::vector<Group> blocks;
+    for (const GraphBlock& b : g.blocks) {
+      Group grp{tr("Block %1").arg(b.index), {}, 0};
+      auto norm = [&](const NormLayer& n) {
+        take(grp, n.weight);
+        take(grp, n.bias);
+      };
+      // The attention norm, the attention projections, the MLP norm, the MLP projections.
+      norm(b.attnNorm);
+      bool mlpNormDone = false;
+      for (const LinearLayer& l : b.linears) {
+        const bool mlp = l.role == LinearRole::Gate || l.role == LinearRole::Up ||
+                         l.role == LinearRole::Down || l.role == LinearRole::MlpIn ||
+                         l.role == LinearRole::MlpOut;
+        if (mlp && !mlpNormDone) {
+          norm(b.ffnNorm);
+          mlpNormDone = true;
+        }
+        take(grp, l.weight);
+        take(grp, l.bias);
       }
-      g->tensors.push_back(i);
-      if (ts[size_t(i)].isParameter) g->params += ts[size_t(i)].elements();
+      norm(b.ffnNorm);
+      for (int o : b.otherTensors) take(grp, o);
+      blocks.push_back(std::move(grp));
     }
-    auto push = [&](Group& g) {
-      if (!g.tensors.empty()) groups_.push_back(std::move(g));
+    take(head, g.finalNorm.weight);
+    take(head, g.finalNorm.bias);
+    if (!g.tiedHead) take(head, g.head.weight);
+    for (int i = 0; i < int(ts.size()); ++i) take(other, i);  // loose linears, buffers, extras
+    auto push = [&](Group& grp) {
+      if (!grp.tensors.empty()) groups_.push_back(std::move(grp));
     };
     push(embeddings);
-    for (auto& [b, g] : blocks) push(g);
+    for (auto& b : blocks) push(b);
     push(head);
     push(other);
   }

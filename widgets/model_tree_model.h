@@ -1,6 +1,7 @@
 #pragma once
-// The model panel's item model: a thin adapter over a ModelFile's tensor table, grouped into
-// "Embeddings", one node per block, "Head" and "Other". Columns: name, shape, parameters, dtype.
+// The model panel's item model: a thin adapter over a ModelFile's tensor table, grouped by the
+// model's ModelGraph into "Embeddings", one node per block, "Head" and "Other". Columns: name,
+// shape, parameters, dtype.
 #include <QAbstractItemModel>
 #include <memory>
 #include <vector>

@@ -37,7 +37,10 @@ int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
       ->capture_default_str();
   app.fallthrough();  // --backend also after the subcommand: `bench calib --backend cpu`
   registerInspect(app, ctx);
+  registerGenerate(app, ctx);
+  registerPerplexity(app, ctx);
   registerBench(app, ctx);
+  registerSynth(app, ctx);
 
   try {
     app.parse(argc, argv);

@@ -7,6 +7,10 @@ void registerBenchSubcommands(CLI::App& bench, CliContext& ctx) {
   (void)bench;
   (void)ctx;
   registerBenchCodecs(bench, ctx);
+  registerBenchGemm(bench, ctx);
+  registerBenchOpen(bench, ctx);
+  registerBenchSynth(bench, ctx);
+  registerBenchRuntime(bench, ctx);
   registerBenchCalib(bench, ctx);
 }
 

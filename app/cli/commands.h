@@ -25,11 +25,18 @@ struct CliContext {
 
 void registerInspect(CLI::App& app, CliContext& ctx);
 void registerBench(CLI::App& app, CliContext& ctx);
+void registerGenerate(CLI::App& app, CliContext& ctx);
+void registerPerplexity(CLI::App& app, CliContext& ctx);
+void registerSynth(CLI::App& app, CliContext& ctx);
 
 // Benchmarks, each a subcommand of `bench` (cmd_bench_*.cpp). Add yours to
 // registerBenchSubcommands in cmd_bench_list.cpp.
 void registerBenchSubcommands(CLI::App& bench, CliContext& ctx);
 void registerBenchCodecs(CLI::App& bench, CliContext& ctx);  // cmd_bench_codecs.cpp
+void registerBenchGemm(CLI::App& bench, CliContext& ctx);  // cmd_bench_gemm.cpp
+void registerBenchOpen(CLI::App& bench, CliContext& ctx);
+void registerBenchSynth(CLI::App& bench, CliContext& ctx);
+void registerBenchRuntime(CLI::App& bench, CliContext& ctx);  // cmd_bench_runtime.cpp
 void registerBenchCalib(CLI::App& bench, CliContext& ctx);   // cmd_bench_calib.cpp
 
 }  // namespace qs::cli

@@ -25,6 +25,7 @@ JobRunner::~JobRunner() {
 quint64 JobRunner::submit(const QString& tag, const QString& title, Work work) {
   std::lock_guard lock(mutex_);
   const quint64 id = nextId_++;
+  latest_[tag] = id;
   // Replace a queued job with the same tag; cancel a running one.
   for (auto it = queue_.begin(); it != queue_.end();) {
     if (it->tag == tag) {
@@ -114,9 +115,14 @@ void JobRunner::loop() {
       error = QString::fromUtf8(e.what());
     }
     auto cancelFlag = job->cancel;
-    QMetaObject::invokeMethod(this, [self, id, title, deliver = std::move(deliver), error, cancelled,
+    const QString tag = job->tag;
+    QMetaObject::invokeMethod(this, [self, id, tag, title, deliver = std::move(deliver), error, cancelled,
                                      cancelFlag] {
       if (!self) return;
+      {
+        std::lock_guard lock(self->mutex_);
+        if (self->latest_.value(tag) != id) cancelFlag->store(true);  // superseded meanwhile
+      }
       // A job cancelled after it finished (superseded while its result was in flight) is dropped.
       if (cancelled || cancelFlag->load()) {
         emit self->jobCancelled(id, title);

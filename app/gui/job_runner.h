@@ -3,8 +3,10 @@
 // by one thread, as in RenderDoc's ReplayManager). Jobs carry a tag: submitting a job whose tag
 // matches a queued one replaces it, and cancels a running one with that tag, so a slider that
 // fires faster than work completes never builds a backlog. Progress and results come back as
-// queued calls on the GUI thread; a cancelled or superseded job delivers nothing.
+// queued calls on the GUI thread; a cancelled or superseded job delivers nothing, even one that
+// had already finished when a newer job with its tag arrived.
 #include <QObject>
+#include <QHash>
 #include <QString>
 #include <atomic>
 #include <condition_variable>
@@ -56,6 +58,7 @@ class JobRunner : public QObject {
   std::shared_ptr<Job> running_;
   bool stopping_ = false;
   quint64 nextId_ = 1;
+  QHash<QString, quint64> latest_;  // newest job id per tag: older results are dropped
   std::thread worker_;
 };
 

@@ -16,6 +16,9 @@
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QMimeData>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QTabWidget>
 #include <QSettings>
 #include <QSortFilterProxyModel>
 #include <QStatusBar>
@@ -28,6 +31,9 @@
 #include "core/model/model_file.h"
 #include "kernels/common/error.h"
 #include "kernels/device/device_info.h"
+#include "app/gui/job_runner.h"
+#include "core/analysis/layer_analysis.h"
+#include "widgets/layer_view.h"
 #include "widgets/model_tree_model.h"
 
 namespace qs::app {
@@ -76,7 +82,11 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   updateMemoryLabel();
 }
 
-MainWindow::~MainWindow() { loadWatcher_.waitForFinished(); }
+MainWindow::~MainWindow() {
+  delete jobs_;  // joins the worker before the views its results would update go away
+  jobs_ = nullptr;
+  loadWatcher_.waitForFinished();
+}
 
 void MainWindow::buildUi() {
   treeModel_ = new widgets::ModelTreeModel(this);
@@ -119,7 +129,66 @@ void MainWindow::buildUi() {
   summary_ = new QTextBrowser;
   summary_->setObjectName(QStringLiteral("modelSummary"));
   summary_->setOpenLinks(false);
-  setCentralWidget(summary_);
+  layerView_ = new widgets::LayerView;
+  tabs_ = new QTabWidget;
+  tabs_->setObjectName(QStringLiteral("centralTabs"));
+  tabs_->addTab(summary_, tr("Model"));
+  tabs_->addTab(layerView_, tr("Layer"));
+  setCentralWidget(tabs_);
+  {
+    QSettings settings;
+    layerView_->setFormatText(settings.value(QStringLiteral("layer/format"), QStringLiteral("int4-g128-sym")).toString());
+    layerView_->setBins(settings.value(QStringLiteral("layer/bins"), 256).toInt());
+    layerView_->setLogScale(settings.value(QStringLiteral("layer/log"), false).toBool());
+  }
+  connect(layerView_, &widgets::LayerView::requestChanged, this, &MainWindow::requestLayerAnalysis);
+  connect(tree_->selectionModel(), &QItemSelectionModel::currentChanged, this,
+          [this](const QModelIndex& current) {
+            const QString name = current.data(widgets::ModelTreeModel::TensorNameRole).toString();
+            if (!name.isEmpty()) selectTensor(name);
+          });
+
+  // Jobs: one worker thread; the status bar shows the running job with a Cancel button.
+  jobs_ = new JobRunner(this);
+  jobLabel_ = new QLabel;
+  jobProgress_ = new QProgressBar;
+  jobProgress_->setObjectName(QStringLiteral("jobProgress"));
+  jobProgress_->setRange(0, 1000);
+  jobProgress_->setMaximumWidth(180);
+  jobCancel_ = new QPushButton(tr("Cancel"));
+  jobCancel_->setObjectName(QStringLiteral("jobCancel"));
+  for (QWidget* w : {static_cast<QWidget*>(jobLabel_), static_cast<QWidget*>(jobProgress_),
+                     static_cast<QWidget*>(jobCancel_)}) {
+    statusBar()->addWidget(w);
+    w->hide();
+  }
+  connect(jobCancel_, &QPushButton::clicked, jobs_, &JobRunner::cancelAll);
+  connect(jobs_, &JobRunner::jobStarted, this, [this](quint64, const QString& title) {
+    jobLabel_->setText(title);
+    jobProgress_->setValue(0);
+    jobLabel_->show();
+    jobProgress_->show();
+    jobCancel_->show();
+  });
+  connect(jobs_, &JobRunner::jobProgress, this, [this](quint64, double f, const QString& stage) {
+    jobProgress_->setValue(int(f * 1000));
+    jobProgress_->setFormat(stage);
+  });
+  auto jobEnded = [this] {
+    if (jobs_->busy()) return;
+    jobLabel_->hide();
+    jobProgress_->hide();
+    jobCancel_->hide();
+  };
+  connect(jobs_, &JobRunner::jobFinished, this, jobEnded);
+  connect(jobs_, &JobRunner::jobCancelled, this, jobEnded);
+  connect(jobs_, &JobRunner::jobFailed, this, [this, jobEnded](quint64, const QString& title, const QString& message) {
+    jobEnded();
+    if (title.startsWith(tr("Analysing")))
+      layerView_->setError(message);
+    else
+      statusBar()->showMessage(tr("%1 failed: %2").arg(title, message), 10000);
+  });
 
   backendLabel_ = new QLabel(tr("Detecting compute device…"));
   backendLabel_->setObjectName(QStringLiteral("backendLabel"));
@@ -190,6 +259,9 @@ void MainWindow::onLoadFinished() {
   }
   model_ = std::move(r.model);
   modelPath_ = path;
+  jobs_->cancel(QStringLiteral("layer"));
+  layerView_->setTensor({});
+  tabs_->setCurrentWidget(summary_);
   treeModel_->setModel(model_);
   tree_->expandToDepth(0);
   setWindowTitle(tr("%1 — Quantscope").arg(QFileInfo(path).fileName()));
@@ -230,6 +302,38 @@ void MainWindow::showSummary() {
   summary_->setHtml(html);
 }
 
+void MainWindow::selectTensor(const QString& tensor) {
+  layerView_->setTensor(tensor);
+  tabs_->setCurrentWidget(layerView_);
+  requestLayerAnalysis();
+}
+
+void MainWindow::requestLayerAnalysis() {
+  if (!model_) return;
+  const auto request = layerView_->request();
+  if (!request) return;
+  saveLayerSettings();
+  std::shared_ptr<const ModelFile> model = model_;
+  const LayerAnalysisRequest req = *request;
+  // Tag "layer": a newer request (another layer, format or slider value) replaces this one.
+  jobs_->submit(QStringLiteral("layer"), tr("Analysing %1").arg(QString::fromStdString(req.tensorName)),
+                [this, model, req](const JobContext& ctx) -> std::function<void()> {
+                  auto result = std::make_shared<LayerAnalysis>(analyzeLayer(*model, req, ctx));
+                  return [this, result, model] {
+                    if (model != model_ || layerView_->tensor().toStdString() != result->tensorName) return;
+                    layerView_->setAnalysis(*result);
+                    emit layerAnalysed(QString::fromStdString(result->tensorName));
+                  };
+                });
+}
+
+void MainWindow::saveLayerSettings() {
+  QSettings settings;
+  settings.setValue(QStringLiteral("layer/format"), layerView_->formatText());
+  settings.setValue(QStringLiteral("layer/bins"), layerView_->bins());
+  settings.setValue(QStringLiteral("layer/log"), layerView_->logScale());
+}
+
 void MainWindow::addRecent(const QString& path) {
   QSettings settings;
   QStringList recent = settings.value(kRecentKey).toStringList();
@@ -254,6 +358,8 @@ void MainWindow::updateMemoryLabel() {
 }
 
 void MainWindow::closeEvent(QCloseEvent* e) {
+  jobs_->cancelAll();
+  saveLayerSettings();
   QSettings settings;
   settings.setValue(QStringLiteral("mainWindow/geometry"), saveGeometry());
   settings.setValue(QStringLiteral("mainWindow/state"), saveState());

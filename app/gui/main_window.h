@@ -12,12 +12,19 @@ class QSortFilterProxyModel;
 class QTextBrowser;
 class QTreeView;
 class QMessageBox;
+class QProgressBar;
+class QPushButton;
+class QTabWidget;
 
 namespace qs {
 class ModelFile;
 }
 namespace qs::widgets {
 class ModelTreeModel;
+class LayerView;
+}
+namespace qs::app {
+class JobRunner;
 }
 
 namespace qs::app {
@@ -34,8 +41,13 @@ class MainWindow : public QMainWindow {
   QString modelPath() const { return modelPath_; }
   QTreeView* modelTree() const { return tree_; }
   QMessageBox* errorDialog() const { return errorDialog_; }  // the last error shown, if open
+  widgets::LayerView* layerView() const { return layerView_; }
+  JobRunner* jobs() const { return jobs_; }
+  // Shows `tensor` in the layer view and computes its analysis off the GUI thread.
+  void selectTensor(const QString& tensor);
 
  signals:
+  void layerAnalysed(const QString& tensor);
   void modelLoaded(const QString& path);
   void modelLoadFailed(const QString& path, const QString& message);
 
@@ -56,6 +68,8 @@ class MainWindow : public QMainWindow {
   void addRecent(const QString& path);
   void rebuildRecentMenu();
   void updateMemoryLabel();
+  void requestLayerAnalysis();
+  void saveLayerSettings();
 
   std::shared_ptr<ModelFile> model_;
   QString modelPath_, loadingPath_;
@@ -65,6 +79,12 @@ class MainWindow : public QMainWindow {
   QTreeView* tree_ = nullptr;
   QLineEdit* filterEdit_ = nullptr;
   QTextBrowser* summary_ = nullptr;
+  QTabWidget* tabs_ = nullptr;
+  widgets::LayerView* layerView_ = nullptr;
+  JobRunner* jobs_ = nullptr;
+  QProgressBar* jobProgress_ = nullptr;
+  QPushButton* jobCancel_ = nullptr;
+  QLabel* jobLabel_ = nullptr;
   QLabel* backendLabel_ = nullptr;
   QLabel* memoryLabel_ = nullptr;
   QMenu* recentMenu_ = nullptr;

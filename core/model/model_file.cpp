@@ -2,6 +2,7 @@
 
 #include "kernels/common/error.h"
 #include "kernels/common/storage_convert.h"
+#include "kernels/ggml/ggml_types.h"
 
 namespace qs {
 
@@ -15,7 +16,7 @@ std::string_view modelFormatName(ModelFormat f) {
 }
 
 uint64_t TensorInfo::elements() const {
-  uint64_t n = 1;
+  uint64_t n = 1;  // readers check that this product cannot overflow
   for (int64_t d : shape) n *= uint64_t(d);
   return n;
 }
@@ -32,6 +33,8 @@ std::string TensorInfo::shapeString() const {
 nlohmann::ordered_json ModelConfig::toJson() const {
   nlohmann::ordered_json j;
   j["architecture"] = architecture.empty() ? "weights-only" : architecture;
+  if (!sourceArchitecture.empty() && sourceArchitecture != architecture)
+    j["source_architecture"] = sourceArchitecture;
   auto put = [&](const char* k, int64_t v) {
     if (v) j[k] = v;
   };
@@ -40,6 +43,7 @@ nlohmann::ordered_json ModelConfig::toJson() const {
   put("n_layers", nLayers);
   put("n_heads", nHeads);
   put("n_kv_heads", nKvHeads);
+  put("head_dim", explicitHeadDim);
   put("vocab_size", vocabSize);
   put("seq_len", maxSeqLen);
   if (normEps > 0) j["norm_eps"] = normEps;
@@ -75,10 +79,34 @@ uint64_t ModelFile::tensorDataBytes() const {
   return n;
 }
 
+namespace {
+void checkDecodable(const ModelFile& m, const TensorInfo& t) {
+  const auto cls = dtypeTraits(t.dtype).cls;
+  if (cls == DTypeClass::Unknown || (cls == DTypeClass::Block && !ggml::canDequantize(t.dtype)))
+    throw Error(ErrorKind::Unsupported,
+                "cannot decode tensor data of type " + t.dtypeLabel + " (listed only)", m.path(),
+                t.name);
+}
+}  // namespace
+
 std::vector<float> ModelFile::tensorToFloat(const TensorInfo& t) const {
+  checkDecodable(*this, t);  // before allocating
   std::vector<float> out(t.elements());
-  storageToFloat(t.dtype, tensorBytes(t), out);
+  tensorToFloat(t, out);
   return out;
+}
+
+void ModelFile::tensorToFloat(const TensorInfo& t, std::span<float> out) const {
+  checkDecodable(*this, t);
+  if (out.size() != t.elements())
+    throw Error(ErrorKind::Internal,
+                "output holds " + std::to_string(out.size()) + " values, the tensor " +
+                    std::to_string(t.elements()),
+                path_, t.name);
+  if (dtypeTraits(t.dtype).cls == DTypeClass::Block)
+    ggml::dequantize(t.dtype, tensorBytes(t), out);
+  else
+    storageToFloat(t.dtype, tensorBytes(t), out);
 }
 
 }  // namespace qs

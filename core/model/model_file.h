@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/model/model_graph.h"
 #include "kernels/common/dtype.h"
 
 namespace qs {
@@ -29,6 +30,7 @@ struct TensorInfo {
   uint64_t nbytes = 0;
   int fileIndex = 0;            // which file of a sharded model holds it
   bool isParameter = true;      // false for buffers stored alongside (e.g. RoPE tables)
+  int32_t ggmlType = -1;        // GGUF only: the stored ggml_type id (kept even when dtype is Unknown)
 
   uint64_t elements() const;
   std::string shapeString() const;  // "[172, 64]"
@@ -36,7 +38,8 @@ struct TensorInfo {
 
 // Architecture hyper-parameters, in one vocabulary for every format. Zero means "not known".
 struct ModelConfig {
-  std::string architecture;  // "llama", "gpt2"; empty when the model is opened as weights only
+  std::string architecture;  // "llama", "qwen2", "gpt2"…; empty when opened as weights only
+  std::string sourceArchitecture;  // what the file calls it ("phi3"), also when we cannot run it
   int64_t dim = 0;           // model (embedding) width
   int64_t hiddenDim = 0;     // MLP inner width
   int64_t nLayers = 0;
@@ -47,8 +50,11 @@ struct ModelConfig {
   double normEps = 0.0;
   double ropeTheta = 0.0;
   bool tiedEmbeddings = false;
+  int64_t explicitHeadDim = 0;  // set when the file names it (head_dim, <arch>.attention.key_length)
 
-  int64_t headDim() const { return nHeads > 0 ? dim / nHeads : 0; }
+  int64_t headDim() const {
+    return explicitHeadDim > 0 ? explicitHeadDim : nHeads > 0 ? dim / nHeads : 0;
+  }
   nlohmann::ordered_json toJson() const;
 };
 
@@ -73,6 +79,9 @@ class ModelFile {
   const ModelConfig& config() const { return config_; }
   const std::vector<MetaEntry>& metadata() const { return metadata_; }
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
+  // The architecture-neutral structure (embeddings, blocks, linear layers, head); built and
+  // checked against the config by openModel.
+  const ModelGraph& graph() const { return graph_; }
   const TensorInfo* findTensor(std::string_view name) const;
   const MetaEntry* findMeta(std::string_view key) const;
 
@@ -83,6 +92,8 @@ class ModelFile {
   virtual std::span<const std::byte> tensorBytes(const TensorInfo& t) const = 0;
   // The tensor as float32 (converted or dequantized). Throws Unsupported for types we cannot read.
   std::vector<float> tensorToFloat(const TensorInfo& t) const;
+  // Same into caller memory: out.size() must equal t.elements().
+  void tensorToFloat(const TensorInfo& t, std::span<float> out) const;
 
  protected:
   std::string path_;
@@ -90,6 +101,9 @@ class ModelFile {
   ModelConfig config_;
   std::vector<MetaEntry> metadata_;
   std::vector<TensorInfo> tensors_;
+  ModelGraph graph_;
+
+  friend std::unique_ptr<ModelFile> openModel(const std::string& path);
 };
 
 // Opens any supported model; the format is detected from the content, never from the extension.

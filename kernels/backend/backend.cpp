@@ -3,6 +3,7 @@
 #include <thread>
 
 #include "kernels/common/error.h"
+#include "kernels/gemm/gemm_ops.h"
 #include "kernels/stats/stats_ops.h"
 
 namespace qs {
@@ -15,12 +16,17 @@ class CpuBackend final : public Backend {
   std::string name() const override {
     return "CPU (" + std::to_string(std::thread::hardware_concurrency()) + " threads)";
   }
+  GemmOps& gemm() override {
+    if (!gemm_) gemm_ = createCpuGemmOps();
+    return *gemm_;
+  }
   StatsOps& stats() override {
     if (!stats_) stats_ = createCpuStatsOps();
     return *stats_;
   }
 
  private:
+  std::unique_ptr<GemmOps> gemm_;
   std::unique_ptr<StatsOps> stats_;
 };
 }  // namespace

@@ -10,6 +10,7 @@
 
 namespace qs {
 
+class GemmOps;  // kernels/gemm/gemm_ops.h
 class StatsOps;  // kernels/stats/stats_ops.h
 
 enum class BackendKind { Cpu, Cuda };
@@ -22,6 +23,8 @@ class Backend {
   // Shown in the status bar and printed by the CLI: "CUDA: NVIDIA H100 …" / "CPU (…)".
   virtual std::string name() const = 0;
   const DeviceInfo& device() const { return device_; }
+  // Quantized GEMM/GEMV (kernels/gemm/gemm_ops.h); created on first use.
+  virtual GemmOps& gemm() = 0;
   // Calibration statistics and the sensitivity proxy (kernels/stats/stats_ops.h); created on
   // first use.
   virtual StatsOps& stats() = 0;

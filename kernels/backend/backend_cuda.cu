@@ -1,5 +1,6 @@
 // The CUDA backend. Op-sets are added next to their CPU twins.
 #include "kernels/backend/backend.h"
+#include "kernels/gemm/gemm_ops.h"
 #include "kernels/stats/stats_ops.h"
 
 namespace qs {
@@ -10,12 +11,17 @@ class CudaBackend final : public Backend {
   explicit CudaBackend(const DeviceInfo& info) { device_ = info; }
   BackendKind kind() const override { return BackendKind::Cuda; }
   std::string name() const override { return device_.summary(); }
+  GemmOps& gemm() override {
+    if (!gemm_) gemm_ = createCudaGemmOps();
+    return *gemm_;
+  }
   StatsOps& stats() override {
     if (!stats_) stats_ = createCudaStatsOps();
     return *stats_;
   }
 
  private:
+  std::unique_ptr<GemmOps> gemm_;
   std::unique_ptr<StatsOps> stats_;
 };
 }  // namespace

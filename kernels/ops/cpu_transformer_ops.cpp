@@ -1,9 +1,17 @@
 #include "kernels/ops/cpu_transformer_ops.h"
 
+// This file parallelises the products itself (see linear()); Eigen's own OpenMP GEMM threading
+// would nest inside that and spin up threads for products far too small to profit.
+#define EIGEN_DONT_PARALLELIZE
+
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
 #include <vector>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 namespace qs {
 namespace {
@@ -11,18 +19,46 @@ namespace {
 using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using ConstMap = Eigen::Map<const RowMatrix>;
 using Map = Eigen::Map<RowMatrix>;
+// Below this many multiply-adds a parallel region costs more than it saves (thread wake-up).
+constexpr int64_t kParallelMinWork = 1 << 22;
 
 class CpuTransformerOps final : public TransformerOps {
  public:
   void linear(const float* x, int64_t T, int64_t K, const float* W, int64_t N, const float* bias,
               float* y, bool weightTransposed) override {
+    // Threads split the output features; each runs Eigen's single-threaded kernel on its slice
+    // (Eigen's own OpenMP parallelism is off in this file, see the top). Small products stay on
+    // one thread: waking a second one costs more than it saves, and on a busy machine a
+    // descheduled partner makes every barrier slow.
+    const int64_t work = T * K * N;
+#ifdef _OPENMP
+    const int threads = work >= kParallelMinWork ? omp_get_max_threads() : 1;
+#else
+    const int threads = 1;
+#endif
     ConstMap X(x, T, K);
-    Map Y(y, T, N);
-    if (weightTransposed)
-      Y.noalias() = X * ConstMap(W, K, N);
-    else
-      Y.noalias() = X * ConstMap(W, N, K).transpose();
-    if (bias) Y.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(bias, N);
+#pragma omp parallel num_threads(threads)
+    {
+#ifdef _OPENMP
+      const int nt = omp_get_num_threads(), id = omp_get_thread_num();
+#else
+      const int nt = 1, id = 0;
+#endif
+      // Slices are multiples of 16 features so each thread's stores stay aligned and dense.
+      const int64_t chunk = ((N + nt - 1) / nt + 15) / 16 * 16;
+      const int64_t n0 = std::min<int64_t>(N, id * chunk), n1 = std::min<int64_t>(N, n0 + chunk);
+      if (n1 > n0) {
+        Eigen::Map<RowMatrix, 0, Eigen::OuterStride<>> Yc(y + n0, T, n1 - n0, Eigen::OuterStride<>(N));
+        if (weightTransposed) {
+          Eigen::Map<const RowMatrix, 0, Eigen::OuterStride<>> Wc(W + n0, K, n1 - n0, Eigen::OuterStride<>(N));
+          Yc.noalias() = X * Wc;
+        } else {
+          Eigen::Map<const RowMatrix> Wc(W + n0 * K, n1 - n0, K);
+          Yc.noalias() = X * Wc.transpose();
+        }
+        if (bias) Yc.rowwise() += Eigen::Map<const Eigen::RowVectorXf>(bias + n0, n1 - n0);
+      }
+    }
   }
 
   void rmsNorm(const float* x, const float* w, int64_t T, int64_t D, float eps, float* out) override {
@@ -94,7 +130,8 @@ class CpuTransformerOps final : public TransformerOps {
     const int group = s.nHeads / s.nKvHeads;
     const float scale = 1.0f / std::sqrt(float(s.headDim));
     const int64_t work = T * s.nHeads;
-#pragma omp parallel
+    const int64_t flops = work * (int64_t(positions[T - 1]) + 1) * s.headDim;
+#pragma omp parallel if (flops >= kParallelMinWork)
     {
       std::vector<float> scores(size_t(s.maxSeq));
 #pragma omp for schedule(static)

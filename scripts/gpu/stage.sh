@@ -26,10 +26,11 @@ mkdir -p "$stage/build-gpu" "$stage/libs"
 cp -r "$build/bin" "$stage/build-gpu/bin"
 strip --strip-debug "$stage"/build-gpu/bin/* 2>/dev/null || true
 
+# (cuBLAS / cuBLASLt come from the CUDA toolkit there: /usr/local/cuda/lib64 is on run.sh's path.)
 # Shared libraries the stock Ubuntu 24.04 CUDA image lacks (Qt Core/Test and what they pull
 # in: ICU 72, glib, double-conversion, libb2, pcre2; HDF5 and its compression libraries):
 # everything ldd resolves except the C/C++ runtime, which the newer system there provides.
-skip='linux-vdso|ld-linux|/libc\.so|/libm\.so|/libstdc\+\+|/libgcc_s|/libpthread|/libdl\.so|/librt\.so|/libcuda\.so'
+skip='linux-vdso|ld-linux|/libcublas|/libc\.so|/libm\.so|/libstdc\+\+|/libgcc_s|/libpthread|/libdl\.so|/librt\.so|/libcuda\.so'
 for exe in "$stage"/build-gpu/bin/*; do
   ldd "$exe" | awk '$3 ~ /^\// {print $3}' | grep -Ev "$skip" || true
 done | sort -u | while read -r lib; do

@@ -41,6 +41,8 @@ class TestTransformerOps : public QObject {
     QTest::newRow("13x64x33") << 13 << 64 << 33 << false;
     QTest::newRow("13x64x33 T") << 13 << 64 << 33 << true;
     QTest::newRow("37x129x300") << 37 << 129 << 300 << false;
+    QTest::newRow("3x100x301 skinny") << 3 << 100 << 301 << false;
+    QTest::newRow("1x300x1001 gemv") << 1 << 300 << 1001 << false;
   }
   void linearMatchesDoubleReference() {
     QFETCH(int, T);

@@ -4,6 +4,7 @@
 #include <QtTest>
 
 #include "core/model/model_file.h"
+#include "core/model/synth_model.h"
 #include "tests/test_util.h"
 #include "widgets/model_tree_model.h"
 
@@ -35,6 +36,32 @@ class TestModelTree : public QObject {
              perBlock);
     model.setModel(nullptr);
     QCOMPARE(model.rowCount(), 0);
+  }
+
+  void groupsFollowTheModelGraph() {
+    // A GPT-2-shaped model: two embeddings, LayerNorms with biases, biases after their weights,
+    // a tied head (the Head group holds only the final norm).
+    QTemporaryDir tmp;
+    qs::SynthOptions o;
+    o.arch = "gpt2";
+    o.preset = "tiny";
+    const std::string path = tmp.filePath("m.safetensors").toStdString();
+    qs::writeSynthModel(o, path);
+    ModelTreeModel model;
+    QAbstractItemModelTester tester(&model, QAbstractItemModelTester::FailureReportingMode::QtTest);
+    model.setModel(qs::openModel(path));
+    QCOMPARE(model.rowCount(), 1 + 3 + 1);  // Embeddings, Block 0..2, Head
+    QCOMPARE(model.rowCount(model.index(0, 0)), 2);
+    const QModelIndex b1 = model.index(2, 0);
+    QCOMPARE(model.rowCount(b1), 12);
+    QStringList names;
+    for (int r = 0; r < 4; ++r) names << model.index(r, 0, b1).data().toString();
+    QCOMPARE(names, (QStringList{"h.1.ln_1.weight", "h.1.ln_1.bias", "h.1.attn.c_attn.weight",
+                                 "h.1.attn.c_attn.bias"}));
+    QCOMPARE(model.index(6, 0, b1).data().toString(), QString("h.1.ln_2.weight"));
+    const QModelIndex head = model.index(4, 0);
+    QCOMPARE(head.data().toString(), QString("Head"));
+    QCOMPARE(model.rowCount(head), 2);
   }
 
   void filterKeepsMatchingLayersAndTheirBlocks() {

@@ -1,0 +1,150 @@
+// quantscope-cli bench gemm: our quantized GEMM/GEMV kernels against cuBLAS FP16, cuBLASLt FP8
+// and INT8 and the device copy bandwidth, all measured in the same run (method: the first
+// lines printed, and kernels/gemm/gemm_bench.h). Last line: the headline ratio.
+#include <cmath>
+#include <iomanip>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <unistd.h>
+
+#include "app/cli/commands.h"
+#include "app/cli/text_table.h"
+#include "kernels/common/error.h"
+#include "kernels/gemm/gemm_bench.h"
+
+namespace qs::cli {
+namespace {
+
+std::string fixed(double v, int digits) {
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(digits) << v;
+  return s.str();
+}
+
+int64_t parsePositive(const std::string& text, const std::string& flag) {
+  size_t used = 0;
+  long long v = 0;
+  try {
+    v = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != text.size() || v < 1) throwBadInput("", flag, "'" + text + "' is not a positive integer");
+  return v;
+}
+
+std::pair<int64_t, int64_t> parseShape(const std::string& text) {
+  const auto x = text.find('x');
+  try {
+    if (x != std::string::npos)
+      return {parsePositive(text.substr(0, x), "--shapes"), parsePositive(text.substr(x + 1), "--shapes")};
+  } catch (const Error&) {
+  }
+  throwBadInput("", "--shapes", "'" + text + "' is not NxK with positive N and K (e.g. 4096x14336)");
+}
+
+// "w4a16-g128 at m=1: 3.41x over cuBLAS FP16 (geo-mean of 4 shapes, min 3.12x), 78% of copy
+// bandwidth (min 76%)"
+std::string headline(const GemmBenchResult& r, const GemmBenchOptions& o) {
+  std::string scheme;
+  for (const auto& s : o.schemes)
+    if (s.name() == "w4a16-g128") scheme = s.name();
+  if (scheme.empty() && !o.schemes.empty()) scheme = o.schemes.front().name();
+  if (scheme.empty()) return "headline: no quantized scheme was measured";
+  int64_t m = *std::min_element(o.batches.begin(), o.batches.end());
+  double logSum = 0, minSpeed = 1e30, pctSum = 0, minPct = 1e30;
+  int count = 0;
+  for (const auto& row : r.rows)
+    if (row.kernel == scheme && row.m == m && row.speedup > 0) {
+      logSum += std::log(row.speedup);
+      minSpeed = std::min(minSpeed, row.speedup);
+      pctSum += row.pctCopy;
+      minPct = std::min(minPct, row.pctCopy);
+      ++count;
+    }
+  if (!count) return "headline: " + scheme + " at m=" + std::to_string(m) + " was not measured";
+  return "headline: " + scheme + " at m=" + std::to_string(m) + ": " + fixed(std::exp(logSum / count), 2) +
+         "x over cuBLAS FP16 (geo-mean of " + std::to_string(count) + " shapes, min " + fixed(minSpeed, 2) +
+         "x), " + fixed(pctSum / count, 0) + "% of copy bandwidth (min " + fixed(minPct, 0) + "%)";
+}
+
+}  // namespace
+
+void registerBenchGemm(CLI::App& bench, CliContext& ctx) {
+  auto* cmd = bench.add_subcommand(
+      "gemm", "Quantized GEMM/GEMV kernels vs cuBLAS FP16, cuBLASLt FP8/INT8 and copy bandwidth (CUDA)");
+  struct Args {
+    std::vector<std::string> shapes{"8192x8192", "4096x4096", "14336x4096", "4096x14336"};
+    std::vector<std::string> batches{"1", "16", "128", "4096"};
+    std::vector<std::string> formats{"w4a16-g128", "w8a16-int8", "w8a16-fp8", "w8a8-int8", "w8a8-fp8"};
+    int repeats = 15;
+    bool noLt = false;
+    bool json = false;
+  };
+  auto args = std::make_shared<Args>();
+  cmd->add_option("--shapes", args->shapes, "Weight shapes NxK (N out, K in), comma-separated")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--batch", args->batches, "Batch sizes m (tokens), comma-separated")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--formats", args->formats,
+                  "Our schemes, comma-separated (fp16, w4a16-g{32,64,128}[-asym], w4a16-ch, w8a16-int8[-g128], "
+                  "w8a16-fp8, w8a16-e5m2, w8a8-int8, w8a8-fp8[-tensor], w8a8-e5m2)")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--repeats", args->repeats, "Timed graph replays per measurement (median)")
+      ->check(CLI::Range(3, 1000))
+      ->capture_default_str();
+  cmd->add_flag("--no-cublaslt", args->noLt, "Skip the cuBLASLt FP8/INT8 baselines");
+  cmd->add_flag("--json", args->json, "Print the results as JSON on stdout");
+
+  cmd->callback([args, &ctx] {
+    GemmBenchOptions o;
+    for (const auto& s : args->shapes) o.shapes.push_back(parseShape(s));
+    for (const auto& b : args->batches) o.batches.push_back(parsePositive(b, "--batch"));
+    for (const auto& f : args->formats) o.schemes.push_back(GemmScheme::parse(f));
+    if (o.shapes.empty() || o.batches.empty()) throwBadInput("", "--shapes/--batch", "need at least one of each");
+    o.repeats = args->repeats;
+    o.cublasLtBaselines = !args->noLt;
+    const bool tty = isatty(STDERR_FILENO);
+    o.progress = [&ctx, tty](const std::string& line) {
+      if (tty) ctx.err << "\r\033[K" << line << std::flush;
+    };
+    const GemmBenchResult r = runGemmBench(o);
+    if (tty) ctx.err << "\r\033[K" << std::flush;
+
+    if (args->json) {
+      nlohmann::ordered_json j;
+      j["device"] = r.device;
+      j["copy_gbps"] = r.copyGBps;
+      j["l2_bytes"] = r.l2Bytes;
+      j["method"] = r.method;
+      auto& rows = j["rows"] = nlohmann::ordered_json::array();
+      for (const auto& row : r.rows)
+        rows.push_back({{"kernel", row.kernel}, {"impl", row.impl}, {"n", row.n}, {"k", row.k}, {"m", row.m},
+                        {"us", row.us}, {"tflops", row.tflops}, {"gbps", row.gbps}, {"pct_copy", row.pctCopy},
+                        {"speedup_vs_cublas_fp16", row.speedup}, {"weight_bytes", row.weightBytes},
+                        {"copies", row.copies}});
+      j["headline"] = headline(r, o);
+      ctx.out << j.dump(2) << '\n';
+      return;
+    }
+    ctx.out << "Device:          " << r.device << '\n';
+    ctx.out << "Copy bandwidth:  " << fixed(r.copyGBps, 0) << " GB/s (device-to-device, read + write)\n";
+    ctx.out << "Method:          " << r.method << "\n\n";
+    TextTable t({"shape NxK", "m", "kernel", "implementation", "us", "TFLOPS", "GB/s", "% copy", "x fp16",
+                 "copies"},
+                {false, true, false, false, true, true, true, true, true, true});
+    for (const auto& row : r.rows)
+      t.addRow({std::to_string(row.n) + "x" + std::to_string(row.k), std::to_string(row.m), row.kernel, row.impl,
+                row.us > 0 ? fixed(row.us, 1) : "-", row.us > 0 ? fixed(row.tflops, 1) : "-",
+                row.us > 0 ? fixed(row.gbps, 0) : "-", row.us > 0 ? fixed(row.pctCopy, 0) : "-",
+                row.speedup > 0 ? fixed(row.speedup, 2) : "-", std::to_string(row.copies)});
+    t.print(ctx.out);
+    ctx.out << headline(r, o) << '\n';
+  });
+}
+
+}  // namespace qs::cli

@@ -1,0 +1,25 @@
+#pragma once
+// Helpers shared by the CLI commands that run a model (generate, perplexity, analysis jobs).
+#include <memory>
+#include <string>
+
+#include "app/cli/terminal_progress.h"
+#include "core/runtime/loaded_model.h"
+#include "core/runtime/runtime.h"
+#include "kernels/ops/transformer_ops.h"
+
+namespace qs::cli {
+
+// Reads a whole text file; BadInput naming it when it cannot be read.
+std::string readTextFile(const std::string& path);
+
+// A model ready to run on the CPU reference backend, with progress while weights load.
+struct RunnableModel {
+  LoadedModel model;
+  std::unique_ptr<TransformerOps> ops;
+  std::unique_ptr<Runtime> runtime;
+};
+RunnableModel loadRunnable(const std::string& path, const std::string& tokenizer,
+                           bool requireTokenizer, TerminalProgress& progress, int64_t maxSeq = 0);
+
+}  // namespace qs::cli

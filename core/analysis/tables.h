@@ -1,0 +1,72 @@
+#pragma once
+// The tables the analysis jobs produce and the planner, the GUI and the session file consume.
+// Plain structs; the session store (HDF5) and the JSON output serialise them.
+//
+//   SensitivityTable  layers × candidate formats: proxies from one pass over W (and E[x²]) and
+//                     end-to-end figures (KL of next-token distributions, perplexity change) with
+//                     only that layer quantised.
+//   SpeedTable        layers × formats × token counts: the plan kernel's time against cuBLAS FP16.
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "kernels/formats/quant_format.h"
+
+namespace qs {
+
+// One quantisable linear layer, named by its weight tensor (the name plans use).
+struct LayerRef {
+  std::string weightName;  // "layers.3.attention.wq.weight", "blk.3.attn_q.weight", …
+  std::string role;        // "q", "k", …, "head" (linearRoleName)
+  int block = -1;          // -1 outside the blocks (head, loose layers)
+  int64_t outFeatures = 0, inFeatures = 0;
+  uint64_t parameters = 0;
+};
+
+inline constexpr double kNotMeasured = std::numeric_limits<double>::quiet_NaN();
+
+struct SensitivityEntry {
+  double weightSqnrDb = kNotMeasured;  // 10·log10(Σw² / Σ(w−ŵ)²)
+  double weightedError = kNotMeasured; // Σ_k E[x_k²]·Σ_n (W−Ŵ)²_{n,k} / Σ_k E[x_k²]·Σ_n W²_{n,k}
+  double kl = kNotMeasured;            // mean KL(p_ref ‖ p_quant) over the evaluation tokens, nats
+  double perplexity = kNotMeasured;    // with only this layer quantised
+  double top1Agreement = kNotMeasured; // fraction of positions whose argmax is unchanged
+};
+
+struct SensitivityTable {
+  std::string modelHash;
+  std::vector<LayerRef> layers;
+  std::vector<QuantFormat> formats;
+  std::vector<SensitivityEntry> entries;  // layers.size() × formats.size(), row-major by layer
+  int64_t tokens = 0;                     // evaluation tokens behind the end-to-end figures
+  double basePerplexity = kNotMeasured;   // the unquantised model on the same tokens
+  std::string textSource;                 // which text the tokens came from
+
+  SensitivityEntry& at(size_t layer, size_t format) { return entries[layer * formats.size() + format]; }
+  const SensitivityEntry& at(size_t layer, size_t format) const {
+    return entries[layer * formats.size() + format];
+  }
+};
+
+struct SpeedEntry {
+  double kernelMicros = kNotMeasured;    // the plan's kernel for this layer and format
+  double baselineMicros = kNotMeasured;  // cuBLAS FP16 on the same shape, same run
+  double speedup() const { return baselineMicros / kernelMicros; }
+};
+
+struct SpeedTable {
+  std::string device;                  // "NVIDIA H200 (sm_90)" or "CPU …"
+  std::vector<LayerRef> layers;
+  std::vector<QuantFormat> formats;
+  std::vector<int64_t> tokenCounts;    // e.g. {1, 16, 512}
+  std::vector<SpeedEntry> entries;     // layers × formats × tokenCounts, row-major
+  SpeedEntry& at(size_t layer, size_t format, size_t tokens) {
+    return entries[(layer * formats.size() + format) * tokenCounts.size() + tokens];
+  }
+  const SpeedEntry& at(size_t layer, size_t format, size_t tokens) const {
+    return entries[(layer * formats.size() + format) * tokenCounts.size() + tokens];
+  }
+};
+
+}  // namespace qs

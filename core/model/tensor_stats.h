@@ -1,0 +1,23 @@
+#pragma once
+// Summary statistics of a tensor's values: min, max, mean, standard deviation, absolute max,
+// non-finite counts and a fixed-width histogram over [min, max] of the finite values.
+// Accumulates in double, in parallel chunks (the result does not depend on the thread count:
+// each chunk's partial sums are combined in chunk order).
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace qs {
+
+struct TensorStats {
+  uint64_t count = 0;      // finite values
+  uint64_t nanCount = 0;
+  uint64_t infCount = 0;
+  double min = 0, max = 0, mean = 0, std = 0, absMax = 0;
+  std::vector<uint64_t> histogram;  // `bins` counts over [min, max]
+  double binWidth() const { return histogram.empty() ? 0.0 : (max - min) / double(histogram.size()); }
+};
+
+TensorStats computeTensorStats(std::span<const float> values, int bins = 20);
+
+}  // namespace qs

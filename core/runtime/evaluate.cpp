@@ -1,0 +1,101 @@
+#include "core/runtime/evaluate.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/common/error.h"
+
+namespace qs {
+
+void logSoftmax(const float* logits, int64_t n, std::vector<double>& out) {
+  out.resize(size_t(n));
+  double mx = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) mx = std::max(mx, double(logits[i]));
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += std::exp(double(logits[i]) - mx);
+  const double lse = mx + std::log(sum);
+  for (int64_t i = 0; i < n; ++i) out[size_t(i)] = double(logits[i]) - lse;
+}
+
+namespace {
+int32_t argmax(const std::vector<float>& v) {
+  return int32_t(std::max_element(v.begin(), v.end()) - v.begin());  // first maximum
+}
+}  // namespace
+
+std::vector<int32_t> generateGreedy(Runtime& rt, std::span<const int32_t> prompt, int maxNewTokens,
+                                    int32_t stopToken, const std::function<void(int32_t)>& onToken,
+                                    const JobContext* ctx) {
+  if (prompt.empty()) throw Error(ErrorKind::BadInput, "generation needs at least one prompt token (BOS)");
+  if (int64_t(prompt.size()) >= rt.maxSeq())
+    throw Error(ErrorKind::BadInput, "the prompt (" + std::to_string(prompt.size()) +
+                                         " tokens) does not fit the context of " + std::to_string(rt.maxSeq()));
+  rt.reset();
+  std::vector<float> logits;
+  rt.forward(prompt, 0, logits, false);
+  std::vector<int32_t> out;
+  int32_t pos = int32_t(prompt.size());
+  for (int i = 0; i < maxNewTokens; ++i) {
+    if (ctx) {
+      ctx->checkCancelled();
+      ctx->progress(double(i) / maxNewTokens, "generating");
+    }
+    const int32_t next = argmax(logits);
+    if (next == stopToken) break;
+    out.push_back(next);
+    if (onToken) onToken(next);
+    if (pos >= rt.maxSeq() || i + 1 == maxNewTokens) break;
+    rt.forward(std::span<const int32_t>(&out.back(), 1), pos++, logits, false);
+  }
+  return out;
+}
+
+PerplexityResult evaluatePerplexity(Runtime& rt, std::span<const int32_t> text,
+                                    const PerplexityOptions& options, const JobContext* ctx) {
+  PerplexityResult r;
+  r.context = options.context > 0 ? options.context : std::min<int64_t>(rt.maxSeq(), 512);
+  if (r.context > rt.maxSeq())
+    throw Error(ErrorKind::BadInput, "--ctx " + std::to_string(r.context) + " exceeds the model's context of " +
+                                         std::to_string(rt.maxSeq()));
+  const bool bos = options.bos >= 0;
+  if (r.context < (bos ? 2 : 2)) throw Error(ErrorKind::BadInput, "--ctx must be at least 2");
+  const int64_t perWindow = bos ? r.context - 1 : r.context;  // text tokens per window
+  int64_t available = int64_t(text.size());
+  if (options.maxTokens > 0) available = std::min(available, options.maxTokens);
+  if (available < (bos ? 1 : 2)) throw Error(ErrorKind::BadInput, "the text has too few tokens to score");
+
+  double nll = 0;
+  std::vector<float> logits;
+  std::vector<double> lsm;
+  std::vector<int32_t> window;
+  for (int64_t start = 0; start < available; start += perWindow) {
+    if (ctx) {
+      ctx->checkCancelled();
+      ctx->progress(double(start) / double(available), "scoring");
+    }
+    const int64_t n = std::min(perWindow, available - start);
+    window.clear();
+    if (bos) window.push_back(options.bos);
+    window.insert(window.end(), text.begin() + start, text.begin() + start + n);
+    if (window.size() < 2) break;
+    rt.reset();
+    rt.forward(window, 0, logits, true);
+    const int64_t V = rt.vocabSize();
+    for (size_t j = 0; j + 1 < window.size(); ++j) {
+      logSoftmax(logits.data() + int64_t(j) * V, V, lsm);
+      nll -= lsm[size_t(window[j + 1])];
+      ++r.scoredTokens;
+    }
+    ++r.windows;
+  }
+  r.meanNll = nll / double(r.scoredTokens);
+  r.perplexity = std::exp(r.meanNll);
+  r.protocol = std::to_string(r.windows) + " non-overlapping windows of " + std::to_string(r.context) +
+               " tokens (" + (bos ? "BOS + " + std::to_string(perWindow) + " text tokens" : "text tokens only") +
+               ", stride " + std::to_string(perWindow) + "), " + std::to_string(r.scoredTokens) +
+               " scored tokens, every text token scored once from the tokens before it in its window";
+  if (ctx) ctx->progress(1.0, "scored");
+  return r;
+}
+
+}  // namespace qs

@@ -1,0 +1,47 @@
+#pragma once
+// Greedy generation and perplexity on top of Runtime. Both work on token ids; tokenization is
+// the caller's (core/tokenizer).
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/runtime/runtime.h"
+
+namespace qs {
+
+// Feeds the prompt in one forward pass, then decodes greedily (argmax, ties to the lowest id)
+// until `maxNewTokens`, the stop token or the end of the context. onToken (optional) sees each
+// new token as it is produced. Deterministic.
+std::vector<int32_t> generateGreedy(Runtime& rt, std::span<const int32_t> prompt,
+                                    int maxNewTokens, int32_t stopToken,
+                                    const std::function<void(int32_t)>& onToken = {},
+                                    const JobContext* ctx = nullptr);
+
+struct PerplexityOptions {
+  int64_t context = 0;    // window length including BOS; 0 = min(model context, 512)
+  int64_t maxTokens = 0;  // text tokens to score at most; 0 = all
+  int32_t bos = -1;       // BOS id prepended to each window; -1 = none
+};
+
+struct PerplexityResult {
+  double perplexity = 0;  // exp(mean negative log-likelihood)
+  double meanNll = 0;     // nats per scored token
+  int64_t scoredTokens = 0;
+  int64_t windows = 0;
+  int64_t context = 0;
+  std::string protocol;   // one line describing exactly what was scored
+};
+
+// Non-overlapping windows: each is [BOS] + the next (context - 1) text tokens (or context text
+// tokens without BOS); every text token of a window is scored from the tokens before it in the
+// same window (the first one from BOS alone). Log-probabilities in double precision.
+PerplexityResult evaluatePerplexity(Runtime& rt, std::span<const int32_t> text,
+                                    const PerplexityOptions& options,
+                                    const JobContext* ctx = nullptr);
+
+// log-softmax of one row, in double (helper shared with the analysis jobs).
+void logSoftmax(const float* logits, int64_t n, std::vector<double>& out);
+
+}  // namespace qs

@@ -1,0 +1,257 @@
+#include "core/tokenizer/bpe_tokenizer.h"
+
+#include <unicode/uregex.h>
+#include <unicode/utext.h>
+
+#include <algorithm>
+#include <array>
+#include <mutex>
+#include <queue>
+
+#include "kernels/common/error.h"
+
+namespace qs {
+
+const char* const kGpt2SplitRegex =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+const char* const kLlama3SplitRegex =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+const char* const kQwen2SplitRegex =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+namespace {
+
+// GPT-2's bytes_to_unicode(): printable Latin-1 bytes stand for themselves, the other 68 bytes
+// map to U+0100 upwards in byte order.
+struct ByteTable {
+  std::array<std::string, 256> toUnicode;
+  std::unordered_map<uint32_t, uint8_t> fromCodepoint;
+  ByteTable() {
+    auto printable = [](int b) {
+      return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+    };
+    int extra = 0;
+    for (int b = 0; b < 256; ++b) {
+      const uint32_t cp = printable(b) ? uint32_t(b) : uint32_t(256 + extra++);
+      std::string s;
+      if (cp < 0x80) {
+        s += char(cp);
+      } else {  // two UTF-8 bytes suffice: cp < 0x800
+        s += char(0xC0 | (cp >> 6));
+        s += char(0x80 | (cp & 0x3F));
+      }
+      toUnicode[size_t(b)] = s;
+      fromCodepoint[cp] = uint8_t(b);
+    }
+  }
+};
+const ByteTable& table() {
+  static const ByteTable t;
+  return t;
+}
+
+struct Symbol {
+  int prev, next;
+  size_t start, n;
+};
+struct Bigram {
+  int left, right;
+  int rank;
+  std::string text;
+};
+struct BigramOrder {  // lowest rank on top, then leftmost (llama.cpp's llm_bigram_bpe)
+  bool operator()(const Bigram& a, const Bigram& b) const {
+    return a.rank > b.rank || (a.rank == b.rank && a.left > b.left);
+  }
+};
+
+}  // namespace
+
+const std::string& byteToUnicode(uint8_t b) { return table().toUnicode[b]; }
+
+struct BpeTokenizer::Impl {
+  std::unordered_map<std::string, int> ranks;  // "left right" → rank
+  // Compiled patterns; a URegularExpression is not thread-safe, so each use clones under a lock.
+  std::vector<URegularExpression*> regexes;
+  mutable std::mutex mutex;
+  ~Impl() {
+    for (auto* r : regexes) uregex_close(r);
+  }
+};
+
+BpeTokenizer::BpeTokenizer(Vocabulary v, const std::vector<std::string>& merges, BpeOptions o,
+                           const std::string& source)
+    : Tokenizer(std::move(v)), impl_(std::make_unique<Impl>()), opt_(std::move(o)) {
+  addBosDefault_ = opt_.addBos;
+  impl_->ranks.reserve(merges.size());
+  for (size_t i = 0; i < merges.size(); ++i) {
+    const std::string& m = merges[i];
+    const size_t sp = m.find(' ', 1);  // a part may itself be a lone space-like char at 0
+    if (sp == std::string::npos || sp + 1 >= m.size())
+      throwBadInput(source, "merges[" + std::to_string(i) + "]",
+                    "\"" + m.substr(0, 40) + "\" is not two space-separated parts");
+    impl_->ranks.emplace(m, int(i));  // the first occurrence keeps its rank
+  }
+  for (const auto& pattern : opt_.splitRegexes) {
+    UErrorCode err = U_ZERO_ERROR;
+    UParseError pe{};
+    URegularExpression* re = uregex_openC(pattern.c_str(), 0, &pe, &err);
+    if (U_FAILURE(err))
+      throwBadInput(source, "pre-tokenizer regex",
+                    "does not compile (" + std::string(u_errorName(err)) + " at offset " +
+                        std::to_string(pe.offset) + "): " + pattern.substr(0, 80));
+    impl_->regexes.push_back(re);
+  }
+  for (int32_t i = 0; i < vocab_.size(); ++i) {
+    const TokenType t = vocab_.types[size_t(i)];
+    if (t == TokenType::Control || t == TokenType::UserDefined) specials_.push_back(i);
+  }
+  std::stable_sort(specials_.begin(), specials_.end(), [&](int32_t a, int32_t b) {
+    return vocab_.tokens[size_t(a)].size() > vocab_.tokens[size_t(b)].size();
+  });
+}
+
+BpeTokenizer::~BpeTokenizer() = default;
+
+std::vector<std::string> BpeTokenizer::preTokenize(std::string_view text) const {
+  std::vector<std::string> pieces{std::string(text)};
+  for (URegularExpression* proto : impl_->regexes) {
+    UErrorCode err = U_ZERO_ERROR;
+    URegularExpression* re;
+    {
+      std::lock_guard lock(impl_->mutex);
+      re = uregex_clone(proto, &err);
+    }
+    if (U_FAILURE(err)) throw Error(ErrorKind::Internal, "ICU regex clone failed");
+    std::vector<std::string> next;
+    for (const std::string& p : pieces) {
+      UText ut = UTEXT_INITIALIZER;
+      err = U_ZERO_ERROR;
+      utext_openUTF8(&ut, p.data(), int64_t(p.size()), &err);
+      uregex_setUText(re, &ut, &err);
+      int64_t last = 0;
+      while (U_SUCCESS(err) && uregex_findNext(re, &err)) {
+        const int64_t s = uregex_start64(re, 0, &err), e = uregex_end64(re, 0, &err);
+        if (U_FAILURE(err) || e <= s) continue;
+        if (s > last) next.push_back(p.substr(size_t(last), size_t(s - last)));
+        next.push_back(p.substr(size_t(s), size_t(e - s)));
+        last = e;
+      }
+      if (last < int64_t(p.size())) next.push_back(p.substr(size_t(last)));
+      utext_close(&ut);
+      if (U_FAILURE(err)) {
+        uregex_close(re);
+        throw Error(ErrorKind::Internal, std::string("ICU regex failed: ") + u_errorName(err));
+      }
+    }
+    uregex_close(re);
+    pieces = std::move(next);
+  }
+  return pieces;
+}
+
+void BpeTokenizer::encodeWord(const std::string& w, std::vector<int32_t>& out) const {
+  std::vector<Symbol> sym;
+  for (size_t off = 0; off < w.size();) {
+    const size_t n = std::min(utf8Length(uint8_t(w[off])), w.size() - off);
+    const int idx = int(sym.size());
+    sym.push_back({idx - 1, off + n == w.size() ? -1 : idx + 1, off, n});
+    off += n;
+  }
+  std::priority_queue<Bigram, std::vector<Bigram>, BigramOrder> queue;
+  std::string key;
+  auto tryAdd = [&](int l, int r) {
+    if (l < 0 || r < 0) return;
+    key.assign(w, sym[size_t(l)].start, sym[size_t(l)].n);
+    key += ' ';
+    key.append(w, sym[size_t(r)].start, sym[size_t(r)].n);
+    auto it = impl_->ranks.find(key);
+    if (it == impl_->ranks.end()) return;
+    queue.push({l, r, it->second, w.substr(sym[size_t(l)].start, sym[size_t(l)].n + sym[size_t(r)].n)});
+  };
+  for (int i = 1; i < int(sym.size()); ++i) tryAdd(i - 1, i);
+  while (!queue.empty()) {
+    const Bigram b = queue.top();
+    queue.pop();
+    Symbol& l = sym[size_t(b.left)];
+    Symbol& r = sym[size_t(b.right)];
+    if (l.n == 0 || r.n == 0 || l.n + r.n != b.text.size() ||
+        w.compare(l.start, b.text.size(), b.text) != 0)
+      continue;  // stale
+    l.n += r.n;
+    r.n = 0;
+    l.next = r.next;
+    if (r.next >= 0) sym[size_t(r.next)].prev = b.left;
+    tryAdd(l.prev, b.left);
+    tryAdd(b.left, l.next);
+  }
+  for (int i = sym.empty() ? -1 : 0; i != -1; i = sym[size_t(i)].next) {
+    const std::string_view piece(w.data() + sym[size_t(i)].start, sym[size_t(i)].n);
+    const int32_t id = vocab_.find(piece);
+    if (id >= 0) {
+      out.push_back(id);
+      continue;
+    }
+    // No token: emit the piece character by character (each mapped byte is a GPT-2 token).
+    for (size_t off = 0; off < piece.size();) {
+      const size_t n = std::min(utf8Length(uint8_t(piece[off])), piece.size() - off);
+      const int32_t c = vocab_.find(piece.substr(off, n));
+      if (c >= 0)
+        out.push_back(c);
+      else if (vocab_.unk >= 0)
+        out.push_back(vocab_.unk);
+      off += n;
+    }
+  }
+}
+
+std::vector<int32_t> BpeTokenizer::encode(std::string_view text, const EncodeOptions& opt) const {
+  std::vector<int32_t> out;
+  if (opt.addBos && vocab_.bos >= 0) out.push_back(vocab_.bos);
+  bool first = true;
+  for (const Fragment& f : splitSpecial(text, opt.parseSpecial)) {
+    if (f.id >= 0) {
+      out.push_back(f.id);
+      first = false;
+      continue;
+    }
+    std::string raw(f.text);
+    if (first && opt_.addPrefixSpace && !raw.empty() && raw[0] != ' ') raw.insert(raw.begin(), ' ');
+    first = false;
+    for (const std::string& piece : preTokenize(raw)) {
+      std::string mapped;
+      mapped.reserve(piece.size() * 2);
+      for (char c : piece) mapped += byteToUnicode(uint8_t(c));
+      encodeWord(mapped, out);
+    }
+  }
+  if (opt.addEos && vocab_.eos >= 0) out.push_back(vocab_.eos);
+  return out;
+}
+
+std::string BpeTokenizer::tokenText(int32_t id, bool special) const {
+  if (id < 0 || id >= vocab_.size())
+    throw Error(ErrorKind::BadInput,
+                "token id " + std::to_string(id) + " is outside the vocabulary of " +
+                    std::to_string(vocab_.size()));
+  const std::string& t = vocab_.tokens[size_t(id)];
+  const TokenType type = vocab_.types[size_t(id)];
+  if (type == TokenType::Control || type == TokenType::Unknown) return special ? t : std::string();
+  if (type == TokenType::UserDefined) return t;
+  // Map each character back to its byte; characters outside the table stay as they are.
+  std::string out;
+  for (size_t off = 0; off < t.size();) {
+    const size_t n = std::min(utf8Length(uint8_t(t[off])), t.size() - off);
+    uint32_t cp = uint8_t(t[off]);
+    if (n == 2) cp = ((cp & 0x1Fu) << 6) | (uint8_t(t[off + 1]) & 0x3Fu);
+    auto it = n <= 2 ? table().fromCodepoint.find(cp) : table().fromCodepoint.end();
+    if (it != table().fromCodepoint.end())
+      out += char(it->second);
+    else
+      out.append(t, off, n);
+    off += n;
+  }
+  return out;
+}
+
+}  // namespace qs

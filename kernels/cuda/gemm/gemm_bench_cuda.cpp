@@ -1,0 +1,280 @@
+// The CUDA side of `quantscope-cli bench gemm` (method: kernels/gemm/gemm_bench.h).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "kernels/common/error.h"
+#include "kernels/common/half.h"
+#include "kernels/cuda/gemm/gemm_cublas.h"
+#include "kernels/device/device_info.h"
+#include "kernels/gemm/gemm_bench.h"
+#include "kernels/gemm/gemm_layout.h"
+#include "kernels/gemm/gemm_ops.h"
+#include "kernels/gemm/gemm_reference.h"
+
+namespace qs {
+
+namespace {
+
+using cuda_gemm::LtMatmul;
+
+struct Events {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  Events() {
+    QS_CUDA_CHECK(cudaEventCreate(&start));
+    QS_CUDA_CHECK(cudaEventCreate(&stop));
+  }
+  ~Events() {
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+  }
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+// Milliseconds per call: the median replay time of a graph of `launches` calls of launch(i),
+// divided by `launches`.
+double timeGraph(cudaStream_t stream, int launches, int repeats, const std::function<void(int)>& launch) {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  QS_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  try {
+    for (int i = 0; i < launches; ++i) launch(i);
+  } catch (...) {
+    cudaStreamEndCapture(stream, &graph);
+    if (graph) cudaGraphDestroy(graph);
+    throw;
+  }
+  QS_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  QS_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  Events ev;
+  std::vector<double> ms;
+  for (int r = 0; r < repeats + 2; ++r) {
+    QS_CUDA_CHECK(cudaEventRecord(ev.start, stream));
+    QS_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    QS_CUDA_CHECK(cudaEventRecord(ev.stop, stream));
+    QS_CUDA_CHECK(cudaEventSynchronize(ev.stop));
+    float t = 0;
+    QS_CUDA_CHECK(cudaEventElapsedTime(&t, ev.start, ev.stop));
+    if (r >= 2) ms.push_back(t);  // the first two replays are warm-up
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  QS_CUDA_CHECK(cudaGetLastError());
+  return median(ms) / launches;
+}
+
+double copyBandwidthGBps(cudaStream_t stream) {
+  const size_t bytes = size_t(1) << 30;
+  void *a = nullptr, *b = nullptr;
+  QS_CUDA_CHECK(cudaMalloc(&a, bytes));
+  QS_CUDA_CHECK(cudaMalloc(&b, bytes));
+  QS_CUDA_CHECK(cudaMemsetAsync(a, 0x5A, bytes, stream));
+  Events ev;
+  std::vector<double> ms;
+  for (int r = 0; r < 12; ++r) {
+    QS_CUDA_CHECK(cudaEventRecord(ev.start, stream));
+    QS_CUDA_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream));
+    QS_CUDA_CHECK(cudaEventRecord(ev.stop, stream));
+    QS_CUDA_CHECK(cudaEventSynchronize(ev.stop));
+    float t = 0;
+    QS_CUDA_CHECK(cudaEventElapsedTime(&t, ev.start, ev.stop));
+    if (r >= 2) ms.push_back(t);
+  }
+  cudaFree(a);
+  cudaFree(b);
+  return 2.0 * double(bytes) / (median(ms) * 1e-3) / 1e9;
+}
+
+class Bench {
+ public:
+  Bench(const GemmBenchOptions& opt) : opt_(opt), info_(queryDevice()) {
+    if (!info_.cudaAvailable) throw Error(ErrorKind::Device, "no CUDA device: " + info_.unavailableReason);
+    ops_ = createCudaGemmOps();
+    stream_ = static_cast<cudaStream_t>(ops_->stream());
+    blas_ = std::make_unique<cuda_gemm::CublasContext>(stream_);
+  }
+
+  GemmBenchResult run() {
+    GemmBenchResult res;
+    res.device = info_.summary();
+    res.l2Bytes = info_.l2CacheBytes;
+    say("copy bandwidth…");
+    res.copyGBps = copyBandwidthGBps(stream_);
+    copyGBps_ = res.copyGBps;
+    res.method =
+        "CUDA events around CUDA-graph replays; each graph holds >= " + std::to_string(opt_.minLaunchesPerGraph) +
+        " launches cycling through R = max(4, ceil(3 x L2 / weight bytes)) weight copies (L2 = " +
+        std::to_string(info_.l2CacheBytes >> 20) + " MiB), captured identically for cuBLAS and ours; 2 warm-up " +
+        "replays, median of " + std::to_string(opt_.repeats) +
+        " timed replays / launches per graph. Copy bandwidth: median device-to-device cudaMemcpy of 1 GiB, "
+        "read + write bytes. W8A8 times include the activation quantization kernel.";
+    int64_t maxM = 1;
+    for (int64_t m : opt_.batches) maxM = std::max(maxM, m);
+    for (const auto& [n, k] : opt_.shapes) {
+      say("shape " + std::to_string(n) + "x" + std::to_string(k) + ": activations…");
+      const std::vector<uint16_t> xh = makeRandomActivations(maxM, k, uint64_t(n * 131 + k));
+      auto x = ops_->allocate(xh.size() * 2);
+      ops_->upload(x.get(), xh.data(), xh.size() * 2);
+      auto y = ops_->allocate(size_t(maxM * n) * 2 + 64);  // y and cuBLASLt outputs ([m, n], <= 4 bytes each below)
+      auto ybig = ops_->allocate(size_t(maxM * n) * 4);
+      const size_t firstRow = res.rows.size();
+
+      benchScheme(GemmScheme{}, "cublas-fp16", n, k, x.get(), y.get(), res);
+      if (opt_.cublasLtBaselines) {
+        benchLt(LtMatmul::Kind::Fp8, n, k, ybig.get(), res);
+        benchLt(LtMatmul::Kind::Int8, n, k, ybig.get(), res);
+      }
+      for (const GemmScheme& s : opt_.schemes)
+        if (s.weight != GemmWeightType::F16) benchScheme(s, s.name(), n, k, x.get(), y.get(), res);
+
+      // Speedups against cuBLAS FP16 of the same (shape, m).
+      for (size_t i = firstRow; i < res.rows.size(); ++i)
+        for (size_t j = firstRow; j < res.rows.size(); ++j)
+          if (res.rows[j].kernel == "cublas-fp16" && res.rows[j].m == res.rows[i].m && res.rows[i].us > 0)
+            res.rows[i].speedup = res.rows[j].us / res.rows[i].us;
+    }
+    return res;
+  }
+
+ private:
+  void say(const std::string& s) {
+    if (opt_.progress) opt_.progress(s);
+  }
+
+  int copiesFor(uint64_t bytes) const {
+    const uint64_t l2 = std::max<uint64_t>(info_.l2CacheBytes, 50ull << 20);
+    int r = int(std::max<uint64_t>(4, (3 * l2 + bytes - 1) / bytes));
+    // Keep the copies within a quarter of the device memory.
+    const uint64_t cap = std::max<uint64_t>(1, info_.totalMemoryBytes / 4 / std::max<uint64_t>(bytes, 1));
+    return int(std::min<uint64_t>(uint64_t(r), cap));
+  }
+
+  void addRow(GemmBenchResult& res, const std::string& kernel, const std::string& impl, int64_t n, int64_t k,
+              int64_t m, double ms, uint64_t weightBytes, int copies) {
+    GemmBenchRow row;
+    row.kernel = kernel;
+    row.impl = impl;
+    row.n = n, row.k = k, row.m = m;
+    row.us = ms * 1e3;
+    const double s = ms * 1e-3;
+    row.tflops = 2.0 * double(m) * double(n) * double(k) / s / 1e12;
+    const double bytes = double(weightBytes) + double(m * k) * 2 + double(m * n) * 2;
+    row.gbps = bytes / s / 1e9;
+    row.pctCopy = copyGBps_ > 0 ? 100.0 * row.gbps / copyGBps_ : 0;
+    row.weightBytes = weightBytes;
+    row.copies = copies;
+    res.rows.push_back(row);
+  }
+
+  void benchScheme(const GemmScheme& scheme, const std::string& label, int64_t n, int64_t k, void* x, void* y,
+                   GemmBenchResult& res) {
+    say(label + " " + std::to_string(n) + "x" + std::to_string(k) + ": weights…");
+    const QuantLinearWeight w = makeRandomQuantWeight(n, k, scheme, uint64_t(n + 7 * k + int(scheme.weight)));
+    const PackedGemmWeight packed = packWeightForKernel(w, scheme.activation);
+    const int copies = copiesFor(packed.bytes());
+    std::vector<std::unique_ptr<GemmWeight>> ws;
+    for (int i = 0; i < copies; ++i) ws.push_back(ops_->preparePacked(packed));
+    const int launches = copies * ((opt_.minLaunchesPerGraph + copies - 1) / copies);
+    for (int64_t m : opt_.batches) {
+      // Eager warm-up of every copy (grows workspaces, picks cuBLAS(Lt) algorithms).
+      for (auto& wc : ws) ops_->run(*wc, x, m, y);
+      ops_->synchronize();
+      const double ms = timeGraph(stream_, launches, opt_.repeats, [&](int i) { ops_->run(*ws[size_t(i % copies)], x, m, y); });
+      std::string impl = ops_->kernelName(*ws[0], m);
+      if (size_t(m * n) <= (size_t(1) << 22)) {  // sanity: the output is finite
+        std::vector<uint16_t> yh(size_t(m * n));
+        ops_->download(yh.data(), y, yh.size() * 2);
+        for (uint16_t v : yh)
+          if ((v & 0x7C00) == 0x7C00) {
+            impl += " (NON-FINITE OUTPUT)";
+            break;
+          }
+      }
+      addRow(res, label, impl, n, k, m, ms, packed.bytes(), copies);
+    }
+  }
+
+  void benchLt(LtMatmul::Kind kind, int64_t n, int64_t k, void* d, GemmBenchResult& res) {
+    const bool fp8 = kind == LtMatmul::Kind::Fp8;
+    const std::string label = fp8 ? "cublasLt-fp8" : "cublasLt-int8";
+    if (fp8 && info_.computeMajor * 10 + info_.computeMinor < 89) return;
+    say(label + " " + std::to_string(n) + "x" + std::to_string(k) + "…");
+    int64_t maxM = 1;
+    for (int64_t m : opt_.batches) maxM = std::max(maxM, m);
+    // Random codes (no NaN patterns) for the weight and the activations; FP32 scales.
+    std::mt19937_64 rng(uint64_t(n * 3 + k));
+    auto randomCodes = [&](size_t count) {
+      std::vector<uint8_t> v(count);
+      for (auto& c : v) {
+        c = uint8_t(rng());
+        if (fp8) c &= 0xB7;  // exponent <= 6: |v| < 1, never NaN
+        else if (c == 0x80) c = 0x81;
+      }
+      return v;
+    };
+    const std::vector<uint8_t> wh = randomCodes(size_t(n * k)), xh = randomCodes(size_t(maxM * k));
+    std::vector<float> scales(size_t(std::max(n, maxM)), 0.01f);
+    const uint64_t wBytes = uint64_t(n * k) + uint64_t(n) * 4;
+    const int copies = copiesFor(wBytes);
+    std::vector<std::shared_ptr<void>> ws;
+    for (int i = 0; i < copies; ++i) {
+      ws.push_back(ops_->allocate(wh.size()));
+      ops_->upload(ws.back().get(), wh.data(), wh.size());
+    }
+    auto xq = ops_->allocate(xh.size());
+    ops_->upload(xq.get(), xh.data(), xh.size());
+    auto sc = ops_->allocate(scales.size() * 4);
+    ops_->upload(sc.get(), scales.data(), scales.size() * 4);
+    const auto* scp = static_cast<const float*>(sc.get());
+    const int launches = copies * ((opt_.minLaunchesPerGraph + copies - 1) / copies);
+    for (int64_t m : opt_.batches) {
+      auto mm = LtMatmul::create(*blas_, kind, false, int(n), int(m), int(k), int(k), fp8);
+      if (!mm && fp8) mm = LtMatmul::create(*blas_, kind, false, int(n), int(m), int(k), int(k), false);
+      if (!mm) {
+        addRow(res, label, "no cuBLASLt algorithm", n, k, m, 0, wBytes, copies);
+        continue;
+      }
+      for (auto& wc : ws) mm->run(*blas_, wc.get(), xq.get(), scp, scp, d);
+      ops_->synchronize();
+      const double ms = timeGraph(stream_, launches, opt_.repeats,
+                                  [&](int i) { mm->run(*blas_, ws[size_t(i % copies)].get(), xq.get(), scp, scp, d); });
+      const std::string impl = fp8 ? (mm->scaled() ? "fp8 outer-vec scales, fp16 out" : "fp8, fp32 out (unscaled)")
+                                   : "int8, int32 out (unscaled)";
+      // Bytes: the 8-bit weight, 8-bit activations, the output as written.
+      addRow(res, label, impl, n, k, m, ms, wBytes, copies);
+      auto& row = res.rows.back();
+      const double outBytes = double(m * n) * (mm->scaled() ? 2 : 4);
+      row.gbps = (double(wBytes) + double(m * k) + outBytes) / (ms * 1e-3) / 1e9;
+      row.pctCopy = 100.0 * row.gbps / copyGBps_;
+    }
+  }
+
+  GemmBenchOptions opt_;
+  DeviceInfo info_;
+  std::unique_ptr<GemmOps> ops_;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<cuda_gemm::CublasContext> blas_;
+  double copyGBps_ = 0;
+};
+
+}  // namespace
+
+GemmBenchResult runGemmBench(const GemmBenchOptions& options) {
+  for (const auto& [n, k] : options.shapes)
+    if (n < 1 || k < 32 || k % 32 != 0 || n > (1 << 20) || k > (1 << 20))
+      throwBadInput("", "--shapes", "shape " + std::to_string(n) + "x" + std::to_string(k) +
+                                        ": n must be >= 1 and k a positive multiple of 32");
+  for (int64_t m : options.batches)
+    if (m < 1 || m > 65536) throwBadInput("", "--batch", "batch " + std::to_string(m) + " must be in 1..65536");
+  for (const auto& s : options.schemes) s.validate();
+  Bench b(options);
+  return b.run();
+}
+
+}  // namespace qs

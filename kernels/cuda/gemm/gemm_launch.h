@@ -1,0 +1,65 @@
+#pragma once
+// Host-side entry points of the GEMM kernels (kernels/cuda/gemm/*.cu). Plain C++: the op-set
+// (gemm_ops_cuda.cpp) and the benchmark include this, the .cu files implement it.
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace qs::cuda_gemm {
+
+// The kernel layout of a weight in device memory (see kernels/gemm/gemm_layout.h).
+struct DeviceQuantWeight {
+  const void* codes = nullptr;              // [rowTiles][chunks][32][16 B]
+  const uint32_t* groupScales = nullptr;    // [rowTiles][groupsPad][8] half2, grouped only
+  const uint16_t* groupZeros = nullptr;     // [rowTiles][groupsPad][8] byte pairs, asymmetric only
+  const float* channelScales = nullptr;     // [nPad], per-channel / per-tensor only
+  int kind = 0;                             // WKind: 0 INT4, 1 INT8, 2 E4M3, 3 E5M2
+  bool a8 = false;                          // W8A8 layout (m16n8k32 fragments)
+  int groupSize = 0;                        // 32 / 64 / 128, 0 = per channel (or tensor)
+  int n = 0, k = 0, nPad = 0, kPad = 0, chunkK = 0, groupsPad = 0;
+};
+
+// Split-K workspace: partial sums and one arrival counter per output tile. The counters must
+// be zero before the first launch; each launch leaves them zero again.
+struct SplitWorkspace {
+  float* partials = nullptr;
+  size_t partialFloats = 0;
+  int* counters = nullptr;
+  size_t counterCount = 0;
+};
+
+struct LaunchPlan {
+  int splits = 1;
+  int unitsPerSplit = 0;  // chunks (skinny) or 64-wide k tiles (wide) per split
+  size_t partialFloats = 0;
+  size_t counters = 0;
+  size_t smemBytes = 0;
+};
+
+// ---- skinny path: m <= 16, every weight kind, A16 and A8 ---------------------------------
+LaunchPlan planSkinny(const DeviceQuantWeight& w, int m, int multiprocessors);
+// x: FP16 [m, k] (A16) or 8-bit codes [m, k] (A8, with tokenScales [m]); y: FP16 [m, n].
+// pdl: launch with programmatic stream serialization (sm_90): the weight stream starts while the
+// previous kernel in the stream is still finishing.
+void launchSkinny(const DeviceQuantWeight& w, const void* x, const float* tokenScales, int m, void* y,
+                  const LaunchPlan& plan, const SplitWorkspace& ws, cudaStream_t stream, bool pdl);
+
+// ---- wide path: m > 16, A16 weight kinds (tensor-core tiles of 128 rows x 64 tokens) --------
+LaunchPlan planWide(const DeviceQuantWeight& w, int m, int multiprocessors);
+void launchWide(const DeviceQuantWeight& w, const void* x, int m, void* y, const LaunchPlan& plan,
+                const SplitWorkspace& ws, cudaStream_t stream);
+
+// ---- W8A8 helpers ---------------------------------------------------------------------------
+// Per-token dynamic quantization of x [m, k] FP16 → codes [m, k] (INT8 or E4M3) + scales [m],
+// bit-exact with quantizeActivationsReference().
+void launchQuantizeActivations(const void* x, int m, int k, bool fp8, void* codes, float* scales,
+                               cudaStream_t stream);
+// y[m, n] = FP16(acc[m, n] * tokenScales[m] * channelScales[n]); acc INT32 or FP32 row-major.
+void launchScaleEpilogue(const void* acc, bool accIsInt32, int m, int n, const float* tokenScales,
+                         const float* channelScales, void* y, cudaStream_t stream);
+
+// Raises the dynamic shared-memory limit of every kernel once (call before the first launch).
+void configureKernels();
+
+}  // namespace qs::cuda_gemm

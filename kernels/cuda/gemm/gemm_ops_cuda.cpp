@@ -1,0 +1,289 @@
+// The CUDA GemmOps: picks a kernel per (scheme, m) and owns the device memory, the stream, the
+// cuBLAS handles and the workspaces.
+//
+//   scheme          m <= 16                        m > 16
+//   fp16            cublasGemmEx                   cublasGemmEx
+//   W4A16, W8A16    skinny-mma (gemm_skinny.cu)    wide-mma (gemm_wide.cu)
+//   W8A8 INT8       quant + skinny-mma (A8)        quant + cuBLASLt INT8 + scale epilogue
+//   W8A8 FP8        quant + skinny-mma (A8)        quant + cuBLASLt FP8 with outer-vector scales
+//                                                  (or FP32 out + scale epilogue)
+// When cuBLASLt has no algorithm for a W8A8 shape (odd n, say), the skinny kernel runs over
+// slices of 16 tokens instead: slower, never wrong.
+#include <cuda_runtime.h>
+
+#include <cstdlib>
+#include <map>
+#include <tuple>
+
+#include "kernels/common/error.h"
+#include "kernels/cuda/gemm/gemm_cublas.h"
+#include "kernels/cuda/gemm/gemm_launch.h"
+#include "kernels/device/device_info.h"
+#include "kernels/gemm/gemm_ops.h"
+
+namespace qs {
+
+namespace {
+
+using cuda_gemm::LtMatmul;
+
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() { reset(); }
+  void reset() {
+    if (ptr_) cudaFree(ptr_);
+    ptr_ = nullptr;
+    bytes_ = 0;
+  }
+  void allocate(size_t bytes) {
+    reset();
+    if (bytes == 0) return;
+    QS_CUDA_CHECK(cudaMalloc(&ptr_, bytes));
+    bytes_ = bytes;
+  }
+  template <typename T>
+  void upload(const std::vector<T>& host) {
+    allocate(host.size() * sizeof(T));
+    if (bytes_) QS_CUDA_CHECK(cudaMemcpy(ptr_, host.data(), bytes_, cudaMemcpyHostToDevice));
+  }
+  void* get() const { return ptr_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+class CudaGemmWeight final : public GemmWeight {
+ public:
+  DeviceBuffer codes, groupScales, groupZeros, channelScales, f16;
+  cuda_gemm::DeviceQuantWeight dev;
+  mutable std::map<int, cuda_gemm::LaunchPlan> skinnyPlans, widePlans;  // per m
+};
+
+int weightKind(GemmWeightType t) {
+  switch (t) {
+    case GemmWeightType::Int4: return 0;
+    case GemmWeightType::Int8: return 1;
+    case GemmWeightType::Fp8E4M3: return 2;
+    case GemmWeightType::Fp8E5M2: return 3;
+    default: return -1;
+  }
+}
+
+class CudaGemmOps final : public GemmOps {
+ public:
+  CudaGemmOps() : info_(queryDevice()) {
+    if (!info_.cudaAvailable) throw Error(ErrorKind::Device, "no CUDA device: " + info_.unavailableReason);
+    QS_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    blas_ = std::make_unique<cuda_gemm::CublasContext>(stream_);
+    cuda_gemm::configureKernels();
+    // Programmatic dependent launch for the skinny kernels on sm_90+ (QS_GEMM_PDL=0 turns it off).
+    const char* pdl = std::getenv("QS_GEMM_PDL");
+    pdl_ = info_.computeMajor >= 9 && !(pdl && std::string(pdl) == "0");
+    QS_CUDA_CHECK(cudaGetLastError());
+  }
+  ~CudaGemmOps() override {
+    lt_.clear();
+    blas_.reset();
+    if (stream_) {
+      cudaStreamSynchronize(stream_);
+      cudaStreamDestroy(stream_);
+    }
+  }
+
+  std::string name() const override { return "cuda"; }
+  void* stream() override { return stream_; }
+
+  std::unique_ptr<GemmWeight> preparePacked(const PackedGemmWeight& p) override {
+    p.scheme.validate();
+    if (p.scheme.activation == GemmActivationType::Fp8E4M3PerToken && !hasFp8TensorCores())
+      throw Error(ErrorKind::Unsupported, "W8A8 FP8 needs FP8 tensor cores (sm_89 or newer); this device is sm_" +
+                                              std::to_string(info_.computeMajor * 10 + info_.computeMinor));
+    auto w = std::make_unique<CudaGemmWeight>();
+    w->scheme = p.scheme;
+    w->n = p.n;
+    w->k = p.k;
+    w->bytes = p.bytes();
+    if (p.scheme.weight == GemmWeightType::F16) {
+      w->f16.upload(p.f16);
+      return w;
+    }
+    if (p.k % 32 != 0)
+      throwBadInput("", "k", "quantized GEMM kernels need k to be a multiple of 32, got " + std::to_string(p.k));
+    w->codes.upload(p.codes);
+    w->groupScales.upload(p.groupScales);
+    w->groupZeros.upload(p.groupZeros);
+    w->channelScales.upload(p.channelScales);
+    auto& d = w->dev;
+    d.codes = w->codes.get();
+    d.groupScales = static_cast<const uint32_t*>(w->groupScales.get());
+    d.groupZeros = static_cast<const uint16_t*>(w->groupZeros.get());
+    d.channelScales = static_cast<const float*>(w->channelScales.get());
+    d.kind = weightKind(p.scheme.weight);
+    d.a8 = p.scheme.activation != GemmActivationType::F16;
+    d.groupSize = std::max(0, p.scheme.groupSize);
+    d.n = int(p.n);
+    d.k = int(p.k);
+    d.nPad = int(p.nPad);
+    d.kPad = int(p.kPad);
+    d.chunkK = p.chunkK;
+    d.groupsPad = int(p.groupsPad);
+    return w;
+  }
+
+  std::string kernelName(const GemmWeight& weight, int64_t m) const override {
+    const auto& w = checkedWeight(weight);
+    switch (w.scheme.activation) {
+      case GemmActivationType::F16:
+        if (w.scheme.weight == GemmWeightType::F16) return "cublasGemmEx-f16";
+        return m <= 16 ? (pdl_ ? "skinny-mma+pdl" : "skinny-mma") : "wide-mma";
+      default: {
+        if (m <= 16) return pdl_ ? "quant+skinny-mma+pdl" : "quant+skinny-mma";
+        const LtMatmul* lt = ltFor(w, int(m));
+        if (!lt) return "quant+skinny-mma-slices";
+        const bool fp8 = w.scheme.activation == GemmActivationType::Fp8E4M3PerToken;
+        return std::string("quant+cublasLt-") + (fp8 ? "fp8" : "int8") + (lt->scaled() ? "-outervec" : "+epilogue");
+      }
+    }
+  }
+
+  void run(const GemmWeight& weight, const void* x, int64_t m64, void* y) override {
+    const auto& w = checkedWeight(weight);
+    if (m64 < 1 || m64 > (int64_t(1) << 24)) throwBadInput("", "m", "must be in 1..2^24, got " + std::to_string(m64));
+    if (!x || !y || (reinterpret_cast<uintptr_t>(x) & 15) || (reinterpret_cast<uintptr_t>(y) & 15))
+      throwBadInput("", "x/y", "device pointers must be non-null and 16-byte aligned");
+    const int m = int(m64);
+    const auto& d = w.dev;
+    switch (w.scheme.activation) {
+      case GemmActivationType::F16:
+        if (w.scheme.weight == GemmWeightType::F16) {
+          blas_->gemmF16(w.f16.get(), x, y, m, int(w.n), int(w.k));
+        } else if (m <= 16) {
+          const auto& plan = skinnyPlan(w, m);
+          cuda_gemm::launchSkinny(d, x, nullptr, m, y, plan, splitWorkspace(plan), stream_, pdl_);
+        } else {
+          auto it = w.widePlans.find(m);
+          if (it == w.widePlans.end()) it = w.widePlans.emplace(m, cuda_gemm::planWide(d, m, info_.multiprocessors)).first;
+          cuda_gemm::launchWide(d, x, m, y, it->second, splitWorkspace(it->second), stream_);
+        }
+        break;
+      default: {
+        const bool fp8 = w.scheme.activation == GemmActivationType::Fp8E4M3PerToken;
+        ensure(actCodes_, size_t(m) * size_t(w.k));
+        ensure(tokenScales_, size_t(m) * sizeof(float));
+        cuda_gemm::launchQuantizeActivations(x, m, int(w.k), fp8, actCodes_.get(), tokenScalesPtr(), stream_);
+        const LtMatmul* lt = m > 16 ? ltFor(w, m) : nullptr;
+        if (lt && lt->scaled()) {
+          lt->run(*blas_, d.codes, actCodes_.get(), d.channelScales, tokenScalesPtr(), y);
+        } else if (lt) {
+          ensure(ltOut_, size_t(m) * size_t(w.n) * 4);
+          lt->run(*blas_, d.codes, actCodes_.get(), d.channelScales, tokenScalesPtr(), ltOut_.get());
+          cuda_gemm::launchScaleEpilogue(ltOut_.get(), !fp8, m, int(w.n), tokenScalesPtr(), d.channelScales, y,
+                                         stream_);
+        } else {
+          // Slices of at most 16 tokens through the skinny kernel.
+          for (int m0 = 0; m0 < m; m0 += 16) {
+            const int mm = std::min(16, m - m0);
+            const auto& plan = skinnyPlan(w, mm);
+            cuda_gemm::launchSkinny(d, static_cast<const uint8_t*>(actCodes_.get()) + size_t(m0) * size_t(w.k),
+                                    tokenScalesPtr() + m0, mm, static_cast<uint16_t*>(y) + size_t(m0) * size_t(w.n),
+                                    plan, splitWorkspace(plan), stream_, pdl_);
+          }
+        }
+        break;
+      }
+    }
+    QS_CUDA_CHECK(cudaGetLastError());
+  }
+
+  std::shared_ptr<void> allocate(size_t bytes) override {
+    void* p = nullptr;
+    QS_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(bytes, 16)));
+    return std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
+  }
+  void upload(void* dst, const void* src, size_t bytes) override {
+    QS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+    QS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  void download(void* dst, const void* src, size_t bytes) override {
+    QS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+    QS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  void synchronize() override { QS_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+ private:
+  bool hasFp8TensorCores() const { return info_.computeMajor * 10 + info_.computeMinor >= 89; }
+
+  static const CudaGemmWeight& checkedWeight(const GemmWeight& weight) {
+    const auto* w = dynamic_cast<const CudaGemmWeight*>(&weight);
+    if (!w) throwBadInput("", "gemm weight", "was prepared by another backend");
+    return *w;
+  }
+
+  // Grows a workspace buffer; never while the stream is being captured into a graph (run once
+  // eagerly with the largest m first).
+  void ensure(DeviceBuffer& buf, size_t bytes) {
+    if (buf.bytes() >= bytes) return;
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    QS_CUDA_CHECK(cudaStreamIsCapturing(stream_, &capture));
+    if (capture != cudaStreamCaptureStatusNone)
+      throw Error(ErrorKind::Internal, "GEMM workspace would grow during graph capture: run once before capturing");
+    QS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    buf.allocate(bytes + bytes / 4);
+  }
+
+  cuda_gemm::SplitWorkspace splitWorkspace(const cuda_gemm::LaunchPlan& plan) {
+    if (plan.splits > 1) {
+      ensure(partials_, plan.partialFloats * sizeof(float));
+      if (counters_.bytes() < plan.counters * sizeof(int)) {
+        ensure(counters_, plan.counters * sizeof(int));
+        QS_CUDA_CHECK(cudaMemset(counters_.get(), 0, counters_.bytes()));
+      }
+    }
+    cuda_gemm::SplitWorkspace ws;
+    ws.partials = static_cast<float*>(partials_.get());
+    ws.partialFloats = partials_.bytes() / sizeof(float);
+    ws.counters = static_cast<int*>(counters_.get());
+    ws.counterCount = counters_.bytes() / sizeof(int);
+    return ws;
+  }
+
+  const cuda_gemm::LaunchPlan& skinnyPlan(const CudaGemmWeight& w, int m) const {
+    auto it = w.skinnyPlans.find(m);
+    if (it == w.skinnyPlans.end())
+      it = w.skinnyPlans.emplace(m, cuda_gemm::planSkinny(w.dev, m, info_.multiprocessors)).first;
+    return it->second;
+  }
+
+  float* tokenScalesPtr() const { return static_cast<float*>(tokenScales_.get()); }
+
+  const LtMatmul* ltFor(const CudaGemmWeight& w, int m) const {
+    const bool fp8 = w.scheme.activation == GemmActivationType::Fp8E4M3PerToken;
+    const bool e5m2 = w.scheme.weight == GemmWeightType::Fp8E5M2;
+    const auto key = std::make_tuple(fp8, e5m2, int(w.n), m, int(w.k), w.dev.kPad);
+    auto it = lt_.find(key);
+    if (it != lt_.end()) return it->second.get();
+    std::unique_ptr<LtMatmul> mm;
+    if (fp8) mm = LtMatmul::create(*blas_, LtMatmul::Kind::Fp8, e5m2, int(w.n), m, int(w.k), w.dev.kPad, true);
+    if (!mm) mm = LtMatmul::create(*blas_, fp8 ? LtMatmul::Kind::Fp8 : LtMatmul::Kind::Int8, e5m2, int(w.n), m,
+                                   int(w.k), w.dev.kPad, false);
+    return lt_.emplace(key, std::move(mm)).first->second.get();
+  }
+
+  DeviceInfo info_;
+  bool pdl_ = false;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<cuda_gemm::CublasContext> blas_;
+  DeviceBuffer partials_, counters_, actCodes_, tokenScales_, ltOut_;
+  mutable std::map<std::tuple<bool, bool, int, int, int, int>, std::unique_ptr<LtMatmul>> lt_;
+};
+
+}  // namespace
+
+std::unique_ptr<GemmOps> createCudaGemmOps() { return std::make_unique<CudaGemmOps>(); }
+
+}  // namespace qs

@@ -1,0 +1,56 @@
+#pragma once
+// `quantscope-cli bench gemm`: times the CUDA GEMM op-set against cuBLAS in one run.
+//
+// Per (shape, batch m, kernel) the benchmark prepares R copies of the weight, R = max(4,
+// ceil(3 x L2 / weight bytes)), so consecutive launches never find their weight in the L2
+// cache; captures L >= 20 launches cycling through the copies into one CUDA graph (the same
+// way for cuBLAS and for our kernels, so launch gaps are equal and small); replays the graph
+// twice to warm up, then `repeats` times, each between CUDA events; reports the median replay
+// time / L. The device copy bandwidth (device-to-device cudaMemcpy of 1 GiB, bytes read plus
+// bytes written) is measured in the same run.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kernels/gemm/gemm_types.h"
+
+namespace qs {
+
+struct GemmBenchOptions {
+  std::vector<std::pair<int64_t, int64_t>> shapes;  // (n out, k in)
+  std::vector<int64_t> batches;                     // m values
+  std::vector<GemmScheme> schemes;                  // ours; fp16 is always measured as the baseline
+  bool cublasLtBaselines = true;                    // cuBLASLt FP8 and INT8 cores, alone
+  int repeats = 15;
+  int minLaunchesPerGraph = 20;
+  std::function<void(const std::string&)> progress;  // one line per step (may be empty)
+};
+
+struct GemmBenchRow {
+  std::string kernel;  // "cublas-fp16", "cublasLt-fp8", "cublasLt-int8", or a scheme name
+  std::string impl;    // what ran (GemmOps::kernelName or the cuBLASLt mode)
+  int64_t n = 0, k = 0, m = 0;
+  double us = 0;        // median time per GEMM
+  double tflops = 0;    // 2 m n k / time
+  double gbps = 0;      // (weight bytes + x bytes + y bytes) / time
+  double pctCopy = 0;   // gbps / copy bandwidth
+  double speedup = 0;   // cuBLAS FP16 time / this time (same shape and m)
+  uint64_t weightBytes = 0;
+  int copies = 0;       // weight copies rotated through
+};
+
+struct GemmBenchResult {
+  std::string device;
+  double copyGBps = 0;  // device-to-device copy, read + write bytes
+  uint64_t l2Bytes = 0;
+  std::vector<GemmBenchRow> rows;
+  std::string method;  // how it was timed, one paragraph
+};
+
+// Throws ErrorKind::Unsupported in a build without CUDA, ErrorKind::Device without a device,
+// ErrorKind::BadInput for shapes the kernels do not take (k not a multiple of the group size).
+GemmBenchResult runGemmBench(const GemmBenchOptions& options);
+
+}  // namespace qs

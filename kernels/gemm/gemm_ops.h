@@ -1,0 +1,64 @@
+#pragma once
+// The quantized GEMM/GEMV op-set of a Backend (Backend::gemm()). One interface, two
+// implementations: the CPU fake-quant reference (createCpuGemmOps) and the CUDA kernels
+// (createCudaGemmOps). Tests run both on the same inputs and compare.
+//
+//   auto w = ops.prepare(weight, GemmActivationType::F16);   // pack + move to backend memory
+//   ops.run(*w, x, m, y);                                     // y[m, n] = x[m, k] · W^T
+//
+// x and y are FP16 [m, k] / [m, n] row-major in the backend's memory (host memory for the CPU
+// backend, device memory for CUDA; allocate() gives such memory). On CUDA run() is
+// asynchronous on stream(); synchronize() waits. An op-set is not thread-safe (it caches launch
+// plans and owns one workspace): use it from one thread, and capture CUDA graphs only after
+// one eager run per (weight, m) has sized the workspace.
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "kernels/gemm/gemm_layout.h"
+#include "kernels/gemm/gemm_types.h"
+
+namespace qs {
+
+// A weight prepared for one op-set (kernel layout, in its memory). Opaque beyond these fields.
+class GemmWeight {
+ public:
+  virtual ~GemmWeight() = default;
+  GemmScheme scheme;
+  int64_t n = 0, k = 0;
+  uint64_t bytes = 0;  // weight bytes a kernel reads per call (codes + scales + zeros)
+};
+
+class GemmOps {
+ public:
+  virtual ~GemmOps() = default;
+  virtual std::string name() const = 0;  // "cpu-reference" / "cuda"
+
+  // Packs w for the kernels (packWeightForKernel) and keeps it in the backend's memory.
+  std::unique_ptr<GemmWeight> prepare(const QuantLinearWeight& w, GemmActivationType activation) {
+    return preparePacked(packWeightForKernel(w, activation));
+  }
+  virtual std::unique_ptr<GemmWeight> preparePacked(const PackedGemmWeight& packed) = 0;
+
+  // y[m, n] = act(x)[m, k] · W[n, k]^T. Throws ErrorKind::BadInput for m < 1, misaligned
+  // pointers (x and y must be 16-byte aligned), a weight from another op-set.
+  virtual void run(const GemmWeight& w, const void* x, int64_t m, void* y) = 0;
+  // What run() uses for (w, m), e.g. "skinny-mma", "wide-mma", "cublasLt-fp8+quant", "cublas",
+  // "eigen".
+  virtual std::string kernelName(const GemmWeight& w, int64_t m) const = 0;
+
+  // Backend memory for x and y; freed when the last shared_ptr goes.
+  virtual std::shared_ptr<void> allocate(size_t bytes) = 0;
+  virtual void upload(void* dst, const void* src, size_t bytes) = 0;    // host → backend
+  virtual void download(void* dst, const void* src, size_t bytes) = 0;  // backend → host
+  virtual void synchronize() = 0;
+  virtual void* stream() { return nullptr; }  // cudaStream_t on CUDA
+};
+
+std::unique_ptr<GemmOps> createCpuGemmOps();
+#ifdef QS_HAVE_CUDA
+// Throws ErrorKind::Device when no CUDA device works.
+std::unique_ptr<GemmOps> createCudaGemmOps();
+#endif
+
+}  // namespace qs

@@ -1,0 +1,53 @@
+#pragma once
+// The CPU fake-quant reference of the GEMM op-set, and small generators of test/benchmark data.
+//
+// Reference = dequantize the weight to float (QuantLinearWeight::dequantized), fake-quantize the
+// activations exactly as the GPU does for the W8A8 schemes (same per-token scale, same rounding,
+// bit for bit), then an FP32 GEMM (Eigen) and one rounding of the result to FP16.
+#include <cstdint>
+#include <vector>
+
+#include "kernels/gemm/gemm_types.h"
+
+namespace qs {
+
+// Per-token dynamic quantization of x [m, k] (FP16 bits), as the GPU kernel does it:
+//   absmax = max |x[row, :]|, scale = absmax / Q, inv = Q / absmax (0 when absmax == 0),
+//   INT8: code = clamp(rint(x * inv), -127, 127)   (Q = 127)
+//   FP8:  code = e4m3_satfinite_rne(x * inv)         (Q = 448)
+// Every product and quotient is one IEEE FP32 operation (no FMA).
+struct QuantizedActivations {
+  std::vector<int8_t> codes;  // [m, k]: INT8 values or E4M3 bit patterns
+  std::vector<float> scales;  // [m]
+};
+QuantizedActivations quantizeActivationsReference(const uint16_t* x, int64_t m, int64_t k,
+                                                   GemmActivationType activation);
+
+// The value each activation takes inside the GEMM: x itself for A16, code * scale for A8.
+std::vector<float> fakeQuantActivations(const uint16_t* x, int64_t m, int64_t k,
+                                        GemmActivationType activation);
+
+// w as floats [n, k] (row-major).
+std::vector<float> dequantizeReference(const QuantLinearWeight& w);
+
+// y [m, n] (FP16 bits) = fakeQuant(x) [m, k] · wDeq [n, k]^T, FP32 GEMM, one FP16 rounding.
+void gemmReference(const float* wDeq, int64_t n, int64_t k, GemmActivationType activation,
+                   const uint16_t* x, int64_t m, uint16_t* y);
+
+// ---- data for tests and benchmarks -------------------------------------------------------
+// A random weight of the given scheme: codes uniform over the valid range (FP8: a random
+// normal-ish value encoded), scales around `scale` (optionally with 1/64 of the scales 10..30x
+// larger: outlier channels/groups), zeros uniform. Deterministic for a seed.
+QuantLinearWeight makeRandomQuantWeight(int64_t n, int64_t k, const GemmScheme& scheme, uint64_t seed,
+                                        bool outliers = false, float scale = 0.01f);
+// Random FP16 activations [m, k] around N(0, 1); outliers: 1/128 of the channels (columns)
+// scaled 5..30x and single values of 20..100, the way LLM activations look (kept so that the
+// products of both kinds of outliers stay inside the FP16 output range).
+std::vector<uint16_t> makeRandomActivations(int64_t m, int64_t k, uint64_t seed, bool outliers = false);
+
+// Round-to-nearest quantization of a float weight [n, k] to the scheme (scale = absmax / qmax
+// per group; asymmetric INT4: scale = (max - min) / 15, zero = rint(-min / scale)). A minimal
+// quantizer for tests; the formats code owns the real ones.
+QuantLinearWeight quantizeWeightRtn(const float* w, int64_t n, int64_t k, const GemmScheme& scheme);
+
+}  // namespace qs

@@ -1,0 +1,371 @@
+// core/tokenizer: llama.cpp's own test vectors for the Llama SentencePiece vocabulary (in full),
+// llama2.c's encoder on its published prompts, byte-level BPE against Hugging Face `tokenizers`,
+// decode round trips, and hostile tokenizer files.
+#include <QtTest>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "core/model/model_file.h"
+#include "core/tokenizer/tokenizer_loaders.h"
+#include "kernels/common/error.h"
+#include "tests/core/python_fixture.h"
+#include "tests/test_util.h"
+
+using namespace qs;
+
+namespace {
+
+struct Vector {
+  std::string text;
+  std::vector<int32_t> ids;
+};
+
+// llama.cpp's test-tokenizer-0 format: inputs separated by "\n__ggml_vocab_test__\n", one line
+// of space-separated ids per input.
+std::vector<Vector> readLlamaCppVectors(const QString& base) {
+  const std::string inp = test::readAll(base + ".inp").toStdString();
+  const std::string out = test::readAll(base + ".out").toStdString();
+  const std::string sep = "\n__ggml_vocab_test__\n";
+  std::vector<std::string> texts;
+  for (size_t pos = 0; pos < inp.size();) {
+    const size_t next = inp.find(sep, pos);
+    if (next == std::string::npos) {
+      texts.push_back(inp.substr(pos));
+      break;
+    }
+    texts.push_back(inp.substr(pos, next - pos));
+    pos = next + sep.size();
+  }
+  std::vector<Vector> v;
+  size_t line = 0, pos = 0;
+  while (pos < out.size() && line < texts.size()) {
+    size_t end = out.find('\n', pos);
+    if (end == std::string::npos) end = out.size();
+    Vector x{texts[line++], {}};
+    std::istringstream ss(out.substr(pos, end - pos));
+    for (int32_t id; ss >> id;) x.ids.push_back(id);
+    v.push_back(std::move(x));
+    pos = end + 1;
+  }
+  return v;
+}
+
+QString idsText(const std::vector<int32_t>& ids) {
+  QStringList s;
+  for (int32_t i : ids) s << QString::number(i);
+  return s.join(' ');
+}
+
+std::unique_ptr<Tokenizer> vocabGgufTokenizer() {
+  auto m = openModel(test::datasetPath("tokenizers/llama2/ggml-vocab-llama-spm.gguf").toStdString());
+  return tokenizerFromGguf(*m);
+}
+
+void expectBadTokenizer(const QString& path, const char* fragment, int32_t vocabSize = -1) {
+  try {
+    openTokenizer(path.toStdString(), vocabSize);
+    QFAIL(qPrintable("expected an error for " + path));
+  } catch (const Error& e) {
+    QVERIFY2(e.isUserError(), e.what());
+    QVERIFY2(std::string(e.what()).find(fragment) != std::string::npos, e.what());
+  }
+}
+
+}  // namespace
+
+class TestTokenizer : public QObject {
+  Q_OBJECT
+  QTemporaryDir tmp_;
+
+ private slots:
+  void llamaCppTestVectorsPassInFull() {
+    auto tok = vocabGgufTokenizer();
+    QCOMPARE(tok->kindName(), std::string_view("sentencepiece-bpe"));
+    QCOMPARE(tok->vocabSize(), 32000);
+    const auto vectors = readLlamaCppVectors(test::datasetPath("tokenizers/llama2/ggml-vocab-llama-spm.gguf"));
+    QCOMPARE(vectors.size(), size_t(46));
+    int failed = 0;
+    for (const auto& v : vectors) {
+      const auto ids = tok->encode(v.text);  // add_special = false, as test-tokenizer-0 runs it
+      if (ids != v.ids) {
+        ++failed;
+        qWarning("text %s\n  want %s\n  have %s", QByteArray::fromStdString(v.text).toPercentEncoding().constData(),
+                 qPrintable(idsText(v.ids)), qPrintable(idsText(ids)));
+      }
+    }
+    QCOMPARE(failed, 0);
+  }
+
+  void llamaCppDecodeRoundTrips() {
+    auto tok = vocabGgufTokenizer();
+    for (const auto& v : readLlamaCppVectors(test::datasetPath("tokenizers/llama2/ggml-vocab-llama-spm.gguf"))) {
+      QVERIFY2(tok->decode(v.ids) == v.text,
+               qPrintable(QByteArray::fromStdString(v.text).toPercentEncoding() + " decoded as " +
+                          QByteArray::fromStdString(tok->decode(v.ids)).toPercentEncoding()));
+      std::vector<int32_t> withBos{tok->bos()};
+      withBos.insert(withBos.end(), v.ids.begin(), v.ids.end());
+      QCOMPARE(tok->decode(withBos), v.text);
+    }
+    QCOMPARE(tok->decode(std::vector<int32_t>{1}, true), std::string("<s>"));
+    QCOMPARE(tok->encode("", {.addBos = true}), std::vector<int32_t>{1});
+    QCOMPARE(tok->encode("<s>Hi", {.addBos = false, .parseSpecial = true}),
+             (std::vector<int32_t>{1, tok->encode("Hi")[0]}));
+    QVERIFY(tok->addsBosByDefault());
+  }
+
+  void llama2cEncoderMatchesRunC() {
+    // llama2.c's test.c vectors (Meta's example prompts), BOS on, on llama2.c's tokenizer.bin.
+    auto tok = loadLlama2cTokenizer(test::datasetPath("tokenizers/llama2/tokenizer.bin").toStdString(), 32000);
+    const std::vector<Vector> vectors = {
+        {"", {1}},
+        {"I believe the meaning of life is", {1, 306, 4658, 278, 6593, 310, 2834, 338}},
+        {"Simply put, the theory of relativity states that ",
+         {1, 3439, 17632, 1925, 29892, 278, 6368, 310, 14215, 537, 5922, 393, 29871}},
+        {"A brief message congratulating the team on the launch:\n\n        Hi everyone,\n\n        I just ",
+         {1, 319, 11473, 2643, 378, 629, 271, 18099, 278, 3815, 373, 278, 6826, 29901, 13, 13, 4706, 6324,
+          14332, 29892, 13, 13, 4706, 306, 925, 29871}},
+        {"Translate English to French:\n\n        sea otter => loutre de mer\n        peppermint => menthe "
+         "poivrée\n        plush girafe => girafe peluche\n        cheese =>",
+         {1,    4103, 9632, 4223,  304,  5176, 29901, 13,   13,   4706,  7205, 4932, 357,  1149, 301,  449,  276,
+          316,  2778, 13,   4706,  1236, 407,  837,   524,  1149, 6042,  354,  772,  440,  29878, 1318, 13,  4706,
+          715,  1878, 330,  3055,  1725, 1149, 330,   3055, 1725, 4639,  28754, 13,  4706, 923,  968,  1149}},
+    };
+    for (const auto& v : vectors) {
+      const auto ids = tok->encode(v.text, {.addBos = true});
+      QVERIFY2(ids == v.ids, qPrintable(QString::fromStdString(v.text) + "\n have " + idsText(ids) +
+                                        "\n want " + idsText(v.ids)));
+      // decode drops BOS and the dummy-prefix space
+      QCOMPARE(tok->decode(ids), v.text);
+    }
+    // run.c's streaming decode: after BOS the leading space goes.
+    QCOMPARE(tok->decodeNext(1, 306), std::string("I"));
+    QCOMPARE(tok->decodeNext(306, 4658), std::string(" believe"));
+    QCOMPARE(tok->decodeNext(-1, 13), std::string("\n"));  // a byte token
+  }
+
+  void bothSpmModesAgreeOnOrdinaryText() {
+    // The two encoders differ in corner cases only; on running English text they agree, and the
+    // llama2.c file and the GGUF vocabulary (the same Llama 2 vocabulary) agree in llama.cpp mode.
+    auto bin = loadLlama2cTokenizer(test::datasetPath("tokenizers/llama2/tokenizer.bin").toStdString(), 32000);
+    auto gguf = vocabGgufTokenizer();
+    const QString text = QString::fromUtf8(test::readAll(test::datasetPath("text/tinystories_validation_head.txt")));
+    const QStringList lines = text.split('\n', Qt::SkipEmptyParts).mid(0, 60);
+    for (const QString& l : lines) {
+      const std::string s = l.toStdString();
+      const auto a = bin->encode(s, {}, SpmEncodeMode::Llama2c);
+      const auto b = bin->encode(s, {}, SpmEncodeMode::LlamaCpp);
+      const auto c = gguf->encode(s);
+      QVERIFY2(a == b, qPrintable(l));
+      QVERIFY2(b == c, qPrintable(l));
+      QCOMPARE(bin->decode(a), s);
+    }
+  }
+
+  void llama2cModeMakesRunCsChoices() {
+    // run.c's encode() written out literally (rescan for the best pair after every merge) as the
+    // reference for the O(n log n) implementation, on real text and on random Unicode.
+    auto tok = loadLlama2cTokenizer(test::datasetPath("models/stories260K/tok512.bin").toStdString(), 512);
+    const Vocabulary& v = tok->vocab();
+    auto literal = [&](const std::string& text) {
+      std::vector<int32_t> t{1};
+      if (text.empty()) return t;
+      t.push_back(v.find(" "));
+      for (size_t off = 0; off < text.size();) {
+        size_t n = 1;
+        while (off + n < text.size() && n < 4 && (uint8_t(text[off + n]) & 0xC0) == 0x80) ++n;
+        const int32_t id = v.find(text.substr(off, n));
+        if (id >= 0) t.push_back(id);
+        else for (size_t k = 0; k < n; ++k) t.push_back(uint8_t(text[off + k]) + 3);
+        off += n;
+      }
+      while (true) {
+        float best = -1e10f;
+        int32_t bestId = -1;
+        size_t bestIdx = 0;
+        for (size_t i = 0; i + 1 < t.size(); ++i) {
+          const int32_t id = v.find(v.tokens[size_t(t[i])] + v.tokens[size_t(t[i + 1])]);
+          if (id >= 0 && v.scores[size_t(id)] > best) best = v.scores[size_t(id)], bestId = id, bestIdx = i;
+        }
+        if (bestId < 0) break;
+        t[bestIdx] = bestId;
+        t.erase(t.begin() + std::ptrdiff_t(bestIdx) + 1);
+      }
+      return t;
+    };
+    const QString text = QString::fromUtf8(test::readAll(test::datasetPath("text/tinystories_validation_head.txt")));
+    std::vector<std::string> samples;
+    for (const QString& l : text.split('\n', Qt::SkipEmptyParts).mid(0, 40)) samples.push_back(l.toStdString());
+    std::mt19937 rng(9);
+    const char* pieces[] = {"a", "the ", "é", "🦙", "  ", "\n", "ing", "x", "日本", "\t", "aaaa", "<0x41>"};
+    for (int i = 0; i < 300; ++i) {
+      std::string s;
+      for (int k = int(rng() % 25); k > 0; --k) s += pieces[rng() % std::size(pieces)];
+      samples.push_back(s);
+    }
+    for (const auto& s : samples) {
+      const auto have = tok->encode(s, {.addBos = true}, SpmEncodeMode::Llama2c);
+      QVERIFY2(have == literal(s), qPrintable(QString::fromStdString(s)));
+    }
+  }
+
+  void stories260KTokenizer() {
+    auto tok = loadLlama2cTokenizer(test::datasetPath("models/stories260K/tok512.bin").toStdString(), 512);
+    QCOMPARE(tok->vocabSize(), 512);
+    QCOMPARE(tok->bos(), 1);
+    const std::string s = "Once upon a time, there was a little girl named Lily. She loved to play outside.";
+    const auto ids = tok->encode(s, {.addBos = true});
+    QCOMPARE(ids.front(), 1);
+    QVERIFY(ids.size() < s.size());  // merges happened
+    QCOMPARE(tok->decode(ids), s);
+    // Characters outside the 512-token vocabulary fall back to bytes and round-trip.
+    const std::string u = "naïve 🦙 ok";
+    QCOMPARE(tok->decode(tok->encode(u)), u);
+    // The file alone (size read to the end) gives the same vocabulary.
+    auto whole = loadLlama2cTokenizer(test::datasetPath("models/stories260K/tok512.bin").toStdString());
+    QCOMPARE(whole->vocabSize(), 512);
+  }
+
+  void byteLevelBpeMatchesHuggingFace_data() {
+    QTest::addColumn<QString>("style");
+    QTest::addColumn<QString>("file");
+    for (const char* style : {"gpt2", "llama3"})
+      for (const char* file : {"tokenizer.json", "vocab.gguf"})
+        QTest::newRow(qPrintable(QString("%1 %2").arg(style, file))) << style << file;
+  }
+  void byteLevelBpeMatchesHuggingFace() {
+    QS_REQUIRE_PYTHON();
+    QFETCH(QString, style);
+    QFETCH(QString, file);
+    const QString dir = tmp_.filePath("hf");
+    if (!QFileInfo::exists(dir))
+      QVERIFY(test::runFixtureScript("make_tokenizer_fixture.py",
+                                     {dir, test::datasetPath("text/tinyshakespeare.txt")}));
+    auto tok = openTokenizer((dir + "/" + style + "/" + file).toStdString());
+    QCOMPARE(tok->kindName(), std::string_view("byte-level-bpe"));
+    const auto expected = nlohmann::json::parse(test::readAll(dir + "/" + style + "/expected.json").toStdString());
+    QVERIFY(expected.size() > 10);
+    for (const auto& e : expected) {
+      const std::string text = e["text"];
+      const auto want = e["ids"].get<std::vector<int32_t>>();
+      const auto have = tok->encode(text, {.parseSpecial = true});  // HF always splits specials
+      QVERIFY2(have == want, qPrintable(QString::fromStdString(text) + "\n have " + idsText(have) +
+                                        "\n want " + idsText(want)));
+      QCOMPARE(tok->decode(have, true), text);
+    }
+  }
+
+  void tokenizerForModelFindsTheModelsOwn() {
+    auto gguf = openModel(test::datasetPath("tokenizers/llama2/ggml-vocab-llama-spm.gguf").toStdString());
+    auto t = tokenizerForModel(*gguf);
+    QVERIFY(t);
+    QCOMPARE(t->vocabSize(), 32000);
+    auto l2c = openModel(test::stories260K().toStdString());
+    QVERIFY(!tokenizerForModel(*l2c));  // llama2.c keeps its tokenizer in a separate file
+    auto byPath = openTokenizer(test::datasetPath("models/stories260K/tok512.bin").toStdString(), 512);
+    QCOMPARE(byPath->vocabSize(), 512);
+    QS_REQUIRE_PYTHON();
+    const QString dir = tmp_.filePath("hf");
+    if (!QFileInfo::exists(dir))
+      QVERIFY(test::runFixtureScript("make_tokenizer_fixture.py",
+                                     {dir, test::datasetPath("text/tinyshakespeare.txt")}));
+    QVERIFY(test::runFixtureScript("make_safetensors_fixture.py", {"gpt2", dir + "/gpt2"}));
+    auto st = openModel((dir + "/gpt2/model.safetensors").toStdString());
+    auto bpe = tokenizerForModel(*st);  // tokenizer.json beside the weights
+    QVERIFY(bpe);
+    QCOMPARE(bpe->kindName(), std::string_view("byte-level-bpe"));
+  }
+
+  void bpeHandlesArbitraryBytes() {
+    QS_REQUIRE_PYTHON();
+    const QString dir = tmp_.filePath("hf");
+    if (!QFileInfo::exists(dir))
+      QVERIFY(test::runFixtureScript("make_tokenizer_fixture.py",
+                                     {dir, test::datasetPath("text/tinyshakespeare.txt")}));
+    auto tok = openTokenizer((dir + "/gpt2/tokenizer.json").toStdString());
+    std::mt19937 rng(5);
+    for (int round = 0; round < 200; ++round) {
+      std::string s(size_t(rng() % 40), '\0');
+      for (char& c : s) c = char(rng() & 0xFF);
+      const auto ids = tok->encode(s);  // invalid UTF-8 included: must not crash
+      for (int32_t id : ids) QVERIFY(id >= 0 && id < tok->vocabSize());
+    }
+  }
+
+  void spmHandlesArbitraryBytes() {
+    auto tok = vocabGgufTokenizer();
+    auto& spm = static_cast<SpmTokenizer&>(*tok);
+    std::mt19937 rng(6);
+    auto utf8 = [](uint32_t cp) {
+      std::string s;
+      if (cp < 0x80) s += char(cp);
+      else if (cp < 0x800) s += char(0xC0 | (cp >> 6)), s += char(0x80 | (cp & 0x3F));
+      else if (cp < 0x10000) s += char(0xE0 | (cp >> 12)), s += char(0x80 | ((cp >> 6) & 0x3F)), s += char(0x80 | (cp & 0x3F));
+      else s += char(0xF0 | (cp >> 18)), s += char(0x80 | ((cp >> 12) & 0x3F)), s += char(0x80 | ((cp >> 6) & 0x3F)), s += char(0x80 | (cp & 0x3F));
+      return s;
+    };
+    for (int round = 0; round < 300; ++round) {
+      // Arbitrary bytes (invalid UTF-8 included): ids stay in range, nothing crashes.
+      std::string bytes(size_t(rng() % 40), '\0');
+      for (char& c : bytes) c = char(rng() & 0xFF);
+      // Valid UTF-8 from every plane: exact round trip through byte fallback, in both modes.
+      std::string text;
+      for (int k = int(rng() % 20); k > 0; --k) {
+        uint32_t cp = rng() % 4 == 0 ? uint32_t(' ') : uint32_t(rng() % 0x10FFFF + 1);
+        if (cp >= 0xD800 && cp < 0xE000) cp = 'x';
+        text += utf8(cp);
+      }
+      for (auto mode : {SpmEncodeMode::LlamaCpp, SpmEncodeMode::Llama2c}) {
+        for (int32_t id : spm.encode(bytes, {}, mode)) QVERIFY(id >= 0 && id < tok->vocabSize());
+        const auto ids = spm.encode(text, {}, mode);
+        QVERIFY2(tok->decode(ids) == text,
+                 qPrintable(QByteArray::fromStdString(text).toPercentEncoding() + " decoded as " +
+                            QByteArray::fromStdString(tok->decode(ids)).toPercentEncoding()));
+      }
+      // llama2.c's grouping works on raw bytes, so even invalid UTF-8 round-trips there.
+      QCOMPARE(tok->decode(spm.encode(bytes, {}, SpmEncodeMode::Llama2c)), bytes);
+    }
+    QVERIFY_THROWS_EXCEPTION(Error, tok->tokenText(32000));
+  }
+
+  void hostileTokenizerFiles() {
+    const QByteArray good = test::readAll(test::datasetPath("models/stories260K/tok512.bin"));
+    expectBadTokenizer(test::writeFile(tmp_, "t1.bin", good.left(100)), "cannot fit", 512);
+    expectBadTokenizer(test::writeFile(tmp_, "t1c.bin", good.left(6000)), "truncated", 512);
+    expectBadTokenizer(test::writeFile(tmp_, "t1b.bin", good.left(103)), "truncated");
+    expectBadTokenizer(test::writeFile(tmp_, "t2.bin", good), "cannot fit", 1 << 20);
+    QByteArray longLen = good;
+    const int32_t huge = 1 << 30;
+    std::memcpy(longLen.data() + 4 + 4, &huge, 4);  // first token's length
+    expectBadTokenizer(test::writeFile(tmp_, "t3.bin", longLen), "outside [0, max_token_length");
+    QByteArray badMax = good;
+    const int32_t zero = 0;
+    std::memcpy(badMax.data(), &zero, 4);
+    expectBadTokenizer(test::writeFile(tmp_, "t4.bin", badMax), "max_token_length");
+    expectBadTokenizer(test::writeFile(tmp_, "t5.json", "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": -3}}}"),
+                       "model.vocab");
+    expectBadTokenizer(test::writeFile(tmp_, "t6.json", "{\"model\": "), "invalid JSON");
+    try {
+      openTokenizer(test::writeFile(tmp_, "t7.json", "{\"model\": {\"type\": \"Unigram\"}}").toStdString());
+      QFAIL("expected Unsupported");
+    } catch (const Error& e) {
+      QCOMPARE(e.kind(), ErrorKind::Unsupported);
+    }
+    // A GGUF whose scores do not match its tokens.
+    QByteArray g;
+    auto put32 = [&](uint32_t v) { g.append(reinterpret_cast<const char*>(&v), 4); };
+    auto put64 = [&](uint64_t v) { g.append(reinterpret_cast<const char*>(&v), 8); };
+    auto str = [&](const std::string& s) { put64(s.size()); g.append(s.data(), qsizetype(s.size())); };
+    g.append("GGUF", 4);
+    put32(3);
+    put64(0);
+    put64(3);
+    str("tokenizer.ggml.model"); put32(8); str("llama");
+    str("tokenizer.ggml.tokens"); put32(9); put32(8); put64(2); str("a"); str("b");
+    str("tokenizer.ggml.scores"); put32(9); put32(6); put64(1); put32(0);
+    expectBadTokenizer(test::writeFile(tmp_, "t8.gguf", g), "tokenizer.ggml.scores");
+  }
+};
+
+QTEST_GUILESS_MAIN(TestTokenizer)
+#include "test_tokenizer.moc"

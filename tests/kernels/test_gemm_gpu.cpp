@@ -1,0 +1,259 @@
+// GPU (label gpu): every CUDA GEMM path against the CPU fake-quant reference on fresh random and
+// outlier-heavy inputs, m from 1 to 4096 (odd values included), odd n, every group size.
+// The output sits between two poisoned guard zones; the whole buffer starts poisoned with NaN,
+// so an unwritten element or a write out of bounds fails the test. QS_GEMM_TEST_QUICK=1 runs a
+// reduced sweep (for compute-sanitizer).
+#include <cuda_runtime.h>
+
+#include <QtTest>
+#include <bit>
+#include <cmath>
+#include <cstdlib>
+#include <random>
+
+#include "kernels/backend/backend.h"
+#include "kernels/common/error.h"
+#include "kernels/common/half.h"
+#include "kernels/cuda/gemm/gemm_launch.h"
+#include "kernels/gemm/gemm_ops.h"
+#include "kernels/gemm/gemm_reference.h"
+
+using namespace qs;
+
+namespace {
+
+constexpr uint16_t kPoison = 0xFFFF;  // a NaN: never a result of a finite GEMM
+constexpr size_t kGuard = 256;        // halves of guard on each side (keeps 16-byte alignment)
+
+bool quick() { return std::getenv("QS_GEMM_TEST_QUICK") != nullptr; }
+
+uint64_t freshSeed() {
+  static std::random_device rd;
+  return (uint64_t(rd()) << 32) | rd();
+}
+
+// Relative-error bound ‖gpu − ref‖ / ‖ref‖ per path, both outputs rounded to FP16 (2^-11).
+//  - skinny A16: exact integer weights in FP16, FP32 accumulation, scales in FP32: only
+//    accumulation order differs → 1e-3.
+//  - wide A16, grouped: each weight is rounded to FP16 once after scaling (2^-12 average) → 2e-3.
+//  - W8A8 INT8: exact integer products and sums → 1e-3. FP8 (our mma or cuBLASLt): FP32-ish
+//    accumulation inside the tensor cores → 3e-3.
+//  - cuBLAS FP16: 1e-3.
+double tolerance(const GemmScheme& s, int64_t m) {
+  if (s.activation == GemmActivationType::Fp8E4M3PerToken) return 3e-3;
+  if (s.activation == GemmActivationType::Int8PerToken) return 1e-3;
+  if (s.weight == GemmWeightType::F16) return 1e-3;
+  return m <= 16 ? 1e-3 : 2e-3;
+}
+
+struct Case {
+  int64_t n, k, m;
+};
+
+class Harness {
+ public:
+  Harness() : cpu_(createCpuGemmOps()), gpu_(createCudaGemmOps()) {}
+  GemmOps& gpu() { return *gpu_; }
+
+  // Runs one comparison; returns an empty string or the failure.
+  QString compare(const GemmScheme& s, const Case& c, bool outliers, uint64_t seed) {
+    const QuantLinearWeight w = makeRandomQuantWeight(c.n, c.k, s, seed, outliers);
+    const std::vector<uint16_t> xh = makeRandomActivations(c.m, c.k, seed ^ 0x9E3779B97F4A7C15ull, outliers);
+    const QString what = QString("%1 n=%2 k=%3 m=%4%5 seed=%6")
+                             .arg(QString::fromStdString(s.name()))
+                             .arg(c.n)
+                             .arg(c.k)
+                             .arg(c.m)
+                             .arg(outliers ? " outliers" : "")
+                             .arg(seed);
+    // CPU reference
+    std::vector<uint16_t> ref(size_t(c.m * c.n));
+    {
+      const auto wc = cpu_->prepare(w, s.activation);
+      cpu_->run(*wc, xh.data(), c.m, ref.data());
+    }
+    // GPU, output between poisoned guards
+    const auto wg = gpu_->prepare(w, s.activation);
+    auto x = gpu_->allocate(xh.size() * 2);
+    gpu_->upload(x.get(), xh.data(), xh.size() * 2);
+    const size_t total = size_t(c.m * c.n) + 2 * kGuard;
+    std::vector<uint16_t> buf(total, kPoison);
+    auto y = gpu_->allocate(total * 2);
+    gpu_->upload(y.get(), buf.data(), total * 2);
+    uint16_t* yOut = static_cast<uint16_t*>(y.get()) + kGuard;
+    gpu_->run(*wg, x.get(), c.m, yOut);
+    gpu_->synchronize();
+    gpu_->download(buf.data(), y.get(), total * 2);
+    for (size_t i = 0; i < kGuard; ++i)
+      if (buf[i] != kPoison || buf[total - 1 - i] != kPoison) return what + ": write outside the output";
+    double num = 0, den = 0;
+    for (size_t i = 0; i < ref.size(); ++i) {
+      const uint16_t g = buf[kGuard + i];
+      if ((g & 0x7C00) == 0x7C00)
+        return what + QString(": non-finite output at [%1, %2] (0x%3; poison = unwritten)")
+                          .arg(i / size_t(c.n))
+                          .arg(i % size_t(c.n))
+                          .arg(g, 4, 16, QChar('0'));
+      const double r = halfBitsToFloat(ref[i]), d = double(halfBitsToFloat(g)) - r;
+      num += d * d;
+      den += r * r;
+    }
+    const double err = std::sqrt(num / std::max(den, 1e-30));
+    if (!(err <= tolerance(s, c.m)))
+      return what + QString(": relative error %1 > %2 (%3)")
+                        .arg(err)
+                        .arg(tolerance(s, c.m))
+                        .arg(QString::fromStdString(gpu_->kernelName(*wg, c.m)));
+    return {};
+  }
+
+  void sweep(const std::vector<const char*>& schemes, bool largeM = true) {
+    std::vector<int64_t> ms = quick() ? std::vector<int64_t>{1, 9, 17, 130}
+                                      : std::vector<int64_t>{1, 2, 3, 7, 8, 9, 15, 16, 17, 33, 64, 118, 128, 257, 1024};
+    const uint64_t seed0 = freshSeed();
+    int failures = 0;
+    QStringList report;
+    for (const char* name : schemes) {
+      const GemmScheme s = GemmScheme::parse(name);
+      std::vector<Case> cases;
+      for (int64_t m : ms) {
+        cases.push_back({203, 384, m});                    // odd n, k a multiple of 128
+        if (!quick()) cases.push_back({96, 96, m});        // k = 96: not a multiple of 64 (padding)
+      }
+      if (!quick()) {
+        cases.push_back({40, 4096, 1});    // few rows, long k: skinny split-K
+        cases.push_back({40, 4096, 13});
+        cases.push_back({72, 8192, 5});
+        cases.push_back({64, 2048, 96});   // wide split-K
+        cases.push_back({1, 128, 1});      // a single output
+        if (largeM) cases.push_back({203, 384, 4096});
+      }
+      int i = 0;
+      for (const Case& c : cases) {
+        if (s.groupSize > 0 && c.k % s.groupSize) continue;
+        ++i;
+        const QString err = compare(s, c, (i % 2) == 0, seed0 + uint64_t(i) * 7919);
+        if (!err.isEmpty()) {
+          ++failures;
+          if (report.size() < 12) report << err;
+        }
+      }
+    }
+    QVERIFY2(failures == 0, qPrintable(QString::number(failures) + " failures:\n" + report.join('\n')));
+  }
+
+ private:
+  std::unique_ptr<GemmOps> cpu_, gpu_;
+};
+
+}  // namespace
+
+class TestGemmGpu : public QObject {
+  Q_OBJECT
+  std::unique_ptr<Harness> h_;
+
+ private slots:
+  void initTestCase() { h_ = std::make_unique<Harness>(); }
+  void cleanupTestCase() { h_.reset(); }
+
+  void w4a16Symmetric() { h_->sweep({"w4a16-g32", "w4a16-g64", "w4a16-g128", "w4a16-ch"}); }
+  void w4a16Asymmetric() { h_->sweep({"w4a16-g32-asym", "w4a16-g64-asym", "w4a16-g128-asym", "w4a16-ch-asym"}); }
+  void w8a16Int8() { h_->sweep({"w8a16-int8", "w8a16-int8-g32", "w8a16-int8-g64", "w8a16-int8-g128"}); }
+  void w8a16Fp8() { h_->sweep({"w8a16-fp8", "w8a16-fp8-tensor", "w8a16-e5m2"}); }
+  void w8a8Int8() { h_->sweep({"w8a8-int8"}); }
+  void w8a8Fp8() { h_->sweep({"w8a8-fp8", "w8a8-fp8-tensor", "w8a8-e5m2"}); }
+  void fp16Cublas() { h_->sweep({"fp16"}); }
+
+  // cuBLASLt shapes (multiples of 16) so the large-m W8A8 path runs the cuBLASLt core, not the
+  // fallback; and a large skinny/wide problem with split-K.
+  void w8a8CublasLtShapes() {
+    const uint64_t seed = freshSeed();
+    for (const char* name : {"w8a8-int8", "w8a8-fp8", "w8a8-e5m2"})
+      for (int64_t m : {32, 200, 512}) {
+        const QString err = h_->compare(GemmScheme::parse(name), {256, 512, m}, m == 200, seed + uint64_t(m));
+        QVERIFY2(err.isEmpty(), qPrintable(err));
+      }
+  }
+
+  void splitKIsDeterministic() {
+    GemmOps& ops = h_->gpu();
+    const uint64_t seed = freshSeed();
+    for (const auto& [name, m] : std::vector<std::pair<const char*, int64_t>>{
+             {"w4a16-g128", 1}, {"w4a16-g32-asym", 16}, {"w8a16-fp8", 3}, {"w8a8-int8", 5}, {"w4a16-g64", 100}}) {
+      const GemmScheme s = GemmScheme::parse(name);
+      const int64_t n = 48, k = 8192;
+      const auto w = ops.prepare(makeRandomQuantWeight(n, k, s, seed), s.activation);
+      const std::vector<uint16_t> xh = makeRandomActivations(m, k, seed + 1);
+      auto x = ops.allocate(xh.size() * 2);
+      ops.upload(x.get(), xh.data(), xh.size() * 2);
+      auto y = ops.allocate(size_t(m * n) * 2);
+      std::vector<uint16_t> first(size_t(m * n)), again(size_t(m * n));
+      ops.run(*w, x.get(), m, y.get());
+      ops.download(first.data(), y.get(), first.size() * 2);
+      for (int rep = 0; rep < 5; ++rep) {
+        ops.run(*w, x.get(), m, y.get());
+        ops.download(again.data(), y.get(), again.size() * 2);
+        QVERIFY2(first == again, name);
+      }
+    }
+  }
+
+  // The activation quantization kernel is bit-exact with the CPU reference (codes and scales).
+  void activationQuantizationIsBitExact() {
+    const uint64_t seed = freshSeed();
+    const int m = 37, k = 4096 + 64;
+    std::vector<uint16_t> xh = makeRandomActivations(m, k, seed, true);
+    for (int c = 0; c < k; ++c) xh[size_t(5 * k + c)] = 0;                   // zero token
+    for (int c = 0; c < k; ++c) xh[size_t(6 * k + c)] = floatToHalfBits(1e-7f);  // subnormal-ish token
+    void *x = nullptr, *codes = nullptr, *scales = nullptr;
+    QCOMPARE(cudaMalloc(&x, xh.size() * 2), cudaSuccess);
+    QCOMPARE(cudaMalloc(&codes, xh.size()), cudaSuccess);
+    QCOMPARE(cudaMalloc(&scales, size_t(m) * 4), cudaSuccess);
+    QCOMPARE(cudaMemcpy(x, xh.data(), xh.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+    for (bool fp8 : {false, true}) {
+      cuda_gemm::launchQuantizeActivations(x, m, k, fp8, codes, static_cast<float*>(scales), nullptr);
+      QCOMPARE(cudaDeviceSynchronize(), cudaSuccess);
+      std::vector<int8_t> gotCodes(xh.size());
+      std::vector<float> gotScales(static_cast<size_t>(m));
+      QCOMPARE(cudaMemcpy(gotCodes.data(), codes, gotCodes.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+      QCOMPARE(cudaMemcpy(gotScales.data(), scales, size_t(m) * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+      const QuantizedActivations want = quantizeActivationsReference(
+          xh.data(), m, k, fp8 ? GemmActivationType::Fp8E4M3PerToken : GemmActivationType::Int8PerToken);
+      QVERIFY2(gotCodes == want.codes, fp8 ? "fp8 codes differ" : "int8 codes differ");
+      for (int r = 0; r < m; ++r)
+        QCOMPARE(std::bit_cast<uint32_t>(gotScales[size_t(r)]), std::bit_cast<uint32_t>(want.scales[size_t(r)]));
+    }
+    cudaFree(x);
+    cudaFree(codes);
+    cudaFree(scales);
+  }
+
+  void backendAccessorAndBadInput() {
+    auto backend = createBackend(BackendChoice::Cuda);
+    GemmOps& ops = backend->gemm();
+    QCOMPARE(QString::fromStdString(ops.name()), QString("cuda"));
+    const GemmScheme s = GemmScheme::parse("w4a16-g128");
+    const auto w = ops.prepare(makeRandomQuantWeight(16, 128, s, 5), s.activation);
+    auto buf = ops.allocate(4096);
+    auto expect = [&](auto fn, ErrorKind kind) {
+      try {
+        fn();
+        QFAIL("accepted bad input");
+      } catch (const Error& e) {
+        QCOMPARE(e.kind(), kind);
+      }
+    };
+    char* base = static_cast<char*>(buf.get());
+    expect([&] { ops.run(*w, base + 2, 1, base + 1024); }, ErrorKind::BadInput);  // misaligned x
+    expect([&] { ops.run(*w, base, 0, base + 1024); }, ErrorKind::BadInput);      // m = 0
+    // k not a multiple of 32 cannot go to the kernels (the CPU reference takes it).
+    expect([&] { ops.prepare(makeRandomQuantWeight(8, 48, GemmScheme::parse("w8a16-int8"), 1), GemmActivationType::F16); },
+           ErrorKind::BadInput);
+    auto cpu = createCpuGemmOps();
+    const auto cw = cpu->prepare(makeRandomQuantWeight(16, 128, s, 5), s.activation);
+    expect([&] { ops.run(*cw, base, 1, base + 1024); }, ErrorKind::BadInput);  // weight of another backend
+  }
+};
+
+QTEST_GUILESS_MAIN(TestGemmGpu)
+#include "test_gemm_gpu.moc"

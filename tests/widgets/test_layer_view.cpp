@@ -1,0 +1,146 @@
+// The layer view inside the main window, driven like a user: select a layer in the tree, get
+// its analysis off the GUI thread, change the format and the cell, toggle log scale; the plots
+// hold the data; screenshots of each state are saved and checked for content.
+#include <QComboBox>
+#include <QSettings>
+#include <QSpinBox>
+#include <QTreeView>
+#include <QtTest>
+
+#include "app/gui/gui_main.h"
+#include "app/gui/job_runner.h"
+#include "app/gui/main_window.h"
+#include "tests/test_util.h"
+#include "widgets/channel_plot.h"
+#include "widgets/histogram_plot.h"
+#include "widgets/layer_view.h"
+#include "widgets/model_tree_model.h"
+
+using qs::app::MainWindow;
+using namespace qs::widgets;
+
+namespace {
+int distinctColours(const QImage& img) {
+  QSet<QRgb> c;
+  for (int y = 0; y < img.height(); y += 5)
+    for (int x = 0; x < img.width(); x += 5) c.insert(img.pixel(x, y));
+  return int(c.size());
+}
+void save(QWidget* w, const char* name) {
+  QTest::qWait(200);  // let queued replots and layouts run, as the event loop would
+  QDir().mkpath(QS_BINARY_DIR "/screenshots");
+  const QImage img = w->grab().toImage();
+  QVERIFY(distinctColours(img) > 30);
+  QVERIFY(img.save(QString(QS_BINARY_DIR "/screenshots/") + name));
+}
+QModelIndex findTensor(QAbstractItemModel* m, const QString& name) {
+  for (int g = 0; g < m->rowCount(); ++g) {
+    const QModelIndex group = m->index(g, 0);
+    for (int r = 0; r < m->rowCount(group); ++r) {
+      const QModelIndex i = m->index(r, 0, group);
+      if (i.data(ModelTreeModel::TensorNameRole).toString() == name) return i;
+    }
+  }
+  return {};
+}
+}  // namespace
+
+class TestLayerView : public QObject {
+  Q_OBJECT
+  QTemporaryDir settingsDir_;
+
+ private slots:
+  void initTestCase() {
+    QSettings::setPath(QSettings::NativeFormat, QSettings::UserScope, settingsDir_.path());
+    qs::app::setApplicationIdentity();
+  }
+
+  void selectingALayerShowsItsAnalysis() {
+    MainWindow w;
+    w.resize(1500, 900);
+    QSignalSpy loaded(&w, &MainWindow::modelLoaded);
+    QSignalSpy analysed(&w, &MainWindow::layerAnalysed);
+    w.show();
+    w.openModel(qs::test::stories260K());
+    QVERIFY(loaded.wait(10'000));
+    LayerView* view = w.layerView();
+    view->setFormatText("int4-g32-sym");
+
+    // Click through the tree like a user.
+    const QModelIndex idx = findTensor(w.modelTree()->model(), "layers.1.feed_forward.w1.weight");
+    QVERIFY(idx.isValid());
+    w.modelTree()->setCurrentIndex(idx);
+    QVERIFY(analysed.wait(10'000));
+    QCOMPARE(analysed.last().at(0).toString(), QString("layers.1.feed_forward.w1.weight"));
+    QVERIFY(view->analysis());
+    QCOMPARE(view->tensorPlot()->seriesCount(), 2);               // weights + fake-quant
+    QCOMPARE(view->tensorPlot()->pointCount(), 2 * view->bins());
+    QCOMPARE(view->cellPlot()->gridLevelCount(), 16);            // INT4 grid of the cell
+    QCOMPARE(view->channelPlot()->pointCount(), 172);
+    QCOMPARE(view->cellSpin()->maximum(), 172 * 2 - 1);
+    save(&w, "layer_view_int4_g32.png");
+
+    // Another format: INT8 per tensor → one 256-level grid over the whole tensor.
+    view->setFormatText("int8-t-sym");
+    QVERIFY(analysed.wait(10'000));
+    QCOMPARE(view->tensorPlot()->gridLevelCount(), 256);
+
+    // FP8 per channel, detail of channel 40, log scale.
+    view->setFormatText("fp8e4m3-ch");
+    QVERIFY(analysed.wait(10'000));
+    view->cellSpin()->setValue(40);
+    QVERIFY(analysed.wait(10'000));
+    QCOMPARE(view->analysis()->cellIndex, int64_t(40));
+    view->setLogScale(true);
+    QVERIFY(view->tensorPlot()->logScale());
+    save(&w, "layer_view_fp8_log.png");
+  }
+
+  void invalidFormatShowsAnErrorAndNoJob() {
+    MainWindow w;
+    QSignalSpy loaded(&w, &MainWindow::modelLoaded);
+    w.show();
+    w.openModel(qs::test::stories260K());
+    QVERIFY(loaded.wait(10'000));
+    w.selectTensor("layers.0.feed_forward.w2.weight");
+    w.layerView()->setFormatText("int4-g128-sym");  // K = 172: not a multiple of 128
+    auto* err = w.findChild<QLabel*>("layerError");
+    QTRY_VERIFY_WITH_TIMEOUT(err->isVisible(), 10'000);
+    QVERIFY(err->text().contains("172"));
+    w.layerView()->setFormatText("int4-nonsense");
+    QTRY_VERIFY_WITH_TIMEOUT(err->text().contains("nonsense"), 5'000);
+  }
+
+  void rapidChangesDoNotQueueABacklog() {
+    MainWindow w;
+    QSignalSpy loaded(&w, &MainWindow::modelLoaded);
+    QSignalSpy analysed(&w, &MainWindow::layerAnalysed);
+    w.show();
+    w.openModel(qs::test::stories260K());
+    QVERIFY(loaded.wait(10'000));
+    w.layerView()->setFormatText("int4-g32-sym");
+    w.selectTensor("tok_embeddings.weight");
+    QVERIFY(analysed.wait(10'000));  // the cell range is known once the first result is in
+    analysed.clear();
+    for (int i = 0; i < 200; ++i) w.layerView()->cellSpin()->setValue(i);  // a slider drag
+    QTRY_VERIFY_WITH_TIMEOUT(!w.jobs()->busy(), 20'000);
+    QTest::qWait(100);
+    QVERIFY2(analysed.size() < 20, qPrintable(QString::number(analysed.size())));
+    QCOMPARE(w.layerView()->analysis()->cellIndex, int64_t(199));  // the last request won
+  }
+
+  void settingsPersist() {
+    {
+      MainWindow w;
+      w.layerView()->setFormatText("int8-ch-sym");
+      w.layerView()->setBins(77);
+      w.close();
+    }
+    MainWindow w2;
+    QCOMPARE(w2.layerView()->formatText(), QString("int8-ch-sym"));
+    QCOMPARE(w2.layerView()->bins(), 77);
+  }
+};
+
+QTEST_MAIN(TestLayerView)
+#include "test_layer_view.moc"
