@@ -4,8 +4,13 @@
 #include <QtTest>
 #include <sstream>
 
+#include <cmath>
+#include <random>
+
 #include "app/cli/cli.h"
+#include "core/model/tensor_stats.h"
 #include "kernels/device/device_info.h"
+#include "kernels/stats/stats_ops.h"
 
 namespace {
 struct Run {
@@ -50,6 +55,43 @@ class TestStatsCli : public QObject {
                    last.contains(" of memcpy bandwidth, histograms at "),
                qPrintable(last));
     }
+  }
+
+  // `inspect --stats` runs through StatsOps: the same numbers as the classic CPU function
+  // (to rounding for mean/std, up to edge values for the histogram), its fallbacks for the rest.
+  void tensorStatsThroughStatsOps() {
+    auto ops = qs::createCpuStatsOps();
+    std::mt19937 rng(17);
+    std::normal_distribution<float> g(0.25f, 0.05f);
+    std::vector<float> v(100003);
+    for (auto& x : v) x = g(rng);
+    v[10] = NAN;
+    const qs::TensorStats a = qs::computeTensorStats(v, 20), b = qs::computeTensorStats(v, 20, *ops);
+    QCOMPARE(b.count, a.count);
+    QCOMPARE(b.nanCount, a.nanCount);
+    QCOMPARE(b.min, a.min);
+    QCOMPARE(b.max, a.max);
+    QCOMPARE(b.absMax, a.absMax);
+    QVERIFY(std::fabs(b.mean - a.mean) <= 1e-12 * std::fabs(a.mean));
+    QVERIFY2(std::fabs(b.std - a.std) <= 1e-9 * a.std, qPrintable(QString::number(b.std - a.std)));
+    uint64_t total = 0, moved = 0;
+    for (size_t i = 0; i < a.histogram.size(); ++i) {
+      total += b.histogram[i];
+      moved += uint64_t(std::llabs(int64_t(b.histogram[i]) - int64_t(a.histogram[i])));
+    }
+    QCOMPARE(total, a.count);
+    QVERIFY2(moved <= 4, qPrintable(QString::number(moved)));  // only values on a bin edge move
+    std::vector<float> inf = {1, 2, INFINITY, -3, NAN};  // the classic path, exactly
+    const qs::TensorStats c = qs::computeTensorStats(inf, 4, *ops), d = qs::computeTensorStats(inf, 4);
+    QCOMPARE(c.infCount, uint64_t(1));
+    QCOMPARE(c.min, d.min);
+    QCOMPARE(c.histogram, d.histogram);
+    const std::vector<float> flat(9, 0.5f), nans(3, NAN);
+    const qs::TensorStats f = qs::computeTensorStats(flat, 5, *ops);
+    QCOMPARE(f.histogram, (std::vector<uint64_t>{9, 0, 0, 0, 0}));
+    QCOMPARE(f.std, 0.0);
+    QCOMPARE(qs::computeTensorStats(nans, 5, *ops).count, uint64_t(0));
+    QCOMPARE(qs::computeTensorStats({}, 5, *ops).count, uint64_t(0));
   }
 
   void backendOptionErrors() {
