@@ -72,11 +72,11 @@ ParetoPlot::ParetoPlot(QWidget* parent) : QWidget(parent) {
 
 int ParetoPlot::pointAtSizePixel(QPointF pixel) const { return nearest(size_, sizeFront_, pixel); }
 
-void ParetoPlot::setPoints(const std::vector<ParetoPoint>& points, const QString& errorLabel) {
+void ParetoPlot::setPoints(const std::vector<FrontPoint>& points, const QString& errorLabel) {
   points_ = points;
   QVector<double> bx, by, sx, sy;
   double lo = 1e300, hi = 0;
-  for (const ParetoPoint& p : points_) {
+  for (const FrontPoint& p : points_) {
     const double err = std::max(p.predictedError, 1e-12);  // log axis
     bx << p.bitsPerWeight;
     by << err;

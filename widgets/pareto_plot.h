@@ -12,7 +12,7 @@ class QCPGraph;
 
 namespace qs::widgets {
 
-struct ParetoPoint {
+struct FrontPoint {
   double bitsPerWeight = 0;
   double weightBytes = 0;
   double predictedError = 0;    // e.g. predicted KL (nats)
@@ -24,7 +24,7 @@ class ParetoPlot : public QWidget {
   Q_OBJECT
  public:
   explicit ParetoPlot(QWidget* parent = nullptr);
-  void setPoints(const std::vector<ParetoPoint>& points, const QString& errorLabel);
+  void setPoints(const std::vector<FrontPoint>& points, const QString& errorLabel);
   // The plan being edited (NaN values hide the marker).
   void setCurrent(double bitsPerWeight, double predictedError, double predictedSpeedup);
   int pointCount() const { return int(points_.size()); }
@@ -37,7 +37,7 @@ class ParetoPlot : public QWidget {
   void pointClicked(int index);
 
  private:
-  std::vector<ParetoPoint> points_;
+  std::vector<FrontPoint> points_;
   QCustomPlot* size_ = nullptr;
   QCustomPlot* speed_ = nullptr;
   QCPGraph *sizeFront_ = nullptr, *speedFront_ = nullptr, *sizeNow_ = nullptr, *speedNow_ = nullptr;

@@ -12,7 +12,7 @@
 #include "widgets/run_view.h"
 
 using qs::widgets::ParetoPlot;
-using qs::widgets::ParetoPoint;
+using qs::widgets::FrontPoint;
 using qs::widgets::RunCurve;
 using qs::widgets::RunSpeed;
 using qs::widgets::RunView;
@@ -92,7 +92,7 @@ class TestRunView : public QObject {
     p.resize(900, 350);
     p.show();
     QVERIFY(QTest::qWaitForWindowExposed(&p));
-    std::vector<ParetoPoint> pts;
+    std::vector<FrontPoint> pts;
     for (int i = 0; i < 6; ++i)
       pts.push_back({4.0 + 2 * i, 1e6 * (4 + 2 * i), 0.5 / std::pow(4.0, i), 3.5 - 0.4 * i, QString()});
     p.setPoints(pts, "predicted KL (nats)");
