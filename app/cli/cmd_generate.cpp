@@ -1,5 +1,5 @@
 // quantscope-cli generate MODEL [--tokenizer T] [--prompt TEXT] [--tokens N] [--json]
-// Greedy, deterministic generation on the CPU reference runtime.
+// Greedy, deterministic generation on the chosen backend's runtime (--backend).
 #include <chrono>
 #include <nlohmann/json.hpp>
 
@@ -69,7 +69,7 @@ void registerGenerate(CLI::App& app, CliContext& ctx) {
     } else {
       ctx.out << std::endl;
       ctx.err << produced.size() << " tokens in " << secs << " s (" << (produced.size() / std::max(secs, 1e-9))
-              << " tokens/s, CPU reference runtime)\n";
+              << " tokens/s, " << ctx.backend().name() << ")\n";
     }
   });
 }

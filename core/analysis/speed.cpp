@@ -189,8 +189,12 @@ SpeedResult measureSpeed(Backend& backend, const ModelGraph& graph, const SpeedO
     for (size_t f = 0; f < F; ++f) {
       const auto scheme = gemmSchemeFor(t.formats[f], ly.outFeatures, ly.inFeatures);
       if (!wanted(l, f)) continue;
-      res.bytesAt(l, f) = scheme ? measured[{{ly.outFeatures, ly.inFeatures, scheme->name()}, t.tokenCounts[0]}].bytes
-                                 : quantStorage(t.formats[f].weight, ly.outFeatures, ly.inFeatures).totalBytes();
+      // A group size that does not divide K: the layer cannot take the format and stays FP16.
+      const WeightSpec& ws = t.formats[f].weight;
+      const bool fits = ws.granularity != Granularity::Group || ly.inFeatures % int64_t(ws.groupSize) == 0;
+      res.bytesAt(l, f) = scheme  ? measured[{{ly.outFeatures, ly.inFeatures, scheme->name()}, t.tokenCounts[0]}].bytes
+                          : fits ? quantStorage(ws, ly.outFeatures, ly.inFeatures).totalBytes()
+                                 : res.baselineWeightBytes[l];
       for (size_t mi = 0; mi < M; ++mi) {
         SpeedEntry& e = t.at(l, f, mi);
         e.baselineMicros = measured[{base, t.tokenCounts[mi]}].micros;

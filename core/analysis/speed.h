@@ -10,7 +10,8 @@
 // random FP16 activations; max(R, 20) calls captured in one CUDA graph, replayed `repeats`
 // times between events after a warm-up (TransformerOps::timeCalls); median per call. Layers of
 // the same shape and format are measured once. A format with no GEMM kernel for a shape (see
-// kernels/ops/linear_formats.h) has no time: the runtime fake-quantizes it.
+// kernels/ops/linear_formats.h) has no time: the runtime fake-quantizes it. A group size that
+// does not divide a layer's K leaves that layer in FP16 (its bytes are the FP16 bytes).
 //
 // On the CPU backend the "kernels" are the fake-quant reference GEMM (Eigen): the figures are
 // then the reference's speed, not a kernel's, and the result says so.
