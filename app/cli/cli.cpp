@@ -14,6 +14,7 @@ int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
   app.require_subcommand(0, 1);
   CliContext ctx{out, err};
   registerInspect(app, ctx);
+  registerPlan(app, ctx);
   registerGenerate(app, ctx);
   registerPerplexity(app, ctx);
   registerBench(app, ctx);
