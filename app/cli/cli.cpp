@@ -8,11 +8,34 @@
 
 namespace qs::cli {
 
+BackendChoice CliContext::backendChoice() const {
+  if (backendName == "cpu") return BackendChoice::Cpu;
+  if (backendName == "cuda") return BackendChoice::Cuda;
+  return BackendChoice::Auto;
+}
+
+Backend& CliContext::backend() {
+  if (!backendPtr) {
+    backendPtr = createBackend(backendChoice());
+    err << "backend: " << backendPtr->name();
+    const DeviceInfo& dev = backendPtr->device();
+    if (backendPtr->kind() == BackendKind::Cpu)
+      err << (dev.cudaAvailable ? " (chosen; GPU " + dev.name + " unused)" : "; " + dev.summary());
+    err << '\n';
+  }
+  return *backendPtr;
+}
+
 int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
   CLI::App app{"Quantscope: mixed-precision quantization lab (command line)", "quantscope-cli"};
   app.set_version_flag("--version", std::string("quantscope-cli ") + QS_VERSION);
   app.require_subcommand(0, 1);
-  CliContext ctx{out, err};
+  CliContext ctx{out, err, kExitOk, "auto", nullptr};
+  app.add_option("--backend", ctx.backendName,
+                 "Compute backend: auto (CUDA when a device works, else CPU), cpu or cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+      ->capture_default_str();
+  app.fallthrough();  // --backend also after the subcommand: `bench calib --backend cpu`
   registerInspect(app, ctx);
   registerPlan(app, ctx);
   registerGenerate(app, ctx);

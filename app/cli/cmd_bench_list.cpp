@@ -11,6 +11,7 @@ void registerBenchSubcommands(CLI::App& bench, CliContext& ctx) {
   registerBenchOpen(bench, ctx);
   registerBenchSynth(bench, ctx);
   registerBenchRuntime(bench, ctx);
+  registerBenchCalib(bench, ctx);
 }
 
 }  // namespace qs::cli

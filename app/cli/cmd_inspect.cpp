@@ -1,6 +1,7 @@
 // quantscope-cli inspect MODEL [--json] [--tensor NAME [--stats]]: format, architecture, config,
 // graph summary, metadata and the tensor table of any supported model file; with --tensor one
-// tensor's details, with --stats its value statistics and a text histogram.
+// tensor's details, with --stats its value statistics and a text histogram, computed by the
+// chosen backend's StatsOps (--backend; the backend line goes to stderr).
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -9,6 +10,7 @@
 #include "app/cli/text_table.h"
 #include "core/model/model_file.h"
 #include "core/model/tensor_stats.h"
+#include "kernels/stats/stats_ops.h"
 #include "kernels/common/error.h"
 
 namespace qs::cli {
@@ -138,8 +140,10 @@ std::string roleOf(const ModelGraph& g, int index) {
   return "not part of the graph";
 }
 
-void inspectTensor(const ModelFile& m, const std::string& name, bool stats, bool json,
+// `ops` (the chosen backend's op-set) computes the statistics when not null (--stats).
+void inspectTensor(const ModelFile& m, const std::string& name, StatsOps* ops, bool json,
                    std::ostream& out) {
+  const bool stats = ops != nullptr;
   const TensorInfo* t = m.findTensor(name);
   if (!t) throwBadInput(m.path(), name, "no tensor of that name (see the tensor table)");
   const int index = int(t - m.tensors().data());
@@ -147,7 +151,7 @@ void inspectTensor(const ModelFile& m, const std::string& name, bool stats, bool
   TensorStats s;
   if (stats) {
     const auto values = m.tensorToFloat(*t);
-    s = computeTensorStats(values);
+    s = computeTensorStats(values, 20, *ops);
   }
   if (json) {
     auto j = tensorJson(*t);
@@ -255,7 +259,7 @@ void registerInspect(CLI::App& app, CliContext& ctx) {
   cmd->callback([&ctx, model, json, tensor, stats] {
     auto m = openModel(*model);
     if (!tensor->empty())
-      inspectTensor(*m, *tensor, *stats, *json, ctx.out);
+      inspectTensor(*m, *tensor, *stats ? &ctx.backend().stats() : nullptr, *json, ctx.out);
     else if (*json)
       ctx.out << dumpJson(inspectJson(*m), 2) << '\n';
     else

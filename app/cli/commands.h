@@ -3,7 +3,11 @@
 // A command's callback writes results to ctx.out (stdout: clean for --json), diagnostics to
 // ctx.err, and throws qs::Error for failures; runCli maps errors to exit codes.
 #include <CLI/CLI.hpp>
+#include <memory>
 #include <ostream>
+#include <string>
+
+#include "kernels/backend/backend.h"
 
 namespace qs::cli {
 
@@ -11,6 +15,12 @@ struct CliContext {
   std::ostream& out;
   std::ostream& err;
   int exitCode = 0;
+  // The global option --backend auto|cpu|cuda (cli.cpp). A command that computes calls
+  // backend(): it is created on first use and "backend: …" (kind and device name) goes to err.
+  std::string backendName = "auto";
+  std::unique_ptr<Backend> backendPtr;
+  Backend& backend();
+  BackendChoice backendChoice() const;
 };
 
 void registerInspect(CLI::App& app, CliContext& ctx);
@@ -29,5 +39,6 @@ void registerBenchGemm(CLI::App& bench, CliContext& ctx);  // cmd_bench_gemm.cpp
 void registerBenchOpen(CLI::App& bench, CliContext& ctx);
 void registerBenchSynth(CLI::App& bench, CliContext& ctx);
 void registerBenchRuntime(CLI::App& bench, CliContext& ctx);  // cmd_bench_runtime.cpp
+void registerBenchCalib(CLI::App& bench, CliContext& ctx);   // cmd_bench_calib.cpp
 
 }  // namespace qs::cli

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <thread>
 
+#include "kernels/stats/stats_ops.h"
+
 namespace qs {
 namespace {
 
@@ -84,6 +86,35 @@ TensorStats computeTensorStats(std::span<const float> v, int bins) {
     for (int b = 0; b < bins; ++b) s.histogram[size_t(b)] += hist[c][size_t(b)];
   }
   s.std = std::sqrt(ss / double(s.count));
+  return s;
+}
+
+TensorStats computeTensorStats(std::span<const float> v, int bins, StatsOps& ops) {
+  TensorStats s;
+  if (v.empty()) return s;
+  const int64_t n = int64_t(v.size());
+  ChannelStats cs;
+  ops.accumulateRowStats(v, 1, n, cs);
+  s.nanCount = cs.nan[0];
+  s.count = cs.count(0);
+  if (s.count == 0) return s;  // all NaN: as above, min = max = 0
+  const float lo = cs.min[0], hi = cs.max[0];
+  if (!std::isfinite(lo) || !std::isfinite(hi) || !std::isfinite(hi - lo))
+    return computeTensorStats(v, bins);  // ±Inf present (or a range no float histogram spans)
+  s.min = lo;
+  s.max = hi;
+  s.absMax = std::max(std::fabs(s.min), std::fabs(s.max));
+  s.mean = cs.sum[0] / double(s.count);
+  s.std = std::sqrt(std::max(0.0, (cs.sumSq[0] - cs.sum[0] * s.mean) / double(s.count)));
+  bins = std::max(1, bins);
+  if (lo < hi) {
+    Histogram h(bins, lo, hi);
+    ops.accumulateHistogram(v, h, false);
+    s.histogram = h.counts;
+  } else {
+    s.histogram.assign(size_t(bins), 0);
+    s.histogram[0] = s.count;  // a constant tensor
+  }
   return s;
 }
 

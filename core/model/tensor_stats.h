@@ -20,4 +20,16 @@ struct TensorStats {
 
 TensorStats computeTensorStats(std::span<const float> values, int bins = 20);
 
+class StatsOps;  // kernels/stats/stats_ops.h
+
+// The same statistics through a backend's op-set (the CPU reference or the GPU: `inspect
+// --stats`): one pass of StatsOps row statistics (min, max, Σx, Σx², NaN count) and one StatsOps
+// histogram over [min, max] (the kernels/stats binning rule, in float). Differences from the
+// function above: std comes from the moments, sqrt((Σx² − Σx·mean) / count), not from a centred
+// second pass — on the GPU Σx² carries up to ~1e-6 relative error, so std loses digits when
+// |mean| ≫ std; a value on a bin edge may land in the neighbouring bin. Tensors with ±Inf, or a
+// range too wide for a float histogram, take the function above (its min/max/mean exclude the
+// infinities).
+TensorStats computeTensorStats(std::span<const float> values, int bins, StatsOps& ops);
+
 }  // namespace qs

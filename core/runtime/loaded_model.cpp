@@ -27,7 +27,7 @@ std::unique_ptr<Tokenizer> findTokenizer(const ModelFile& model, const std::stri
   }
   if (model.format() == ModelFormat::Llama2c) {
     const fs::path dir = fs::path(model.path()).parent_path();
-    for (const std::string name : {"tok" + std::to_string(vocab) + ".bin", std::string("tokenizer.bin")}) {
+    for (const std::string& name : {"tok" + std::to_string(vocab) + ".bin", std::string("tokenizer.bin")}) {
       const fs::path p = dir / name;
       std::error_code ec;
       if (fs::is_regular_file(p, ec)) {

@@ -4,6 +4,7 @@
 
 #include "kernels/common/error.h"
 #include "kernels/gemm/gemm_ops.h"
+#include "kernels/stats/stats_ops.h"
 
 namespace qs {
 
@@ -19,9 +20,14 @@ class CpuBackend final : public Backend {
     if (!gemm_) gemm_ = createCpuGemmOps();
     return *gemm_;
   }
+  StatsOps& stats() override {
+    if (!stats_) stats_ = createCpuStatsOps();
+    return *stats_;
+  }
 
  private:
   std::unique_ptr<GemmOps> gemm_;
+  std::unique_ptr<StatsOps> stats_;
 };
 }  // namespace
 

@@ -11,6 +11,7 @@
 namespace qs {
 
 class GemmOps;  // kernels/gemm/gemm_ops.h
+class StatsOps;  // kernels/stats/stats_ops.h
 
 enum class BackendKind { Cpu, Cuda };
 enum class BackendChoice { Auto, Cpu, Cuda };
@@ -24,6 +25,9 @@ class Backend {
   const DeviceInfo& device() const { return device_; }
   // Quantized GEMM/GEMV (kernels/gemm/gemm_ops.h); created on first use.
   virtual GemmOps& gemm() = 0;
+  // Calibration statistics and the sensitivity proxy (kernels/stats/stats_ops.h); created on
+  // first use.
+  virtual StatsOps& stats() = 0;
 
  protected:
   DeviceInfo device_;

@@ -1,6 +1,7 @@
 // The CUDA backend. Op-sets are added next to their CPU twins.
 #include "kernels/backend/backend.h"
 #include "kernels/gemm/gemm_ops.h"
+#include "kernels/stats/stats_ops.h"
 
 namespace qs {
 
@@ -14,9 +15,14 @@ class CudaBackend final : public Backend {
     if (!gemm_) gemm_ = createCudaGemmOps();
     return *gemm_;
   }
+  StatsOps& stats() override {
+    if (!stats_) stats_ = createCudaStatsOps();
+    return *stats_;
+  }
 
  private:
   std::unique_ptr<GemmOps> gemm_;
+  std::unique_ptr<StatsOps> stats_;
 };
 }  // namespace
 

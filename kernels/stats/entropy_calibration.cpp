@@ -35,11 +35,10 @@ bool smoothAndNormalise(std::vector<double>& d) {
 
 }  // namespace
 
-EntropyCalibration entropyCalibrate(const Histogram& h, int levels, int minBins) {
-  const int nb = h.bins();
-  if (h.lo != 0.0f)
+void checkEntropyCalibrationArgs(int nb, float lo, int levels, int minBins) {
+  if (lo != 0.0f)
     throw Error(ErrorKind::BadInput,
-                "needs a histogram of |x| starting at 0, not at " + std::to_string(h.lo), {},
+                "needs a histogram of |x| starting at 0, not at " + std::to_string(lo), {},
                 "entropy calibration");
   if (levels < 2 || minBins < levels || nb < minBins)
     throw Error(ErrorKind::BadInput,
@@ -47,6 +46,11 @@ EntropyCalibration entropyCalibrate(const Histogram& h, int levels, int minBins)
                     std::to_string(levels) + ", minBins " + std::to_string(minBins) +
                     ", bins " + std::to_string(nb),
                 {}, "entropy calibration");
+}
+
+EntropyCalibration entropyCalibrate(const Histogram& h, int levels, int minBins) {
+  const int nb = h.bins();
+  checkEntropyCalibrationArgs(nb, h.lo, levels, minBins);
   EntropyCalibration out;
   out.divergences.assign(size_t(nb - minBins + 1), std::numeric_limits<double>::infinity());
   std::vector<double> bins(h.counts.begin(), h.counts.end());

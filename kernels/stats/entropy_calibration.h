@@ -31,4 +31,7 @@ struct EntropyCalibration {
 // Throws BadInput for a histogram that does not start at 0 or is too small, or levels < 2.
 EntropyCalibration entropyCalibrate(const Histogram& absHist, int levels, int minBins = 128);
 
+// The argument checks of entropyCalibrate (shared with the CUDA version); throws as above.
+void checkEntropyCalibrationArgs(int bins, float lo, int levels, int minBins);
+
 }  // namespace qs

@@ -7,6 +7,7 @@
 #include "app/cli/cli.h"
 #include "core/model/model_file.h"
 #include "core/model/tensor_stats.h"
+#include "kernels/stats/stats_ops.h"
 #include "tests/test_util.h"
 
 namespace {
@@ -54,11 +55,14 @@ class TestCliModels : public QObject {
                                "absmax", "Histogram (20 bins"})
       QVERIFY2(r.out.find(needle) != std::string::npos, needle);
     QVERIFY(r.out.find("\u2588") != std::string::npos);  // bars
-    const Run j = cli({"inspect", model, "--tensor", name, "--stats", "--json"});
+    // --stats runs on the chosen backend's StatsOps; the CPU reference here, to compare exactly.
+    const Run j = cli({"--backend", "cpu", "inspect", model, "--tensor", name, "--stats", "--json"});
     QCOMPARE(j.code, 0);
+    QVERIFY2(j.err.rfind("backend: CPU", 0) == 0, j.err.c_str());
     const auto doc = nlohmann::json::parse(j.out);
     auto m = qs::openModel(model);
-    const auto s = qs::computeTensorStats(m->tensorToFloat(*m->findTensor(name)));
+    const auto s = qs::computeTensorStats(m->tensorToFloat(*m->findTensor(name)), 20,
+                                          *qs::createCpuStatsOps());
     QCOMPARE(doc["stats"]["min"].get<double>(), s.min);
     QCOMPARE(doc["stats"]["absmax"].get<double>(), s.absMax);
     QCOMPARE(doc["stats"]["std"].get<double>(), s.std);

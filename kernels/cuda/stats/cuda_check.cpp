@@ -1,0 +1,76 @@
+#include "kernels/cuda/stats/cuda_check.h"
+
+#include <cuda_runtime.h>
+
+#include "kernels/common/error.h"
+
+namespace qs::cuda_stats {
+
+void throwCudaError(cudaError_t err, const char* call, const char* file, int line) {
+  std::string where = std::string(call) + " at " + file + ":" + std::to_string(line);
+  std::string msg;
+  if (err == cudaErrorMemoryAllocation)
+    msg = "out of device memory: " + where;
+  else
+    msg = std::string(cudaGetErrorName(err)) + " (" + cudaGetErrorString(err) + ") in " + where;
+  // Clears a non-sticky error so the next call starts clean; a sticky one comes straight back.
+  cudaGetLastError();
+  if (err != cudaErrorMemoryAllocation && cudaDeviceSynchronize() != cudaSuccess)
+    msg += " (the CUDA context is unusable now; restart, or use --backend cpu)";
+  throw Error(ErrorKind::Device, msg, {}, "CUDA");
+}
+
+int currentDeviceMultiprocessors() {
+  int dev = 0, n = 0;
+  QS_STATS_CUDA(cudaGetDevice(&dev));
+  QS_STATS_CUDA(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+  return n;
+}
+
+int currentDeviceMaxSharedPerBlockOptin() {
+  int dev = 0, n = 0;
+  QS_STATS_CUDA(cudaGetDevice(&dev));
+  QS_STATS_CUDA(cudaDeviceGetAttribute(&n, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  return n;
+}
+
+DeviceBuffer::~DeviceBuffer() {
+  if (ptr_) cudaFree(ptr_);
+}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
+  if (this != &o) {
+    if (ptr_) cudaFree(ptr_);
+    ptr_ = o.ptr_;
+    bytes_ = o.bytes_;
+    o.ptr_ = nullptr;
+    o.bytes_ = 0;
+  }
+  return *this;
+}
+
+void DeviceBuffer::allocate(size_t bytes, const char* what) {
+  if (ptr_) {
+    cudaFree(ptr_);
+    ptr_ = nullptr;
+    bytes_ = 0;
+  }
+  if (bytes == 0) return;
+  const cudaError_t err = cudaMalloc(&ptr_, bytes);
+  if (err != cudaSuccess) {
+    ptr_ = nullptr;
+    cudaGetLastError();
+    throw Error(ErrorKind::Device,
+                "out of device memory: cudaMalloc of " + std::to_string(bytes) + " bytes for " +
+                    what + " failed (" + cudaGetErrorString(err) + ")",
+                {}, "CUDA");
+  }
+  bytes_ = bytes;
+}
+
+Stream::Stream() { QS_STATS_CUDA(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
+Stream::~Stream() {
+  if (s_) cudaStreamDestroy(s_);
+}
+
+}  // namespace qs::cuda_stats

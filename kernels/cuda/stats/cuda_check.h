@@ -1,0 +1,78 @@
+#pragma once
+// Host-side CUDA error handling for the statistics kernels: every runtime call and every launch
+// is checked, and a failure becomes qs::Error(ErrorKind::Device, …) naming the call and
+// file:line — never an abort. Out of device memory says so first. A "sticky" error (an illegal
+// address inside a kernel) leaves the CUDA context unusable; the message says that too, so the
+// caller knows to fall back to the CPU backend.
+//
+//   QS_STATS_CUDA(cudaMemcpyAsync(...));         a runtime call
+//   kernel<<<...>>>(...); QS_STATS_LAUNCHED("histogramKernel");   after each launch
+//
+// (The GEMM op-set has its own QS_CUDA_CHECK; these names differ so both headers can meet.)
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <string>
+
+namespace qs::cuda_stats {
+
+[[noreturn]] void throwCudaError(cudaError_t err, const char* call, const char* file, int line);
+
+inline void checkCuda(cudaError_t err, const char* call, const char* file, int line) {
+  if (err != cudaSuccess) throwCudaError(err, call, file, line);
+}
+
+// Attributes of the current device (checked calls).
+int currentDeviceMultiprocessors();
+int currentDeviceMaxSharedPerBlockOptin();  // bytes a block may opt in to
+
+// Device memory, freed on destruction (errors from cudaFree are ignored there: a destructor
+// must not throw). Allocation failure is ErrorKind::Device "out of device memory: …".
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t bytes, const char* what = "buffer") { allocate(bytes, what); }
+  ~DeviceBuffer();
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) {
+    o.ptr_ = nullptr;
+    o.bytes_ = 0;
+  }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+
+  void allocate(size_t bytes, const char* what = "buffer");  // frees what was there first
+  // Grows (never shrinks) to at least `bytes`; the contents are not kept.
+  void reserve(size_t bytes, const char* what = "buffer") {
+    if (bytes > bytes_) allocate(bytes, what);
+  }
+  void* get() const { return ptr_; }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// The stream the convenience API works on, created non-blocking and destroyed with it.
+class Stream {
+ public:
+  Stream();
+  ~Stream();
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  cudaStream_t get() const { return s_; }
+
+ private:
+  cudaStream_t s_ = nullptr;
+};
+
+}  // namespace qs::cuda_stats
+
+#define QS_STATS_CUDA(call) ::qs::cuda_stats::checkCuda((call), #call, __FILE__, __LINE__)
+#define QS_STATS_LAUNCHED(kernel) \
+  ::qs::cuda_stats::checkCuda(cudaGetLastError(), "launch of " kernel, __FILE__, __LINE__)
