@@ -30,6 +30,7 @@ void registerBench(CLI::App& app, CliContext& ctx);
 void registerGenerate(CLI::App& app, CliContext& ctx);
 void registerPerplexity(CLI::App& app, CliContext& ctx);
 void registerSynth(CLI::App& app, CliContext& ctx);
+void registerSpeed(CLI::App& app, CliContext& ctx);  // cmd_speed.cpp
 
 // Benchmarks, each a subcommand of `bench` (cmd_bench_*.cpp). Add yours to
 // registerBenchSubcommands in cmd_bench_list.cpp.
@@ -40,5 +41,6 @@ void registerBenchOpen(CLI::App& bench, CliContext& ctx);
 void registerBenchSynth(CLI::App& bench, CliContext& ctx);
 void registerBenchRuntime(CLI::App& bench, CliContext& ctx);  // cmd_bench_runtime.cpp
 void registerBenchCalib(CLI::App& bench, CliContext& ctx);   // cmd_bench_calib.cpp
+void registerBenchSweep(CLI::App& bench, CliContext& ctx);   // cmd_bench_sweep.cpp
 
 }  // namespace qs::cli
