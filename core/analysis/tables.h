@@ -32,6 +32,8 @@ struct SensitivityEntry {
   double kl = kNotMeasured;            // mean KL(p_ref ‖ p_quant) over the evaluation tokens, nats
   double perplexity = kNotMeasured;    // with only this layer quantised
   double top1Agreement = kNotMeasured; // fraction of positions whose argmax is unchanged
+  bool applicable = true;              // false: the layer's shape cannot take the format
+                                       // (a group size that does not divide K); all NaN
 };
 
 struct SensitivityTable {
@@ -42,6 +44,7 @@ struct SensitivityTable {
   int64_t tokens = 0;                     // evaluation tokens behind the end-to-end figures
   double basePerplexity = kNotMeasured;   // the unquantised model on the same tokens
   std::string textSource;                 // which text the tokens came from
+  int64_t context = 0;                    // evaluation window length (BOS included)
 
   SensitivityEntry& at(size_t layer, size_t format) { return entries[layer * formats.size() + format]; }
   const SensitivityEntry& at(size_t layer, size_t format) const {
