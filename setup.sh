@@ -23,7 +23,7 @@ say() { printf '\033[1m== %s\033[0m\n' "$*" >&2; }
 packages=(build-essential cmake ninja-build ccache pkg-config python3 python3-venv
           qt6-base-dev qt6-svg-dev libqcustomplot-dev libhdf5-dev libeigen3-dev
           nlohmann-json3-dev libcli11-dev xvfb xauth libgl-dev
-          libicu-dev)
+          libicu-dev libxxhash-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

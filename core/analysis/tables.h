@@ -29,9 +29,13 @@ inline constexpr double kNotMeasured = std::numeric_limits<double>::quiet_NaN();
 struct SensitivityEntry {
   double weightSqnrDb = kNotMeasured;  // 10·log10(Σw² / Σ(w−ŵ)²)
   double weightedError = kNotMeasured; // Σ_k E[x_k²]·Σ_n (W−Ŵ)²_{n,k} / Σ_k E[x_k²]·Σ_n W²_{n,k}
+  double outputError = kNotMeasured;   // Σ_k E[x_k²]·Σ_n (W−Ŵ)²_{n,k}: the expected squared error
+                                       // the layer's output gains per token (not normalised)
   double kl = kNotMeasured;            // mean KL(p_ref ‖ p_quant) over the evaluation tokens, nats
   double perplexity = kNotMeasured;    // with only this layer quantised
   double top1Agreement = kNotMeasured; // fraction of positions whose argmax is unchanged
+  bool applicable = true;              // false: the layer's shape cannot take the format
+                                       // (a group size that does not divide K); all NaN
 };
 
 struct SensitivityTable {
@@ -42,6 +46,7 @@ struct SensitivityTable {
   int64_t tokens = 0;                     // evaluation tokens behind the end-to-end figures
   double basePerplexity = kNotMeasured;   // the unquantised model on the same tokens
   std::string textSource;                 // which text the tokens came from
+  int64_t context = 0;                    // evaluation window length (BOS included)
 
   SensitivityEntry& at(size_t layer, size_t format) { return entries[layer * formats.size() + format]; }
   const SensitivityEntry& at(size_t layer, size_t format) const {

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "kernels/common/error.h"
+#include "kernels/formats/activation_codec.h"
 
 namespace qs {
 
@@ -140,6 +141,16 @@ void Runtime::restoreAllWeights() {
   for (auto& lw : weights_) lw.replaced.clear();
 }
 
+void Runtime::setLinearInputQuant(int i, const ActSpec& spec, float staticScale) {
+  LinearWeights& lw = weights_.at(size_t(i));
+  lw.inputQuant = spec;
+  lw.inputScale = staticScale;
+}
+void Runtime::clearLinearInputQuant(int i) { weights_.at(size_t(i)).inputQuant = ActSpec{}; }
+void Runtime::clearAllInputQuant() {
+  for (auto& lw : weights_) lw.inputQuant = ActSpec{};
+}
+
 int Runtime::addTap(Tap tap) {
   taps_.emplace_back(nextTapId_, std::move(tap));
   return nextTapId_++;
@@ -165,6 +176,13 @@ void Runtime::linear(int i, const float* x, int64_t T, float* y, int block) {
   const LinearLayer& l = *linears_[size_t(i)];
   fireTap(TapKind::LinearInput, block, i, x, T, l.inFeatures);
   const LinearWeights& lw = weights_[size_t(i)];
+  if (lw.inputQuant.kind != QuantKind::F32) {
+    // A copy: q, k and v (gate and up) read the same input buffer.
+    quantInput_.resize(size_t(T * l.inFeatures));
+    fakeQuantActivations(lw.inputQuant, {x, quantInput_.size()}, quantInput_, T, l.inFeatures,
+                         lw.inputScale, l.weightName);
+    x = quantInput_.data();
+  }
   ops_.linear(x, T, l.inFeatures, lw.w(), l.outFeatures, lw.bias.empty() ? nullptr : lw.bias.data(), y);
   fireTap(TapKind::LinearOutput, block, i, y, T, l.outFeatures);
 }

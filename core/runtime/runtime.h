@@ -18,6 +18,7 @@
 #include "core/model/model_file.h"
 #include "core/model/model_graph.h"
 #include "core/util/progress.h"
+#include "kernels/formats/quant_format.h"
 #include "kernels/ops/transformer_ops.h"
 
 namespace qs {
@@ -59,6 +60,13 @@ class Runtime {
   void setLinearWeight(int i, std::vector<float> w);      // same size as linearWeight(i)
   void restoreLinearWeight(int i);
   void restoreAllWeights();
+  // Fake-quantises the activations entering linear i (fakeQuantActivations of kernels/formats:
+  // FP16/BF16 cast, INT8/FP8 per token or with a static per-tensor scale) before its product, as
+  // a W8A8 kernel would see them; the LinearInput tap still sees the unquantised input. An
+  // ActSpec of kind F32 (or clearLinearInputQuant) turns it off.
+  void setLinearInputQuant(int i, const ActSpec& spec, float staticScale = 0.0f);
+  void clearLinearInputQuant(int i);
+  void clearAllInputQuant();
 
   int addTap(Tap tap);  // returns an id for removeTap
   void removeTap(int id);
@@ -81,6 +89,8 @@ class Runtime {
     std::vector<float> original;  // [out, in]
     std::vector<float> replaced;  // empty unless setLinearWeight was called
     std::vector<float> bias;
+    ActSpec inputQuant;       // kind F32: the input is used as it is
+    float inputScale = 0.0f;  // static per-tensor activation scale
     const float* w() const { return replaced.empty() ? original.data() : replaced.data(); }
   };
   void linear(int i, const float* x, int64_t T, float* y, int block);
@@ -108,6 +118,7 @@ class Runtime {
   std::vector<Norm> attnNorms_, ffnNorms_;
   Norm finalNorm_;
   std::vector<std::vector<float>> kCache_, vCache_;    // per block [maxSeq, kvDim]
+  std::vector<float> quantInput_;  // scratch: a fake-quantised linear input
   std::vector<std::pair<int, Tap>> taps_;
   int nextTapId_ = 1;
   int32_t tapStartPos_ = 0;  // position of the first row of the current tap events

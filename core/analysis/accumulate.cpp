@@ -1,0 +1,211 @@
+#include "core/analysis/accumulate.h"
+
+#include <cmath>
+
+#include "core/analysis/reference_pass.h"
+#include "kernels/common/error.h"
+#include "kernels/formats/weight_codec.h"
+
+namespace qs {
+
+namespace {
+
+struct RestoreRuntime {
+  Runtime& rt;
+  ~RestoreRuntime() {
+    rt.restoreAllWeights();
+    rt.clearAllInputQuant();
+  }
+};
+
+// Running sums behind one BlockError.
+struct BlockSums {
+  double err2 = 0, ref2 = 0, cosSum = 0;
+  int64_t n = 0;
+  void add(const float* q, const float* r, int64_t dim) {
+    double e = 0, rr = 0, qq = 0, qr = 0;
+    for (int64_t i = 0; i < dim; ++i) {
+      const double a = q[i], b = r[i];
+      e += (a - b) * (a - b);
+      rr += b * b;
+      qq += a * a;
+      qr += a * b;
+    }
+    err2 += e;
+    ref2 += rr;
+    cosSum += (qq == 0 && rr == 0) ? 1.0 : (qq == 0 || rr == 0) ? 0.0 : qr / std::sqrt(qq * rr);
+    ++n;
+  }
+  void merge(const BlockSums& o) {
+    err2 += o.err2;
+    ref2 += o.ref2;
+    cosSum += o.cosSum;
+    n += o.n;
+  }
+  BlockError value() const {
+    BlockError b;
+    if (n == 0) return b;
+    b.relL2 = ref2 > 0 ? std::sqrt(err2 / ref2) : (err2 > 0 ? INFINITY : 0.0);
+    b.cosine = cosSum / double(n);
+    return b;
+  }
+};
+
+const LinearLayer& linearAt(const Runtime& rt, size_t i) { return *rt.linears()[i]; }
+
+}  // namespace
+
+LayerAssignment uniformAssignment(const Runtime& rt, const QuantFormat& format) {
+  validateQuantFormat(format);
+  LayerAssignment a;
+  for (size_t i = 0; i < rt.linears().size(); ++i) {
+    const LinearLayer& l = linearAt(rt, i);
+    std::string why;
+    if (formatFitsShape(format, l.outFeatures, l.inFeatures, &why)) {
+      a.formats.emplace_back(format);
+    } else {
+      a.formats.emplace_back(std::nullopt);
+      a.skipped.push_back(l.weightName + ": " + why);
+    }
+  }
+  return a;
+}
+
+LayerAssignment assignmentFromJson(const Runtime& rt, const nlohmann::json& j,
+                                   const std::string& source) {
+  if (!j.is_object())
+    throw Error(ErrorKind::BadInput, "a plan map must be a JSON object {\"weight name\": \"format\"}",
+                source);
+  LayerAssignment a;
+  a.formats.assign(rt.linears().size(), std::nullopt);
+  auto parse = [&](const std::string& key, const nlohmann::json& v) {
+    if (!v.is_string())
+      throw Error(ErrorKind::BadInput, "the format must be a string, not " + v.dump(), source, key);
+    try {
+      return parseQuantFormat(v.get<std::string>());
+    } catch (const Error& e) {
+      throw Error(ErrorKind::BadInput, e.message(), source, key);
+    }
+  };
+  std::optional<QuantFormat> fallback;
+  if (auto it = j.find("*"); it != j.end()) fallback = parse("*", *it);
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (it.key() == "*") continue;
+    const int i = rt.linearIndex(it.key());
+    if (i < 0)
+      throw Error(ErrorKind::BadInput, "no linear layer of the model has this weight name", source,
+                  it.key());
+    a.formats[size_t(i)] = parse(it.key(), it.value());
+  }
+  for (size_t i = 0; i < a.formats.size(); ++i) {
+    const LinearLayer& l = linearAt(rt, i);
+    if (!a.formats[i] && fallback) a.formats[i] = fallback;
+    std::string why;
+    if (a.formats[i] && !formatFitsShape(*a.formats[i], l.outFeatures, l.inFeatures, &why))
+      throw Error(ErrorKind::BadInput,
+                  "format '" + formatToString(*a.formats[i]) + "' cannot take this layer's shape [" +
+                      std::to_string(l.outFeatures) + ", " + std::to_string(l.inFeatures) + "]: " + why,
+                  source, l.weightName);
+  }
+  return a;
+}
+
+nlohmann::ordered_json assignmentToJson(const Runtime& rt, const LayerAssignment& a) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  for (size_t i = 0; i < a.formats.size() && i < rt.linears().size(); ++i)
+    if (a.formats[i]) j[linearAt(rt, i).weightName] = formatToString(*a.formats[i]);
+  return j;
+}
+
+AccumulationResult runAccumulation(Runtime& rt, std::span<const int32_t> text,
+                                   const LayerAssignment& plan, const CalibrationResult* calibration,
+                                   const AccumulationOptions& options, const JobContext& ctx,
+                                   const AccumulationCallback& onUpdate) {
+  const size_t L = rt.linears().size();
+  if (plan.formats.size() != L)
+    throw Error(ErrorKind::BadInput, "the plan names " + std::to_string(plan.formats.size()) +
+                                         " layers, the model has " + std::to_string(L), {}, "plan");
+  for (size_t i = 0; i < L; ++i) {
+    if (!plan.formats[i]) continue;
+    const QuantFormat& f = *plan.formats[i];
+    validateQuantFormat(f);
+    if (f.act.scaling == ActScaling::PerTensorStatic &&
+        (!calibration || calibration->layers.size() != L ||
+         calibration->layers[i].layer.weightName != linearAt(rt, i).weightName))
+      throw Error(ErrorKind::BadInput,
+                  "format '" + formatToString(f) +
+                      "' needs a static activation scale from a calibration of this model",
+                  {}, linearAt(rt, i).weightName);
+  }
+  const EvalWindows ew = makeEvalWindows(text, options.eval, rt.maxSeq());
+  AccumulationResult r;
+  r.tokens = ew.textTokens;
+  r.windows = int64_t(ew.windows.size());
+  r.context = ew.context;
+  r.protocol = ew.protocol + "; block errors over the text-token positions" +
+               (ew.bos ? " (BOS position left out)" : "");
+  for (size_t i = 0; i < L; ++i)
+    r.layerFormats.push_back(plan.formats[i] ? formatToString(*plan.formats[i]) : std::string());
+
+  RestoreRuntime restore{rt};
+  const ReferencePass ref = runReferencePass(rt, ew, ctx, 0.0, 0.5);
+  r.basePerplexity = ref.perplexity;
+
+  // Quantise every assigned layer once.
+  for (size_t i = 0; i < L; ++i) {
+    if (!plan.formats[i]) continue;
+    ctx.checkCancelled();
+    const QuantFormat& f = *plan.formats[i];
+    const LinearLayer& l = linearAt(rt, i);
+    const auto w = rt.linearWeight(int(i));
+    std::vector<float> wq(w.size());
+    fakeQuantWeight(f.weight, w, wq, l.outFeatures, l.inFeatures, l.weightName);
+    rt.setLinearWeight(int(i), std::move(wq));
+    if (f.act.kind != QuantKind::F32)
+      rt.setLinearInputQuant(int(i), f.act,
+                             f.act.scaling == ActScaling::PerTensorStatic
+                                 ? calibration->layers[i].staticActivationScale(f.act)
+                                 : 0.0f);
+  }
+
+  const int B = int(ref.blocks);
+  const int64_t D = ref.dim;
+  std::vector<BlockSums> total(static_cast<size_t>(B));
+  DistributionStats dist;
+  r.blocks.assign(size_t(B), BlockError{});
+  std::vector<float> x, logits;
+  for (size_t w = 0; w < ref.windows.size(); ++w) {
+    ctx.checkCancelled();
+    ctx.progress(0.5 + 0.5 * double(w) / double(ref.windows.size()), "quantised run");
+    const ReferenceWindow& rw = ref.windows[w];
+    const int64_t T = int64_t(rw.tokens.size());
+    const int64_t t0 = ew.bos ? 1 : 0;  // first text-token position
+    r.batches.emplace_back(size_t(B), BlockError{});
+    x.resize(size_t(T * D));
+    rt.reset();
+    rt.embed(rw.tokens, 0, x.data());
+    for (int b = 0; b < B; ++b) {
+      rt.runBlock(b, x.data(), T, 0);
+      BlockSums batch;
+      const std::vector<float>& after = rw.residual[size_t(b + 1)];
+      for (int64_t t = t0; t < T; ++t) batch.add(x.data() + t * D, after.data() + t * D, D);
+      total[size_t(b)].merge(batch);
+      r.batches.back()[size_t(b)] = batch.value();
+      r.blocks[size_t(b)] = total[size_t(b)].value();
+      if (onUpdate) onUpdate(r, int64_t(w), b);
+    }
+    logits.resize(size_t(T * ref.vocab));
+    rt.head(x.data(), T, logits.data());
+    compareToReference(logits.data(), rw, ref.vocab, dist);
+    r.kl = dist.meanKl();
+    r.perplexity = dist.perplexity();
+    r.top1Agreement = dist.top1Agreement();
+    r.scoredPositions = dist.positions;
+    r.batchesDone = int64_t(w) + 1;
+    if (onUpdate) onUpdate(r, int64_t(w), -1);
+  }
+  ctx.progress(1.0, "accumulation");
+  return r;
+}
+
+}  // namespace qs

@@ -1,0 +1,89 @@
+#pragma once
+// Error-accumulation job: run the model with a plan (a format per linear layer) against the
+// unquantised reference on the same windows and measure how the error builds up:
+//   per block (the residual stream after it): relative L2 error and cosine similarity;
+//   at the end: mean KL(p_ref ‖ p_plan) of the next-token distributions, the perplexity (and the
+//   reference's), top-1 agreement.
+// Each layer's weight is fake-quantised with its format (fakeQuantWeight); a format with an
+// activation part also fake-quantises that layer's input (Runtime::setLinearInputQuant; static
+// per-tensor scales from calibration).
+//
+// Definitions, over the text-token positions of the windows (the BOS position is left out: its
+// residual is the same in every window and in many LLMs carries huge "attention sink" values
+// that would dominate a norm):
+//   relative L2  sqrt( Σ_t ‖x̂_t − x_t‖² / Σ_t ‖x_t‖² )        (x: reference residual)
+//   cosine       mean_t  x̂_t·x_t / (‖x̂_t‖ ‖x_t‖)               (1 where both are zero)
+// Results stream out: after every block of every batch (window) the callback sees the figures
+// so far — per block over the batches finished plus this one up to this block — and after each
+// batch the end figures so far.
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/analysis/calibrate.h"
+#include "core/analysis/eval_windows.h"
+#include "core/analysis/tables.h"
+#include "core/runtime/runtime.h"
+#include "core/util/progress.h"
+
+namespace qs {
+
+// A format for each of the runtime's linear layers (Runtime::linears() order); nullopt: left
+// unquantised.
+struct LayerAssignment {
+  std::vector<std::optional<QuantFormat>> formats;
+  std::vector<std::string> skipped;  // "name: why" for layers a uniform format could not take
+};
+
+// Every layer in `format`; layers whose shape cannot take it stay unquantised and are listed in
+// `skipped` (e.g. INT4 groups of 128 on a K = 172 projection).
+LayerAssignment uniformAssignment(const Runtime& rt, const QuantFormat& format);
+
+// A JSON object mapping weight names to format strings; the key "*" (optional) gives the format
+// of every layer not named. Unknown names, bad format strings and shapes a format cannot take
+// are BadInput naming `source` and the layer.
+LayerAssignment assignmentFromJson(const Runtime& rt, const nlohmann::json& j,
+                                   const std::string& source);
+
+// The assignment as that JSON map (only quantised layers), for the session and --json.
+nlohmann::ordered_json assignmentToJson(const Runtime& rt, const LayerAssignment& a);
+
+struct BlockError {
+  double relL2 = kNotMeasured;
+  double cosine = kNotMeasured;
+};
+
+struct AccumulationOptions {
+  EvalOptions eval;
+};
+
+struct AccumulationResult {
+  std::vector<BlockError> blocks;                 // after each block, over every batch so far
+  std::vector<std::vector<BlockError>> batches;   // [batch][block]: each batch on its own
+  double kl = kNotMeasured;                       // mean over the scored positions
+  double perplexity = kNotMeasured, basePerplexity = kNotMeasured;
+  double top1Agreement = kNotMeasured;
+  int64_t tokens = 0, windows = 0, context = 0, scoredPositions = 0;
+  int64_t batchesDone = 0;
+  std::vector<std::string> layerFormats;          // per linear: canonical format or "" (none)
+  std::string protocol;
+};
+
+// batch: the window index; block: the block just finished, or −1 when the batch is complete
+// (end figures updated). `soFar` holds everything measured up to that point.
+using AccumulationCallback =
+    std::function<void(const AccumulationResult& soFar, int64_t batch, int block)>;
+
+// `calibration` is needed only for formats with static activation scales (BadInput without).
+// The runtime's weights and input quantisation are restored however the job ends.
+AccumulationResult runAccumulation(Runtime& rt, std::span<const int32_t> text,
+                                   const LayerAssignment& plan, const CalibrationResult* calibration,
+                                   const AccumulationOptions& options, const JobContext& ctx = {},
+                                   const AccumulationCallback& onUpdate = {});
+
+}  // namespace qs

@@ -1,0 +1,84 @@
+#pragma once
+// Sensitivity job: for every linear layer × candidate format,
+//   proxies (StatsOps::weightSensitivity, one pass over W): weight SQNR, the activation-weighted
+//     relative error with E[x_k²] from calibration (kernels/stats/sensitivity.h), and the same
+//     error not normalised (output_error: what the layer's output gains, in its own units);
+//   end-to-end, with only that layer quantised: mean KL(p_ref ‖ p_quant) of the next-token
+//     distributions over the evaluation positions, the perplexity, and top-1 agreement.
+//
+// Only that layer quantised: its weight is replaced by fakeQuantWeight (the format's own scale
+// method), and when the format names an activation format (W8A8: "int8-ch-sym:int8-tok",
+// "…:int8-t-kl") the layer's input is fake-quantised too (Runtime::setLinearInputQuant; static
+// per-tensor scales come from the calibration's |x| histogram). Formats without ":act" leave the
+// activations untouched.
+//
+// Reuse of the residual stream: the unquantised run is done once per window (reference_pass.h),
+// keeping the residual entering every block. A layer in block b then recomputes blocks b… and
+// the head only; the head itself recomputes only the head. Every window is a fresh sequence at
+// position 0, so each block's KV cache is rewritten by the blocks that run.
+//
+// A (layer, format) pair whose shape the format cannot take (a group size that does not divide
+// K) is marked not applicable and left NaN.
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/analysis/calibrate.h"
+#include "core/analysis/eval_windows.h"
+#include "core/analysis/tables.h"
+#include "core/runtime/runtime.h"
+#include "core/util/progress.h"
+#include "kernels/stats/stats_ops.h"
+
+namespace qs {
+
+struct SensitivityOptions {
+  EvalOptions eval;
+  std::vector<QuantFormat> formats;  // empty: defaultSensitivityCandidates()
+  bool endToEnd = true;              // false: proxies only (no forward passes)
+  std::string textSource, modelHash; // copied into the table
+  // More runtimes of the same model (each on its own TransformerOps) to measure (layer, format)
+  // pairs in parallel: one thread per runtime, `rt` included, each running its CPU ops on one
+  // thread (coarse parallelism beats splitting the small products of a small model). Empty:
+  // everything runs on the calling thread.
+  std::vector<Runtime*> workers;
+};
+
+// Spearman's rank correlation between a proxy and end-to-end KL across layers.
+struct ProxyCorrelation {
+  std::string proxy;   // "weighted_error", "output_error" or "weight_sqnr_db"
+  std::string format;  // canonical format string, or "pooled" (every applicable pair)
+  double rho = kNotMeasured;
+  int64_t n = 0;       // pairs with both values finite
+};
+
+struct SensitivityResult {
+  SensitivityTable table;
+  std::vector<ProxyCorrelation> correlations;  // empty without end-to-end figures
+  std::string protocol;
+};
+
+// Called on the calling thread after each layer's row is complete (all formats), in layer
+// order, with the table so far: rows before and including `layer` are final; later rows are
+// NaN or being written by worker threads (do not read them). For live heatmaps.
+using SensitivityRowCallback = std::function<void(const SensitivityTable& table, size_t layer)>;
+
+// `calibration` supplies E[x²] (the weighted proxy) and static activation scales; without it
+// the weighted error is NaN, and a format with a static activation scale is BadInput. Restores
+// the runtime's weights and input quantisation (also on errors and cancellation).
+SensitivityResult runSensitivity(Runtime& rt, StatsOps& stats, std::span<const int32_t> text,
+                                 const CalibrationResult* calibration,
+                                 const SensitivityOptions& options, const JobContext& ctx = {},
+                                 const SensitivityRowCallback& onRow = {});
+
+// The correlations of a finished table (per format and pooled; n < 3 gives NaN).
+std::vector<ProxyCorrelation> proxyCorrelations(const SensitivityTable& table);
+
+// Spearman's ρ of two equally long series: Pearson correlation of their ranks, ties given the
+// mean rank. Pairs where either value is NaN are left out; ±inf rank as extremes. NaN when
+// fewer than 3 pairs remain or a series is constant.
+double spearmanRho(std::span<const double> a, std::span<const double> b, int64_t* used = nullptr);
+
+}  // namespace qs
