@@ -44,6 +44,7 @@ int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
   registerCalibrate(app, ctx);
   registerSensitivity(app, ctx);
   registerAccumulate(app, ctx);
+  registerSpeed(app, ctx);
 
   try {
     app.parse(argc, argv);
