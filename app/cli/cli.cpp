@@ -37,6 +37,7 @@ int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
       ->capture_default_str();
   app.fallthrough();  // --backend also after the subcommand: `bench calib --backend cpu`
   registerInspect(app, ctx);
+  registerPlan(app, ctx);
   registerGenerate(app, ctx);
   registerPerplexity(app, ctx);
   registerBench(app, ctx);

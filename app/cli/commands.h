@@ -24,6 +24,8 @@ struct CliContext {
 };
 
 void registerInspect(CLI::App& app, CliContext& ctx);
+// plan auto | show | pareto | export | measure (cmd_plan.cpp)
+void registerPlan(CLI::App& app, CliContext& ctx);
 void registerBench(CLI::App& app, CliContext& ctx);
 void registerGenerate(CLI::App& app, CliContext& ctx);
 void registerPerplexity(CLI::App& app, CliContext& ctx);
