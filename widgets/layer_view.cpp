@@ -203,7 +203,7 @@ void LayerView::setAnalysis(const LayerAnalysis& a) {
 
   channelPlot_->setValues(std::vector<double>(a.channelAbsmax.begin(), a.channelAbsmax.end()),
                           tr("absmax"));
-  channelPlot_->setTitle(tr("Output-channel absmax (%1)").arg(a.rows));
+  channelPlot_->setTitle(tr("Channel absmax (%1)").arg(a.rows));
 
   {
     const QSignalBlocker block(cell_);

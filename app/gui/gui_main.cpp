@@ -3,8 +3,10 @@
 #include <QCommandLineParser>
 #include <QTimer>
 
+#include "app/gui/job_runner.h"
 #include "app/gui/main_window.h"
 #include "core/util/datasets.h"
+#include "widgets/layer_view.h"
 
 namespace qs::app {
 
@@ -27,6 +29,14 @@ int runGui(QApplication& app) {
       QStringLiteral("Save a PNG of the window once the model is loaded, then quit"),
       QStringLiteral("file"));
   parser.addOption(screenshot);
+  QCommandLineOption select(QStringLiteral("select"),
+                            QStringLiteral("Show this tensor in the layer view once the model is loaded"),
+                            QStringLiteral("tensor"));
+  QCommandLineOption format(QStringLiteral("format"),
+                            QStringLiteral("Format for the layer view, e.g. int4-g128-sym"),
+                            QStringLiteral("format"));
+  parser.addOption(select);
+  parser.addOption(format);
   parser.process(app);
 
   auto* window = new MainWindow;
@@ -35,6 +45,11 @@ int runGui(QApplication& app) {
   const QString model =
       args.isEmpty() ? QString::fromStdString(defaultModelPath()) : args.first();
 
+  if (parser.isSet(format)) window->layerView()->setFormatText(parser.value(format));
+  const QString selectTensor = parser.value(select);
+  if (!selectTensor.isEmpty())
+    QObject::connect(window, &MainWindow::modelLoaded, window,
+                     [window, selectTensor] { window->selectTensor(selectTensor); });
   if (parser.isSet(screenshot)) {
     const QString out = parser.value(screenshot);
     auto grab = [window, out](int code) {
@@ -44,7 +59,14 @@ int runGui(QApplication& app) {
         QCoreApplication::exit(ok ? code : 1);
       });
     };
-    QObject::connect(window, &MainWindow::modelLoaded, window, [grab] { grab(0); });
+    // With --select the picture waits for the layer's analysis, else for the model.
+    if (selectTensor.isEmpty())
+      QObject::connect(window, &MainWindow::modelLoaded, window, [grab] { grab(0); });
+    else
+    {
+      QObject::connect(window, &MainWindow::layerAnalysed, window, [grab] { grab(0); });
+      QObject::connect(window->jobs(), &JobRunner::jobFailed, window, [grab] { grab(2); });
+    }
     QObject::connect(window, &MainWindow::modelLoadFailed, window, [grab] { grab(2); });
   }
   window->show();

@@ -116,6 +116,11 @@ void JobRunner::loop() {
     }
     auto cancelFlag = job->cancel;
     const QString tag = job->tag;
+    {
+      // Not busy any more before the GUI thread hears the outcome (busy() is checked there).
+      std::lock_guard lock(mutex_);
+      running_.reset();
+    }
     QMetaObject::invokeMethod(this, [self, id, tag, title, deliver = std::move(deliver), error, cancelled,
                                      cancelFlag] {
       if (!self) return;
@@ -133,10 +138,6 @@ void JobRunner::loop() {
         emit self->jobFinished(id, title);
       }
     }, Qt::QueuedConnection);
-    {
-      std::lock_guard lock(mutex_);
-      running_.reset();
-    }
   }
 }
 

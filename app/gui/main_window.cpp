@@ -30,7 +30,9 @@
 
 #include "core/model/model_file.h"
 #include "kernels/common/error.h"
+#include "kernels/backend/backend.h"
 #include "kernels/device/device_info.h"
+#include "kernels/stats/stats_ops.h"
 #include "app/gui/job_runner.h"
 #include "core/analysis/layer_analysis.h"
 #include "widgets/layer_view.h"
@@ -65,16 +67,25 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   restoreState(settings.value(QStringLiteral("mainWindow/state")).toByteArray());
 
   // The device query can take a moment on a GPU machine (driver start-up): off the GUI thread.
-  auto* deviceWatcher = new QFutureWatcher<DeviceInfo>(this);
-  connect(deviceWatcher, &QFutureWatcher<DeviceInfo>::finished, this, [this, deviceWatcher] {
-    const DeviceInfo info = deviceWatcher->result();
+  // The compute backend (CUDA when a device works, else the CPU reference) starts off the GUI
+  // thread: driver start-up can take a moment. Jobs use it once it is there.
+  auto* backendWatcher = new QFutureWatcher<std::shared_ptr<Backend>>(this);
+  connect(backendWatcher, &QFutureWatcher<std::shared_ptr<Backend>>::finished, this, [this, backendWatcher] {
+    backend_ = backendWatcher->result();
+    const DeviceInfo& info = backend_->device();
     backendLabel_->setText(QString::fromStdString(info.summary()));
-    backendLabel_->setToolTip(info.cudaAvailable
+    backendLabel_->setToolTip(backend_->kind() == BackendKind::Cuda
                                   ? tr("Statistics and kernels run on the GPU")
-                                  : tr("No usable CUDA device: everything runs on the CPU"));
-    deviceWatcher->deleteLater();
+                                  : tr("No usable CUDA device: everything runs on the CPU reference"));
+    backendWatcher->deleteLater();
   });
-  deviceWatcher->setFuture(QtConcurrent::run([] { return queryDevice(); }));
+  backendWatcher->setFuture(QtConcurrent::run([]() -> std::shared_ptr<Backend> {
+    try {
+      return std::shared_ptr<Backend>(createBackend(BackendChoice::Auto));
+    } catch (const std::exception&) {  // a broken GPU must not stop the app: CPU it is
+      return std::shared_ptr<Backend>(createCpuBackend());
+    }
+  }));
 
   auto* memTimer = new QTimer(this);
   connect(memTimer, &QTimer::timeout, this, &MainWindow::updateMemoryLabel);
@@ -317,8 +328,9 @@ void MainWindow::requestLayerAnalysis() {
   const LayerAnalysisRequest req = *request;
   // Tag "layer": a newer request (another layer, format or slider value) replaces this one.
   jobs_->submit(QStringLiteral("layer"), tr("Analysing %1").arg(QString::fromStdString(req.tensorName)),
-                [this, model, req](const JobContext& ctx) -> std::function<void()> {
-                  auto result = std::make_shared<LayerAnalysis>(analyzeLayer(*model, req, ctx));
+                [this, model, req, backend = backend_](const JobContext& ctx) -> std::function<void()> {
+                  auto result = std::make_shared<LayerAnalysis>(
+                      analyzeLayer(*model, req, ctx, backend ? &backend->stats() : nullptr));
                   return [this, result, model] {
                     if (model != model_ || layerView_->tensor().toStdString() != result->tensorName) return;
                     layerView_->setAnalysis(*result);

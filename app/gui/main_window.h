@@ -17,6 +17,7 @@ class QPushButton;
 class QTabWidget;
 
 namespace qs {
+class Backend;
 class ModelFile;
 }
 namespace qs::widgets {
@@ -38,6 +39,7 @@ class MainWindow : public QMainWindow {
   // Starts loading `path` on a worker thread; emits modelLoaded or modelLoadFailed.
   void openModel(const QString& path);
   const ModelFile* model() const { return model_.get(); }
+  const Backend* backend() const { return backend_.get(); }
   QString modelPath() const { return modelPath_; }
   QTreeView* modelTree() const { return tree_; }
   QMessageBox* errorDialog() const { return errorDialog_; }  // the last error shown, if open
@@ -72,6 +74,7 @@ class MainWindow : public QMainWindow {
   void saveLayerSettings();
 
   std::shared_ptr<ModelFile> model_;
+  std::shared_ptr<Backend> backend_;  // set once started (off the GUI thread)
   QString modelPath_, loadingPath_;
   QFutureWatcher<LoadResult> loadWatcher_;
   widgets::ModelTreeModel* treeModel_ = nullptr;

@@ -7,6 +7,8 @@
 #include "kernels/common/half.h"
 #include "kernels/formats/fp8.h"
 #include "kernels/formats/weight_codec.h"
+#include "kernels/stats/channel_stats.h"
+#include "kernels/stats/stats_ops.h"
 
 namespace qs {
 
@@ -37,7 +39,14 @@ std::pair<double, double> cellClipRange(const WeightSpec& spec, float scale, int
   return {0, 0};
 }
 
-LayerAnalysis analyzeLayer(const ModelFile& model, const LayerAnalysisRequest& req, const JobContext& ctx) {
+LayerAnalysis analyzeLayer(const ModelFile& model, const LayerAnalysisRequest& req, const JobContext& ctx,
+                           StatsOps* statsOps) {
+  std::unique_ptr<StatsOps> cpuStats;
+  if (!statsOps) {
+    cpuStats = createCpuStatsOps();
+    statsOps = cpuStats.get();
+  }
+  StatsOps& stats = *statsOps;
   const TensorInfo* t = model.findTensor(req.tensorName);
   if (!t) throw Error(ErrorKind::BadInput, "no tensor named '" + req.tensorName + "'", model.path());
   if (t->shape.empty() || t->shape.size() > 2)
@@ -59,8 +68,23 @@ LayerAnalysis analyzeLayer(const ModelFile& model, const LayerAnalysisRequest& r
   a.quantized = spec.kind != QuantKind::F32;
 
   ctx.progress(0.0, "reading " + t->name);
-  const std::vector<float> w = model.tensorToFloat(*t);
+  std::vector<float> w = model.tensorToFloat(*t);
   ctx.checkCancelled();
+  // GPT-2's Conv1D weights are stored [in, out]; quantisation groups run along the input.
+  if (t->shape.size() == 2) {
+    for (const LinearLayer* l : model.graph().allLinears()) {
+      if (l->weightName != t->name || !l->transposed) continue;
+      std::vector<float> tr(w.size());
+      for (int64_t i = 0; i < l->inFeatures; ++i)
+        for (int64_t o = 0; o < l->outFeatures; ++o)
+          tr[size_t(o * l->inFeatures + i)] = w[size_t(i * l->outFeatures + o)];
+      w.swap(tr);
+      a.rows = l->outFeatures;
+      a.cols = l->inFeatures;
+      a.shape = {a.rows, a.cols};
+      break;
+    }
+  }
   for (size_t i = 0; i < w.size(); ++i)
     if (!std::isfinite(w[i]))
       throw Error(ErrorKind::BadInput,
@@ -73,7 +97,12 @@ LayerAnalysis analyzeLayer(const ModelFile& model, const LayerAnalysisRequest& r
   std::vector<float> fq(w.size());
   WeightScales scales;
   if (a.quantized) {
-    scales = chooseWeightScales(spec, w, a.rows, a.cols, t->name);
+    const bool gpuClip = spec.method == ScaleMethod::MseClip &&
+                         (spec.granularity == Granularity::Group || spec.granularity == Granularity::Channel);
+    if (gpuClip)  // the expensive search runs on the backend (bit-identical scales)
+      scales = stats.mseClipSearch(w, a.rows, a.cols, std::span<const WeightSpec>(&spec, 1), t->name).front();
+    else
+      scales = chooseWeightScales(spec, w, a.rows, a.cols, t->name);
     ctx.checkCancelled();
     ctx.progress(0.6, "fake-quantising");
     fakeQuantWeightWithScales(spec, w, fq, a.rows, a.cols, scales, t->name);
@@ -90,15 +119,13 @@ LayerAnalysis analyzeLayer(const ModelFile& model, const LayerAnalysisRequest& r
     hi += 0.5f;
   }
   a.weights = Histogram(req.bins, lo, hi);
-  a.weights.add(w);
+  stats.accumulateHistogram(w, a.weights, false);
   a.fakeQuant = Histogram(req.bins, lo, hi);
-  a.fakeQuant.add(fq);
-  a.channelAbsmax.assign(size_t(a.rows), 0.0f);
-  for (int64_t r = 0; r < a.rows; ++r) {
-    float m = 0;
-    for (int64_t c = 0; c < a.cols; ++c) m = std::max(m, std::abs(w[size_t(r * a.cols + c)]));
-    a.channelAbsmax[size_t(r)] = m;
-  }
+  stats.accumulateHistogram(fq, a.fakeQuant, false);
+  ChannelStats rowStats(a.rows);
+  stats.accumulateRowStats(w, a.rows, a.cols, rowStats);
+  a.channelAbsmax.resize(size_t(a.rows));
+  for (int64_t r = 0; r < a.rows; ++r) a.channelAbsmax[size_t(r)] = rowStats.absMax(r);
   a.metrics = compareTensors(w, fq, t->name);
 
   if (a.quantized) {

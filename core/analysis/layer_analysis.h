@@ -15,6 +15,10 @@
 #include "kernels/stats/histogram.h"
 
 namespace qs {
+class StatsOps;
+}
+
+namespace qs {
 
 struct LayerAnalysisRequest {
   std::string tensorName;
@@ -56,8 +60,11 @@ struct LayerAnalysis {
 
 // Throws BadInput for a tensor that is not found, not 1-D/2-D, not readable, or whose shape the
 // format cannot take (K not a multiple of the group size), Cancelled when ctx says so.
+// Statistics (histograms, channel absmax, the MSE clip search) run on `stats` — the CUDA
+// calibration kernels when the backend has a GPU — or on the CPU reference when it is null.
+// A linear layer stored transposed (GPT-2's Conv1D, [in, out]) is analysed as [out, in].
 LayerAnalysis analyzeLayer(const ModelFile& model, const LayerAnalysisRequest& request,
-                           const JobContext& ctx = {});
+                           const JobContext& ctx = {}, StatsOps* stats = nullptr);
 
 // Every representable value of one scale cell (scale s, zero z), ascending: INT s·(q − z),
 // FP8 s·v for each finite code v. Empty for plain float kinds.

@@ -1,0 +1,92 @@
+// widgets/SensitivityView on a table that fills in live: unmeasured cells stay blank, bars and
+// the proxy-vs-KL scatter follow, metric switching works, a screenshot holds the plots.
+#include <QComboBox>
+#include <QtTest>
+#include <cmath>
+#include <random>
+
+#include <qcustomplot.h>
+
+#include "tests/test_util.h"
+#include "widgets/sensitivity_view.h"
+
+using namespace qs;
+using qs::widgets::SensitivityView;
+
+namespace {
+SensitivityTable syntheticTable(int layers) {
+  SensitivityTable t;
+  for (const char* f : {"int4-g32-sym", "int4-g128-sym", "int8-ch-sym", "fp8e4m3-ch", "fp16"})
+    t.formats.push_back(parseQuantFormat(f));
+  std::mt19937 rng(3);
+  std::lognormal_distribution<double> noise(0.0, 0.3);
+  const char* roles[] = {"q", "k", "v", "o", "gate", "up", "down"};
+  for (int l = 0; l < layers; ++l)
+    t.layers.push_back({"layers." + std::to_string(l / 7) + ".x" + std::to_string(l % 7), roles[l % 7], l / 7, 64, 64, 4096});
+  t.entries.resize(t.layers.size() * t.formats.size());
+  t.basePerplexity = 5.0;
+  const double formatErr[] = {1e-2, 3e-2, 1e-4, 5e-4, 1e-7};
+  for (int l = 0; l < layers; ++l)
+    for (int f = 0; f < 5; ++f) {
+      auto& e = t.at(size_t(l), size_t(f));
+      const double layerScale = 1.0 + (l % 7 == 6 ? 10.0 : 0.0);  // "down" layers are sensitive
+      e.weightedError = formatErr[f] * layerScale * noise(rng);
+      e.kl = e.weightedError * 0.5 * noise(rng);
+      e.weightSqnrDb = -10 * std::log10(e.weightedError);
+      e.perplexity = 5.0 * (1 + e.kl);
+    }
+  return t;
+}
+}  // namespace
+
+class TestSensitivityView : public QObject {
+  Q_OBJECT
+ private slots:
+  void fillsInLive() {
+    SensitivityView v;
+    v.resize(1200, 700);
+    v.show();
+    const SensitivityTable full = syntheticTable(35);
+    SensitivityTable partial = full;
+    for (size_t l = 10; l < partial.layers.size(); ++l)
+      for (size_t f = 0; f < partial.formats.size(); ++f) partial.at(l, f) = SensitivityEntry{};
+    v.setTable(partial);
+    QCOMPARE(v.measuredCells(), 10 * 5);
+    QCOMPARE(v.barCount(), 10);
+    v.setTable(full);
+    QCOMPARE(v.measuredCells(), 35 * 5);
+    QCOMPARE(v.barCount(), 35);
+    QCOMPARE(v.scatterPointCount(), 35 * 5);
+    QVERIFY2(v.spearman() > 0.8, qPrintable(QString::number(v.spearman())));  // KL tracks the proxy
+    v.setMetric(SensitivityView::Metric::WeightSqnr);
+    QCOMPARE(v.measuredCells(), 35 * 5);
+    v.setMetric(SensitivityView::Metric::Kl);
+    QTest::qWait(200);
+    QDir().mkpath(QS_BINARY_DIR "/screenshots");
+    const QImage img = v.grab().toImage();
+    QVERIFY(img.save(QS_BINARY_DIR "/screenshots/sensitivity_view.png"));
+    QSet<QRgb> colours;
+    for (int y = 0; y < img.height(); y += 4)
+      for (int x = 0; x < img.width(); x += 4) colours.insert(img.pixel(x, y));
+    QVERIFY(colours.size() > 50);  // the heatmap gradient shows
+  }
+
+  void clickingACellReportsIt() {
+    SensitivityView v;
+    v.resize(900, 600);
+    v.show();
+    v.setTable(syntheticTable(14));
+    QVERIFY(QTest::qWaitForWindowExposed(&v));
+    QSignalSpy clicked(&v, &SensitivityView::cellClicked);
+    QCustomPlot* heat = v.heatmapPlot();
+    heat->replot();
+    const QPoint p(int(heat->xAxis->coordToPixel(2)), int(heat->yAxis->coordToPixel(5)));
+    QTest::mouseClick(heat, Qt::LeftButton, {}, p);
+    QCOMPARE(clicked.size(), 1);
+    QCOMPARE(clicked.first().at(0).toInt(), 5);
+    QCOMPARE(clicked.first().at(1).toInt(), 2);
+  }
+};
+
+QTEST_MAIN(TestSensitivityView)
+#include "test_sensitivity_view.moc"
