@@ -4,7 +4,7 @@
 #include <cmath>
 #include <thread>
 
-#include "core/session/model_hash.h"
+#include "core/plan/model_hash.h"
 #include "core/util/datasets.h"
 #include "kernels/common/error.h"
 #include "kernels/ops/cpu_transformer_ops.h"
@@ -39,10 +39,11 @@ AnalysisSetup setUpAnalysis(CliContext& ctx, const AnalysisArgs& a, TerminalProg
   Backend& backend = ctx.backend();
   s.stats = &backend.stats();
   s.backendName = backend.name();
-  s.run = loadRunnable(a.model, a.tokenizer, true, progress);
+  s.run = loadRunnable(backend, a.model, a.tokenizer, true, progress);
+  s.onHost = backend.kind() == BackendKind::Cpu;
   if (!a.session.empty()) {
     progress.update(0, "hashing the model");
-    s.modelHash = modelContentHash(*s.run.model.file, progressContext(progress));
+    s.modelHash = sampledModelHash(*s.run.model.file);
     s.session = openSessionFor(a.session, a.model, s.modelHash);
   }
   progress.update(0, "tokenizing");
@@ -76,6 +77,7 @@ std::vector<Runtime*> WorkerRuntimes::pointers() const {
 }
 
 WorkerRuntimes makeWorkerRuntimes(AnalysisSetup& s, int count, TerminalProgress& progress) {
+  if (!s.onHost) return {};  // one device runtime: the device is the parallelism
   if (count <= 0) {
     constexpr uint64_t kExtraWeightBudget = uint64_t(2) << 30;
     uint64_t weightBytes = 0;
@@ -108,8 +110,7 @@ nlohmann::ordered_json analysisJsonHeader(const char* command, const AnalysisArg
   j["command"] = command;
   j["model"] = a.model;
   j["model_hash"] = s.modelHash.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(s.modelHash);
-  j["backend"] = s.backendName;  // statistics (StatsOps); the forward pass runs on the CPU
-  j["forward_pass"] = "cpu";
+  j["backend"] = s.backendName;  // the forward pass, the statistics and the comparisons
   j["session"] = a.session.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(a.session);
   j["text"] = s.textSource;
   return j;

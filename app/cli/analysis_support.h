@@ -34,6 +34,7 @@ struct AnalysisSetup {
   std::optional<CalibrationResult> calibration;  // used when there is no session
   StatsOps* stats = nullptr;    // the chosen backend's
   std::string backendName;
+  bool onHost = true;           // the CPU backend (worker runtimes possible)
   std::optional<CalibrationResult>& calibrationSlot() {
     return session ? session->calibration : calibration;
   }
@@ -44,9 +45,9 @@ AnalysisSetup setUpAnalysis(CliContext& ctx, const AnalysisArgs& a, TerminalProg
 // text and token count, stored in the session.
 const CalibrationResult& calibrationFor(CliContext& ctx, AnalysisSetup& s, TerminalProgress& progress);
 
-// `count` runtimes in all for parallel sweeps: rt plus count − 1 more on their own CPU ops
-// (0: one per hardware thread, but only while the extra copies of the FP32 weights stay under
-// 2 GiB).
+// `count` runtimes in all for parallel sweeps on the CPU backend: rt plus count − 1 more on
+// their own CPU ops (0: one per hardware thread, but only while the extra copies of the FP32
+// weights stay under 2 GiB). None on CUDA.
 struct WorkerRuntimes {
   std::vector<std::unique_ptr<TransformerOps>> ops;
   std::vector<std::unique_ptr<Runtime>> runtimes;

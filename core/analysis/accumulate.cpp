@@ -2,21 +2,13 @@
 
 #include <cmath>
 
+#include "core/analysis/layer_format.h"
 #include "core/analysis/reference_pass.h"
 #include "kernels/common/error.h"
-#include "kernels/formats/weight_codec.h"
 
 namespace qs {
 
 namespace {
-
-struct RestoreRuntime {
-  Runtime& rt;
-  ~RestoreRuntime() {
-    rt.restoreAllWeights();
-    rt.clearAllInputQuant();
-  }
-};
 
 // Running sums behind one BlockError.
 struct BlockSums {
@@ -147,33 +139,27 @@ AccumulationResult runAccumulation(Runtime& rt, std::span<const int32_t> text,
   for (size_t i = 0; i < L; ++i)
     r.layerFormats.push_back(plan.formats[i] ? formatToString(*plan.formats[i]) : std::string());
 
-  RestoreRuntime restore{rt};
+  ScopedPlanReset restore(rt);
+  clearAllLayerFormats(rt);  // the reference is the unquantised model
   const ReferencePass ref = runReferencePass(rt, ew, ctx, 0.0, 0.5);
   r.basePerplexity = ref.perplexity;
 
-  // Quantise every assigned layer once.
+  // Every assigned layer in its format, once.
   for (size_t i = 0; i < L; ++i) {
     if (!plan.formats[i]) continue;
     ctx.checkCancelled();
-    const QuantFormat& f = *plan.formats[i];
-    const LinearLayer& l = linearAt(rt, i);
-    const auto w = rt.linearWeight(int(i));
-    std::vector<float> wq(w.size());
-    fakeQuantWeight(f.weight, w, wq, l.outFeatures, l.inFeatures, l.weightName);
-    rt.setLinearWeight(int(i), std::move(wq));
-    if (f.act.kind != QuantKind::F32)
-      rt.setLinearInputQuant(int(i), f.act,
-                             f.act.scaling == ActScaling::PerTensorStatic
-                                 ? calibration->layers[i].staticActivationScale(f.act)
-                                 : 0.0f);
+    applyLayerFormat(rt, int(i), *plan.formats[i], calibration, options.mode);
   }
+  for (size_t i = 0; i < L; ++i)
+    r.layerKernels.push_back(rt.linearKernel(int(i), ew.context));
 
   const int B = int(ref.blocks);
   const int64_t D = ref.dim;
   std::vector<BlockSums> total(static_cast<size_t>(B));
   DistributionStats dist;
   r.blocks.assign(size_t(B), BlockError{});
-  std::vector<float> x, logits;
+  RuntimeTensor x, logits;
+  std::vector<float> xHost, refHost;  // one block's residuals, for the comparison on the host
   for (size_t w = 0; w < ref.windows.size(); ++w) {
     ctx.checkCancelled();
     ctx.progress(0.5 + 0.5 * double(w) / double(ref.windows.size()), "quantised run");
@@ -181,22 +167,26 @@ AccumulationResult runAccumulation(Runtime& rt, std::span<const int32_t> text,
     const int64_t T = int64_t(rw.tokens.size());
     const int64_t t0 = ew.bos ? 1 : 0;  // first text-token position
     r.batches.emplace_back(size_t(B), BlockError{});
-    x.resize(size_t(T * D));
+    x = rt.allocate(T, D);
+    xHost.resize(size_t(T * D));
+    refHost.resize(size_t(T * D));
     rt.reset();
-    rt.embed(rw.tokens, 0, x.data());
+    rt.embed(rw.tokens, 0, x);
     for (int b = 0; b < B; ++b) {
-      rt.runBlock(b, x.data(), T, 0);
+      ctx.checkCancelled();
+      rt.runBlock(b, x, T, 0);
+      rt.toHost(x, xHost.data());
+      rt.toHost(rw.residual[size_t(b + 1)], refHost.data());
       BlockSums batch;
-      const std::vector<float>& after = rw.residual[size_t(b + 1)];
-      for (int64_t t = t0; t < T; ++t) batch.add(x.data() + t * D, after.data() + t * D, D);
+      for (int64_t t = t0; t < T; ++t) batch.add(xHost.data() + t * D, refHost.data() + t * D, D);
       total[size_t(b)].merge(batch);
       r.batches.back()[size_t(b)] = batch.value();
       r.blocks[size_t(b)] = total[size_t(b)].value();
       if (onUpdate) onUpdate(r, int64_t(w), b);
     }
-    logits.resize(size_t(T * ref.vocab));
-    rt.head(x.data(), T, logits.data());
-    compareToReference(logits.data(), rw, ref.vocab, dist);
+    ensureTensor(rt, logits, T, ref.vocab);
+    rt.head(x, T, logits);
+    compareToReference(rt, logits, rw, dist);
     r.kl = dist.meanKl();
     r.perplexity = dist.perplexity();
     r.top1Agreement = dist.top1Agreement();

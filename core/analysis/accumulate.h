@@ -4,9 +4,10 @@
 //   per block (the residual stream after it): relative L2 error and cosine similarity;
 //   at the end: mean KL(p_ref ‖ p_plan) of the next-token distributions, the perplexity (and the
 //   reference's), top-1 agreement.
-// Each layer's weight is fake-quantised with its format (fakeQuantWeight); a format with an
-// activation part also fake-quantises that layer's input (Runtime::setLinearInputQuant; static
-// per-tensor scales from calibration).
+// Each layer runs in its format on the runtime (layer_format.h): in Kernel mode (the default)
+// through the format's GEMM kernel where there is one — on the CPU backend the kernels'
+// fake-quant reference — and fake-quantised otherwise; in FakeQuant mode always fake-quantised.
+// Static per-tensor activation scales come from calibration.
 //
 // Definitions, over the text-token positions of the windows (the BOS position is left out: its
 // residual is the same in every window and in many LLMs carries huge "attention sink" values
@@ -60,6 +61,7 @@ struct BlockError {
 
 struct AccumulationOptions {
   EvalOptions eval;
+  LinearMode mode = LinearMode::Kernel;
 };
 
 struct AccumulationResult {
@@ -71,6 +73,8 @@ struct AccumulationResult {
   int64_t tokens = 0, windows = 0, context = 0, scoredPositions = 0;
   int64_t batchesDone = 0;
   std::vector<std::string> layerFormats;          // per linear: canonical format or "" (none)
+  std::vector<std::string> layerKernels;          // per linear: what ran it (Runtime::linearKernel
+                                                  // at the window length)
   std::string protocol;
 };
 

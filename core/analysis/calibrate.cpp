@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "core/analysis/speed.h"
 #include "kernels/common/error.h"
 #include "kernels/formats/activation_codec.h"
 
@@ -61,20 +62,9 @@ const LayerCalibration* CalibrationResult::find(const std::string& weightName) c
 }
 
 std::vector<LayerRef> runtimeLayerRefs(const Runtime& rt) {
-  std::vector<LayerRef> refs;
-  const ModelGraph& g = rt.graph();
-  for (const LinearLayer* l : rt.linears()) {
-    LayerRef r;
-    r.weightName = l->weightName;
-    r.role = std::string(linearRoleName(l->role));
-    for (const GraphBlock& b : g.blocks)
-      for (const LinearLayer& bl : b.linears)
-        if (&bl == l) r.block = b.index;
-    r.outFeatures = l->outFeatures;
-    r.inFeatures = l->inFeatures;
-    r.parameters = l->parameters;
-    refs.push_back(std::move(r));
-  }
+  std::vector<LayerRef> refs = speedLayers(rt.graph());  // the same list: allLinears + tied head
+  if (refs.size() != rt.linears().size())
+    throw Error(ErrorKind::Internal, "runtimeLayerRefs: the graph and the runtime list different layers");
   return refs;
 }
 

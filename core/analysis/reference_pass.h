@@ -1,18 +1,19 @@
 #pragma once
 // The unquantised model's run over the evaluation windows, kept for comparison: per window the
 // residual stream entering every block and the head (so a measurement can resume from block b
-// instead of recomputing the blocks before it), and per scored position the reference
-// next-token distribution. Shared by the sensitivity and error-accumulation jobs.
+// instead of recomputing the blocks before it) and the reference logits. Shared by the
+// sensitivity and error-accumulation jobs.
 //
-// Comparing a run against it (DistributionStats) needs one exp per vocabulary entry per
-// position, using KL(p‖q) = Σ p·log p − Σ p·z_q + logsumexp(z_q) for the quantised logits z_q:
-// the reference's probabilities and Σ p·log p are stored, the quantised log-softmax is never
-// materialised. Everything in double.
+// Everything stays in the runtime's compute memory (device memory on CUDA): resuming copies a
+// cached residual on the device, and a run is compared with the reference where the logits are
+// (Runtime::compareLogits: per position KL(p_ref ‖ p_run) in double, both NLLs, top-1 match).
+// Only the per-position figures come back to the host.
 //
-// Memory: windows × (blocks + 1) × T × dim floats for the residuals, and scored positions ×
-// vocabulary × 8 bytes for the reference distributions (512 tokens of a 32k-vocabulary model:
-// 131 MB).
+// Memory: windows × (blocks + 1) × T × dim floats for the residuals plus windows × T × vocabulary
+// floats for the logits (512 tokens of a 2048-wide, 16-block, 32k-vocabulary model: 71 MB +
+// 66 MB).
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "core/analysis/eval_windows.h"
@@ -24,11 +25,11 @@ namespace qs {
 struct ReferenceWindow {
   std::vector<int32_t> tokens;
   // residual[b]: [T, dim] entering block b; residual[blocks]: entering the final norm and head.
-  std::vector<std::vector<float>> residual;
-  std::vector<double> probs;       // [(T − 1), vocab]: softmax of the reference logits
-  std::vector<double> negEntropy;  // [(T − 1)]: Σ p·log p
-  std::vector<int32_t> argmax;     // [(T − 1)]: the reference's top-1 token (lowest id on ties)
+  std::vector<RuntimeTensor> residual;
+  RuntimeTensor logits;  // [T, vocab]
   int64_t positions() const { return int64_t(tokens.size()) - 1; }
+  // The scored positions' targets: tokens[1 …].
+  std::span<const int32_t> targets() const { return {tokens.data() + 1, size_t(positions())}; }
 };
 
 struct ReferencePass {
@@ -56,13 +57,18 @@ struct DistributionStats {
   void merge(const DistributionStats& o);
 };
 
-// Adds the positions of one window: logits [T, vocab] of the run on ref.tokens.
-void compareToReference(const float* logits, const ReferenceWindow& ref, int64_t vocab,
+// Adds the scored positions of one window: `logits` [T, vocab] of the run on ref.tokens, in
+// rt's compute memory.
+void compareToReference(Runtime& rt, const RuntimeTensor& logits, const ReferenceWindow& ref,
                         DistributionStats& acc);
 
 // Runs blocks `fromBlock` … last and the head on a copy of the window's cached residual
-// entering `fromBlock` (fromBlock == blocks: the head only); `x` and `logits` are scratch.
-void resumeFromBlock(Runtime& rt, const ReferenceWindow& ref, int fromBlock,
-                     std::vector<float>& x, std::vector<float>& logits);
+// entering `fromBlock` (fromBlock == blocks: the head only). `x` and `logits` are scratch,
+// (re)allocated by rt when too small.
+void resumeFromBlock(Runtime& rt, const ReferenceWindow& ref, int fromBlock, RuntimeTensor& x,
+                     RuntimeTensor& logits);
+
+// Makes `t` a [rows, cols] tensor of rt unless it already holds at least that many rows.
+void ensureTensor(Runtime& rt, RuntimeTensor& t, int64_t rows, int64_t cols);
 
 }  // namespace qs

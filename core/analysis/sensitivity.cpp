@@ -7,68 +7,27 @@
 #include <condition_variable>
 #include <exception>
 #include <mutex>
-#include <numeric>
 #include <thread>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 
+#include "core/analysis/layer_format.h"
+#include "core/analysis/rank_correlation.h"
 #include "core/analysis/reference_pass.h"
 #include "kernels/common/error.h"
-#include "kernels/formats/weight_codec.h"
 
 namespace qs {
 
 namespace {
 
-// Puts the runtime's weights and input quantisation back however the job ends.
-struct RestoreRuntime {
-  Runtime& rt;
-  ~RestoreRuntime() {
-    rt.restoreAllWeights();
-    rt.clearAllInputQuant();
-  }
-};
-
-std::vector<double> ranks(const std::vector<double>& v) {
-  std::vector<size_t> idx(v.size());
-  std::iota(idx.begin(), idx.end(), 0);
-  std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return v[a] < v[b]; });
-  std::vector<double> r(v.size());
-  for (size_t i = 0; i < idx.size();) {
-    size_t j = i;
-    while (j + 1 < idx.size() && v[idx[j + 1]] == v[idx[i]]) ++j;
-    const double mean = 0.5 * double(i + j) + 1.0;  // ranks are 1-based
-    for (size_t k = i; k <= j; ++k) r[idx[k]] = mean;
-    i = j + 1;
-  }
-  return r;
+int64_t finitePairs(const std::vector<double>& a, const std::vector<double>& b) {
+  int64_t n = 0;
+  for (size_t i = 0; i < a.size(); ++i) n += std::isfinite(a[i]) && std::isfinite(b[i]) ? 1 : 0;
+  return n;
 }
 
 }  // namespace
-
-double spearmanRho(std::span<const double> a, std::span<const double> b, int64_t* used) {
-  if (a.size() != b.size())
-    throw Error(ErrorKind::Internal, "spearmanRho: series of different lengths");
-  std::vector<double> x, y;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (!std::isnan(a[i]) && !std::isnan(b[i])) {
-      x.push_back(a[i]);
-      y.push_back(b[i]);
-    }
-  if (used) *used = int64_t(x.size());
-  if (x.size() < 3) return kNotMeasured;
-  const std::vector<double> rx = ranks(x), ry = ranks(y);
-  const double n = double(rx.size()), mean = (n + 1) / 2;  // ranks average (n+1)/2 with ties too
-  double sxy = 0, sxx = 0, syy = 0;
-  for (size_t i = 0; i < rx.size(); ++i) {
-    sxy += (rx[i] - mean) * (ry[i] - mean);
-    sxx += (rx[i] - mean) * (rx[i] - mean);
-    syy += (ry[i] - mean) * (ry[i] - mean);
-  }
-  if (sxx == 0 || syy == 0) return kNotMeasured;
-  return sxy / std::sqrt(sxx * syy);
-}
 
 std::vector<ProxyCorrelation> proxyCorrelations(const SensitivityTable& t) {
   std::vector<ProxyCorrelation> out;
@@ -87,13 +46,15 @@ std::vector<ProxyCorrelation> proxyCorrelations(const SensitivityTable& t) {
         k.push_back(e.kl);
       }
       ProxyCorrelation c{name, formatToString(t.formats[f])};
-      c.rho = spearmanRho(p, k, &c.n);
+      c.rho = spearmanRho(p, k);
+      c.n = finitePairs(p, k);
       out.push_back(c);
       allP.insert(allP.end(), p.begin(), p.end());
       allK.insert(allK.end(), k.begin(), k.end());
     }
     ProxyCorrelation c{name, "pooled"};
-    c.rho = spearmanRho(allP, allK, &c.n);
+    c.rho = spearmanRho(allP, allK);
+    c.n = finitePairs(allP, allK);
     out.push_back(c);
   }
   return out;
@@ -102,7 +63,7 @@ std::vector<ProxyCorrelation> proxyCorrelations(const SensitivityTable& t) {
 SensitivityResult runSensitivity(Runtime& rt, StatsOps& stats, std::span<const int32_t> text,
                                  const CalibrationResult* calibration,
                                  const SensitivityOptions& options, const JobContext& ctx,
-                                 const SensitivityRowCallback& onRow) {
+                                 const SensitivityCallbacks& callbacks) {
   SensitivityResult res;
   SensitivityTable& t = res.table;
   t.formats = options.formats.empty() ? defaultSensitivityCandidates() : options.formats;
@@ -148,7 +109,7 @@ SensitivityResult runSensitivity(Runtime& rt, StatsOps& stats, std::span<const i
     totalWork += double(fits[i].size()) * double(blocks - from + 1);
   }
 
-  RestoreRuntime restore{rt};
+  ScopedPlanReset restore(rt);
   ReferencePass ref;
   const double refShare = options.endToEnd ? 1.0 / (1.0 + totalWork / double(blocks + 1)) : 0.0;
   if (options.endToEnd) {
@@ -181,9 +142,10 @@ SensitivityResult runSensitivity(Runtime& rt, StatsOps& stats, std::span<const i
       }
     }
   }
+  if (callbacks.onProxies) callbacks.onProxies(t);
   if (!options.endToEnd) {
     for (size_t i = 0; i < L; ++i)
-      if (onRow) onRow(t, i);
+      if (callbacks.onRow) callbacks.onRow(t, i);
     ctx.progress(1.0, "sensitivity");
     return res;
   }
@@ -200,37 +162,25 @@ SensitivityResult runSensitivity(Runtime& rt, StatsOps& stats, std::span<const i
     return double(blocks - from + 1);
   };
   struct Scratch {
-    std::vector<float> x, logits, wq;
+    RuntimeTensor x, logits;
   };
   auto measure = [&](Runtime& run, const Pair& p, Scratch& s) {
     const LayerRef& lr = t.layers[p.layer];
-    const QuantFormat& fmt = t.formats[p.format];
     const int i = int(p.layer);
     const int from = lr.block < 0 ? blocks : lr.block;
-    const auto w = run.linearWeight(i);  // the original: every pair restores it
-    s.wq.resize(w.size());
-    fakeQuantWeight(fmt.weight, w, s.wq, lr.outFeatures, lr.inFeatures, lr.weightName);
-    run.setLinearWeight(i, s.wq);
-    if (fmt.act.kind != QuantKind::F32) {
-      const float scale = fmt.act.scaling == ActScaling::PerTensorStatic
-                              ? calibration->layers[p.layer].staticActivationScale(fmt.act)
-                              : 0.0f;
-      run.setLinearInputQuant(i, fmt.act, scale);
-    }
     DistributionStats ds;
     try {
+      applyLayerFormat(run, i, t.formats[p.format], calibration, LinearMode::FakeQuant);
       for (const ReferenceWindow& rw : ref.windows) {
         ctx.checkCancelled();
         resumeFromBlock(run, rw, from, s.x, s.logits);
-        compareToReference(s.logits.data(), rw, ref.vocab, ds);
+        compareToReference(run, s.logits, rw, ds);
       }
     } catch (...) {
-      run.restoreLinearWeight(i);
-      run.clearLinearInputQuant(i);
+      clearLayerFormat(run, i);
       throw;
     }
-    run.restoreLinearWeight(i);
-    run.clearLinearInputQuant(i);
+    clearLayerFormat(run, i);
     SensitivityEntry& e = t.at(p.layer, p.format);
     e.kl = ds.meanKl();
     e.perplexity = ds.perplexity();
@@ -256,13 +206,17 @@ SensitivityResult runSensitivity(Runtime& rt, StatsOps& stats, std::span<const i
         measure(rt, pairs[p], s);
         done += blocksToRun(i);
         report(done);
+        if (callbacks.onCell) callbacks.onCell(t, i, pairs[p].format);
       }
-      if (onRow) onRow(t, i);
+      if (callbacks.onRow) callbacks.onRow(t, i);
     }
   } else {
-    std::vector<RestoreRuntime> restoreWorkers;
-    restoreWorkers.reserve(runtimes.size());
-    for (size_t k = 1; k < runtimes.size(); ++k) restoreWorkers.push_back(RestoreRuntime{*runtimes[k]});
+    if (rt.onDevice())
+      throw Error(ErrorKind::Internal, "sensitivity: worker runtimes need a runtime in host memory");
+    std::vector<std::unique_ptr<ScopedPlanReset>> restoreWorkers;
+    for (size_t k = 1; k < runtimes.size(); ++k)
+      restoreWorkers.push_back(std::make_unique<ScopedPlanReset>(*runtimes[k]));
+    std::vector<size_t> finished;  // pair indices not reported yet
     std::vector<int> remaining(L, 0);
     for (const Pair& p : pairs) ++remaining[p.layer];
     std::mutex m;
@@ -283,6 +237,7 @@ SensitivityResult runSensitivity(Runtime& rt, StatsOps& stats, std::span<const i
           measure(*run, pairs[k], s);
           std::lock_guard<std::mutex> g(m);
           --remaining[pairs[k].layer];
+          finished.push_back(k);
           done += blocksToRun(pairs[k].layer);
           cv.notify_one();
         }
@@ -314,12 +269,16 @@ SensitivityResult runSensitivity(Runtime& rt, StatsOps& stats, std::span<const i
         ctx.checkCancelled();
       }
       const double d = done;
+      std::vector<size_t> cells;
+      cells.swap(finished);
       std::vector<size_t> ready;
       while (reported < L && remaining[reported] == 0) ready.push_back(reported++);
       lk.unlock();
       report(d);
+      for (size_t k : cells)
+        if (callbacks.onCell) callbacks.onCell(t, pairs[k].layer, pairs[k].format);
       for (size_t i : ready)
-        if (onRow) onRow(t, i);
+        if (callbacks.onRow) callbacks.onRow(t, i);
     }
   }
   if (options.endToEnd) res.correlations = proxyCorrelations(t);

@@ -6,16 +6,17 @@
 //   end-to-end, with only that layer quantised: mean KL(p_ref ‖ p_quant) of the next-token
 //     distributions over the evaluation positions, the perplexity, and top-1 agreement.
 //
-// Only that layer quantised: its weight is replaced by fakeQuantWeight (the format's own scale
-// method), and when the format names an activation format (W8A8: "int8-ch-sym:int8-tok",
-// "…:int8-t-kl") the layer's input is fake-quantised too (Runtime::setLinearInputQuant; static
-// per-tensor scales come from the calibration's |x| histogram). Formats without ":act" leave the
-// activations untouched.
+// Only that layer quantised: the runtime runs it in the format in FakeQuant mode (layer_format.h:
+// the weight fake-quantised with the format's own scale method where the runtime computes, on
+// the device on CUDA; when the format names an activation format — W8A8: "int8-ch-sym:int8-tok",
+// "…:int8-t-kl" — the layer's input is fake-quantised too, static per-tensor scales coming from
+// the calibration's |x| histogram). Formats without ":act" leave the activations untouched.
 //
 // Reuse of the residual stream: the unquantised run is done once per window (reference_pass.h),
-// keeping the residual entering every block. A layer in block b then recomputes blocks b… and
-// the head only; the head itself recomputes only the head. Every window is a fresh sequence at
-// position 0, so each block's KV cache is rewritten by the blocks that run.
+// keeping the residual entering every block and the logits in the runtime's compute memory. A
+// layer in block b then recomputes blocks b… and the head only; the head itself recomputes only
+// the head; the comparison with the reference runs where the logits are. Every window is a fresh
+// sequence at position 0, so each block's KV cache is rewritten by the blocks that run.
 //
 // A (layer, format) pair whose shape the format cannot take (a group size that does not divide
 // K) is marked not applicable and left NaN.
@@ -39,9 +40,10 @@ struct SensitivityOptions {
   std::vector<QuantFormat> formats;  // empty: defaultSensitivityCandidates()
   bool endToEnd = true;              // false: proxies only (no forward passes)
   std::string textSource, modelHash; // copied into the table
-  // More runtimes of the same model (each on its own TransformerOps) to measure (layer, format)
-  // pairs in parallel: one thread per runtime, `rt` included, each running its CPU ops on one
-  // thread (coarse parallelism beats splitting the small products of a small model). Empty:
+  // More runtimes of the same model on host op-sets (each on its own CPU TransformerOps) to
+  // measure (layer, format) pairs in parallel: one thread per runtime, `rt` included, each
+  // running its CPU ops on one thread (coarse parallelism beats splitting the small products of
+  // a small model). Only for a runtime in host memory (the cached reference is shared). Empty:
   // everything runs on the calling thread.
   std::vector<Runtime*> workers;
 };
@@ -51,7 +53,7 @@ struct ProxyCorrelation {
   std::string proxy;   // "weighted_error", "output_error" or "weight_sqnr_db"
   std::string format;  // canonical format string, or "pooled" (every applicable pair)
   double rho = kNotMeasured;
-  int64_t n = 0;       // pairs with both values finite
+  int64_t n = 0;       // pairs with both values finite (the ones spearmanRho uses)
 };
 
 struct SensitivityResult {
@@ -60,10 +62,17 @@ struct SensitivityResult {
   std::string protocol;
 };
 
-// Called on the calling thread after each layer's row is complete (all formats), in layer
-// order, with the table so far: rows before and including `layer` are final; later rows are
-// NaN or being written by worker threads (do not read them). For live heatmaps.
-using SensitivityRowCallback = std::function<void(const SensitivityTable& table, size_t layer)>;
+// Live results, for the GUI's heatmap: every callback runs on the calling thread with the table
+// so far. Cells not reported yet are NaN or being written by worker threads (do not read them).
+struct SensitivityCallbacks {
+  // Once, when every proxy is in (before the first end-to-end measurement).
+  std::function<void(const SensitivityTable& table)> onProxies;
+  // After each (layer, format) cell's end-to-end figures (not for inapplicable cells). With
+  // worker runtimes cells arrive in completion order, not strictly layer by layer.
+  std::function<void(const SensitivityTable& table, size_t layer, size_t format)> onCell;
+  // After a layer's row is complete (all formats), in layer order.
+  std::function<void(const SensitivityTable& table, size_t layer)> onRow;
+};
 
 // `calibration` supplies E[x²] (the weighted proxy) and static activation scales; without it
 // the weighted error is NaN, and a format with a static activation scale is BadInput. Restores
@@ -71,14 +80,10 @@ using SensitivityRowCallback = std::function<void(const SensitivityTable& table,
 SensitivityResult runSensitivity(Runtime& rt, StatsOps& stats, std::span<const int32_t> text,
                                  const CalibrationResult* calibration,
                                  const SensitivityOptions& options, const JobContext& ctx = {},
-                                 const SensitivityRowCallback& onRow = {});
+                                 const SensitivityCallbacks& callbacks = {});
 
 // The correlations of a finished table (per format and pooled; n < 3 gives NaN).
 std::vector<ProxyCorrelation> proxyCorrelations(const SensitivityTable& table);
-
-// Spearman's ρ of two equally long series: Pearson correlation of their ranks, ties given the
-// mean rank. Pairs where either value is NaN are left out; ±inf rank as extremes. NaN when
-// fewer than 3 pairs remain or a series is constant.
-double spearmanRho(std::span<const double> a, std::span<const double> b, int64_t* used = nullptr);
+// (core/analysis/rank_correlation.h: only pairs where both values are finite count.)
 
 }  // namespace qs

@@ -76,19 +76,15 @@ void writeCalibration(h5::File& f, const CalibrationResult& c) {
   }
 }
 
-void writeSensitivity(h5::File& f, const SensitivityTable& t) {
-  const std::string g = "/sensitivity";
+// g/layers/{weight_name, role, block, out_features, in_features, parameters} and g/formats.
+void writeLayerTable(h5::File& f, const std::string& g, const std::vector<LayerRef>& layers,
+                     const std::vector<QuantFormat>& fmts) {
+  const size_t L = layers.size();
   f.createGroup(g + "/layers");
-  f.setAttr(g, "model_hash", t.modelHash);
-  f.setAttr(g, "tokens", t.tokens);
-  f.setAttr(g, "context", t.context);
-  f.setAttr(g, "base_perplexity", t.basePerplexity);
-  f.setAttr(g, "text_source", t.textSource);
-  const size_t L = t.layers.size(), F = t.formats.size();
   std::vector<std::string> names, roles, formats;
   std::vector<int64_t> block, out, in;
   std::vector<uint64_t> params;
-  for (const LayerRef& r : t.layers) {
+  for (const LayerRef& r : layers) {
     names.push_back(r.weightName);
     roles.push_back(r.role);
     block.push_back(r.block);
@@ -96,7 +92,7 @@ void writeSensitivity(h5::File& f, const SensitivityTable& t) {
     in.push_back(r.inFeatures);
     params.push_back(r.parameters);
   }
-  for (const QuantFormat& q : t.formats) formats.push_back(formatToString(q));
+  for (const QuantFormat& q : fmts) formats.push_back(formatToString(q));
   f.writeStrings(g + "/layers/weight_name", names);
   f.writeStrings(g + "/layers/role", roles);
   f.write(g + "/layers/block", {hs(L)}, block.data());
@@ -104,6 +100,34 @@ void writeSensitivity(h5::File& f, const SensitivityTable& t) {
   f.write(g + "/layers/in_features", {hs(L)}, in.data());
   f.write(g + "/layers/parameters", {hs(L)}, params.data());
   f.writeStrings(g + "/formats", formats);
+}
+
+void writeSpeed(h5::File& f, const SpeedTable& t) {
+  const std::string g = "/speed";
+  f.createGroup(g);
+  f.setAttr(g, "device", t.device);
+  writeLayerTable(f, g, t.layers, t.formats);
+  const size_t LF = t.layers.size() * t.formats.size(), M = t.tokenCounts.size();
+  f.write(g + "/token_counts", {hs(M)}, t.tokenCounts.data());
+  std::vector<double> kernel, baseline;
+  for (const SpeedEntry& e : t.entries) {
+    kernel.push_back(e.kernelMicros);
+    baseline.push_back(e.baselineMicros);
+  }
+  f.write(g + "/kernel_us", {hs(LF), hs(M)}, kernel.data());
+  f.write(g + "/baseline_us", {hs(LF), hs(M)}, baseline.data());
+}
+
+void writeSensitivity(h5::File& f, const SensitivityTable& t) {
+  const std::string g = "/sensitivity";
+  f.createGroup(g);
+  f.setAttr(g, "model_hash", t.modelHash);
+  f.setAttr(g, "tokens", t.tokens);
+  f.setAttr(g, "context", t.context);
+  f.setAttr(g, "base_perplexity", t.basePerplexity);
+  f.setAttr(g, "text_source", t.textSource);
+  const size_t L = t.layers.size(), F = t.formats.size();
+  writeLayerTable(f, g, t.layers, t.formats);
   auto matrix = [&](const char* name, double SensitivityEntry::*m) {
     std::vector<double> v;
     for (const SensitivityEntry& e : t.entries) v.push_back(e.*m);
@@ -228,14 +252,8 @@ CalibrationResult readCalibration(const h5::File& f) {
   return c;
 }
 
-SensitivityTable readSensitivity(const h5::File& f) {
-  SensitivityTable t;
-  const std::string g = "/sensitivity";
-  t.modelHash = f.attrString(g, "model_hash");
-  t.tokens = f.attrInt(g, "tokens");
-  t.context = f.attrInt(g, "context");
-  t.basePerplexity = f.attrDouble(g, "base_perplexity");
-  t.textSource = f.attrString(g, "text_source");
+void readLayerTable(const h5::File& f, const std::string& g, std::vector<LayerRef>& layers,
+                    std::vector<QuantFormat>& formats) {
   const std::vector<std::string> names = f.readStrings(g + "/layers/weight_name");
   const int64_t L = int64_t(names.size());
   const std::vector<std::string> roles = f.readStrings(g + "/layers/role", L);
@@ -251,15 +269,39 @@ SensitivityTable readSensitivity(const h5::File& f) {
     r.outFeatures = out[size_t(i)];
     r.inFeatures = in[size_t(i)];
     r.parameters = params[size_t(i)];
-    t.layers.push_back(std::move(r));
+    layers.push_back(std::move(r));
   }
   for (const std::string& s : f.readStrings(g + "/formats")) {
     try {
-      t.formats.push_back(parseQuantFormat(s));
+      formats.push_back(parseQuantFormat(s));
     } catch (const Error& e) {
       f.fail(g + "/formats", e.message());
     }
   }
+}
+
+SpeedTable readSpeed(const h5::File& f) {
+  SpeedTable t;
+  const std::string g = "/speed";
+  t.device = f.attrString(g, "device");
+  readLayerTable(f, g, t.layers, t.formats);
+  t.tokenCounts = f.readInts(g + "/token_counts", {});
+  const std::vector<hsize_t> dims{hsize_t(t.layers.size() * t.formats.size()), hsize_t(t.tokenCounts.size())};
+  const auto kernel = f.readDoubles(g + "/kernel_us", dims), baseline = f.readDoubles(g + "/baseline_us", dims);
+  for (size_t i = 0; i < kernel.size(); ++i) t.entries.push_back({kernel[i], baseline[i]});
+  return t;
+}
+
+SensitivityTable readSensitivity(const h5::File& f) {
+  SensitivityTable t;
+  const std::string g = "/sensitivity";
+  t.modelHash = f.attrString(g, "model_hash");
+  t.tokens = f.attrInt(g, "tokens");
+  t.context = f.attrInt(g, "context");
+  t.basePerplexity = f.attrDouble(g, "base_perplexity");
+  t.textSource = f.attrString(g, "text_source");
+  readLayerTable(f, g, t.layers, t.formats);
+  const int64_t L = int64_t(t.layers.size());
   const std::vector<hsize_t> lf{hsize_t(L), hsize_t(t.formats.size())};
   t.entries.resize(size_t(L) * t.formats.size());
   auto matrix = [&](const char* name, double SensitivityEntry::*m) {
@@ -337,6 +379,7 @@ Session loadSession(const std::string& path) {
   s.modelHash = f.attrString("/", "model_hash");
   if (f.exists("/calibration")) s.calibration = readCalibration(f);
   if (f.exists("/sensitivity")) s.sensitivity = readSensitivity(f);
+  if (f.exists("/speed")) s.speed = readSpeed(f);
   if (f.exists("/plans"))
     for (const std::string& name : f.children("/plans")) s.plans[name] = f.readString("/plans/" + name);
   if (f.exists("/runs"))
@@ -358,6 +401,7 @@ void saveSession(const Session& s, const std::string& path) {
     f.setAttr("/", "written_by", std::string("quantscope ") + QS_VERSION);
     if (s.calibration) writeCalibration(f, *s.calibration);
     if (s.sensitivity) writeSensitivity(f, *s.sensitivity);
+    if (s.speed) writeSpeed(f, *s.speed);
     if (!s.plans.empty()) f.createGroup("/plans");
     for (const auto& [name, json] : s.plans) f.writeString("/plans/" + name, json);
     if (!s.runs.empty()) f.createGroup("/runs");

@@ -1,7 +1,7 @@
 #pragma once
 // The `.qsession` file: everything the analysis produced for one model, so that reopening shows
-// it without recomputing. HDF5 (readable with h5py or h5dump), keyed by the model's content hash
-// (model_hash.h): opening a session for a different model is BadInput naming both hashes.
+// it without recomputing. HDF5 (readable with h5py or h5dump), keyed by the model's hash
+// (sampledModelHash, core/plan/model_hash.h): opening a session for a different model is BadInput naming both hashes.
 //
 // Layout (schema version 1; docs/analysis.md has the full list with types):
 //   /                          @format "quantscope-session", @schema_version, @model_path,
@@ -22,6 +22,9 @@
 //       weight_sqnr_db weighted_error output_error kl perplexity top1_agreement
 //                              f64[L, F] (NaN: not measured)
 //       applicable             u8[L, F]
+//   /speed                     @device; layers/ and formats as in /sensitivity; token_counts
+//                              (i64[M]); kernel_us baseline_us f64[L·F, M] (row layer·F + format;
+//                              NaN: not measured)
 //   /plans/NAME                a string dataset: the plan's JSON text
 //   /runs/NAME                 an error-accumulation run: @tokens @windows @context
 //                              @scored_positions @batches @kl @perplexity @base_perplexity
@@ -53,6 +56,7 @@ struct Session {
   std::string modelPath, modelHash;
   std::optional<CalibrationResult> calibration;
   std::optional<SensitivityTable> sensitivity;
+  std::optional<SpeedTable> speed;
   std::map<std::string, std::string> plans;  // name → plan JSON text
   std::map<std::string, RunTrace> runs;      // name → run trace
 };
