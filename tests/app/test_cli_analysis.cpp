@@ -88,7 +88,7 @@ class TestCliAnalysis : public QObject {
     std::ofstream(junk) << "not a session";
     Run r = runCli({"sensitivity", model_, "--session", junk, "--tokens", "64", "--proxies-only"});
     QCOMPARE(r.code, 2);
-    QCOMPARE(lines(r.err.substr(r.err.find("error"))), 1);
+    QCOMPARE(lines(r.err.substr(r.err.find("quantscope-cli:"))), 1);  // after the "backend:" line
     QVERIFY(r.err.find(junk) != std::string::npos);
 
     // A session of another model.
