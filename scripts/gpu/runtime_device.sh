@@ -47,14 +47,15 @@ if has cli; then
   "$bin/quantscope-cli" --backend cuda generate "$model" --tokens 40 2>&1 | tail -3 | tee -a "$summary"
   txt=$src/datasets/text/tinystories_validation_head.txt
   if [[ -n "$txt" ]]; then
-    "$bin/quantscope-cli" --backend cuda perplexity "$model" --text "$txt" --tokens 2000 2>&1 | tail -2 | tee -a "$summary"
-    "$bin/quantscope-cli" --backend cpu perplexity "$model" --text "$txt" --tokens 2000 2>&1 | tail -2 | tee -a "$summary"
+    "$bin/quantscope-cli" --backend cuda perplexity "$model" --text "$txt" --tokens 2000 2>&1 | tail -4 | tee -a "$summary"
+    "$bin/quantscope-cli" --backend cpu perplexity "$model" --text "$txt" --tokens 2000 2>&1 | tail -4 | tee -a "$summary"
   fi
 fi
 m1b=/tmp/s1b/model.safetensors
 if has speed || has sweep; then
   step "synth llama 1b"
   t0=$SECONDS
+  mkdir -p "$(dirname "$m1b")"
   [[ -e $m1b ]] || "$bin/quantscope-cli" synth --arch llama --preset 1b -o "$m1b" 2>&1 | tail -2 | tee -a "$summary"
   echo "synth: $((SECONDS - t0)) s" | tee -a "$summary"
 fi
