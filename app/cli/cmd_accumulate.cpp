@@ -32,7 +32,7 @@ void registerAccumulate(CLI::App& app, CliContext& ctx) {
   auto* cmd = app.add_subcommand(
       "accumulate", "Error build-up through the blocks with a plan (per-layer formats) applied");
   cmd->add_option("MODEL", a->model, "Model file")->required();
-  addAnalysisOptions(cmd, *a, 1024);
+  addAnalysisOptions(cmd, *a, 1022);  // two windows of 512 with BOS
   auto* fmt = cmd->add_option("--format", a->format,
                               "One format for every linear layer (layers whose shape cannot take it stay unquantised)");
   auto* plan = cmd->add_option("--plan", a->plan,

@@ -48,7 +48,7 @@ void registerCalibrate(CLI::App& app, CliContext& ctx) {
   auto* cmd = app.add_subcommand(
       "calibrate", "Activation and weight statistics of every linear layer on a text (into the session)");
   cmd->add_option("MODEL", a->model, "Model file")->required();
-  addAnalysisOptions(cmd, *a, 4096);
+  addAnalysisOptions(cmd, *a, 4088);  // eight windows of 512 with BOS
   cmd->add_option("--bins", a->bins, "Bins of the signed histograms")
       ->check(CLI::Range(16, 1 << 16))
       ->capture_default_str();

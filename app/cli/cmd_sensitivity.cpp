@@ -50,7 +50,7 @@ void registerSensitivity(CLI::App& app, CliContext& ctx) {
   auto* cmd = app.add_subcommand(
       "sensitivity", "Per layer × format: proxies and end-to-end KL with only that layer quantised");
   cmd->add_option("MODEL", a->model, "Model file")->required();
-  addAnalysisOptions(cmd, *a, 512);
+  addAnalysisOptions(cmd, *a, 511);  // one window of 512 with BOS
   cmd->add_option("--formats", a->formats,
                   "Comma-separated candidate formats (default: int4-g32/g64/g128-sym, int8-ch-sym, "
                   "fp8e4m3-ch, fp8e5m2-ch, fp16)");
