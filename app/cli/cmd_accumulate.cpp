@@ -26,7 +26,7 @@ std::string num(double v, int prec = 4) {
 void registerAccumulate(CLI::App& app, CliContext& ctx) {
   struct Args : AnalysisArgs {
     std::string format, plan, name;
-    bool stream = false;
+    bool stream = false, fakeQuant = false;
   };
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand(
@@ -41,6 +41,8 @@ void registerAccumulate(CLI::App& app, CliContext& ctx) {
   plan->excludes(fmt);
   cmd->add_option("--name", a->name, "Name of the run in the session (default: the format or the plan file's name)");
   cmd->add_flag("--stream", a->stream, "Print a JSON line per block and per batch as they finish");
+  cmd->add_flag("--fake-quant", a->fakeQuant,
+                "Fake-quantise every layer instead of running the formats' GEMM kernels (the default)");
   cmd->callback([&ctx, a] {
     if (a->format.empty() && a->plan.empty())
       throw Error(ErrorKind::BadInput, "give --format F or --plan PLAN.json", {}, "accumulate");
@@ -73,6 +75,7 @@ void registerAccumulate(CLI::App& app, CliContext& ctx) {
 
     AccumulationOptions o;
     o.eval = s.eval;
+    o.mode = a->fakeQuant ? LinearMode::FakeQuant : LinearMode::Kernel;
     JobContext job = progressContext(progress);
     AccumulationCallback onUpdate;
     if (a->stream)
@@ -114,6 +117,8 @@ void registerAccumulate(CLI::App& app, CliContext& ctx) {
       j["seconds"] = seconds;
       j["plan"] = planJson;
       j["skipped"] = plan.skipped;
+      j["mode"] = a->fakeQuant ? "fake-quant" : "kernel";
+      j["layer_kernels"] = r.layerKernels;
       auto blocks = nlohmann::ordered_json::array();
       for (size_t b = 0; b < r.blocks.size(); ++b)
         blocks.push_back({{"block", b}, {"rel_l2", jsonNumber(r.blocks[b].relL2)}, {"cosine", jsonNumber(r.blocks[b].cosine)}});

@@ -90,6 +90,13 @@ void registerSensitivity(CLI::App& app, CliContext& ctx) {
       j["base_perplexity"] = jsonNumber(t.basePerplexity);
       j["seconds"] = seconds;
       j["jobs"] = int64_t(o.workers.size()) + 1;
+      j["timing"] = {{"reference_s", r.referenceSeconds},
+                     {"proxies_s", r.proxySeconds},
+                     {"cells_s", r.cellSeconds},
+                     {"cells", r.cells},
+                     {"forward_equivalents", r.forwardEquivalents},
+                     {"forward_equivalents_without_reuse", r.forwardEquivalentsWithoutReuse},
+                     {"cells_over_reference", r.referenceSeconds > 0 ? r.cellSeconds / r.referenceSeconds : 0.0}};
       auto formats = nlohmann::ordered_json::array();
       for (const auto& f : t.formats) formats.push_back(formatToString(f));
       j["formats"] = formats;
@@ -160,6 +167,12 @@ void registerSensitivity(CLI::App& app, CliContext& ctx) {
     if (!a->table.empty()) ctx.out << "table: " << a->table << "\n";
     ctx.out << "sweep: " << t.layers.size() << " layers x " << t.formats.size() << " formats in "
             << num(seconds, 3) << " s (" << o.workers.size() + 1 << " runtimes in parallel)\n";
+    if (e2e && r.referenceSeconds > 0)
+      ctx.out << "timing: reference pass " << num(r.referenceSeconds, 3) << " s (the baseline: one forward pass), proxies "
+              << num(r.proxySeconds, 3) << " s, " << r.cells << " cells " << num(r.cellSeconds, 3) << " s = "
+              << num(r.cellSeconds / r.referenceSeconds, 3) << " x the reference pass; the cells cost "
+              << num(r.forwardEquivalents, 4) << " forward passes with the cached residual stream, "
+              << num(r.forwardEquivalentsWithoutReuse, 4) << " without\n";
   });
 }
 

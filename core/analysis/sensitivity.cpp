@@ -112,6 +112,9 @@ SensitivityResult runSensitivity(Runtime& rt, StatsOps& stats, std::span<const i
   ScopedPlanReset restore(rt);
   ReferencePass ref;
   const double refShare = options.endToEnd ? 1.0 / (1.0 + totalWork / double(blocks + 1)) : 0.0;
+  using Clock = std::chrono::steady_clock;
+  auto since = [](Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); };
+  auto t0 = Clock::now();
   if (options.endToEnd) {
     const EvalWindows ew = makeEvalWindows(text, options.eval, rt.maxSeq());
     ref = runReferencePass(rt, ew, ctx, 0.0, refShare);
@@ -119,7 +122,12 @@ SensitivityResult runSensitivity(Runtime& rt, StatsOps& stats, std::span<const i
     t.context = ew.context;
     t.basePerplexity = ref.perplexity;
     res.protocol = ew.protocol;
+    res.referenceSeconds = since(t0);
+    for (size_t i = 0; i < L; ++i) res.cells += int64_t(fits[i].size());
+    res.forwardEquivalents = totalWork / double(blocks + 1);
+    res.forwardEquivalentsWithoutReuse = double(res.cells);
   }
+  t0 = Clock::now();
 
   // Proxies: one pass over each weight through StatsOps (on this thread: an op-set is not
   // thread-safe).
@@ -142,7 +150,9 @@ SensitivityResult runSensitivity(Runtime& rt, StatsOps& stats, std::span<const i
       }
     }
   }
+  res.proxySeconds = since(t0);
   if (callbacks.onProxies) callbacks.onProxies(t);
+  t0 = Clock::now();
   if (!options.endToEnd) {
     for (size_t i = 0; i < L; ++i)
       if (callbacks.onRow) callbacks.onRow(t, i);
@@ -281,6 +291,7 @@ SensitivityResult runSensitivity(Runtime& rt, StatsOps& stats, std::span<const i
         if (callbacks.onRow) callbacks.onRow(t, i);
     }
   }
+  res.cellSeconds = since(t0);
   if (options.endToEnd) res.correlations = proxyCorrelations(t);
   ctx.progress(1.0, "sensitivity");
   return res;

@@ -60,6 +60,13 @@ struct SensitivityResult {
   SensitivityTable table;
   std::vector<ProxyCorrelation> correlations;  // empty without end-to-end figures
   std::string protocol;
+  // Timing, for the benchmark: the reference run (one unquantised forward pass over every
+  // window, the baseline), the proxies, and the end-to-end cells; and how many forward passes
+  // the cells cost (Σ over cells of (blocks recomputed + 1) / (blocks + 1)), with and without
+  // reusing the cached residual stream.
+  double referenceSeconds = 0, proxySeconds = 0, cellSeconds = 0;
+  double forwardEquivalents = 0, forwardEquivalentsWithoutReuse = 0;
+  int64_t cells = 0;
 };
 
 // Live results, for the GUI's heatmap: every callback runs on the calling thread with the table
