@@ -42,6 +42,9 @@ int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
   registerPerplexity(app, ctx);
   registerBench(app, ctx);
   registerSynth(app, ctx);
+  registerCalibrate(app, ctx);
+  registerSensitivity(app, ctx);
+  registerAccumulate(app, ctx);
   registerSpeed(app, ctx);
 
   try {

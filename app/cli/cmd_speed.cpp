@@ -1,5 +1,5 @@
 // quantscope-cli speed MODEL [--plan FILE | --format F ...] [--tokens 1,16,512] [--repeats N]
-//                            [--json]
+//                            [--session FILE] [--json]
 // Job 4 of [analysis] (core/analysis/speed.h): each linear layer's GEMM kernel for its format
 // against cuBLAS FP16 on the same shape, per layer and for the whole model, with weight memory.
 #include <cmath>
@@ -11,6 +11,8 @@
 #include "app/cli/terminal_progress.h"
 #include "app/cli/text_table.h"
 #include "core/analysis/speed.h"
+#include "core/plan/model_hash.h"
+#include "core/session/session.h"
 #include "core/runtime/linear_plan.h"
 #include "core/runtime/loaded_model.h"
 
@@ -34,7 +36,7 @@ const char* const kDefaultFormats[] = {"int4-g32-sym", "int4-g64-sym", "int4-g12
 
 void registerSpeed(CLI::App& app, CliContext& ctx) {
   struct Args {
-    std::string model, plan;
+    std::string model, plan, session;
     std::vector<std::string> formats;
     std::vector<int64_t> tokens{1, 16, 512};
     int repeats = 10;
@@ -52,9 +54,14 @@ void registerSpeed(CLI::App& app, CliContext& ctx) {
       ->excludes(plan);
   cmd->add_option("--tokens", a->tokens, "Token counts, comma-separated")->delimiter(',')->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--repeats", a->repeats, "Graph replays per measurement (median)")->check(CLI::Range(1, 1000));
+  cmd->add_option("--session", a->session,
+                  "Session file (.qsession, HDF5) to store the speed table in; created when missing");
   cmd->add_flag("--json", a->json, "Print JSON on stdout");
   cmd->callback([&ctx, a] {
     LoadedModel m = loadModel(a->model);
+    // Opened before measuring: a session of another model fails at once.
+    std::optional<Session> session;
+    if (!a->session.empty()) session = openSessionFor(a->session, a->model, sampledModelHash(*m.file));
     SpeedOptions o;
     o.tokenCounts = a->tokens;
     o.repeats = a->repeats;
@@ -74,10 +81,15 @@ void registerSpeed(CLI::App& app, CliContext& ctx) {
     const SpeedResult r = measureSpeed(backend, m.graph, o, job);
     const SpeedTable& t = r.table;
     const size_t F = t.formats.size(), M = t.tokenCounts.size();
+    if (session) {
+      session->speed = t;
+      saveSession(*session, a->session);
+    }
 
     if (a->json) {
       nlohmann::ordered_json j;
       j["model"] = a->model;
+      j["session"] = a->session.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(a->session);
       j["device"] = t.device;
       j["reference_only"] = r.reference;
       j["method"] = r.method;
@@ -187,6 +199,7 @@ void registerSpeed(CLI::App& app, CliContext& ctx) {
     }
     tot.print(ctx.out);
     ctx.out << "method: " << r.method << '\n';
+    if (session) ctx.out << "session: " << a->session << " (speed table stored)\n";
   });
 }
 

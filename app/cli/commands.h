@@ -30,6 +30,10 @@ void registerBench(CLI::App& app, CliContext& ctx);
 void registerGenerate(CLI::App& app, CliContext& ctx);
 void registerPerplexity(CLI::App& app, CliContext& ctx);
 void registerSynth(CLI::App& app, CliContext& ctx);
+// The analysis jobs (cmd_calibrate.cpp, cmd_sensitivity.cpp, cmd_accumulate.cpp).
+void registerCalibrate(CLI::App& app, CliContext& ctx);
+void registerSensitivity(CLI::App& app, CliContext& ctx);
+void registerAccumulate(CLI::App& app, CliContext& ctx);
 void registerSpeed(CLI::App& app, CliContext& ctx);  // cmd_speed.cpp
 
 // Benchmarks, each a subcommand of `bench` (cmd_bench_*.cpp). Add yours to

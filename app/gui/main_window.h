@@ -26,6 +26,7 @@ class LayerView;
 }
 namespace qs::app {
 class JobRunner;
+class Workspace;
 }
 
 namespace qs::app {
@@ -45,6 +46,11 @@ class MainWindow : public QMainWindow {
   QMessageBox* errorDialog() const { return errorDialog_; }  // the last error shown, if open
   widgets::LayerView* layerView() const { return layerView_; }
   JobRunner* jobs() const { return jobs_; }
+  // The analysis / plan / run workflow (Sensitivity, Plan and Run tabs) and its session.
+  Workspace* workspace() const { return workspace_; }
+  QTabWidget* tabs() const { return tabs_; }
+  // Analysis → Evaluation Text…: the text file (datasets/text or any) and token count.
+  void chooseEvalText();
   // Shows `tensor` in the layer view and computes its analysis off the GUI thread.
   void selectTensor(const QString& tensor);
 
@@ -85,6 +91,7 @@ class MainWindow : public QMainWindow {
   QTabWidget* tabs_ = nullptr;
   widgets::LayerView* layerView_ = nullptr;
   JobRunner* jobs_ = nullptr;
+  Workspace* workspace_ = nullptr;
   QProgressBar* jobProgress_ = nullptr;
   QPushButton* jobCancel_ = nullptr;
   QLabel* jobLabel_ = nullptr;

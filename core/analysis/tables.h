@@ -29,6 +29,8 @@ inline constexpr double kNotMeasured = std::numeric_limits<double>::quiet_NaN();
 struct SensitivityEntry {
   double weightSqnrDb = kNotMeasured;  // 10·log10(Σw² / Σ(w−ŵ)²)
   double weightedError = kNotMeasured; // Σ_k E[x_k²]·Σ_n (W−Ŵ)²_{n,k} / Σ_k E[x_k²]·Σ_n W²_{n,k}
+  double outputError = kNotMeasured;   // Σ_k E[x_k²]·Σ_n (W−Ŵ)²_{n,k}: the expected squared error
+                                       // the layer's output gains per token (not normalised)
   double kl = kNotMeasured;            // mean KL(p_ref ‖ p_quant) over the evaluation tokens, nats
   double perplexity = kNotMeasured;    // with only this layer quantised
   double top1Agreement = kNotMeasured; // fraction of positions whose argmax is unchanged

@@ -1,0 +1,96 @@
+#pragma once
+// Sensitivity job: for every linear layer × candidate format,
+//   proxies (StatsOps::weightSensitivity, one pass over W): weight SQNR, the activation-weighted
+//     relative error with E[x_k²] from calibration (kernels/stats/sensitivity.h), and the same
+//     error not normalised (output_error: what the layer's output gains, in its own units);
+//   end-to-end, with only that layer quantised: mean KL(p_ref ‖ p_quant) of the next-token
+//     distributions over the evaluation positions, the perplexity, and top-1 agreement.
+//
+// Only that layer quantised: the runtime runs it in the format in FakeQuant mode (layer_format.h:
+// the weight fake-quantised with the format's own scale method where the runtime computes, on
+// the device on CUDA; when the format names an activation format — W8A8: "int8-ch-sym:int8-tok",
+// "…:int8-t-kl" — the layer's input is fake-quantised too, static per-tensor scales coming from
+// the calibration's |x| histogram). Formats without ":act" leave the activations untouched.
+//
+// Reuse of the residual stream: the unquantised run is done once per window (reference_pass.h),
+// keeping the residual entering every block and the logits in the runtime's compute memory. A
+// layer in block b then recomputes blocks b… and the head only; the head itself recomputes only
+// the head; the comparison with the reference runs where the logits are. Every window is a fresh
+// sequence at position 0, so each block's KV cache is rewritten by the blocks that run.
+//
+// A (layer, format) pair whose shape the format cannot take (a group size that does not divide
+// K) is marked not applicable and left NaN.
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/analysis/calibrate.h"
+#include "core/analysis/eval_windows.h"
+#include "core/analysis/tables.h"
+#include "core/runtime/runtime.h"
+#include "core/util/progress.h"
+#include "kernels/stats/stats_ops.h"
+
+namespace qs {
+
+struct SensitivityOptions {
+  EvalOptions eval;
+  std::vector<QuantFormat> formats;  // empty: defaultSensitivityCandidates()
+  bool endToEnd = true;              // false: proxies only (no forward passes)
+  std::string textSource, modelHash; // copied into the table
+  // More runtimes of the same model on host op-sets (each on its own CPU TransformerOps) to
+  // measure (layer, format) pairs in parallel: one thread per runtime, `rt` included, each
+  // running its CPU ops on one thread (coarse parallelism beats splitting the small products of
+  // a small model). Only for a runtime in host memory (the cached reference is shared). Empty:
+  // everything runs on the calling thread.
+  std::vector<Runtime*> workers;
+};
+
+// Spearman's rank correlation between a proxy and end-to-end KL across layers.
+struct ProxyCorrelation {
+  std::string proxy;   // "weighted_error", "output_error" or "weight_sqnr_db"
+  std::string format;  // canonical format string, or "pooled" (every applicable pair)
+  double rho = kNotMeasured;
+  int64_t n = 0;       // pairs with both values finite (the ones spearmanRho uses)
+};
+
+struct SensitivityResult {
+  SensitivityTable table;
+  std::vector<ProxyCorrelation> correlations;  // empty without end-to-end figures
+  std::string protocol;
+  // Timing, for the benchmark: the reference run (one unquantised forward pass over every
+  // window, the baseline), the proxies, and the end-to-end cells; and how many forward passes
+  // the cells cost (Σ over cells of (blocks recomputed + 1) / (blocks + 1)), with and without
+  // reusing the cached residual stream.
+  double referenceSeconds = 0, proxySeconds = 0, cellSeconds = 0;
+  double forwardEquivalents = 0, forwardEquivalentsWithoutReuse = 0;
+  int64_t cells = 0;
+};
+
+// Live results, for the GUI's heatmap: every callback runs on the calling thread with the table
+// so far. Cells not reported yet are NaN or being written by worker threads (do not read them).
+struct SensitivityCallbacks {
+  // Once, when every proxy is in (before the first end-to-end measurement).
+  std::function<void(const SensitivityTable& table)> onProxies;
+  // After each (layer, format) cell's end-to-end figures (not for inapplicable cells). With
+  // worker runtimes cells arrive in completion order, not strictly layer by layer.
+  std::function<void(const SensitivityTable& table, size_t layer, size_t format)> onCell;
+  // After a layer's row is complete (all formats), in layer order.
+  std::function<void(const SensitivityTable& table, size_t layer)> onRow;
+};
+
+// `calibration` supplies E[x²] (the weighted proxy) and static activation scales; without it
+// the weighted error is NaN, and a format with a static activation scale is BadInput. Restores
+// the runtime's weights and input quantisation (also on errors and cancellation).
+SensitivityResult runSensitivity(Runtime& rt, StatsOps& stats, std::span<const int32_t> text,
+                                 const CalibrationResult* calibration,
+                                 const SensitivityOptions& options, const JobContext& ctx = {},
+                                 const SensitivityCallbacks& callbacks = {});
+
+// The correlations of a finished table (per format and pooled; n < 3 gives NaN).
+std::vector<ProxyCorrelation> proxyCorrelations(const SensitivityTable& table);
+// (core/analysis/rank_correlation.h: only pairs where both values are finite count.)
+
+}  // namespace qs

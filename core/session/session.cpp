@@ -1,0 +1,433 @@
+#include "core/session/session.h"
+
+#include <sys/stat.h>
+
+#include <cmath>
+#include <cstdio>
+
+#include "core/io/atomic_file.h"
+#include "core/session/hdf5_file.h"
+#include "kernels/common/error.h"
+
+namespace qs {
+
+namespace {
+
+constexpr const char* kFormatTag = "quantscope-session";
+
+std::string layerGroup(size_t i) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "/calibration/layers/%04zu", i);
+  return buf;
+}
+
+hsize_t hs(size_t n) { return hsize_t(n); }
+
+// ---- writing ------------------------------------------------------------------------------
+
+void writeChannelStats(h5::File& f, const std::string& g, const ChannelStats& s) {
+  f.createGroup(g);
+  const hsize_t n = hs(size_t(s.channels()));
+  f.setAttr(g, "values", uint64_t(s.values));
+  f.write(g + "/min", {n}, s.min.data());
+  f.write(g + "/max", {n}, s.max.data());
+  f.write(g + "/sum", {n}, s.sum.data());
+  f.write(g + "/sum_sq", {n}, s.sumSq.data());
+  f.write(g + "/nan", {n}, s.nan.data());
+}
+
+void writeHistogram(h5::File& f, const std::string& g, const Histogram& h) {
+  f.createGroup(g);
+  f.setAttr(g, "lo", double(h.lo));
+  f.setAttr(g, "hi", double(h.hi));
+  f.setAttr(g, "underflow", uint64_t(h.underflow));
+  f.setAttr(g, "overflow", uint64_t(h.overflow));
+  f.setAttr(g, "nan", uint64_t(h.nan));
+  f.write(g + "/counts", {hs(h.counts.size())}, h.counts.data());
+}
+
+void writeLayerRefAttrs(h5::File& f, const std::string& g, const LayerRef& r) {
+  f.setAttr(g, "weight_name", r.weightName);
+  f.setAttr(g, "role", r.role);
+  f.setAttr(g, "block", int64_t(r.block));
+  f.setAttr(g, "out_features", r.outFeatures);
+  f.setAttr(g, "in_features", r.inFeatures);
+  f.setAttr(g, "parameters", uint64_t(r.parameters));
+}
+
+void writeCalibration(h5::File& f, const CalibrationResult& c) {
+  f.createGroup("/calibration/layers");
+  f.setAttr("/calibration", "tokens", c.tokens);
+  f.setAttr("/calibration", "windows", c.windows);
+  f.setAttr("/calibration", "context", c.context);
+  f.setAttr("/calibration", "text_source", c.textSource);
+  f.setAttr("/calibration", "protocol", c.protocol);
+  f.setAttr("/calibration", "layer_count", int64_t(c.layers.size()));
+  for (size_t i = 0; i < c.layers.size(); ++i) {
+    const LayerCalibration& l = c.layers[i];
+    const std::string g = layerGroup(i);
+    f.createGroup(g);
+    writeLayerRefAttrs(f, g, l.layer);
+    writeChannelStats(f, g + "/activations", l.activations);
+    writeHistogram(f, g + "/activation_hist", l.activationHist);
+    writeHistogram(f, g + "/activation_abs_hist", l.activationAbsHist);
+    writeChannelStats(f, g + "/weight_rows", l.weightRows);
+    writeHistogram(f, g + "/weight_hist", l.weightHist);
+  }
+}
+
+// g/layers/{weight_name, role, block, out_features, in_features, parameters} and g/formats.
+void writeLayerTable(h5::File& f, const std::string& g, const std::vector<LayerRef>& layers,
+                     const std::vector<QuantFormat>& fmts) {
+  const size_t L = layers.size();
+  f.createGroup(g + "/layers");
+  std::vector<std::string> names, roles, formats;
+  std::vector<int64_t> block, out, in;
+  std::vector<uint64_t> params;
+  for (const LayerRef& r : layers) {
+    names.push_back(r.weightName);
+    roles.push_back(r.role);
+    block.push_back(r.block);
+    out.push_back(r.outFeatures);
+    in.push_back(r.inFeatures);
+    params.push_back(r.parameters);
+  }
+  for (const QuantFormat& q : fmts) formats.push_back(formatToString(q));
+  f.writeStrings(g + "/layers/weight_name", names);
+  f.writeStrings(g + "/layers/role", roles);
+  f.write(g + "/layers/block", {hs(L)}, block.data());
+  f.write(g + "/layers/out_features", {hs(L)}, out.data());
+  f.write(g + "/layers/in_features", {hs(L)}, in.data());
+  f.write(g + "/layers/parameters", {hs(L)}, params.data());
+  f.writeStrings(g + "/formats", formats);
+}
+
+void writeSpeed(h5::File& f, const SpeedTable& t) {
+  const std::string g = "/speed";
+  f.createGroup(g);
+  f.setAttr(g, "device", t.device);
+  writeLayerTable(f, g, t.layers, t.formats);
+  const size_t LF = t.layers.size() * t.formats.size(), M = t.tokenCounts.size();
+  f.write(g + "/token_counts", {hs(M)}, t.tokenCounts.data());
+  std::vector<double> kernel, baseline;
+  for (const SpeedEntry& e : t.entries) {
+    kernel.push_back(e.kernelMicros);
+    baseline.push_back(e.baselineMicros);
+  }
+  f.write(g + "/kernel_us", {hs(LF), hs(M)}, kernel.data());
+  f.write(g + "/baseline_us", {hs(LF), hs(M)}, baseline.data());
+}
+
+void writeSensitivity(h5::File& f, const SensitivityTable& t) {
+  const std::string g = "/sensitivity";
+  f.createGroup(g);
+  f.setAttr(g, "model_hash", t.modelHash);
+  f.setAttr(g, "tokens", t.tokens);
+  f.setAttr(g, "context", t.context);
+  f.setAttr(g, "base_perplexity", t.basePerplexity);
+  f.setAttr(g, "text_source", t.textSource);
+  const size_t L = t.layers.size(), F = t.formats.size();
+  writeLayerTable(f, g, t.layers, t.formats);
+  auto matrix = [&](const char* name, double SensitivityEntry::*m) {
+    std::vector<double> v;
+    for (const SensitivityEntry& e : t.entries) v.push_back(e.*m);
+    f.write(g + "/" + name, {hs(L), hs(F)}, v.data());
+  };
+  matrix("weight_sqnr_db", &SensitivityEntry::weightSqnrDb);
+  matrix("weighted_error", &SensitivityEntry::weightedError);
+  matrix("output_error", &SensitivityEntry::outputError);
+  matrix("kl", &SensitivityEntry::kl);
+  matrix("perplexity", &SensitivityEntry::perplexity);
+  matrix("top1_agreement", &SensitivityEntry::top1Agreement);
+  std::vector<uint8_t> app;
+  for (const SensitivityEntry& e : t.entries) app.push_back(e.applicable ? 1 : 0);
+  f.write(g + "/applicable", {hs(L), hs(F)}, app.data());
+}
+
+void writeRun(h5::File& f, const std::string& name, const RunTrace& run) {
+  const std::string g = "/runs/" + name;
+  const AccumulationResult& r = run.result;
+  f.createGroup(g);
+  f.setAttr(g, "tokens", r.tokens);
+  f.setAttr(g, "windows", r.windows);
+  f.setAttr(g, "context", r.context);
+  f.setAttr(g, "scored_positions", r.scoredPositions);
+  f.setAttr(g, "batches", r.batchesDone);
+  f.setAttr(g, "kl", r.kl);
+  f.setAttr(g, "perplexity", r.perplexity);
+  f.setAttr(g, "base_perplexity", r.basePerplexity);
+  f.setAttr(g, "top1_agreement", r.top1Agreement);
+  f.setAttr(g, "protocol", r.protocol);
+  f.writeString(g + "/plan", run.planJson);
+  f.writeStrings(g + "/layer_formats", r.layerFormats);
+  const size_t B = r.blocks.size();
+  std::vector<double> l2, cos;
+  for (const BlockError& b : r.blocks) {
+    l2.push_back(b.relL2);
+    cos.push_back(b.cosine);
+  }
+  f.write(g + "/block_rel_l2", {hs(B)}, l2.data());
+  f.write(g + "/block_cosine", {hs(B)}, cos.data());
+  l2.clear();
+  cos.clear();
+  for (const auto& batch : r.batches) {
+    if (batch.size() != B) throw Error(ErrorKind::Internal, "run trace with ragged batches", {}, g);
+    for (const BlockError& b : batch) {
+      l2.push_back(b.relL2);
+      cos.push_back(b.cosine);
+    }
+  }
+  f.write(g + "/batch_rel_l2", {hs(r.batches.size()), hs(B)}, l2.data());
+  f.write(g + "/batch_cosine", {hs(r.batches.size()), hs(B)}, cos.data());
+}
+
+// ---- reading ------------------------------------------------------------------------------
+
+ChannelStats readChannelStats(const h5::File& f, const std::string& g, int64_t channels) {
+  const std::vector<hsize_t> n{hsize_t(channels)};
+  ChannelStats s;
+  s.values = f.attrUInt(g, "values");
+  s.min = f.readFloats(g + "/min", n);
+  s.max = f.readFloats(g + "/max", n);
+  s.sum = f.readDoubles(g + "/sum", n);
+  s.sumSq = f.readDoubles(g + "/sum_sq", n);
+  s.nan = f.readUInts(g + "/nan", n);
+  for (size_t c = 0; c < s.nan.size(); ++c)
+    if (s.nan[c] > s.values) f.fail(g + "/nan", "channel " + std::to_string(c) + " counts more NaNs than values");
+  return s;
+}
+
+Histogram readHistogram(const h5::File& f, const std::string& g) {
+  const double lo = f.attrDouble(g, "lo"), hi = f.attrDouble(g, "hi");
+  std::vector<hsize_t> dims;
+  std::vector<uint64_t> counts = f.readUInts(g + "/counts", {}, &dims, 1);
+  if (counts.empty() || counts.size() > (1u << 24)) f.fail(g + "/counts", "bad bin count " + std::to_string(counts.size()));
+  if (!(std::isfinite(lo) && std::isfinite(hi) && lo < hi)) f.fail(g, "bad range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  Histogram h(int(counts.size()), float(lo), float(hi));
+  h.counts = std::move(counts);
+  h.underflow = f.attrUInt(g, "underflow");
+  h.overflow = f.attrUInt(g, "overflow");
+  h.nan = f.attrUInt(g, "nan");
+  return h;
+}
+
+LayerRef readLayerRefAttrs(const h5::File& f, const std::string& g) {
+  LayerRef r;
+  r.weightName = f.attrString(g, "weight_name");
+  r.role = f.attrString(g, "role");
+  r.block = int(f.attrInt(g, "block"));
+  r.outFeatures = f.attrInt(g, "out_features");
+  r.inFeatures = f.attrInt(g, "in_features");
+  r.parameters = f.attrUInt(g, "parameters");
+  // Shapes size the reads below: bound them by the file before anything is allocated.
+  if (r.outFeatures < 1 || r.inFeatures < 1 || uint64_t(r.outFeatures) > f.size() ||
+      uint64_t(r.inFeatures) > f.size())
+    f.fail(g, "bad layer shape [" + std::to_string(r.outFeatures) + ", " + std::to_string(r.inFeatures) + "]");
+  return r;
+}
+
+CalibrationResult readCalibration(const h5::File& f) {
+  CalibrationResult c;
+  const std::string g = "/calibration";
+  c.tokens = f.attrInt(g, "tokens");
+  c.windows = f.attrInt(g, "windows");
+  c.context = f.attrInt(g, "context");
+  c.textSource = f.attrString(g, "text_source");
+  c.protocol = f.attrString(g, "protocol");
+  const int64_t n = f.attrInt(g, "layer_count");
+  if (n < 0 || uint64_t(n) > f.size() / 64) f.fail(g, "bad layer_count " + std::to_string(n));
+  if (int64_t(f.children(g + "/layers").size()) != n)
+    f.fail(g + "/layers", "holds " + std::to_string(f.children(g + "/layers").size()) + " layers, layer_count says " + std::to_string(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const std::string lg = layerGroup(size_t(i));
+    LayerCalibration l;
+    l.layer = readLayerRefAttrs(f, lg);
+    l.activations = readChannelStats(f, lg + "/activations", l.layer.inFeatures);
+    l.activationHist = readHistogram(f, lg + "/activation_hist");
+    l.activationAbsHist = readHistogram(f, lg + "/activation_abs_hist");
+    l.weightRows = readChannelStats(f, lg + "/weight_rows", l.layer.outFeatures);
+    l.weightHist = readHistogram(f, lg + "/weight_hist");
+    c.layers.push_back(std::move(l));
+  }
+  return c;
+}
+
+void readLayerTable(const h5::File& f, const std::string& g, std::vector<LayerRef>& layers,
+                    std::vector<QuantFormat>& formats) {
+  const std::vector<std::string> names = f.readStrings(g + "/layers/weight_name");
+  const int64_t L = int64_t(names.size());
+  const std::vector<std::string> roles = f.readStrings(g + "/layers/role", L);
+  const std::vector<hsize_t> l1{hsize_t(L)};
+  const auto block = f.readInts(g + "/layers/block", l1), out = f.readInts(g + "/layers/out_features", l1),
+             in = f.readInts(g + "/layers/in_features", l1);
+  const auto params = f.readUInts(g + "/layers/parameters", l1);
+  for (int64_t i = 0; i < L; ++i) {
+    LayerRef r;
+    r.weightName = names[size_t(i)];
+    r.role = roles[size_t(i)];
+    r.block = int(block[size_t(i)]);
+    r.outFeatures = out[size_t(i)];
+    r.inFeatures = in[size_t(i)];
+    r.parameters = params[size_t(i)];
+    layers.push_back(std::move(r));
+  }
+  for (const std::string& s : f.readStrings(g + "/formats")) {
+    try {
+      formats.push_back(parseQuantFormat(s));
+    } catch (const Error& e) {
+      f.fail(g + "/formats", e.message());
+    }
+  }
+}
+
+SpeedTable readSpeed(const h5::File& f) {
+  SpeedTable t;
+  const std::string g = "/speed";
+  t.device = f.attrString(g, "device");
+  readLayerTable(f, g, t.layers, t.formats);
+  t.tokenCounts = f.readInts(g + "/token_counts", {});
+  const std::vector<hsize_t> dims{hsize_t(t.layers.size() * t.formats.size()), hsize_t(t.tokenCounts.size())};
+  const auto kernel = f.readDoubles(g + "/kernel_us", dims), baseline = f.readDoubles(g + "/baseline_us", dims);
+  for (size_t i = 0; i < kernel.size(); ++i) t.entries.push_back({kernel[i], baseline[i]});
+  return t;
+}
+
+SensitivityTable readSensitivity(const h5::File& f) {
+  SensitivityTable t;
+  const std::string g = "/sensitivity";
+  t.modelHash = f.attrString(g, "model_hash");
+  t.tokens = f.attrInt(g, "tokens");
+  t.context = f.attrInt(g, "context");
+  t.basePerplexity = f.attrDouble(g, "base_perplexity");
+  t.textSource = f.attrString(g, "text_source");
+  readLayerTable(f, g, t.layers, t.formats);
+  const int64_t L = int64_t(t.layers.size());
+  const std::vector<hsize_t> lf{hsize_t(L), hsize_t(t.formats.size())};
+  t.entries.resize(size_t(L) * t.formats.size());
+  auto matrix = [&](const char* name, double SensitivityEntry::*m) {
+    const auto v = f.readDoubles(g + "/" + name, lf);
+    for (size_t i = 0; i < v.size(); ++i) t.entries[i].*m = v[i];
+  };
+  matrix("weight_sqnr_db", &SensitivityEntry::weightSqnrDb);
+  matrix("weighted_error", &SensitivityEntry::weightedError);
+  matrix("output_error", &SensitivityEntry::outputError);
+  matrix("kl", &SensitivityEntry::kl);
+  matrix("perplexity", &SensitivityEntry::perplexity);
+  matrix("top1_agreement", &SensitivityEntry::top1Agreement);
+  const auto app = f.readUInts(g + "/applicable", lf);
+  for (size_t i = 0; i < app.size(); ++i) t.entries[i].applicable = app[i] != 0;
+  return t;
+}
+
+RunTrace readRun(const h5::File& f, const std::string& name) {
+  const std::string g = "/runs/" + name;
+  RunTrace run;
+  AccumulationResult& r = run.result;
+  r.tokens = f.attrInt(g, "tokens");
+  r.windows = f.attrInt(g, "windows");
+  r.context = f.attrInt(g, "context");
+  r.scoredPositions = f.attrInt(g, "scored_positions");
+  r.batchesDone = f.attrInt(g, "batches");
+  r.kl = f.attrDouble(g, "kl");
+  r.perplexity = f.attrDouble(g, "perplexity");
+  r.basePerplexity = f.attrDouble(g, "base_perplexity");
+  r.top1Agreement = f.attrDouble(g, "top1_agreement");
+  r.protocol = f.attrString(g, "protocol");
+  run.planJson = f.readString(g + "/plan");
+  r.layerFormats = f.readStrings(g + "/layer_formats");
+  std::vector<hsize_t> dims;
+  const auto l2 = f.readDoubles(g + "/block_rel_l2", {}, &dims, 1);
+  const auto cos = f.readDoubles(g + "/block_cosine", dims);
+  const size_t B = l2.size();
+  for (size_t b = 0; b < B; ++b) r.blocks.push_back({l2[b], cos[b]});
+  std::vector<hsize_t> bd;
+  const auto bl2 = f.readDoubles(g + "/batch_rel_l2", {}, &bd, 2);
+  if (bd[1] != hsize_t(B)) f.fail(g + "/batch_rel_l2", "has " + std::to_string(bd[1]) + " blocks, block_rel_l2 " + std::to_string(B));
+  const auto bcos = f.readDoubles(g + "/batch_cosine", bd);
+  for (hsize_t i = 0; i < bd[0]; ++i) {
+    std::vector<BlockError> row;
+    for (size_t b = 0; b < B; ++b) row.push_back({bl2[size_t(i) * B + b], bcos[size_t(i) * B + b]});
+    r.batches.push_back(std::move(row));
+  }
+  return run;
+}
+
+}  // namespace
+
+void checkSessionName(const std::string& name, const std::string& what) {
+  bool ok = !name.empty() && name.size() <= 200 && name != "." && name != "..";
+  for (unsigned char c : name)
+    if (c == '/' || c < 0x20 || c == 0x7f) ok = false;
+  if (!ok)
+    throw Error(ErrorKind::BadInput,
+                "'" + name + "' cannot name a " + what +
+                    " (1-200 bytes, no '/' or control characters, not '.' or '..')",
+                {}, what + " name");
+}
+
+Session loadSession(const std::string& path) {
+  auto lock = h5::lock();
+  const h5::File f = h5::File::openRead(path);
+  Session s;
+  if (!f.hasAttr("/", "format") || f.attrString("/", "format") != kFormatTag)
+    f.fail("/@format", "not a Quantscope session (no format tag '" + std::string(kFormatTag) + "')");
+  const int64_t version = f.attrInt("/", "schema_version");
+  if (version != kSessionSchemaVersion)
+    f.fail("/@schema_version", "schema version " + std::to_string(version) + " is not one this build reads (" +
+                                   std::to_string(kSessionSchemaVersion) + ")");
+  s.modelPath = f.attrString("/", "model_path");
+  s.modelHash = f.attrString("/", "model_hash");
+  if (f.exists("/calibration")) s.calibration = readCalibration(f);
+  if (f.exists("/sensitivity")) s.sensitivity = readSensitivity(f);
+  if (f.exists("/speed")) s.speed = readSpeed(f);
+  if (f.exists("/plans"))
+    for (const std::string& name : f.children("/plans")) s.plans[name] = f.readString("/plans/" + name);
+  if (f.exists("/runs"))
+    for (const std::string& name : f.children("/runs")) s.runs[name] = readRun(f, name);
+  return s;
+}
+
+void saveSession(const Session& s, const std::string& path) {
+  for (const auto& [name, _] : s.plans) checkSessionName(name, "plan");
+  for (const auto& [name, _] : s.runs) checkSessionName(name, "run");
+  auto lock = h5::lock();
+  AtomicFile out(path);
+  {
+    h5::File f = h5::File::create(out.tempPath());
+    f.setAttr("/", "format", std::string(kFormatTag));
+    f.setAttr("/", "schema_version", kSessionSchemaVersion);
+    f.setAttr("/", "model_path", s.modelPath);
+    f.setAttr("/", "model_hash", s.modelHash);
+    f.setAttr("/", "written_by", std::string("quantscope ") + QS_VERSION);
+    if (s.calibration) writeCalibration(f, *s.calibration);
+    if (s.sensitivity) writeSensitivity(f, *s.sensitivity);
+    if (s.speed) writeSpeed(f, *s.speed);
+    if (!s.plans.empty()) f.createGroup("/plans");
+    for (const auto& [name, json] : s.plans) f.writeString("/plans/" + name, json);
+    if (!s.runs.empty()) f.createGroup("/runs");
+    for (const auto& [name, run] : s.runs) writeRun(f, name, run);
+    f.close();
+  }
+  out.commit();
+}
+
+Session openSessionFor(const std::string& path, const std::string& modelPath,
+                       const std::string& modelHash) {
+  struct stat st{};
+  if (::stat(path.c_str(), &st) != 0) {
+    Session s;
+    s.modelPath = modelPath;
+    s.modelHash = modelHash;
+    return s;
+  }
+  Session s = loadSession(path);
+  if (s.modelHash != modelHash)
+    throw Error(ErrorKind::BadInput,
+                "the session was made for model " + s.modelHash + " (" + s.modelPath + "), not for " +
+                    modelHash + " (" + modelPath + ")",
+                path, "model_hash");
+  s.modelPath = modelPath;
+  return s;
+}
+
+}  // namespace qs

@@ -1,0 +1,465 @@
+// The analysis jobs on stories260K on the CPU backend (runs in CI, seconds): calibration against
+// an independent tap, sensitivity cells against a full forward pass with the layer quantised by
+// hand (the residual-stream reuse must not change the figures), parallel workers against one
+// runtime, live callbacks, error accumulation, the session file (round trip, corrupt and
+// truncated files, another model), cancellation.
+#include <QtTest>
+#include <atomic>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+
+#include "core/analysis/accumulate.h"
+#include "core/analysis/calibrate.h"
+#include "core/analysis/sensitivity.h"
+#include "core/analysis/speed.h"
+#include "core/plan/model_hash.h"
+#include "core/runtime/loaded_model.h"
+#include "core/runtime/runtime.h"
+#include "core/session/session.h"
+#include "core/util/datasets.h"
+#include "kernels/backend/backend.h"
+#include "kernels/common/error.h"
+#include "kernels/formats/weight_codec.h"
+#include "kernels/ops/cpu_transformer_ops.h"
+#include "kernels/stats/stats_ops.h"
+#include "tests/test_util.h"
+
+using namespace qs;
+
+namespace {
+
+std::vector<int32_t> storyTokens(const LoadedModel& m) {
+  std::ifstream in(datasetsDir() + "/text/tinystories_validation_head.txt");
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  return m.tokenizer->encode(text, {});
+}
+
+// Mean KL(p‖q), perplexity of q and top-1 agreement over rows 0 … T−2 of two [T, V] logit
+// matrices, written out directly (no shared code with the jobs).
+struct Direct {
+  double kl = 0, ppl = 0, top1 = 0;
+};
+Direct directCompare(const std::vector<float>& ref, const std::vector<float>& test,
+                     const std::vector<int32_t>& tokens, int64_t V) {
+  const int64_t P = int64_t(tokens.size()) - 1;
+  Direct d;
+  double nll = 0;
+  for (int64_t t = 0; t < P; ++t) {
+    const float* a = ref.data() + t * V;
+    const float* b = test.data() + t * V;
+    double ma = a[0], mb = b[0];
+    int64_t ia = 0, ib = 0;
+    for (int64_t i = 1; i < V; ++i) {
+      if (a[i] > ma) ma = a[i], ia = i;
+      if (b[i] > mb) mb = b[i], ib = i;
+    }
+    double sa = 0, sb = 0;
+    for (int64_t i = 0; i < V; ++i) sa += std::exp(a[i] - ma), sb += std::exp(b[i] - mb);
+    const double la = ma + std::log(sa), lb = mb + std::log(sb);
+    for (int64_t i = 0; i < V; ++i) d.kl += std::exp(a[i] - la) * ((a[i] - la) - (b[i] - lb));
+    nll += lb - b[tokens[size_t(t + 1)]];
+    d.top1 += ia == ib;
+  }
+  d.kl /= double(P);
+  d.ppl = std::exp(nll / double(P));
+  d.top1 /= double(P);
+  return d;
+}
+
+bool sameOrBothNan(double a, double b) { return (std::isnan(a) && std::isnan(b)) || a == b; }
+
+}  // namespace
+
+class TestAnalysisJobs : public QObject {
+  Q_OBJECT
+
+  std::unique_ptr<Backend> cpu_ = createCpuBackend();
+  LoadedModel m_ = loadModel(qs::test::stories260K().toStdString());
+  std::vector<int32_t> text_ = storyTokens(m_);
+  EvalOptions eval(int64_t tokens, int64_t ctx) const {
+    EvalOptions e;
+    e.maxTokens = tokens;
+    e.context = ctx;
+    e.bos = m_.tokenizer->bos();
+    return e;
+  }
+
+ private slots:
+  void calibrationMatchesAnIndependentTap() {
+    Runtime rt(*m_.file, m_.graph, *cpu_);
+    CalibrationOptions o;
+    o.eval = eval(200, 100);  // windows of 100: 99 + 99 + 2 text tokens
+    o.bins = 256;
+    const CalibrationResult c = runCalibration(rt, cpu_->stats(), text_, o);
+    QCOMPARE(c.layers.size(), rt.linears().size());
+    QCOMPARE(c.windows, int64_t(3));
+    QCOMPARE(c.tokens, int64_t(200));
+    // Independently: the inputs of linear 0 (wq of block 0) over the same windows.
+    const EvalWindows ew = makeEvalWindows(text_, o.eval, rt.maxSeq());
+    std::vector<float> seen;
+    int64_t rows = 0;
+    const int id = rt.addTap([&](const TapEvent& e) {
+      if (e.kind == TapKind::LinearInput && e.linear == 0) {
+        seen.insert(seen.end(), e.data, e.data + e.rows * e.cols);
+        rows += e.rows;
+      }
+    });
+    std::vector<float> logits;
+    for (const auto& w : ew.windows) {
+      rt.reset();
+      rt.forward(w, 0, logits, true);
+    }
+    rt.removeTap(id);
+    const LayerCalibration& l0 = c.layers[0];
+    QCOMPARE(int64_t(l0.activations.values), rows);
+    const int64_t K = l0.layer.inFeatures;
+    for (int64_t k = 0; k < K; ++k) {
+      double ss = 0;
+      float mx = 0;
+      for (int64_t r = 0; r < rows; ++r) {
+        const float v = seen[size_t(r * K + k)];
+        ss += double(v) * v;
+        mx = std::max(mx, std::fabs(v));
+      }
+      QCOMPARE(l0.activations.absMax(k), mx);
+      QVERIFY(std::fabs(l0.importance()[size_t(k)] - ss / double(rows)) <= 1e-9 * (ss / double(rows)) + 1e-30);
+    }
+    // Every value in the histograms, none outside.
+    uint64_t total = 0;
+    for (uint64_t n : l0.activationHist.counts) total += n;
+    QCOMPARE(total, uint64_t(rows * K));
+    QCOMPARE(l0.activationHist.underflow + l0.activationHist.overflow, uint64_t(0));
+    // The weight statistics: absmax of W.
+    const auto w = rt.linearWeight(0);
+    float wmax = 0;
+    for (float v : w) wmax = std::max(wmax, std::fabs(v));
+    QCOMPARE(l0.weightRows.tensorAbsMax(), wmax);
+  }
+
+  void sensitivityCellsMatchAFullForwardPass() {
+    Runtime rt(*m_.file, m_.graph, *cpu_);
+    CalibrationOptions co;
+    co.eval = eval(128, 64);
+    const CalibrationResult calib = runCalibration(rt, cpu_->stats(), text_, co);
+    SensitivityOptions o;
+    o.eval = eval(128, 64);
+    o.formats = {parseQuantFormat("int4-g32-sym"), parseQuantFormat("int8-ch-sym"), parseQuantFormat("fp16"),
+                 parseQuantFormat("int4-g128-sym")};
+    size_t cells = 0, rows = 0;
+    bool proxiesFirst = false;
+    SensitivityCallbacks cb;
+    cb.onProxies = [&](const SensitivityTable& t) { proxiesFirst = cells == 0 && std::isfinite(t.at(0, 0).weightSqnrDb); };
+    cb.onCell = [&](const SensitivityTable& t, size_t l, size_t f) {
+      QVERIFY(std::isfinite(t.at(l, f).kl));
+      ++cells;
+    };
+    cb.onRow = [&](const SensitivityTable&, size_t l) { QCOMPARE(l, rows++); };
+    const SensitivityResult r = runSensitivity(rt, cpu_->stats(), text_, &calib, o, {}, cb);
+    const SensitivityTable& t = r.table;
+    const size_t L = rt.linears().size();
+    QCOMPARE(t.layers.size(), L);
+    QVERIFY(proxiesFirst);
+    QCOMPARE(rows, L);
+    size_t applicable = 0;
+    for (const auto& e : t.entries) applicable += e.applicable;
+    QCOMPARE(cells, applicable);
+    QVERIFY(applicable < t.entries.size());  // int4-g128 cannot take K = 64 or 172
+    // fp16 hardly moves anything; int4 moves more; KL is never negative.
+    double int4 = 0, fp16 = 0;
+    for (size_t l = 0; l < L; ++l) {
+      QVERIFY(t.at(l, 2).kl >= 0 && t.at(l, 2).kl < 1e-4);
+      if (!t.at(l, 0).applicable) {  // int4-g32 on K = 172 (w2)
+        QCOMPARE(t.layers[l].inFeatures, int64_t(172));
+        continue;
+      }
+      QVERIFY(t.at(l, 0).kl >= 0);
+      int4 += t.at(l, 0).kl;
+      fp16 += t.at(l, 2).kl;
+      QVERIFY(!t.at(l, 3).applicable && std::isnan(t.at(l, 3).kl));
+    }
+    QVERIFY(int4 > 10 * fp16);
+
+    // Cells against a full forward pass with the layer fake-quantised by hand: a layer of block
+    // 2 and the head (which resumes only the head).
+    const EvalWindows ew = makeEvalWindows(text_, o.eval, rt.maxSeq());
+    for (int i : {rt.linearIndex("layers.2.feed_forward.w1.weight"), int(L) - 1}) {
+      QVERIFY(i >= 0);
+      const LayerRef& lr = t.layers[size_t(i)];
+      std::vector<float> wq(size_t(lr.outFeatures * lr.inFeatures));
+      fakeQuantWeight(o.formats[0].weight, rt.linearWeight(i), wq, lr.outFeatures, lr.inFeatures);
+      double kl = 0, nll = 0, top1 = 0;
+      int64_t positions = 0;
+      for (const auto& w : ew.windows) {
+        std::vector<float> ref, test;
+        rt.reset();
+        rt.forward(w, 0, ref, true);
+        rt.setLinearWeight(i, wq);
+        rt.reset();
+        rt.forward(w, 0, test, true);
+        rt.restoreLinearWeight(i);
+        const Direct d = directCompare(ref, test, w, rt.vocabSize());
+        const int64_t P = int64_t(w.size()) - 1;
+        kl += d.kl * double(P);
+        nll += std::log(d.ppl) * double(P);
+        top1 += d.top1 * double(P);
+        positions += P;
+      }
+      const SensitivityEntry& e = t.at(size_t(i), 0);
+      QVERIFY2(std::fabs(e.kl - kl / double(positions)) <= 1e-6 * kl / double(positions) + 1e-9,
+               qPrintable(QString("%1: %2 vs %3").arg(QString::fromStdString(lr.weightName)).arg(e.kl).arg(kl / double(positions))));
+      QVERIFY(std::fabs(e.perplexity - std::exp(nll / double(positions))) <= 1e-6 * e.perplexity);
+      QCOMPARE(e.top1Agreement, top1 / double(positions));
+    }
+    // The runtime is left unquantised.
+    for (size_t i = 0; i < L; ++i) QVERIFY(!rt.linearFormat(int(i)));
+    // Correlations: per format and pooled, for each proxy; int4-g128 has no pairs.
+    QCOMPARE(r.correlations.size(), size_t(3 * (o.formats.size() + 1)));
+    for (const auto& pc : r.correlations)
+      if (pc.proxy == "weighted_error" && pc.format == "pooled") {
+        QCOMPARE(pc.n, int64_t(applicable));
+        QVERIFY(pc.rho > 0.3);  // the proxy ranks layers roughly as KL does
+      }
+  }
+
+  void parallelWorkersGiveTheSameTable() {
+    Runtime rt(*m_.file, m_.graph, *cpu_);
+    auto ops = createCpuTransformerOps();
+    Runtime second(*m_.file, m_.graph, *ops);
+    SensitivityOptions o;
+    o.eval = eval(96, 48);
+    o.formats = {parseQuantFormat("int8-ch-sym"), parseQuantFormat("fp8e4m3-ch")};
+    const SensitivityResult one = runSensitivity(rt, cpu_->stats(), text_, nullptr, o);
+    o.workers = {&second};
+    size_t rows = 0;
+    SensitivityCallbacks cb;
+    cb.onRow = [&](const SensitivityTable&, size_t l) { QCOMPARE(l, rows++); };
+    const SensitivityResult two = runSensitivity(rt, cpu_->stats(), text_, nullptr, o, {}, cb);
+    QCOMPARE(rows, one.table.layers.size());
+    for (size_t k = 0; k < one.table.entries.size(); ++k) {
+      const double a = one.table.entries[k].kl, b = two.table.entries[k].kl;
+      QVERIFY2(std::fabs(a - b) <= 1e-9 * std::fabs(a) + 1e-12, qPrintable(QString("%1 vs %2").arg(a).arg(b)));
+    }
+    QVERIFY(std::isnan(one.table.at(0, 0).weightedError));  // no calibration: no weighted proxy
+  }
+
+  void accumulationBuildsUpBlockByBlock() {
+    Runtime rt(*m_.file, m_.graph, *cpu_);
+    AccumulationOptions o;
+    o.eval = eval(150, 64);  // 3 windows
+    const int B = int(m_.graph.blocks.size());
+    int blockEvents = 0, batchEvents = 0;
+    auto cb = [&](const AccumulationResult& r, int64_t batch, int block) {
+      if (block >= 0) {
+        QCOMPARE(int64_t(r.batches.size()), batch + 1);
+        QVERIFY(std::isfinite(r.batches[size_t(batch)][size_t(block)].relL2));
+        ++blockEvents;
+      } else {
+        QCOMPARE(r.batchesDone, batch + 1);
+        ++batchEvents;
+      }
+    };
+    // Nothing quantised: the run is the reference.
+    LayerFormats none;
+    none.formats.assign(rt.linears().size(), std::nullopt);
+    const AccumulationResult same = runAccumulation(rt, text_, none, nullptr, o, {}, cb);
+    QCOMPARE(blockEvents, 3 * B);
+    QCOMPARE(batchEvents, 3);
+    for (const auto& b : same.blocks) {
+      QCOMPARE(b.relL2, 0.0);
+      QVERIFY(std::fabs(b.cosine - 1.0) < 1e-12);
+    }
+    QVERIFY(same.kl < 1e-12);
+    QCOMPARE(same.top1Agreement, 1.0);
+    QVERIFY(std::fabs(same.perplexity - same.basePerplexity) < 1e-9 * same.basePerplexity);
+
+    const AccumulationResult int8 = runAccumulation(rt, text_, uniformAssignment(rt, parseQuantFormat("int8-ch-sym")),
+                                                    nullptr, o);
+    AccumulationOptions fq = o;
+    fq.mode = LinearMode::FakeQuant;
+    const AccumulationResult int4 = runAccumulation(rt, text_, uniformAssignment(rt, parseQuantFormat("int4-g32-sym")),
+                                                    nullptr, fq);
+    QCOMPARE(int64_t(int8.blocks.size()), int64_t(B));
+    for (int b = 0; b < B; ++b) {
+      QVERIFY(int8.blocks[size_t(b)].relL2 > 0 && int8.blocks[size_t(b)].relL2 < 0.2);
+      QVERIFY(int8.blocks[size_t(b)].cosine > 0.97 && int8.blocks[size_t(b)].cosine <= 1.0 + 1e-12);
+      QVERIFY(int4.blocks[size_t(b)].relL2 > int8.blocks[size_t(b)].relL2);
+    }
+    QVERIFY(int4.kl > int8.kl && int8.kl > 0);
+    QVERIFY(int8.top1Agreement > 0.8 && int8.top1Agreement <= 1.0);
+    QVERIFY(!uniformAssignment(rt, parseQuantFormat("int4-g128-sym")).skipped.empty());
+    for (size_t i = 0; i < rt.linears().size(); ++i) QVERIFY(!rt.linearFormat(int(i)));
+  }
+
+  void cancellationStopsAndRestores() {
+    Runtime rt(*m_.file, m_.graph, *cpu_);
+    std::atomic<bool> cancel{false};
+    JobContext ctx;
+    ctx.cancelFlag = &cancel;
+    int calls = 0;
+    ctx.onProgress = [&](double f, std::string_view) {
+      if (f > 0.3 && ++calls == 1) cancel = true;
+    };
+    SensitivityOptions o;
+    o.eval = eval(128, 64);
+    bool cancelled = false;
+    try {
+      runSensitivity(rt, cpu_->stats(), text_, nullptr, o, ctx);
+    } catch (const Error& e) {
+      cancelled = e.kind() == ErrorKind::Cancelled;
+    }
+    QVERIFY(cancelled);
+    for (size_t i = 0; i < rt.linears().size(); ++i) QVERIFY(!rt.linearFormat(int(i)));
+    cancel = false;
+    calls = 0;
+    AccumulationOptions ao;
+    ao.eval = eval(150, 64);
+    cancelled = false;
+    try {
+      runAccumulation(rt, text_, uniformAssignment(rt, parseQuantFormat("int8-ch-sym")), nullptr, ao, ctx);
+    } catch (const Error& e) {
+      cancelled = e.kind() == ErrorKind::Cancelled;
+    }
+    QVERIFY(cancelled);
+    for (size_t i = 0; i < rt.linears().size(); ++i) QVERIFY(!rt.linearFormat(int(i)));
+    cancel = false;
+    calls = 0;
+    CalibrationOptions co;
+    co.eval = eval(300, 64);
+    cancelled = false;
+    try {
+      runCalibration(rt, cpu_->stats(), text_, co, ctx);
+    } catch (const Error& e) {
+      cancelled = e.kind() == ErrorKind::Cancelled;
+    }
+    QVERIFY(cancelled);
+  }
+
+  void sessionRoundTrip() {
+    Runtime rt(*m_.file, m_.graph, *cpu_);
+    Session s;
+    s.modelPath = qs::test::stories260K().toStdString();
+    s.modelHash = sampledModelHash(*m_.file);
+    CalibrationOptions co;
+    co.eval = eval(64, 64);
+    co.bins = 64;
+    s.calibration = runCalibration(rt, cpu_->stats(), text_, co);
+    s.calibration->textSource = "stories";
+    SensitivityOptions so;
+    so.eval = eval(64, 64);
+    so.formats = {parseQuantFormat("int4-g32-sym"), parseQuantFormat("int4-g128-sym")};
+    so.modelHash = s.modelHash;
+    s.sensitivity = runSensitivity(rt, cpu_->stats(), text_, &*s.calibration, so).table;
+    AccumulationOptions ao;
+    ao.eval = eval(64, 64);
+    const LayerFormats a = uniformAssignment(rt, parseQuantFormat("int8-ch-sym"));
+    s.runs["int8"] = RunTrace{assignmentToJson(rt, a).dump(), runAccumulation(rt, text_, a, nullptr, ao)};
+    s.plans["int8"] = s.runs["int8"].planJson;
+    SpeedOptions po;
+    po.formats = {parseQuantFormat("int8-ch-sym")};
+    po.tokenCounts = {1, 4};
+    po.repeats = 1;
+    s.speed = measureSpeed(*cpu_, m_.graph, po).table;
+
+    QTemporaryDir dir;
+    const std::string path = dir.filePath("s.qsession").toStdString();
+    saveSession(s, path);
+    const Session back = loadSession(path);
+    QCOMPARE(back.modelHash, s.modelHash);
+    QCOMPARE(back.modelPath, s.modelPath);
+    const CalibrationResult& c0 = *s.calibration;
+    const CalibrationResult& c1 = *back.calibration;
+    QCOMPARE(c1.layers.size(), c0.layers.size());
+    QCOMPARE(c1.tokens, c0.tokens);
+    QCOMPARE(c1.textSource, c0.textSource);
+    for (size_t i = 0; i < c0.layers.size(); ++i) {
+      QCOMPARE(c1.layers[i].layer.weightName, c0.layers[i].layer.weightName);
+      QCOMPARE(c1.layers[i].activations.sumSq, c0.layers[i].activations.sumSq);
+      QCOMPARE(c1.layers[i].activations.max, c0.layers[i].activations.max);
+      QCOMPARE(c1.layers[i].activationAbsHist.counts, c0.layers[i].activationAbsHist.counts);
+      QCOMPARE(c1.layers[i].weightHist.counts, c0.layers[i].weightHist.counts);
+      QCOMPARE(c1.layers[i].weightHist.hi, c0.layers[i].weightHist.hi);
+    }
+    const SensitivityTable& t0 = *s.sensitivity;
+    const SensitivityTable& t1 = *back.sensitivity;
+    QCOMPARE(t1.entries.size(), t0.entries.size());
+    QCOMPARE(t1.formats, t0.formats);
+    QCOMPARE(t1.basePerplexity, t0.basePerplexity);
+    for (size_t k = 0; k < t0.entries.size(); ++k) {
+      QVERIFY(sameOrBothNan(t1.entries[k].kl, t0.entries[k].kl));
+      QVERIFY(sameOrBothNan(t1.entries[k].weightedError, t0.entries[k].weightedError));
+      QCOMPARE(t1.entries[k].applicable, t0.entries[k].applicable);
+    }
+    const AccumulationResult& r0 = s.runs.at("int8").result;
+    const AccumulationResult& r1 = back.runs.at("int8").result;
+    QCOMPARE(r1.kl, r0.kl);
+    QCOMPARE(r1.blocks.size(), r0.blocks.size());
+    for (size_t b = 0; b < r0.blocks.size(); ++b) QCOMPARE(r1.blocks[b].relL2, r0.blocks[b].relL2);
+    QCOMPARE(r1.layerFormats, r0.layerFormats);
+    QCOMPARE(back.plans.at("int8"), s.plans.at("int8"));
+    QCOMPARE(back.speed->tokenCounts, s.speed->tokenCounts);
+    QCOMPARE(back.speed->entries.size(), s.speed->entries.size());
+    for (size_t k = 0; k < s.speed->entries.size(); ++k)
+      QVERIFY(sameOrBothNan(back.speed->entries[k].kernelMicros, s.speed->entries[k].kernelMicros));
+
+    // The same model reopens it; another hash is refused naming both.
+    QVERIFY(openSessionFor(path, "elsewhere.bin", s.modelHash).sensitivity.has_value());
+    try {
+      openSessionFor(path, "other.bin", "xxh3-64-sampled:0000000000000000");
+      QFAIL("another model's session was accepted");
+    } catch (const Error& e) {
+      QCOMPARE(e.kind(), ErrorKind::BadInput);
+      QVERIFY(e.message().find(s.modelHash) != std::string::npos);
+    }
+  }
+
+  void corruptSessionIsAClearError() {
+    QTemporaryDir dir;
+    Session s;
+    s.modelPath = "m.bin";
+    s.modelHash = "xxh3-64-sampled:0123456789abcdef";
+    SensitivityTable t;
+    t.layers.push_back(LayerRef{"w", "q", 0, 4, 4, 16});
+    t.formats = {parseQuantFormat("int8-ch-sym")};
+    t.entries.resize(1);
+    t.entries[0].kl = 0.5;
+    s.sensitivity = t;
+    const std::string good = dir.filePath("good.qsession").toStdString();
+    saveSession(s, good);
+    const auto size = std::filesystem::file_size(good);
+    std::string bytes(size, '\0');
+    std::ifstream(good, std::ios::binary).read(bytes.data(), std::streamsize(size));
+    auto expectBadInput = [](const std::string& path) {
+      try {
+        loadSession(path);
+        return false;
+      } catch (const Error& e) {
+        return e.kind() == ErrorKind::BadInput && e.what() != nullptr &&
+               std::string(e.what()).find(path) != std::string::npos;
+      }
+    };
+    const std::string garbage = dir.filePath("garbage.qsession").toStdString();
+    std::ofstream(garbage, std::ios::binary) << "this is not an HDF5 file at all";
+    QVERIFY(expectBadInput(garbage));
+    const std::string truncated = dir.filePath("truncated.qsession").toStdString();
+    std::ofstream(truncated, std::ios::binary).write(bytes.data(), std::streamsize(size / 2));
+    QVERIFY(expectBadInput(truncated));
+    // Flipped bytes all over the file: an error or a session, never a crash.
+    for (size_t step : {size_t(7), size_t(61), size_t(257)}) {
+      std::string bad = bytes;
+      for (size_t i = 512; i < bad.size(); i += step) bad[i] = char(bad[i] ^ 0x5a);
+      const std::string p = dir.filePath(QString("flipped%1.qsession").arg(step)).toStdString();
+      std::ofstream(p, std::ios::binary).write(bad.data(), std::streamsize(bad.size()));
+      try {
+        loadSession(p);
+      } catch (const Error& e) {
+        QCOMPARE(e.kind(), ErrorKind::BadInput);
+      }
+    }
+    QVERIFY(expectBadInput(dir.filePath("missing.qsession").toStdString()));
+  }
+};
+
+QTEST_GUILESS_MAIN(TestAnalysisJobs)
+#include "test_core_analysis_jobs.moc"
