@@ -311,7 +311,7 @@ void Workspace::runSensitivity() {
     cb.onProxies = [post](const SensitivityTable& t) { post(t, true); };
     cb.onRow = [post](const SensitivityTable& t, size_t) { post(t, false); };
     auto r = std::make_shared<SensitivityResult>(
-        runSensitivity(rt, p->backend->stats(), ids, p->calibration.get(), o, ctx, cb));
+        qs::runSensitivity(rt, p->backend->stats(), ids, p->calibration.get(), o, ctx, cb));
     return [self, r] {
       if (!self) return;
       self->session_.sensitivity = r->table;
@@ -435,7 +435,7 @@ void Workspace::measureSpeed(qint64 tokens) {
     SpeedOptions o;
     o.plan = plan;
     o.tokenCounts = {int64_t(tokens)};
-    auto r = std::make_shared<SpeedResult>(measureSpeed(*p->backend, p->graph, o, ctx));
+    auto r = std::make_shared<SpeedResult>(qs::measureSpeed(*p->backend, p->graph, o, ctx));
     return [self, r, plan, name, tokens] {
       if (!self) return;
       widgets::RunSpeed s;
