@@ -42,6 +42,7 @@ int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
   registerBench(app, ctx);
   registerSynth(app, ctx);
   registerSpeed(app, ctx);
+  registerQuantize(app, ctx);
 
   try {
     app.parse(argc, argv);

@@ -29,6 +29,7 @@ void registerGenerate(CLI::App& app, CliContext& ctx);
 void registerPerplexity(CLI::App& app, CliContext& ctx);
 void registerSynth(CLI::App& app, CliContext& ctx);
 void registerSpeed(CLI::App& app, CliContext& ctx);  // cmd_speed.cpp
+void registerQuantize(CLI::App& app, CliContext& ctx);  // cmd_quantize.cpp
 
 // Benchmarks, each a subcommand of `bench` (cmd_bench_*.cpp). Add yours to
 // registerBenchSubcommands in cmd_bench_list.cpp.
