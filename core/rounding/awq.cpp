@@ -44,16 +44,16 @@ AwqSearch searchAwqScales(std::span<const AwqLinear> linears, int64_t cols,
     const Eigen::Map<const MatF> W(l.w.data(), l.rows, cols);
     ref.push_back(X * W.transpose());
   }
-  std::vector<double> a(size_t(cols));
+  std::vector<double> a(static_cast<size_t>(cols));
   for (int64_t k = 0; k < cols; ++k) a[size_t(k)] = std::max(absMean[size_t(k)], 1e-4);
 
   AwqSearch best;
   best.loss = std::numeric_limits<double>::infinity();
-  std::vector<float> s(size_t(cols)), wq;
+  std::vector<float> s(static_cast<size_t>(cols)), wq;
   for (int gi = 0; gi < gridPoints; ++gi) {
     const double alpha = double(gi) / double(gridPoints - 1);
     double mx = 0, mn = std::numeric_limits<double>::infinity();
-    std::vector<double> sd(size_t(cols));
+    std::vector<double> sd(static_cast<size_t>(cols));
     for (int64_t k = 0; k < cols; ++k) {
       sd[size_t(k)] = std::pow(a[size_t(k)], alpha);
       mx = std::max(mx, sd[size_t(k)]);
@@ -97,7 +97,7 @@ std::vector<float> smoothQuantFactors(std::span<const double> actAbsMax,
     for (int64_t r = 0; r < l.rows; ++r)
       for (int64_t c = 0; c < cols; ++c)
         wmax[size_t(c)] = std::max(wmax[size_t(c)], double(std::fabs(l.w[size_t(r * cols + c)])));
-  std::vector<float> s(size_t(cols));
+  std::vector<float> s(static_cast<size_t>(cols));
   for (int64_t c = 0; c < cols; ++c) {
     const double am = std::max(actAbsMax[size_t(c)], 1e-5), wm = std::max(wmax[size_t(c)], 1e-5);
     const double v = std::pow(am, alpha) / std::pow(wm, 1 - alpha);

@@ -121,7 +121,7 @@ GptqPrepared prepareGptq(const WeightSpec& spec, std::span<const float> w, int64
       hd[size_t(i * cols + j)] = v;
       hd[size_t(j * cols + i)] = v;
     }
-  std::vector<double> diag(size_t(cols));
+  std::vector<double> diag(static_cast<size_t>(cols));
   for (int64_t j = 0; j < cols; ++j) {
     double& d = hd[size_t(j * cols + j)];
     if (!(d > 0)) {
@@ -191,7 +191,7 @@ double hessianWeightedError(std::span<const float> w, std::span<const float> wq,
       uint64_t(h.size()) != uint64_t(cols) * uint64_t(cols))
     throw Error(ErrorKind::BadInput, "hessianWeightedError: sizes do not match the shape");
   double total = 0;
-  std::vector<double> d(size_t(cols));
+  std::vector<double> d(static_cast<size_t>(cols));
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t j = 0; j < cols; ++j)
       d[size_t(j)] = double(w[size_t(r * cols + j)]) - double(wq[size_t(r * cols + j)]);
