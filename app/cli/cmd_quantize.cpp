@@ -77,14 +77,25 @@ void registerQuantize(CLI::App& app, CliContext& ctx) {
 
     // Formats per linear.
     LinearPlan formats(L.size());
+    std::vector<std::string> fallbacks;  // layers given per-channel scales instead of groups
     if (!a->plan.empty()) {
       std::vector<std::string> names;
       for (const auto* l : L) names.push_back(l->weightName);
       formats = readLinearPlanFile(a->plan, names);
     } else {
       const QuantFormat f = parseQuantFormat(a->format);
-      for (size_t i = 0; i < L.size(); ++i)
-        if (L[i]->role != LinearRole::Head || a->head) formats[i] = f;
+      for (size_t i = 0; i < L.size(); ++i) {
+        if (L[i]->role == LinearRole::Head && !a->head) continue;
+        QuantFormat fi = f;
+        // A group size that does not divide K (stories260K's down projection has K = 172, its
+        // other layers K = 64 < 128): per-channel scales of the same kind instead, reported.
+        if (fi.weight.granularity == Granularity::Group && L[i]->inFeatures % int64_t(fi.weight.groupSize) != 0) {
+          fi.weight.granularity = Granularity::Channel;
+          fi.weight.groupSize = 0;
+          fallbacks.push_back(L[i]->weightName + " (K = " + std::to_string(L[i]->inFeatures) + ")");
+        }
+        formats[i] = fi;
+      }
     }
 
     // Tokens: calibration first, evaluation after.
@@ -159,6 +170,7 @@ void registerQuantize(CLI::App& app, CliContext& ctx) {
       j["calibration_tokens"] = nCal;
       j["context"] = ctxLen;
       j["gptq"] = {{"damping", a->damp}, {"block", a->block}, {"act_order", a->actOrder}};
+      j["per_channel_fallback"] = fallbacks;
       if (!a->noEval)
         j["float"] = {{"perplexity", floatRes.perplexity}, {"scored_tokens", floatRes.scored}};
       for (const auto& r : rows) {
@@ -195,6 +207,11 @@ void registerQuantize(CLI::App& app, CliContext& ctx) {
     ctx.out << "quantization: " << what << "  (calibration " << nCal << " tokens, windows of "
             << ctxLen << "; GPTQ damping " << a->damp << ", block " << a->block
             << (a->actOrder ? ", act-order" : "") << ")\n";
+    if (!fallbacks.empty()) {
+      ctx.out << "per-channel scales (the group size does not divide K) for " << fallbacks.size() << " layers:";
+      for (size_t i = 0; i < fallbacks.size() && i < 4; ++i) ctx.out << (i ? ", " : " ") << fallbacks[i];
+      ctx.out << (fallbacks.size() > 4 ? ", ...\n" : "\n");
+    }
     if (!a->noEval)
       ctx.out << "evaluation: " << ev.scored << " tokens of " << textName << " after the calibration tokens\n"
               << "float perplexity " << num(floatRes.perplexity, 4) << "\n";

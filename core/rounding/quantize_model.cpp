@@ -122,10 +122,10 @@ std::vector<std::vector<int32_t>> splitWindows(std::span<const int32_t> ids, int
   if (body < 1) throw Error(ErrorKind::BadInput, "context " + std::to_string(context) + " is too short", {}, "context");
   std::vector<std::vector<int32_t>> w;
   for (size_t i = 0; i < ids.size(); i += size_t(body)) {
-    std::vector<int32_t> win;
-    if (bos >= 0) win.push_back(bos);
     const size_t n = std::min(ids.size() - i, size_t(body));
-    win.insert(win.end(), ids.begin() + i, ids.begin() + i + n);
+    std::vector<int32_t> win(n + (bos >= 0 ? 1 : 0));
+    if (bos >= 0) win[0] = bos;
+    std::copy(ids.begin() + i, ids.begin() + i + n, win.end() - n);
     if (win.size() >= 2) w.push_back(std::move(win));
   }
   return w;

@@ -35,6 +35,11 @@ struct Model {
     for (size_t i = 0; i < p.size(); ++i) {
       if (rt->linears()[i]->role == LinearRole::Head) continue;
       p[i].format = parseQuantFormat(format);
+      auto& w = p[i].format->weight;  // down has K = 172: per-channel where groups do not fit
+      if (w.granularity == Granularity::Group && rt->linears()[i]->inFeatures % w.groupSize != 0) {
+        w.granularity = Granularity::Channel;
+        w.groupSize = 0;
+      }
       p[i].method = method;
       p[i].smoothAlpha = smooth;
     }
