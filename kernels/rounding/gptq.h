@@ -22,14 +22,18 @@
 //      from the row's current (error-updated) values of that group by the spec's scale method,
 //      exactly as chooseWeightScales would; q = the codec's rounding of w_j; e = (w_j - q)/U_jj;
 //      w_c -= e·U_jc for the later columns c of the block (one FP32 multiply, one subtract, no
-//      fused multiply-add). After the block: W[:, later] -= E_block · U[block, later] (a GEMM:
-//      Eigen on the CPU, cuBLAS SGEMM on the GPU).
+//      fused multiply-add). After the block: W[:, later] -= E_block · U[block, later], each
+//      sum over the block's columns in ascending order, one rounding per multiply and per add
+//      (our own loops on both backends: a GEMM library would sum in its own order).
 //   Per-tensor and per-channel scales are chosen up front from the original W.
 //
-// CPU and GPU agreement: every step but the block GEMM and the FP64 factorisation is the same
-// sequence of IEEE operations; those two sum in a different order, so a weight that lies within
-// a few ULPs of a rounding boundary may take the neighbouring code on the other backend (a
-// documented tie, counted by the tests, which bound their share). The GPU implements the AbsMax
+// CPU and GPU agreement: the column loop and the block updates are the same sequence of IEEE
+// FP32 operations on both. Only the FP64 factorisation (Eigen vs cuSOLVER) sums in another
+// order; its result is rounded to FP32, which hides the difference except when an entry of U
+// lies next to an FP32 rounding boundary. Then U differs by one ULP there, and a weight within
+// a few ULPs of a rounding boundary may take the neighbouring code — and pass a different error
+// on to the rest of its row. Those are the documented ties; the GPU test counts them and bounds
+// their share. The GPU implements the AbsMax
 // scale method for group scales (per-tensor and per-channel scales come from the host, any
 // method); other methods with groups are Unsupported there.
 //

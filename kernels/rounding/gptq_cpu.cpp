@@ -1,7 +1,7 @@
 // The CPU reference GPTQ (gptq.h has the algorithm): Eigen's FP64 Cholesky for U, the column
-// loop row-parallel in FP32, Eigen's GEMM for the lazy block updates. Built with
-// -ffp-contract=off (kernels/rounding/CMakeLists.txt): the in-block update is a separate
-// multiply and subtract, as in the CUDA kernel.
+// loop and the lazy block updates row-parallel in FP32. Built with -ffp-contract=off
+// (kernels/rounding/CMakeLists.txt): every update is a separate multiply and add/subtract, in
+// the same order as in the CUDA kernels.
 #include <Eigen/Cholesky>
 #include <Eigen/Core>
 #include <cmath>
@@ -150,14 +150,24 @@ class CpuGptqOps final : public GptqOps {
           }
         }
       });
-      if (b1 < cols) {  // W[:, b1:] -= E · U[b0:b1, b1:]
-        Eigen::Map<MatF, 0, Eigen::OuterStride<>> rest(W.data() + b1, rows, cols - b1,
-                                                       Eigen::OuterStride<>(cols));
-        const Eigen::Map<const MatF> E(err.data(), rows, nb);
-        const Eigen::Map<const MatF, 0, Eigen::OuterStride<>> Ub(u.data() + b0 * cols + b1, nb,
-                                                                 cols - b1,
-                                                                 Eigen::OuterStride<>(cols));
-        rest.noalias() -= E * Ub;
+      if (b1 < cols) {
+        // W[:, b1:] -= E · U[b0:b1, b1:], each sum over the block's columns in ascending order
+        // with a separate multiply and add (as the CUDA kernel does): no GEMM library, whose
+        // summation order is its own, so both backends compute the same floats.
+        const int64_t rest = cols - b1;
+        parallelFor(rows, std::max<int64_t>(1, (1 << 16) / (rest * nb + 1)), [&](int64_t r0, int64_t r1) {
+          std::vector<float> acc(static_cast<size_t>(rest));
+          for (int64_t r = r0; r < r1; ++r) {
+            std::fill(acc.begin(), acc.end(), 0.0f);
+            for (int64_t k = 0; k < nb; ++k) {
+              const float e = err[size_t(r * nb + k)];
+              const float* uk = u.data() + (b0 + k) * cols + b1;
+              for (int64_t c = 0; c < rest; ++c) acc[size_t(c)] += e * uk[c];
+            }
+            float* wr = W.data() + r * cols + b1;
+            for (int64_t c = 0; c < rest; ++c) wr[c] -= acc[size_t(c)];
+          }
+        });
       }
     }
     double loss = 0;

@@ -6,7 +6,9 @@
 //             scale (AbsMax: warp min/max reduction, the codec's formula), the codec's rounding,
 //             error e = (w - q)/U_jj, in-block update w_c = w_c - e·U_jc with __fmul_rn /
 //             __fsub_rn (no FMA: the CPU reference does the same two roundings)
-//   lazy      W[:, later] -= E · U[block, later] with cublasSgemm
+//   lazy      W[:, later] -= E · U[block, later], our tiled kernel summing over the block's
+//             columns in ascending order with __fmul_rn/__fadd_rn (the CPU's order: a GEMM
+//             library would sum in its own order and codes would drift apart)
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <cusolverDn.h>
@@ -166,6 +168,30 @@ __global__ void gptqBlockKernel(BlockArgs a) {
     __syncwarp();
   }
   if (lane == 0) a.rowLoss[r] += loss;
+}
+
+// W[r, b1 + c] -= Σ_k E[r, k]·U[b0 + k, b1 + c], k ascending, one rounding per multiply and per
+// add. Block (32, 8): 32 columns × 8 rows of outputs; E and U tiles of 32 k staged in shared
+// memory.
+__global__ void lazyUpdateKernel(float* w, const float* err, const float* u, int64_t rows,
+                                 int64_t cols, int64_t b0, int64_t nb, int64_t b1) {
+  __shared__ float es[8][33];
+  __shared__ float us[32][33];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int64_t c = b1 + int64_t(blockIdx.x) * 32 + tx;
+  const int64_t r = int64_t(blockIdx.y) * 8 + ty;
+  float acc = 0.0f;
+  for (int64_t k0 = 0; k0 < nb; k0 += 32) {
+    for (int i = tx; i < 32; i += 32)  // E tile: 8 rows × 32 k
+      es[ty][i] = (r < rows && k0 + i < nb) ? err[r * nb + k0 + i] : 0.0f;
+    for (int i = ty; i < 32; i += 8)   // U tile: 32 k × 32 columns
+      us[i][tx] = (k0 + i < nb && c < cols) ? u[(b0 + k0 + i) * cols + c] : 0.0f;
+    __syncthreads();
+    const int kn = int(nb - k0 < 32 ? nb - k0 : 32);
+    for (int kk = 0; kk < kn; ++kk) acc = __fadd_rn(acc, __fmul_rn(es[ty][kk], us[kk][tx]));
+    __syncthreads();
+  }
+  if (r < rows && c < cols) w[r * cols + c] = __fsub_rn(w[r * cols + c], acc);
 }
 
 // ---- op-set -----------------------------------------------------------------------------------
@@ -352,13 +378,9 @@ class CudaGptqOps final : public GptqOps {
                         h_.stream>>>(a);
       QS_CUDA_LAUNCHED("gptqBlockKernel");
       if (b1 < cols) {
-        // Row-major W[:, b1:] (rows × R, ld cols) is column-major R × rows; E row-major
-        // rows × nb is column-major nb × rows; U[b0:b1, b1:] row-major nb × R is column-major
-        // R × nb. So Wᵀ_rest -= U_blockᵀ · Eᵀ, all without transposes.
-        const float minusOne = -1.0f, one = 1.0f;
-        QS_CUBLAS_CHECK(cublasSgemm(h_.blas, CUBLAS_OP_N, CUBLAS_OP_N, int(cols - b1), int(rows),
-                                    int(nb), &minusOne, u_.p + b0 * cols + b1, int(cols), err_.p,
-                                    int(nb), &one, w_.p + b1, int(cols)));
+        const dim3 t(32, 8), g(unsigned((cols - b1 + 31) / 32), unsigned((rows + 7) / 8));
+        lazyUpdateKernel<<<g, t, 0, h_.stream>>>(w_.p, err_.p, u_.p, rows, cols, b0, nb, b1);
+        QS_CUDA_LAUNCHED("lazyUpdateKernel");
       }
     }
     std::vector<float> q(static_cast<size_t>(rows * cols));
