@@ -102,7 +102,6 @@ class TestRoundingGpu : public QObject {
           if (a.dequantized[i] == b.dequantized[i]) continue;
           ++diff;
         }
-        }
       const double ea = hessianWeightedError(w, a.dequantized, c.N, c.K, h);
       const double eb = hessianWeightedError(w, b.dequantized, c.N, c.K, h);
       qInfo("%s: %lld of %lld codes differ; error CPU %.6g GPU %.6g", c.format, (long long)diff,
