@@ -1,5 +1,6 @@
 // The parts of GPTQ both implementations share: checks, dead columns, damping, column order,
 // scales fixed up front, and turning the column loop's output into the codec's tensor.
+#include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -190,19 +191,14 @@ double hessianWeightedError(std::span<const float> w, std::span<const float> wq,
   if (w.size() != wq.size() || uint64_t(w.size()) != uint64_t(rows) * uint64_t(cols) ||
       uint64_t(h.size()) != uint64_t(cols) * uint64_t(cols))
     throw Error(ErrorKind::BadInput, "hessianWeightedError: sizes do not match the shape");
-  double total = 0;
-  std::vector<double> d(static_cast<size_t>(cols));
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t j = 0; j < cols; ++j)
-      d[size_t(j)] = double(w[size_t(r * cols + j)]) - double(wq[size_t(r * cols + j)]);
-    for (int64_t i = 0; i < cols; ++i) {
-      double s = 0;
-      const float* hi = h.data() + i * cols;
-      for (int64_t j = 0; j < cols; ++j) s += double(hi[j]) * d[size_t(j)];
-      total += d[size_t(i)] * s;
-    }
-  }
-  return total;
+  // Σ_r Δ_r H Δ_rᵀ in FP64 through Eigen's (multi-threaded) GEMM: rows·cols² multiply-adds.
+  using MatD = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  using MatFc = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  const MatD d = (Eigen::Map<const MatFc>(w.data(), rows, cols).cast<double>() -
+                  Eigen::Map<const MatFc>(wq.data(), rows, cols).cast<double>());
+  const MatD H = Eigen::Map<const MatFc>(h.data(), cols, cols).cast<double>();
+  const MatD dh = d * H;
+  return dh.cwiseProduct(d).sum();
 }
 
 }  // namespace qs
