@@ -70,6 +70,7 @@ void registerQuantize(CLI::App& app, CliContext& ctx) {
     std::vector<RoundingMethod> methods;
     for (const auto& m : a->methods) methods.push_back(parseRoundingMethod(m));
     if (a->randomCalib) a->noEval = true;
+    if (!a->format.empty()) (void)parseQuantFormat(a->format);  // bad input before any work
     TerminalProgress progress;
     RunnableModel m = loadRunnable(ctx.backend(), a->model, a->tokenizer, !a->randomCalib, progress);
     Runtime& rt = *m.runtime;
