@@ -207,6 +207,44 @@ std::span<const float> Runtime::linearWeight(int i) const {
   return {lw.w(), lw.original.size()};
 }
 
+std::span<const float> Runtime::normWeight(int b, bool ffn) const {
+  const Norm& n = (ffn ? ffnNorms_ : attnNorms_).at(size_t(b));
+  return n.w;
+}
+std::span<const float> Runtime::normBias(int b, bool ffn) const {
+  const Norm& n = (ffn ? ffnNorms_ : attnNorms_).at(size_t(b));
+  return n.b;
+}
+
+void Runtime::setNormWeight(int b, bool ffn, std::vector<float> w, std::vector<float> bias) {
+  Norm& n = (ffn ? ffnNorms_ : attnNorms_).at(size_t(b));
+  if (w.size() != n.w.size() || (!bias.empty() && bias.size() != n.b.size()))
+    throw Error(ErrorKind::Internal, "setNormWeight: size mismatch in block " + std::to_string(b));
+  if (n.w0.empty()) {
+    n.w0 = n.w;
+    n.b0 = n.b;
+  }
+  n.w = std::move(w);
+  if (!bias.empty()) n.b = std::move(bias);
+  if (ops_.hostMemory()) {  // the buffers may alias the vectors: make new ones
+    n.dw = toCompute(n.w);
+    n.db = toCompute(n.b);
+  } else {
+    ops_.upload(n.dw.mem.get(), n.w.data(), n.w.size() * sizeof(float));
+    if (!n.b.empty()) ops_.upload(n.db.mem.get(), n.b.data(), n.b.size() * sizeof(float));
+  }
+}
+
+void Runtime::restoreNorms() {
+  for (bool ffn : {false, true})
+    for (int b = 0; b < int(attnNorms_.size()); ++b) {
+      Norm& n = (ffn ? ffnNorms_ : attnNorms_)[size_t(b)];
+      if (n.w0.empty()) continue;
+      std::vector<float> w = n.w0, bias = n.b0;
+      setNormWeight(b, ffn, std::move(w), std::move(bias));
+    }
+}
+
 void Runtime::setLinearWeight(int i, std::vector<float> w) {
   LinearWeights& lw = weights_.at(size_t(i));
   if (w.size() != lw.original.size())
