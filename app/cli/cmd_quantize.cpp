@@ -128,11 +128,11 @@ void registerQuantize(CLI::App& app, CliContext& ctx) {
 
     JobContext job;
     job.onProgress = [&progress](double f, std::string_view s) { progress.update(f, s); };
-    EvalWindows ev;
+    ReferenceWindows ev;
     EvalResult floatRes;
     if (!a->noEval) {
       progress.update(0, "float reference");
-      ev = makeEvalWindows(rt, evalText, ctxLen, bos, a->tokens);
+      ev = makeReferenceWindows(rt, evalText, ctxLen, bos, a->tokens);
       floatRes = evaluateAgainst(rt, ev, &job);
     }
 

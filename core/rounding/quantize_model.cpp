@@ -373,9 +373,9 @@ QuantizeReport quantizeModel(Runtime& rt, GptqOps& gptq, const QuantizationPlan&
   return report;
 }
 
-EvalWindows makeEvalWindows(Runtime& rt, std::span<const int32_t> text, int64_t context,
+ReferenceWindows makeReferenceWindows(Runtime& rt, std::span<const int32_t> text, int64_t context,
                             int32_t bos, int64_t maxTokens) {
-  EvalWindows ev;
+  ReferenceWindows ev;
   std::span<const int32_t> t = text;
   if (maxTokens > 0 && int64_t(t.size()) > maxTokens) t = t.first(size_t(maxTokens));
   ev.windows = splitWindows(t, context, bos);
@@ -389,7 +389,7 @@ EvalWindows makeEvalWindows(Runtime& rt, std::span<const int32_t> text, int64_t 
   return ev;
 }
 
-EvalResult evaluateAgainst(Runtime& rt, const EvalWindows& ev, const JobContext* ctx) {
+EvalResult evaluateAgainst(Runtime& rt, const ReferenceWindows& ev, const JobContext* ctx) {
   EvalResult r;
   const int64_t V = rt.vocabSize();
   double nll = 0, kl = 0;

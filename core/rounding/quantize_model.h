@@ -82,12 +82,12 @@ void resetQuantization(Runtime& rt);
 
 // Perplexity and KL against reference logits on evaluation windows (each [BOS] + context - 1
 // text tokens, every text token scored).
-struct EvalWindows {
+struct ReferenceWindows {
   std::vector<std::vector<int32_t>> windows;  // with BOS
   std::vector<std::vector<float>> refLogits;  // [T, vocab] per window (the float model)
   int64_t scored = 0;
 };
-EvalWindows makeEvalWindows(Runtime& rt, std::span<const int32_t> text, int64_t context,
+ReferenceWindows makeReferenceWindows(Runtime& rt, std::span<const int32_t> text, int64_t context,
                             int32_t bos, int64_t maxTokens);
 struct EvalResult {
   double perplexity = 0, meanNll = 0;
@@ -95,6 +95,6 @@ struct EvalResult {
   double top1Agree = 0;  // share of scored tokens with the same argmax
   int64_t scored = 0;
 };
-EvalResult evaluateAgainst(Runtime& rt, const EvalWindows& ev, const JobContext* ctx = nullptr);
+EvalResult evaluateAgainst(Runtime& rt, const ReferenceWindows& ev, const JobContext* ctx = nullptr);
 
 }  // namespace qs

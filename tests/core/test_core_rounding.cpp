@@ -61,7 +61,7 @@ class TestCoreRounding : public QObject {
     QuantizeOptions o;
     o.context = 256;
     o.bos = bos;
-    const EvalWindows ev = makeEvalWindows(rt, evalText, 256, bos, 0);
+    const ReferenceWindows ev = makeReferenceWindows(rt, evalText, 256, bos, 0);
     const auto rtn = quantizeModel(rt, *gptqOps, md.plan("int4-g32-sym", RoundingMethod::Rtn), calib, o);
     const EvalResult er = evaluateAgainst(rt, ev);
     const auto gq = quantizeModel(rt, *gptqOps, md.plan("int4-g32-sym", RoundingMethod::Gptq), calib, o);
@@ -96,7 +96,7 @@ class TestCoreRounding : public QObject {
     QuantizeOptions o;
     o.context = 128;
     o.bos = bos;
-    const EvalWindows ev = makeEvalWindows(rt, {md.ids.data() + 1024, 512}, 128, bos, 0);
+    const ReferenceWindows ev = makeReferenceWindows(rt, {md.ids.data() + 1024, 512}, 128, bos, 0);
     const auto rep = quantizeModel(rt, *gptqOps, md.plan("fp16", RoundingMethod::Awq),
                                    {md.ids.data(), 1024}, o);
     bool scaledNorm = false;
@@ -169,7 +169,7 @@ class TestCoreRounding : public QObject {
     QuantizeOptions o;
     o.context = 128;
     o.bos = bos;
-    const EvalWindows ev = makeEvalWindows(rt, {md.ids.data() + 1024, 512}, 128, bos, 0);
+    const ReferenceWindows ev = makeReferenceWindows(rt, {md.ids.data() + 1024, 512}, 128, bos, 0);
     quantizeModel(rt, *gptqOps, md.plan("int8-ch-sym:int8-tok", RoundingMethod::Rtn), {md.ids.data(), 1024}, o);
     const EvalResult plain = evaluateAgainst(rt, ev);
     const auto rep = quantizeModel(rt, *gptqOps, md.plan("int8-ch-sym:int8-tok", RoundingMethod::Rtn, 0.5),
