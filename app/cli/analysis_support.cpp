@@ -4,7 +4,7 @@
 #include <cmath>
 #include <thread>
 
-#include "core/session/model_hash.h"
+#include "core/plan/model_hash.h"
 #include "core/util/datasets.h"
 #include "kernels/common/error.h"
 #include "kernels/ops/cpu_transformer_ops.h"
@@ -42,7 +42,7 @@ AnalysisSetup setUpAnalysis(CliContext& ctx, const AnalysisArgs& a, TerminalProg
   s.run = loadRunnable(a.model, a.tokenizer, true, progress);
   if (!a.session.empty()) {
     progress.update(0, "hashing the model");
-    s.modelHash = modelContentHash(*s.run.model.file, progressContext(progress));
+    s.modelHash = sampledModelHash(*s.run.model.file);
     s.session = openSessionFor(a.session, a.model, s.modelHash);
   }
   progress.update(0, "tokenizing");

@@ -73,6 +73,30 @@ File File::create(const std::string& path) {
   return f;
 }
 
+File File::createInMemory(const std::string& path) {
+  auto l = lock();
+  File f;
+  f.path_ = path;
+  f.writing_ = true;
+  Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  // Grows in 1 MiB steps; no backing store: the bytes leave only through image().
+  if (!fapl || H5Pset_fapl_core(fapl.id(), size_t(1) << 20, 0) < 0) f.fail({}, "cannot set up an in-memory HDF5 file");
+  const hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.id());
+  if (id < 0) f.fail({}, "cannot create the in-memory HDF5 file");
+  f.file_ = Handle(id, H5Fclose);
+  return f;
+}
+
+std::vector<std::byte> File::image() {
+  auto l = lock();
+  if (H5Fflush(file_.id(), H5F_SCOPE_GLOBAL) < 0) fail({}, "cannot flush the HDF5 file");
+  const ssize_t n = H5Fget_file_image(file_.id(), nullptr, 0);
+  if (n < 0) fail({}, "cannot size the HDF5 file image");
+  std::vector<std::byte> bytes(size_t(n));
+  if (H5Fget_file_image(file_.id(), bytes.data(), bytes.size()) != n) fail({}, "cannot copy the HDF5 file image");
+  return bytes;
+}
+
 File File::openRead(const std::string& path) {
   auto l = lock();
   File f;
