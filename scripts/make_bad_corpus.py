@@ -77,6 +77,14 @@ def l2c_header(c=L2C, **over):
     return struct.pack("<7i", v["dim"], v["hidden"], v["layers"], v["heads"], v["kv"], v["vocab"], v["seq"])
 
 
+def l2c_v1_header(c=L2C, version=1, shared=1, **over):
+    """Version-1 header: magic "ak42", version, the 7 ints, the shared-classifier byte, zero padding to 256."""
+    v = dict(c, **over)
+    h = struct.pack("<Ii7iB", 0x616B3432, version, v["dim"], v["hidden"], v["layers"], v["heads"], v["kv"],
+                    v["vocab"], v["seq"], shared)
+    return h + b"\0" * (256 - len(h))
+
+
 def make_llama2c(out):
     rng = np.random.default_rng(14)
     secs = l2c_sections(rng)
@@ -103,14 +111,24 @@ def make_llama2c(out):
     fname = "l2c_trunc_mid_last.bin"
     write(out, fname, (header + body)[:len(header) + len(body) - 6])
     case("l2c_trunc_mid_last", ["inspect", "{bad}/" + fname], [fname, "truncated"])
-    # Absurd header values: each names its header field.
+    # Absurd header values. A legacy header has no magic: a garbage one is simply not a model
+    # file (the error names the header). The version-1 header ("ak42") is recognised by its
+    # magic, so each bad value is refused naming its field.
+    write(out, "l2c_legacy_garbage_header.bin", l2c_header(dim=1 << 30) + body[:64])
+    case("l2c_legacy_garbage_header", ["inspect", "{bad}/l2c_legacy_garbage_header.bin"],
+         ["l2c_legacy_garbage_header.bin", "header"])
+    v1_body = b"".join(a.tobytes() for n, a in secs if not n.startswith("freqs"))
+    write(out, "l2c_v1_trunc_header.bin", l2c_v1_header()[:20])
+    case("l2c_v1_trunc_header", ["inspect", "{bad}/l2c_v1_trunc_header.bin"], ["l2c_v1_trunc_header.bin", "header."])
+    write(out, "l2c_v1_version_7.bin", l2c_v1_header(version=7) + v1_body[:64])
+    case("l2c_v1_version_7", ["inspect", "{bad}/l2c_v1_version_7.bin"], ["l2c_v1_version_7.bin", "header.version"])
     for field, val in [("dim", 1 << 30), ("n_layers", 100000), ("vocab_size", -(1 << 30)),
-                       ("n_heads", 0), ("seq_len", -5), ("n_kv_heads", 3)]:
+                       ("n_heads", 0), ("seq_len", -5), ("n_kv_heads", 3), ("hidden_dim", -1)]:
         key = {"dim": "dim", "n_layers": "layers", "vocab_size": "vocab", "n_heads": "heads",
-               "seq_len": "seq", "n_kv_heads": "kv"}[field]
-        fname = "l2c_bad_%s.bin" % field
-        write(out, fname, l2c_header(**{key: val}) + body[:64])  # refused on the header alone
-        case("l2c_bad_" + field, ["inspect", "{bad}/" + fname], [fname, "header." + field])
+               "seq_len": "seq", "n_kv_heads": "kv", "hidden_dim": "hidden"}[field]
+        fname = "l2c_v1_bad_%s.bin" % field
+        write(out, fname, l2c_v1_header(**{key: val}) + v1_body[:64])  # refused on the header alone
+        case("l2c_v1_bad_" + field, ["inspect", "{bad}/" + fname], [fname, "header." + field])
     # Trailing garbage: the file is longer than the header says.
     write(out, "l2c_trailing_bytes.bin", header + body + b"\x00" * 12)
     case("l2c_trailing_bytes", ["inspect", "{bad}/l2c_trailing_bytes.bin"], ["l2c_trailing_bytes.bin"])
@@ -252,7 +270,8 @@ def make_gguf(out):
         write(out, fname, data)
         case(name, ["inspect", "{bad}/" + fname] + list(args_extra), [fname] + expect, exit_code, note)
 
-    bad("gguf_wrong_magic", b"GGUX" + base[4:], ["magic"], note="detected as no known format")
+    bad("gguf_wrong_magic", b"GGUX" + base[4:], ["header", "not a recognised model file"],
+        note="no magic matches: not a model file")
     bad("gguf_version_1", patch(base, 4, "<I", 1), ["header.version"])
     bad("gguf_version_99", patch(base, 4, "<I", 99), ["header.version"])
     # Truncated at every section boundary (and inside each section).

@@ -92,7 +92,7 @@ std::vector<std::byte> File::image() {
   if (H5Fflush(file_.id(), H5F_SCOPE_GLOBAL) < 0) fail({}, "cannot flush the HDF5 file");
   const ssize_t n = H5Fget_file_image(file_.id(), nullptr, 0);
   if (n < 0) fail({}, "cannot size the HDF5 file image");
-  std::vector<std::byte> bytes(size_t(n));
+  std::vector<std::byte> bytes(static_cast<size_t>(n));
   if (H5Fget_file_image(file_.id(), bytes.data(), bytes.size()) != n) fail({}, "cannot copy the HDF5 file image");
   return bytes;
 }

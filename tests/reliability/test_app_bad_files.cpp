@@ -7,7 +7,9 @@
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
+#include <QLabel>
 #include <QMessageBox>
+#include <QPushButton>
 #include <QSettings>
 #include <QTreeView>
 #include <QtTest>
@@ -17,6 +19,8 @@
 #include "app/gui/main_window.h"
 #include "app/gui/job_runner.h"
 #include "core/model/model_file.h"
+#include "kernels/backend/backend.h"
+#include "kernels/common/device_error.h"
 #include "tests/test_util.h"
 #include "widgets/layer_view.h"
 
@@ -105,6 +109,33 @@ class TestAppBadFiles : public QObject {
     const QString message = failed.first().at(2).toString();
     QVERIFY2(message.contains("non-finite") || message.contains("NaN"), qPrintable(message));
     openGood(qs::test::stories260K());
+    QVERIFY(w_->model());
+  }
+
+  // A job that runs out of device memory (the CUDA op-sets' error, raised here by the job
+  // itself since CI has no GPU) fails alone; the window offers the CPU backend, and taking it
+  // switches the backend and redoes the analysis there.
+  void outOfDeviceMemoryOffersCpuBackend() {
+    {
+      QSignalSpy analysed(w_.get(), &MainWindow::layerAnalysed);
+      w_->selectTensor(QStringLiteral("layers.1.feed_forward.w2.weight"));
+      QVERIFY(analysed.wait(30'000));
+    }
+    QSignalSpy failed(w_->jobs(), &qs::app::JobRunner::jobFailed);
+    w_->jobs()->submit(QStringLiteral("test"), QStringLiteral("Analysing a huge layer"),
+                       [](const qs::JobContext&) -> std::function<void()> {
+                         throw qs::outOfDeviceMemory("cudaMalloc of 85899345920 bytes for the weights");
+                       });
+    QVERIFY(failed.wait(10'000));
+    QTRY_VERIFY_WITH_TIMEOUT(w_->deviceMemoryDialog() && w_->deviceMemoryDialog()->isVisible(), 5'000);
+    QVERIFY(w_->deviceMemoryDialog()->informativeText().contains("--backend cpu"));
+    auto* useCpu = w_->deviceMemoryDialog()->findChild<QPushButton*>("useCpuButton");
+    QVERIFY(useCpu);
+    QSignalSpy analysed(w_.get(), &MainWindow::layerAnalysed);
+    useCpu->click();
+    QCOMPARE(w_->backend()->kind(), qs::BackendKind::Cpu);
+    QVERIFY(w_->findChild<QLabel*>("backendLabel")->text().contains("CPU"));
+    QVERIFY(analysed.wait(30'000));  // the open layer, analysed again on the CPU
     QVERIFY(w_->model());
   }
 
