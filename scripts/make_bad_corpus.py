@@ -150,7 +150,8 @@ def make_llama2c(out):
              [], exit_code=0, note="inspect reports the %s count (stdout), exit 0" % kind)
         case("l2c_%s_perplexity" % kind,
              ["--backend", "cpu", "perplexity", "{bad}/" + fname, "--tokenizer",
-              "{datasets}/models/stories260K/tok512.bin", "--tokens", "16"],
+              "{datasets}/models/stories260K/tok512.bin", "--text",
+              "{datasets}/text/tinystories_validation_head.txt", "--tokens", "16"],
              [fname, "layers.0.attention.wq.weight", "NaN" if kind == "nan" else "infinite"],
              note="the runtime refuses non-finite weights, naming the tensor")
 
@@ -281,8 +282,10 @@ def make_gguf(out):
             ("data", lay.data_start), ("data_mid", lay.data_start + lay.tensors[5]["offset"] + 3),
             ("last_tensor", len(base) - 10)]
     field_of = {"magic": "", "version": "header.version", "n_tensors": "header.n_tensors",
-                "n_kv": "header.n_kv", "kv": "metadata[0]", "kv_mid": "metadata[1]",
-                "tensor_infos": "tensor_info[0]", "tensor_info_mid": "blk.0.attn_k.weight",
+                # Cut inside the metadata: the key-value count is refused against the bytes left
+                # before any entry is read.
+                "n_kv": "header.n_kv", "kv": "header.n_kv", "kv_mid": "header.n_kv",
+                "tensor_infos": "tensor_info[0]", "tensor_info_mid": "tensor_info[3].name",
                 "padding": "", "data": "", "data_mid": "", "last_tensor": "output.weight"}
     for label, at in cuts:
         f = field_of[label]
@@ -316,7 +319,7 @@ def make_gguf(out):
     bad("gguf_unsupported_dtype", patch(base, q["type_pos"], "<I", 77), ["blk.0.attn_q.weight", "77"],
         args_extra=["--tensor", "blk.0.attn_q.weight", "--stats"])
     # Shapes that contradict the config (embedding_length 24, tensors are 16 wide).
-    bad("gguf_shape_vs_config", gguf_bytes(tmp, tensors, cfg=dict(d=24)), ["blk.0.attn_q.weight", "shape"],
+    bad("gguf_shape_vs_config", gguf_bytes(tmp, tensors, cfg=dict(d=24)), ["token_embd.weight", "contradicts the config"],
         note="llama.embedding_length says 24, the weights are 16 wide")
     # NaN weights in an F32 tensor: inspect --stats reports them.
     tn = [(n, a.copy()) for n, a in tensors]
@@ -361,7 +364,8 @@ def make_safetensors(out):
     bad("st_trunc_length", base[:5], [], note="not even the 8-byte header length")
     bad("st_trunc_header", base[:8 + hlen // 2], ["header"])
     bad("st_trunc_data", base[:8 + hlen + len(data) // 2], [])
-    bad("st_huge_header_length", struct.pack("<Q", 1 << 62) + base[8:], ["header length"])
+    bad("st_huge_header_length", struct.pack("<Q", 1 << 62) + base[8:], ["header"],
+        note="a header length past the end: not recognised as safetensors at all")
     bad("st_invalid_json", struct.pack("<Q", hlen) + b"{\"a\":" + base[13:], ["header"])
     bad("st_header_not_object", st_raw([1, 2, 3], data), ["header"])
 
@@ -380,7 +384,7 @@ def make_safetensors(out):
     bad("st_overlap", st_raw(mutate(lambda h: h[k].__setitem__("data_offsets", h[q]["data_offsets"])), data),
         ["overlap"])
     bad("st_unsupported_dtype", st_raw(mutate(lambda h: h[q].__setitem__("dtype", "F4_E2M1")), data),
-        [q, "F4_E2M1"])
+        [q, "F4_E2M1"], args_extra=["--tensor", q, "--stats"], note="listed by inspect; refused when decoded")
     bad("st_shape_vs_bytes", st_raw(mutate(lambda h: h[q].__setitem__("shape", [16, 17])), data), [q])
     bad("st_huge_shape", st_raw(mutate(lambda h: h[q].__setitem__("shape", [2 ** 40, 2 ** 40])), data), [q])
     bad("st_negative_shape", st_raw(mutate(lambda h: h[q].__setitem__("shape", [-16, -16])), data), [q])
@@ -408,26 +412,32 @@ def make_safetensors(out):
 # ---- plans -----------------------------------------------------------------------------------
 def make_plans(out):
     write(out, "plan_empty.json", b"")
-    case("plan_empty", ["plan", "show", "{bad}/plan_empty.json"], ["plan_empty.json"])
+    case("plan_empty", ["plan", "show", "{bad}/plan_empty.json"], ["plan_empty.json", "plan"])
     write(out, "plan_invalid.json", b"{\"quantscope_plan\": 2, \"entries\": [")
-    case("plan_invalid_json", ["plan", "show", "{bad}/plan_invalid.json"], ["plan_invalid.json"])
+    case("plan_invalid_json", ["plan", "show", "{bad}/plan_invalid.json"], ["plan_invalid.json", "plan: invalid JSON"])
     write(out, "plan_not_object.json", b"[1, 2, 3]\n")
-    case("plan_not_object", ["plan", "show", "{bad}/plan_not_object.json"], ["plan_not_object.json"])
+    case("plan_not_object", ["plan", "show", "{bad}/plan_not_object.json"], ["plan_not_object.json", "plan"])
     write(out, "plan_bad_version.json", b"{\"quantscope_plan\": 99}\n")
     case("plan_bad_version", ["plan", "show", "{bad}/plan_bad_version.json"],
          ["plan_bad_version.json", "quantscope_plan"])
-    plan = {"quantscope_plan": 2, "name": "w4 everywhere",
-            "model": {"name": "stories260K", "hash": "xxh3-64:0123456789abcdef", "architecture": "llama",
-                      "linear_layers": 35, "parameters": 263872},
-            "defaults": {"weight": "int4", "group": 32},
-            "entries": [{"layers": ["blocks.0.*"], "weight": "int8"}]}
+    write(out, "plan_v2_version_99.json", b'{"schema": "quantscope-plan", "version": 99}\n')
+    case("plan_v2_version_99", ["plan", "show", "{bad}/plan_v2_version_99.json"],
+         ["plan_v2_version_99.json", "version"])
+    # A schema-2 plan made for stories260K (its real sampled hash).
+    plan = {"schema": "quantscope-plan", "version": 2, "name": "w4 everywhere",
+            "model": {"name": "stories260K", "hash": "xxh3-64-sampled:53aa64a0f6a8f5c8", "architecture": "llama",
+                      "linear_layers": 35, "parameters": 226560},
+            "defaults": {"weight": "int4-sym", "group_size": 32},
+            "entries": [{"layers": ["blocks.0.attn.q"], "weight": "int8-sym"}]}
     write(out, "plan_bad_format.json",
           json.dumps(dict(plan, defaults={"weight": "int3"}), indent=2).encode())
     case("plan_bad_format", ["plan", "show", "{bad}/plan_bad_format.json"],
-         ["plan_bad_format.json", "weight"])
+         ["plan_bad_format.json", "defaults.weight"])
+    write(out, "plan_unknown_key.json", json.dumps(dict(plan, colour="blue"), indent=2).encode())
+    case("plan_unknown_key", ["plan", "show", "{bad}/plan_unknown_key.json"], ["plan_unknown_key.json", "colour"])
     write(out, "plan_other_model.json", json.dumps(plan, indent=2).encode())
     case("plan_other_model", ["plan", "show", "{bad}/plan_other_model.json", "--model", "{bad}/l2c_tiny.bin"],
-         ["plan_other_model.json", "hash"], note="a plan made for another model's hash")
+         ["plan_other_model.json", "hash"], note="a plan made for stories260K, used on another model")
 
 
 # ---- sessions --------------------------------------------------------------------------------
@@ -450,25 +460,26 @@ def make_sessions(out):
         h5py.h5g.create(parent.id, name.encode(), gcpl=gcpl)
         return parent[name]
 
-    def root(f, model_hash="xxh3-64:0123456789abcdef", fmt="quantscope-session", version=1):
-        f.attrs["format"] = fmt
+    def root(f, model_hash="xxh3-64-sampled:53aa64a0f6a8f5c8", fmt="quantscope-session", version=1):
+        # Fixed-length strings, as the session writer stores them.
+        f.attrs["format"] = np.bytes_(fmt)
         f.attrs["schema_version"] = np.int64(version)
-        f.attrs["model_path"] = "l2c_tiny.bin"
-        f.attrs["model_hash"] = model_hash
+        f.attrs["model_path"] = np.bytes_("stories260K.bin")
+        f.attrs["model_hash"] = np.bytes_(model_hash)
 
     cmd = lambda s: ["--backend", "cpu", "calibrate", "{bad}/l2c_tiny.bin", "--tokenizer",
                      "{datasets}/models/stories260K/tok512.bin", "--tokens", "16", "--session", "{bad}/" + s]
     write(out, "session_text.qsession", b"this is not an HDF5 file\n")
-    case("session_not_hdf5", cmd("session_text.qsession"), ["session_text.qsession"])
+    case("session_not_hdf5", cmd("session_text.qsession"), ["session_text.qsession", "HDF5 signature"])
     write(out, "session_empty.qsession", b"")
-    case("session_empty", cmd("session_empty.qsession"), ["session_empty.qsession"])
+    case("session_empty", cmd("session_empty.qsession"), ["session_empty.qsession", "HDF5 signature"])
     p = h5("session_trunc_src.qsession", lambda f: (root(f), group(f, "plans").create_dataset(
-        "p", data="{}", track_times=False)))
+        "p", data=np.bytes_("{}"), track_times=False)))
     with open(p, "rb") as f:
         blob = f.read()
     os.remove(p)
     write(out, "session_truncated.qsession", blob[:len(blob) // 2])
-    case("session_truncated", cmd("session_truncated.qsession"), ["session_truncated.qsession"])
+    case("session_truncated", cmd("session_truncated.qsession"), ["session_truncated.qsession", "HDF5"])
     h5("session_wrong_tag.qsession", lambda f: root(f, fmt="something-else"))
     case("session_wrong_tag", cmd("session_wrong_tag.qsession"), ["session_wrong_tag.qsession", "format"])
     h5("session_version_99.qsession", lambda f: root(f, version=99))
@@ -481,11 +492,27 @@ def make_sessions(out):
     def bad_calib(f):
         root(f)
         g = group(f, "calibration")
-        g.attrs["layer_count"] = np.int64(1 << 40)
+        for k, v in [("tokens", 16), ("windows", 1), ("context", 16)]:
+            g.attrs[k] = np.int64(v)
+        g.attrs["text_source"] = np.bytes_("text.txt")
+        g.attrs["protocol"] = np.bytes_("windows")
+        g.attrs["layer_count"] = np.int64(1 << 40)  # a claim the file cannot hold
         group(g, "layers")
     h5("session_bad_layer_count.qsession", bad_calib)
     case("session_bad_layer_count", cmd("session_bad_layer_count.qsession"),
-         ["session_bad_layer_count.qsession", "calibration"])
+         ["session_bad_layer_count.qsession", "/calibration", "layer_count"])
+
+    def layers_mismatch(f):
+        root(f)
+        g = group(f, "calibration")
+        for k, v in [("tokens", 16), ("windows", 1), ("context", 16), ("layer_count", 3)]:
+            g.attrs[k] = np.int64(v)
+        g.attrs["text_source"] = np.bytes_("text.txt")
+        g.attrs["protocol"] = np.bytes_("windows")
+        group(g, "layers")
+    h5("session_layers_missing.qsession", layers_mismatch)
+    case("session_layers_missing", cmd("session_layers_missing.qsession"),
+         ["session_layers_missing.qsession", "/calibration/layers"], note="layer_count 3, no layer groups")
 
 
 def main():

@@ -102,12 +102,13 @@ File File::openRead(const std::string& path) {
   File f;
   f.path_ = path;
   struct stat st{};
-  if (::stat(path.c_str(), &st) != 0) f.fail({}, "cannot open the session file (" + std::string(std::strerror(errno)) + ")");
-  if (!S_ISREG(st.st_mode)) f.fail({}, "not a regular file");
+  // The "field" of a file-level failure: the file itself, or its HDF5 superblock/structure.
+  if (::stat(path.c_str(), &st) != 0) f.fail("file", "cannot open the session file (" + std::string(std::strerror(errno)) + ")");
+  if (!S_ISREG(st.st_mode)) f.fail("file", "not a regular file");
   f.size_ = uint64_t(st.st_size);
-  if (H5Fis_hdf5(path.c_str()) <= 0) f.fail({}, "not an HDF5 file (corrupt or of another kind)");
+  if (H5Fis_hdf5(path.c_str()) <= 0) f.fail("HDF5 signature", "not an HDF5 file (corrupt or of another kind)");
   const hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
-  if (id < 0) f.fail({}, "HDF5 cannot open the file (corrupt)");
+  if (id < 0) f.fail("HDF5 structure", "HDF5 cannot open the file (corrupt or truncated)");
   f.file_ = Handle(id, H5Fclose);
   return f;
 }
