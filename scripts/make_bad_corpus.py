@@ -154,6 +154,13 @@ def make_llama2c(out):
               "{datasets}/text/tinystories_validation_head.txt", "--tokens", "16"],
              [fname, "layers.0.attention.wq.weight", "NaN" if kind == "nan" else "infinite"],
              note="the runtime refuses non-finite weights, naming the tensor")
+    tokargs = ["--tokenizer", "{datasets}/models/stories260K/tok512.bin", "--text",
+               "{datasets}/text/tinystories_validation_head.txt", "--tokens", "16"]
+    case("l2c_nan_plan_measure", ["plan", "measure", "{bad}/l2c_nan_weights.bin", "--sweep", "int4-g32-sym"] + tokargs,
+         ["l2c_nan_weights.bin", "layers.0.attention.wq.weight", "NaN"],
+         note="the quantization sweep refuses too (before any format is tried)")
+    case("l2c_inf_calibrate", ["--backend", "cpu", "calibrate", "{bad}/l2c_inf_weights.bin"] + tokargs,
+         ["l2c_inf_weights.bin", "layers.0.attention.wq.weight", "infinite"])
 
 
 # ---- GGUF ------------------------------------------------------------------------------------

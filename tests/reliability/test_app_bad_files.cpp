@@ -63,8 +63,10 @@ class TestAppBadFiles : public QObject {
       // Every file a case refuses, once (several cases may share one file). Plans and sessions
       // are opened too: the GUI must refuse them as models just as calmly.
       if (c.value("exit").toInt() != 2 || seen.contains(file)) continue;
-      const QString args = c.value("args").toVariant().toStringList().join(' ');
-      if (args.contains("--tensor")) continue;  // refused only when the data is decoded
+      // Valid model files refused only when their data is decoded or run (an unsupported dtype,
+      // NaN weights) open fine as models; they are covered below and by the CLI.
+      const QStringList args = c.value("args").toVariant().toStringList();
+      if (args.contains("--tensor") || args.contains("perplexity")) continue;
       seen.insert(file);
       QTest::newRow(qPrintable(c.value("case").toString())) << file;
     }
