@@ -328,12 +328,14 @@ class TestCoreRuntimePlan : public QObject {
     Runtime rt(*m.file, m.graph, *cpu_);
     std::vector<std::string> names;
     for (const auto* l : rt.linears()) names.push_back(l->weightName);
-    const LinearPlan p = parseLinearPlan(
-        R"({"*": "int8-ch-sym", "output.weight": "none", "layers.0.attention.wq.weight": "int4-g32-sym"})", names, "p.json");
+    // The tied head is named after the tensor it reads (the embedding).
+    const std::string plan = "{\"*\": \"int8-ch-sym\", \"" + names.back() +
+                             "\": \"none\", \"layers.0.attention.wq.weight\": \"int4-g32-sym\"}";
+    const LinearPlan p = parseLinearPlan(plan, names, "p.json");
     QCOMPARE(p.size(), names.size());
     QCOMPARE(*p[0], parseQuantFormat("int4-g32-sym"));
     QCOMPARE(*p[1], parseQuantFormat("int8-ch-sym"));
-    QVERIFY(!p.back());  // the tied head, named output.weight
+    QVERIFY(!p.back());  // the tied head
     for (const char* bad : {R"({"*": 3})", R"({"no.such.weight": "fp16"})", R"({"*": "int5"})", R"([1, 2])", R"({"*": )"}) {
       try {
         parseLinearPlan(bad, names, "bad.json");

@@ -24,6 +24,7 @@
 #include "core/runtime/runtime.h"
 #include "kernels/backend/backend.h"
 #include "kernels/common/error.h"
+#include "kernels/common/half.h"
 #include "kernels/gemm/gemm_ops.h"
 #include "kernels/gemm/gemm_reference.h"
 #include "tests/test_util.h"

@@ -343,7 +343,7 @@ class TestGemm : public QObject {
     for (int64_t c = 0; c < k; ++c) x[size_t(3 * k + c)] = floatToHalfBits(-2.5f);  // constant token
     for (GemmActivationType a : {GemmActivationType::Int8PerToken, GemmActivationType::Fp8E4M3PerToken}) {
       const bool fp8 = a == GemmActivationType::Fp8E4M3PerToken;
-      const QuantizedActivations q = quantizeActivationsReference(x.data(), m, k, a);
+      const GemmQuantizedActivations q = quantizeActivationsReference(x.data(), m, k, a);
       for (int64_t r = 0; r < m; ++r) {
         float absmax = 0;
         for (int64_t c = 0; c < k; ++c) absmax = std::max(absmax, std::fabs(halfBitsToFloat(x[size_t(r * k + c)])));
