@@ -208,6 +208,9 @@ void MainWindow::buildUi() {
       layerView_->setError(message);
     else
       statusBar()->showMessage(tr("%1 failed: %2").arg(title, message), 10000);
+    // The device ran out of memory (only a CUDA op-set says this): that job failed, nothing
+    // else; offer to go on on the CPU.
+    if (message.contains(QLatin1String("out of device memory"))) offerCpuBackend(title, message);
   });
 
   // The workflow tabs: sensitivity, plan editor, runs (their jobs use the same runner).
@@ -382,6 +385,28 @@ void MainWindow::showSummary() {
     html += QStringLiteral("</table>");
   }
   summary_->setHtml(html);
+}
+
+void MainWindow::offerCpuBackend(const QString& title, const QString& message) {
+  if (deviceMemoryDialog_) deviceMemoryDialog_->deleteLater();
+  deviceMemoryDialog_ = new QMessageBox(QMessageBox::Warning, tr("Out of GPU memory"),
+                                        tr("%1 ran out of GPU memory and was stopped.").arg(title),
+                                        QMessageBox::Close, this);
+  deviceMemoryDialog_->setObjectName(QStringLiteral("deviceMemoryDialog"));
+  deviceMemoryDialog_->setInformativeText(message);
+  QPushButton* cpu = deviceMemoryDialog_->addButton(tr("Use the CPU backend"), QMessageBox::AcceptRole);
+  cpu->setObjectName(QStringLiteral("useCpuButton"));
+  connect(cpu, &QPushButton::clicked, this, &MainWindow::useCpuBackend);
+  deviceMemoryDialog_->setAttribute(Qt::WA_DeleteOnClose);
+  connect(deviceMemoryDialog_, &QObject::destroyed, this, [this] { deviceMemoryDialog_ = nullptr; });
+  deviceMemoryDialog_->open();  // non-blocking, like every error dialog here
+}
+
+void MainWindow::useCpuBackend() {
+  backend_ = std::shared_ptr<Backend>(createCpuBackend());
+  backendLabel_->setText(QString::fromStdString(backend_->device().summary()) + tr(" (CPU chosen)"));
+  backendLabel_->setToolTip(tr("Switched to the CPU reference after the GPU ran out of memory"));
+  requestLayerAnalysis();  // the analysis that failed, again, on the CPU
 }
 
 void MainWindow::selectTensor(const QString& tensor) {

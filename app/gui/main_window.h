@@ -44,6 +44,9 @@ class MainWindow : public QMainWindow {
   QString modelPath() const { return modelPath_; }
   QTreeView* modelTree() const { return tree_; }
   QMessageBox* errorDialog() const { return errorDialog_; }  // the last error shown, if open
+  // Shown when a job ran out of device memory: offers to switch to the CPU backend.
+  QMessageBox* deviceMemoryDialog() const { return deviceMemoryDialog_; }
+  void useCpuBackend();  // replaces the compute backend by the CPU reference
   widgets::LayerView* layerView() const { return layerView_; }
   JobRunner* jobs() const { return jobs_; }
   // The analysis / plan / run workflow (Sensitivity, Plan and Run tabs) and its session.
@@ -77,6 +80,7 @@ class MainWindow : public QMainWindow {
   void rebuildRecentMenu();
   void updateMemoryLabel();
   void requestLayerAnalysis();
+  void offerCpuBackend(const QString& title, const QString& message);
   void saveLayerSettings();
 
   std::shared_ptr<ModelFile> model_;
@@ -99,6 +103,7 @@ class MainWindow : public QMainWindow {
   QLabel* memoryLabel_ = nullptr;
   QMenu* recentMenu_ = nullptr;
   QMessageBox* errorDialog_ = nullptr;
+  QMessageBox* deviceMemoryDialog_ = nullptr;
 };
 
 // Resident memory of this process in bytes (from /proc/self/statm), 0 if unknown.

@@ -256,7 +256,7 @@ ojson fieldsJson(const PlanFields& f) {
 Plan planFromJson(std::string_view text, const std::string& source, PlanReadInfo* info) {
   const json doc = parseJsonGuarded(source, "plan", text);
   Reader r(source);
-  r.object(doc, "");
+  r.object(doc, "plan");  // the document itself: named so the one-line error has a field
   PlanReadInfo local;
   PlanReadInfo& inf = info ? *info : local;
   inf = PlanReadInfo{};

@@ -34,7 +34,27 @@ int findRole(const std::vector<int>& blockLinears, const std::vector<const Linea
 }  // namespace
 
 std::vector<float> Runtime::loadTensor(const ModelFile& file, int index) const {
-  return file.tensorToFloat(file.tensors().at(size_t(index)));
+  const TensorInfo& t = file.tensors().at(size_t(index));
+  std::vector<float> v = file.tensorToFloat(t);
+  // A NaN or Inf weight poisons every activation after it: refuse the model up front, naming
+  // the tensor (inspect --tensor NAME --stats counts them).
+  uint64_t nan = 0, inf = 0;
+  size_t first = v.size();
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (std::isfinite(v[i])) continue;
+    (std::isnan(v[i]) ? nan : inf) += 1;
+    if (first == v.size()) first = i;
+  }
+  if (nan + inf > 0) {
+    std::string what;
+    if (nan) what = std::to_string(nan) + " NaN";
+    if (inf) what += (what.empty() ? "" : " and ") + std::to_string(inf) + " infinite";
+    throw Error(ErrorKind::BadInput,
+                what + " value(s), the first at element " + std::to_string(first) +
+                    "; the runtime needs finite weights (inspect --tensor " + t.name + " --stats shows them)",
+                file.path(), t.name);
+  }
+  return v;
 }
 
 Runtime::Runtime(const ModelFile& file, const ModelGraph& graph, TransformerOps& ops,
