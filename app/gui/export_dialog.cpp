@@ -11,12 +11,12 @@
 #include <QLineEdit>
 #include <QPointer>
 #include <QPushButton>
-#include <QSaveFile>
 #include <QTextBrowser>
 #include <QVBoxLayout>
 
 #include "app/gui/job_runner.h"
 #include "core/analysis/calibrate.h"
+#include "core/io/atomic_file.h"
 #include "core/export/model_export.h"
 #include "core/model/model_file.h"
 #include "core/model/model_graph.h"
@@ -209,9 +209,7 @@ bool ExportDialog::exportNow() {
       ExportOptions o;
       o.inexpressible = nearest_->isChecked() ? Inexpressible::Nearest : Inexpressible::Refuse;
       const ExportResult r = exportPlan(s_->plan, s_->resolved, s_->graph, *exportTargetFromName(target.toStdString()), o);
-      QSaveFile f(out);  // atomic: a temporary file renamed on commit
-      if (!f.open(QIODevice::WriteOnly) || f.write(QByteArray::fromStdString(r.text)) != qint64(r.text.size()) || !f.commit())
-        throw Error(ErrorKind::BadInput, f.errorString().toStdString(), out.toStdString());
+      writeFileAtomically(out.toStdString(), r.text);  // temporary file, then rename
       status_->setText(tr("Wrote %1").arg(out));
       emit exported(out);
       return true;
