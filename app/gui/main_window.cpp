@@ -34,6 +34,7 @@
 #include "kernels/device/device_info.h"
 #include "kernels/stats/stats_ops.h"
 #include "app/gui/job_runner.h"
+#include "app/labs/labs_panel.h"
 #include "core/analysis/layer_analysis.h"
 #include "widgets/layer_view.h"
 #include "widgets/model_tree_model.h"
@@ -207,6 +208,11 @@ void MainWindow::buildUi() {
   memoryLabel_->setObjectName(QStringLiteral("memoryLabel"));
   statusBar()->addPermanentWidget(backendLabel_);
   statusBar()->addPermanentWidget(memoryLabel_);
+
+  // Labs (issue 13): the course chapters as a tab; they work on the window's model.
+  auto* labsPanel = new labs::LabsPanel(jobs_);
+  tabs_->addTab(labsPanel, tr("Labs"));
+  connect(this, &MainWindow::modelLoaded, labsPanel, [this, labsPanel] { labsPanel->setModel(model_); });
 }
 
 void MainWindow::buildMenus() {
@@ -224,6 +230,10 @@ void MainWindow::buildMenus() {
   file->addSeparator();
   QAction* quit = file->addAction(tr("&Quit"), this, &QWidget::close);
   quit->setShortcut(QKeySequence::Quit);
+
+  menuBar()->addMenu(tr("&Labs"))->addAction(tr("Open the &Labs"), this, [this] {
+    tabs_->setCurrentWidget(findChild<labs::LabsPanel*>());
+  });
 
   QMenu* help = menuBar()->addMenu(tr("&Help"));
   help->addAction(tr("&About Quantscope"), this, [this] {
