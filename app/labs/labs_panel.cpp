@@ -283,6 +283,7 @@ void LabsPanel::buildUi() {
   results->setStretchFactor(1, 4);
   results->setStretchFactor(2, 2);
   results->setChildrenCollapsible(false);
+  results->setSizes({90, 430, 180});
 
   auto* right = new QWidget;
   auto* rv = new QVBoxLayout(right);

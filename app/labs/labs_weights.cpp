@@ -127,8 +127,6 @@ LabResult lab01(LabEnv& env, const LabParams& p, const JobContext& ctx) {
               " · MSE = **" + fmt(mse) + "** · SQNR = **" + fmtFixed(em.sqnrDb) + " dB** · max error = " +
               fmt(em.maxAbsError) + "\n\nRange of the weights: [" + fmt(lo) + ", " + fmt(hi) +
               "]. Values outside the red lines are clipped; the grey lines are the levels.";
-  r.histograms.push_back(std::move(h));
-  r.charts.push_back(std::move(chart));
   r.table.headers = {"quantity", "value"};
   r.table.rows = {{"levels", std::to_string(h.grid.size())},
                   {"scale (FP16)", fmt(m.scale, 6)},
@@ -139,6 +137,8 @@ LabResult lab01(LabEnv& env, const LabParams& p, const JobContext& ctx) {
                      for (float v : w) n += (v < clip.first || v > clip.second);
                      return fmt(double(n) / double(w.size()));
                    }()}};
+  r.histograms.push_back(std::move(h));
+  r.charts.push_back(std::move(chart));
   r.exercisePrompt = "At 4 bits, symmetric, one scale for " + layer +
                      ": enter the scale that minimises the MSE (within 5% of the optimum MSE). "
                      "Set bits = 4, mode = symmetric and move the clip ratio to explore.";
