@@ -175,7 +175,11 @@ LabResult lab03(LabEnv& env, const LabParams& p, const JobContext& ctx) {
   hw.series.push_back(histogramSeries("W · s", ws, 160, std::min(*wl, *vl), std::max(*wh, *vh)));
   LabResult r;
   r.histograms = {hx, hw};
-  r.charts = {channelAbsmaxChart("Per-channel max |x| after smoothing", xs, d->T, d->K, "X / s"), sweep};
+  LabChart channels = channelAbsmaxChart("Per-channel max |x|: before (line) and after smoothing", xs, d->T, d->K, "X / s");
+  LabChart before = channelAbsmaxChart("", d->x, d->T, d->K, "X");
+  before.series[0].style = ChartSeries::Style::Line;
+  channels.series.push_back(before.series[0]);
+  r.charts = {channels, sweep};
   r.summary = "Input activations of **" + layer + "** on " + std::to_string(d->T) +
               " tokens of TinyStories, captured with a runtime tap. W8A8: INT8 weights per channel, "
               "INT8 activations " + (perToken ? "per token" : "per tensor (static)") +
@@ -440,6 +444,11 @@ LabResult lab07(LabEnv& env, const LabParams& p, const JobContext& ctx) {
   ChartSeries s{"your plan", {}, {}, ChartSeries::Style::Line};
   for (size_t b = 0; b < mine.residualErr.size(); ++b) s.x.push_back(double(b)), s.y.push_back(std::max(mine.residualErr[b], 1e-12));
   acc.series.push_back(s);
+  const PlanEval greedyRes = evalPlan(env, pc, greedyP, ctx, true);
+  ChartSeries g{"planner's plan", {}, {}, ChartSeries::Style::Line};
+  for (size_t b = 0; b < greedyRes.residualErr.size(); ++b) g.x.push_back(double(b)), g.y.push_back(std::max(greedyRes.residualErr[b], 1e-12));
+  acc.series.push_back(g);
+  acc.title = "Error building up through the blocks";
   r.charts.push_back(acc);
   const bool within = mine.bits <= budget + 1e-9;
   const bool good = within && mine.kl <= greedy.kl * 1.05 + 1e-9;
@@ -704,6 +713,17 @@ LabResult lab18(LabEnv& env, const LabParams& p, const JobContext& ctx) {
   c.series.push_back(s);
   c.xLabel = "layer (execution order)";
   r.charts.push_back(c);
+  if (klGuided) {
+    LabChart k;
+    k.title = "Measured: KL with only this layer at INT4";
+    k.xLabel = "layer (execution order)";
+    k.yLabel = "KL (nats / token)";
+    k.logY = true;
+    ChartSeries ks{"INT4 alone", {}, {}, ChartSeries::Style::Bars};
+    for (size_t i = 0; i < lc.size(); ++i) ks.x.push_back(double(i)), ks.y.push_back(std::max(lc[i].kl[0], 1e-9));
+    k.series.push_back(ks);
+    r.charts.push_back(k);
+  }
   const double dppl = pplQ / pplF - 1;
   r.summary = "1. **Calibrate**: E[x²] of every linear input on 128 TinyStories tokens (taps, " + env.backend().name() +
               ").\n2. **Sensitivity**: the activation-weighted error of INT4 / INT8 / FP16 per layer (a proxy from one pass over the weights)" +

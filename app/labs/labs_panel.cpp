@@ -4,6 +4,7 @@
 #include <QDoubleSpinBox>
 #include <QFile>
 #include <QFormLayout>
+#include <QGridLayout>
 #include <QGroupBox>
 #include <QHBoxLayout>
 #include <QHeaderView>
@@ -183,8 +184,11 @@ void LabsPanel::buildUi() {
   controlsBox_ = new QGroupBox(tr("Experiment"));
   auto* cv = new QVBoxLayout(controlsBox_);
   form_ = new QFormLayout;
-  form_->setFieldGrowthPolicy(QFormLayout::ExpandingFieldsGrow);
-  cv->addLayout(form_);
+  form2_ = new QFormLayout;
+  auto* forms = new QHBoxLayout;
+  forms->addLayout(form_, 1);
+  forms->addLayout(form2_, 1);
+  cv->addLayout(forms);
   auto* buttons = new QHBoxLayout;
   run_ = new QPushButton(tr("Run"));
   run_->setObjectName(QStringLiteral("labRun"));
@@ -209,21 +213,24 @@ void LabsPanel::buildUi() {
   summary_->setObjectName(QStringLiteral("labSummary"));
   summary_->setMinimumHeight(70);
   auto* plots = new QWidget;
-  auto* ph = new QHBoxLayout(plots);
-  ph->setContentsMargins(0, 0, 0, 0);
+  plotGrid_ = new QGridLayout(plots);
+  plotGrid_->setContentsMargins(0, 0, 0, 0);
   for (int i = 0; i < 2; ++i) {
     hist_[i] = new widgets::HistogramPlot;
-    hist_[i]->setMinimumSize(220, 200);
-    ph->addWidget(hist_[i]);
+    hist_[i]->setMinimumSize(220, 160);
   }
   for (int i = 0; i < 2; ++i) {
     chart_[i] = new QCustomPlot;
-    chart_[i]->setMinimumSize(220, 200);
+    chart_[i]->setMinimumSize(220, 160);
     chart_[i]->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
     chart_[i]->legend->setFont(QFont(font().family(), 8));
     widgets::installPlotExportMenu(chart_[i]);
-    ph->addWidget(chart_[i]);
   }
+  // Parented from the start (a shown widget without a parent would be a window of its own).
+  plotGrid_->addWidget(hist_[0], 0, 0);
+  plotGrid_->addWidget(hist_[1], 0, 1);
+  plotGrid_->addWidget(chart_[0], 1, 0);
+  plotGrid_->addWidget(chart_[1], 1, 1);
   table_ = new QTableWidget;
   table_->setObjectName(QStringLiteral("labTable"));
   table_->setEditTriggers(QAbstractItemView::NoEditTriggers);
@@ -248,8 +255,11 @@ void LabsPanel::buildUi() {
   showAnswer_ = new QPushButton(tr("Show answer"));
   answerRow->addWidget(answerChoice_, 1);
   answerRow->addWidget(answerText_, 1);
+  checkButton_->setSizePolicy(QSizePolicy::Maximum, QSizePolicy::Fixed);
   answerRow->addWidget(checkButton_);
+  showAnswer_->setSizePolicy(QSizePolicy::Maximum, QSizePolicy::Fixed);
   answerRow->addWidget(showAnswer_);
+  answerRow->addStretch(0);
   feedback_ = new QLabel;
   feedback_->setObjectName(QStringLiteral("labFeedback"));
   feedback_->setWordWrap(true);
@@ -276,6 +286,7 @@ void LabsPanel::buildUi() {
   });
 
   auto* results = new QSplitter(Qt::Vertical);
+  results_ = results;
   results->addWidget(summary_);
   results->addWidget(plots);
   results->addWidget(table_);
@@ -374,12 +385,14 @@ void LabsPanel::showLab(int index) {
 
 void LabsPanel::rebuildControls() {
   while (form_->rowCount() > 0) form_->removeRow(0);
+  while (form2_->rowCount() > 0) form2_->removeRow(0);
   controls_.clear();
   if (!env_ || !current_) return;
   const LabDef& d = def();
   QSettings settings;
   loadingControls_ = true;
-  for (const LabParam& p : d.params(*env_)) {
+  const std::vector<LabParam> all = d.params(*env_);
+  for (const LabParam& p : all) {
     const QString saved = settings.value(QStringLiteral("labs/params/%1/%2").arg(d.number).arg(q(p.key))).toString();
     QWidget* w = nullptr;
     if (p.kind == LabParam::Kind::Choice) {
@@ -402,7 +415,8 @@ void LabsPanel::rebuildControls() {
       w = s;
     }
     w->setObjectName(QStringLiteral("labParam_") + q(p.key));
-    form_->addRow(q(p.label), w);
+    // Many controls: two columns, so the results keep their room.
+    (all.size() > 4 && controls_.size() >= (all.size() + 1) / 2 ? form2_ : form_)->addRow(q(p.label), w);
     controls_.emplace_back(p, w);
   }
   loadingControls_ = false;
@@ -527,6 +541,26 @@ void LabsPanel::showResult() {
       chart_[i]->hide();
     }
   }
+  // One row of plots when there are one or two, a 2 × 2 grid for more (the last one spanning).
+  std::vector<QWidget*> shown;
+  for (QWidget* w : {static_cast<QWidget*>(hist_[0]), static_cast<QWidget*>(hist_[1]),
+                     static_cast<QWidget*>(chart_[0]), static_cast<QWidget*>(chart_[1])}) {
+    plotGrid_->removeWidget(w);
+    if (!w->isHidden()) shown.push_back(w);
+  }
+  const int columns = shown.size() <= 2 ? int(shown.size()) : 2;
+  for (size_t i = 0; i < shown.size(); ++i) {
+    const bool last = i + 1 == shown.size();
+    plotGrid_->addWidget(shown[i], int(i) / std::max(columns, 1), int(i) % std::max(columns, 1), 1,
+                         last && columns == 2 && i % 2 == 0 ? 2 : 1);
+  }
+  // The summary gets the height its text needs (within limits); plots take most of the rest.
+  summary_->document()->setTextWidth(summary_->viewport()->width());
+  const int need = std::clamp(int(summary_->document()->size().height()) + 8, 50, 200);
+  const int total = std::max(results_->height(), 500);
+  const int plotsH = (total - need) * (shown.size() > 2 ? 80 : 68) / 100;
+  results_->setSizes({need, plotsH, std::max(total - need - plotsH, 80)});
+
   table_->clear();
   table_->setColumnCount(int(r.table.headers.size()));
   table_->setRowCount(int(r.table.rows.size()));

@@ -15,6 +15,8 @@ class QComboBox;
 class QCustomPlot;
 class QDoubleSpinBox;
 class QFormLayout;
+class QGridLayout;
+class QSplitter;
 class QGroupBox;
 class QLabel;
 class QLineEdit;
@@ -97,6 +99,7 @@ class LabsPanel : public QWidget {
   QTextBrowser* text_ = nullptr;
   QGroupBox* controlsBox_ = nullptr;
   QFormLayout* form_ = nullptr;
+  QFormLayout* form2_ = nullptr;
   std::vector<std::pair<LabParam, QWidget*>> controls_;
   QPushButton* run_ = nullptr;
   QPushButton* cancel_ = nullptr;
@@ -105,6 +108,8 @@ class LabsPanel : public QWidget {
   QTextBrowser* summary_ = nullptr;
   widgets::HistogramPlot* hist_[2] = {nullptr, nullptr};
   QCustomPlot* chart_[2] = {nullptr, nullptr};
+  QGridLayout* plotGrid_ = nullptr;
+  QSplitter* results_ = nullptr;
   QTableWidget* table_ = nullptr;
   QLabel* prompt_ = nullptr;
   QComboBox* answerChoice_ = nullptr;
