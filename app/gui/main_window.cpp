@@ -213,6 +213,12 @@ void MainWindow::buildUi() {
   auto* labsPanel = new labs::LabsPanel(jobs_);
   tabs_->addTab(labsPanel, tr("Labs"));
   connect(this, &MainWindow::modelLoaded, labsPanel, [this, labsPanel] { labsPanel->setModel(model_); });
+  // The labs need the width: the model panel narrows while they are shown, and comes back after.
+  connect(tabs_, &QTabWidget::currentChanged, this, [this, labsPanel, dock, wide = 0](int) mutable {
+    const bool labs = tabs_->currentWidget() == labsPanel;
+    if (labs && !wide) wide = dock->width(), resizeDocks({dock}, {260}, Qt::Horizontal);
+    if (!labs && wide) resizeDocks({dock}, {wide}, Qt::Horizontal), wide = 0;
+  });
 }
 
 void MainWindow::buildMenus() {

@@ -166,8 +166,7 @@ LabsPanel::~LabsPanel() {
 void LabsPanel::buildUi() {
   list_ = new QListWidget;
   list_->setObjectName(QStringLiteral("labList"));
-  list_->setMinimumWidth(230);
-  list_->setMaximumWidth(300);
+  list_->setMinimumWidth(220);
   for (const LabDef& d : labCatalog()) {
     auto* item = new QListWidgetItem(list_);
     item->setData(Qt::UserRole, d.number);
@@ -178,7 +177,7 @@ void LabsPanel::buildUi() {
   text_ = new QTextBrowser;
   text_->setObjectName(QStringLiteral("labText"));
   text_->setOpenExternalLinks(false);
-  text_->setMinimumWidth(300);
+  text_->setMinimumWidth(220);
 
   // The experiment column.
   controlsBox_ = new QGroupBox(tr("Experiment"));
@@ -303,16 +302,26 @@ void LabsPanel::buildUi() {
   rv->addWidget(results, 1);
   rv->addWidget(exercise);
 
+  // Two columns: the list above the chapter's text, the experiment beside them.
+  auto* left = new QSplitter(Qt::Vertical);
+  left->addWidget(list_);
+  left->addWidget(text_);
+  left->setStretchFactor(0, 0);
+  left->setStretchFactor(1, 1);
+  left->setChildrenCollapsible(false);
+  list_->setMinimumHeight(list_->sizeHintForRow(0) * 6);
+  left->setSizes({list_->sizeHintForRow(0) * 18 + 6, 400});
+
   auto* split = new QSplitter(Qt::Horizontal);
-  split->addWidget(text_);
+  split->addWidget(left);
   split->addWidget(right);
-  split->setStretchFactor(0, 2);
-  split->setStretchFactor(1, 5);
+  split->setStretchFactor(0, 0);
+  split->setStretchFactor(1, 1);
   split->setChildrenCollapsible(false);
+  split->setSizes({280, 1000});
 
   auto* h = new QHBoxLayout(this);
   h->setContentsMargins(4, 4, 4, 4);
-  h->addWidget(list_);
   h->addWidget(split, 1);
 
   rerun_ = new QTimer(this);
@@ -556,7 +565,7 @@ void LabsPanel::showResult() {
   }
   // The summary gets the height its text needs (within limits); plots take most of the rest.
   summary_->document()->setTextWidth(summary_->viewport()->width());
-  const int need = std::clamp(int(summary_->document()->size().height()) + 8, 50, 200);
+  const int need = std::clamp(int(summary_->document()->size().height()) + 16, 50, 220);
   const int total = std::max(results_->height(), 500);
   const int plotsH = (total - need) * (shown.size() > 2 ? 80 : 68) / 100;
   results_->setSizes({need, plotsH, std::max(total - need - plotsH, 80)});
