@@ -175,7 +175,7 @@ LabResult lab03(LabEnv& env, const LabParams& p, const JobContext& ctx) {
   hw.series.push_back(histogramSeries("W · s", ws, 160, std::min(*wl, *vl), std::max(*wh, *vh)));
   LabResult r;
   r.histograms = {hx, hw};
-  LabChart channels = channelAbsmaxChart("Per-channel max |x|: before (line) and after smoothing", xs, d->T, d->K, "X / s");
+  LabChart channels = channelAbsmaxChart("max |x| per channel: before (line), after (bars)", xs, d->T, d->K, "X / s");
   LabChart before = channelAbsmaxChart("", d->x, d->T, d->K, "X");
   before.series[0].style = ChartSeries::Style::Line;
   channels.series.push_back(before.series[0]);
@@ -245,7 +245,7 @@ LabResult lab04(LabEnv& env, const LabParams& p, const JobContext& ctx) {
   LabResult r;
   r.table.headers = {"calibration text", "tokens", "mean clip value", "eval error (mean over layers)", "KL(calib ‖ eval) of |x|"};
   LabChart c;
-  c.title = "Evaluation error per layer by calibration text";
+  c.title = "Evaluation error per layer";
   c.xLabel = "layer (execution order)";
   c.yLabel = "relative output error";
   c.logY = true;
@@ -494,7 +494,7 @@ LabResult lab15(LabEnv& env, const LabParams& p, const JobContext& ctx) {
   for (const LinearLayer* l : rt.linears()) params += uint64_t(l->outFeatures * l->inFeatures);
   std::vector<std::string> within, outside;
   LabChart c;
-  c.title = "Perplexity by plan (float = dashed reference)";
+  c.title = "Perplexity by plan (line: float)";
   c.yLabel = "perplexity";
   ChartSeries bars{"perplexity", {}, {}, ChartSeries::Style::Bars};
   ChartSeries base{"float", {}, {}, ChartSeries::Style::Line};
@@ -705,7 +705,7 @@ LabResult lab18(LabEnv& env, const LabParams& p, const JobContext& ctx) {
                             klGuided ? fmt(lc[i].kl[choice[i]]) : "-",
                             std::string(dtypeName(types[rt.linears()[i]->weightName]))});
   LabChart c;
-  c.title = "Proxy error of each layer at INT4 (sensitivity)";
+  c.title = "Proxy: INT4 error of each layer";
   c.yLabel = "activation-weighted relative error";
   c.logY = true;
   ChartSeries s{"INT4 proxy", {}, {}, ChartSeries::Style::Bars};
@@ -715,7 +715,7 @@ LabResult lab18(LabEnv& env, const LabParams& p, const JobContext& ctx) {
   r.charts.push_back(c);
   if (klGuided) {
     LabChart k;
-    k.title = "Measured: KL with only this layer at INT4";
+    k.title = "Measured: KL, only this layer at INT4";
     k.xLabel = "layer (execution order)";
     k.yLabel = "KL (nats / token)";
     k.logY = true;

@@ -412,11 +412,13 @@ LabResult lab16(LabEnv& env, const LabParams& p, const JobContext& ctx) {
   const auto xh = activationsFor(M, S);
   const std::vector<float> xa = fakeQuantActivations(xh.data(), M, S, s.activation);
   double maxRel = 0, maxAbs = 0, ymax = 0;
+  ChartSeries pairs{"outputs", {}, {}, ChartSeries::Style::Points};
   for (int64_t m = 0; m < M; ++m)
     for (int64_t n = 0; n < S; ++n) {
       double acc = 0;
       for (int64_t k = 0; k < S; ++k) acc += double(xa[size_t(m * S + k)]) * qw.dequantized(n, k);
       const double yv = halfBitsToFloat(yk[size_t(m * S + n)]);
+      if (m == 0) pairs.x.push_back(acc), pairs.y.push_back(yv);
       maxAbs = std::max(maxAbs, std::fabs(yv - acc));
       ymax = std::max(ymax, std::fabs(acc));
     }
@@ -432,6 +434,12 @@ LabResult lab16(LabEnv& env, const LabParams& p, const JobContext& ctx) {
                   {"fallback path", "plain loop over the dequantised weight (double accumulation)"},
                   {"max |difference|", fmt(maxAbs)},
                   {"max difference / max |y|", fmt(maxRel)}};
+  LabChart c;
+  c.title = "Kernel path against fallback (first token)";
+  c.xLabel = "fallback y";
+  c.yLabel = "kernel y";
+  c.series.push_back(pairs);
+  r.charts.push_back(c);
   r.summary = "Capability detection picked **" + be.name() + "**. " +
               (dev.cudaAvailable ? std::string("The kernel path is the CUDA kernel; the fallback runs on the CPU.")
                                  : std::string("No GPU here: the kernel path is the CPU reference op-set (what a "

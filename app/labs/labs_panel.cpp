@@ -49,7 +49,7 @@ void drawChart(QCustomPlot* plot, const LabChart& c) {
     plot->plotLayout()->simplify();
   }
   plot->plotLayout()->insertRow(0);
-  auto* title = new QCPTextElement(plot, q(c.title), QFont(plot->font().family(), 9, QFont::Bold));
+  auto* title = new QCPTextElement(plot, q(c.title), QFont(plot->font().family(), 8, QFont::Bold));
   plot->plotLayout()->addElement(0, 0, title);
   plot->xAxis->setLabel(q(c.xLabel));
   plot->yAxis->setLabel(q(c.yLabel));
@@ -60,10 +60,12 @@ void drawChart(QCustomPlot* plot, const LabChart& c) {
       ax->setTicker(QSharedPointer<QCPAxisTickerLog>::create());
     else
       ax->setTicker(QSharedPointer<QCPAxisTicker>::create());
+    ax->ticker()->setTickCount(ax == plot->xAxis ? 4 : 5);  // readable in a narrow column
   }
   if (!c.xTickLabels.empty()) {
     auto ticker = QSharedPointer<QCPAxisTickerText>::create();
     for (size_t i = 0; i < c.xTickLabels.size(); ++i) ticker->addTick(double(i), q(c.xTickLabels[i]));
+    ticker->setTickCount(int(c.xTickLabels.size()));  // every category labelled
     plot->xAxis->setTicker(ticker);
     plot->xAxis->setTickLabelRotation(c.xTickLabels.size() > 3 ? 25 : 0);
   } else {
@@ -568,7 +570,11 @@ void LabsPanel::showResult() {
   const int need = std::clamp(int(summary_->document()->size().height()) + 16, 50, 220);
   const int total = std::max(results_->height(), 500);
   const int plotsH = (total - need) * (shown.size() > 2 ? 80 : 68) / 100;
-  results_->setSizes({need, plotsH, std::max(total - need - plotsH, 80)});
+  results_->widget(1)->setVisible(!shown.empty());
+  if (shown.empty())
+    results_->setSizes({need, 0, total - need});
+  else
+    results_->setSizes({need, plotsH, std::max(total - need - plotsH, 80)});
 
   table_->clear();
   table_->setColumnCount(int(r.table.headers.size()));

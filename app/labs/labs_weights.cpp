@@ -82,7 +82,7 @@ LabResult lab01(LabEnv& env, const LabParams& p, const JobContext& ctx) {
   ex.spec.granularity = Granularity::Tensor;
   const double baseScale = amax / 7.0;
   LabChart chart;
-  chart.title = "MSE against the scale (4-bit symmetric, this layer)";
+  chart.title = "MSE vs scale (4-bit symmetric)";
   chart.xLabel = "scale";
   chart.yLabel = "MSE";
   chart.logY = true;
@@ -111,7 +111,8 @@ LabResult lab01(LabEnv& env, const LabParams& p, const JobContext& ctx) {
   }
 
   LabHistogram h;
-  h.title = "Weights of " + layer + " with the quantization grid";
+  h.title = "Weights and the grid";
+  h.logScale = true;
   h.series.push_back(histogramSeries("weights", w, 200, lo, hi));
   h.series.push_back(histogramSeries("dequantised", q, 200, lo, hi));
   h.grid = cellGridLevels(m.spec, m.scale, m.zero);
@@ -204,7 +205,7 @@ LabResult lab02(LabEnv& env, const LabParams& p, const JobContext& ctx) {
   bars.series.push_back(b);
   // Per-output-channel absmax: why one scale per tensor fails.
   LabChart ch;
-  ch.title = "absmax of each output channel of " + layer;
+  ch.title = "max |w| of each output channel";
   ch.xLabel = "output channel";
   ch.yLabel = "max |w|";
   ChartSeries cs;
@@ -328,7 +329,7 @@ LabResult lab05(LabEnv& env, const LabParams& p, const JobContext& ctx) {
   for (const MetaEntry& e : g->metadata()) meta += "- `" + e.key + "` (" + e.type + ") = " + e.value.dump() + "\n";
   r.summary += "\n\nMetadata:\n\n" + meta + "\nTensors: " + std::to_string(g->tensors().size()) + ".";
   LabHistogram h;
-  h.title = "First block of " + layer + ": original vs Q4_0";
+  h.title = "First block: original vs Q4_0";
   std::vector<float> orig = env.model().tensorToFloat(*env.model().findTensor(layer));
   orig.resize(32);
   const auto [lo, hi] = std::minmax_element(orig.begin(), orig.end());
@@ -547,7 +548,7 @@ LabResult lab13(LabEnv& env, const LabParams& p, const JobContext& ctx) {
   const double amax = absMax(x);
   LabHistogram h;
   const auto [lo, hi] = std::minmax_element(x.begin(), x.end());
-  h.title = std::string(acts ? "Activations into " : "Weights of ") + layer + " · grid of " + shown;
+  h.title = std::string(acts ? "Activations" : "Weights") + " with the " + shown + " grid";
   h.series.push_back(histogramSeries(acts ? "activations" : "weights", x, 240, *lo, *hi));
   h.logScale = true;
   for (const F& f : fmts) {
