@@ -434,12 +434,12 @@ LabResult lab16(LabEnv& env, const LabParams& p, const JobContext& ctx) {
                   {"fallback path", "plain loop over the dequantised weight (double accumulation)"},
                   {"max |difference|", fmt(maxAbs)},
                   {"max difference / max |y|", fmt(maxRel)}};
-  LabChart c;
-  c.title = "Kernel path against fallback (first token)";
-  c.xLabel = "fallback y";
-  c.yLabel = "kernel y";
-  c.series.push_back(pairs);
-  r.charts.push_back(c);
+  LabChart chart;
+  chart.title = "Kernel path against fallback (first token)";
+  chart.xLabel = "fallback y";
+  chart.yLabel = "kernel y";
+  chart.series.push_back(pairs);
+  r.charts.push_back(chart);
   r.summary = "Capability detection picked **" + be.name() + "**. " +
               (dev.cudaAvailable ? std::string("The kernel path is the CUDA kernel; the fallback runs on the CPU.")
                                  : std::string("No GPU here: the kernel path is the CPU reference op-set (what a "
