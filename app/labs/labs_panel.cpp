@@ -208,7 +208,16 @@ void LabsPanel::buildUi() {
   cv->addLayout(buttons);
   cv->addWidget(status_);
   connect(run_, &QPushButton::clicked, this, &LabsPanel::runExperiment);
-  connect(cancel_, &QPushButton::clicked, this, [this] { jobs_->cancel(QStringLiteral("lab")); });
+  connect(cancel_, &QPushButton::clicked, this, [this] {
+    // A cancelled job delivers nothing, and one still queued is dropped without a signal:
+    // the panel forgets it at once.
+    jobs_->cancel(QStringLiteral("lab"));
+    runId_ = 0;
+    run_->setEnabled(true);
+    cancel_->setEnabled(false);
+    progress_->hide();
+    status_->setText(tr("Cancelled."));
+  });
 
   summary_ = new QTextBrowser;
   summary_->setObjectName(QStringLiteral("labSummary"));
