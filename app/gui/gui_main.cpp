@@ -2,11 +2,13 @@
 
 #include <QBuffer>
 #include <QCommandLineParser>
+#include <QTabWidget>
 #include <QTimer>
 
 #include "app/gui/job_runner.h"
 #include "app/gui/main_window.h"
 #include "core/io/atomic_file.h"
+#include "app/labs/labs_panel.h"
 #include "core/util/datasets.h"
 #include "kernels/common/error.h"
 #include "widgets/layer_view.h"
@@ -40,6 +42,11 @@ int runGui(QApplication& app) {
                             QStringLiteral("format"));
   parser.addOption(select);
   parser.addOption(format);
+  QCommandLineOption lab(QStringLiteral("lab"),
+                         QStringLiteral("Open lab N (1-18) once the model is loaded; with --screenshot the "
+                                        "picture waits for its experiment"),
+                         QStringLiteral("N"));
+  parser.addOption(lab);
   parser.process(app);
 
   auto* window = new MainWindow;
@@ -71,8 +78,12 @@ int runGui(QApplication& app) {
         QCoreApplication::exit(ok ? code : 1);
       });
     };
-    // With --select the picture waits for the layer's analysis, else for the model.
-    if (selectTensor.isEmpty())
+    // With --lab it waits for the lab's experiment, with --select for the layer's analysis,
+    // else for the model.
+    if (auto* labs = window->findChild<labs::LabsPanel*>(); labs && parser.isSet(lab)) {
+      QObject::connect(labs, &labs::LabsPanel::experimentFinished, window, [grab] { grab(0); });
+      QObject::connect(labs, &labs::LabsPanel::experimentFailed, window, [grab] { grab(2); });
+    } else if (selectTensor.isEmpty())
       QObject::connect(window, &MainWindow::modelLoaded, window, [grab] { grab(0); });
     else
     {
@@ -81,6 +92,12 @@ int runGui(QApplication& app) {
     }
     QObject::connect(window, &MainWindow::modelLoadFailed, window, [grab] { grab(2); });
   }
+  if (parser.isSet(lab))
+    QObject::connect(window, &MainWindow::modelLoaded, window, [window, n = parser.value(lab).toInt()] {
+      auto* labs = window->findChild<labs::LabsPanel*>();
+      if (auto* tabs = window->findChild<QTabWidget*>(QStringLiteral("centralTabs"))) tabs->setCurrentWidget(labs);
+      labs->openLab(n);
+    });
   window->show();
   window->openModel(model);
   return app.exec();

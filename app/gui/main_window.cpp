@@ -42,6 +42,7 @@
 #include "kernels/stats/stats_ops.h"
 #include "app/gui/job_runner.h"
 #include "app/gui/workspace.h"
+#include "app/labs/labs_panel.h"
 #include "core/analysis/layer_analysis.h"
 #include "widgets/layer_view.h"
 #include "widgets/model_tree_model.h"
@@ -229,6 +230,17 @@ void MainWindow::buildUi() {
   memoryLabel_->setObjectName(QStringLiteral("memoryLabel"));
   statusBar()->addPermanentWidget(backendLabel_);
   statusBar()->addPermanentWidget(memoryLabel_);
+
+  // Labs (issue 13): the course chapters as a tab; they work on the window's model.
+  auto* labsPanel = new labs::LabsPanel(jobs_);
+  tabs_->addTab(labsPanel, tr("Labs"));
+  connect(this, &MainWindow::modelLoaded, labsPanel, [this, labsPanel] { labsPanel->setModel(model_); });
+  // The labs need the width: the model panel narrows while they are shown, and comes back after.
+  connect(tabs_, &QTabWidget::currentChanged, this, [this, labsPanel, dock, wide = 0](int) mutable {
+    const bool labs = tabs_->currentWidget() == labsPanel;
+    if (labs && !wide) wide = dock->width(), resizeDocks({dock}, {260}, Qt::Horizontal);
+    if (!labs && wide) resizeDocks({dock}, {wide}, Qt::Horizontal), wide = 0;
+  });
 }
 
 void MainWindow::buildMenus() {
@@ -261,6 +273,9 @@ void MainWindow::buildMenus() {
   analysis->addAction(tr("&Sensitivity Sweep"), workspace_, &Workspace::runSensitivity);
   analysis->addAction(tr("&Run Plan"), this, [this] { workspace_->runPlan(QStringLiteral("plan")); });
   analysis->addAction(tr("Measure S&peed"), this, [this] { workspace_->measureSpeed(1); });
+  menuBar()->addMenu(tr("&Labs"))->addAction(tr("Open the &Labs"), this, [this] {
+    tabs_->setCurrentWidget(findChild<labs::LabsPanel*>());
+  });
 
   QMenu* help = menuBar()->addMenu(tr("&Help"));
   help->addAction(tr("&About Quantscope"), this, [this] {
