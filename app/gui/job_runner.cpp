@@ -1,5 +1,7 @@
 #include "app/gui/job_runner.h"
 
+#include <vector>
+
 #include <QMetaObject>
 #include <QPointer>
 #include <chrono>
@@ -42,23 +44,36 @@ quint64 JobRunner::submit(const QString& tag, const QString& title, Work work) {
 }
 
 void JobRunner::cancel(const QString& tag) {
-  std::lock_guard lock(mutex_);
-  for (auto it = queue_.begin(); it != queue_.end();) {
-    if (it->tag == tag) {
-      it->cancel->store(true);
-      it = queue_.erase(it);
-    } else {
-      ++it;
+  std::vector<std::pair<quint64, QString>> dropped;
+  {
+    std::lock_guard lock(mutex_);
+    for (auto it = queue_.begin(); it != queue_.end();) {
+      if (it->tag == tag) {
+        it->cancel->store(true);
+        dropped.emplace_back(it->id, it->title);
+        it = queue_.erase(it);
+      } else {
+        ++it;
+      }
     }
+    if (running_ && running_->tag == tag) running_->cancel->store(true);
   }
-  if (running_ && running_->tag == tag) running_->cancel->store(true);
+  // A job dropped before it started ends too: listeners (status bar, panels) see it go.
+  for (const auto& [id, title] : dropped) emit jobCancelled(id, title);
 }
 
 void JobRunner::cancelAll() {
-  std::lock_guard lock(mutex_);
-  for (auto& j : queue_) j.cancel->store(true);
-  queue_.clear();
-  if (running_) running_->cancel->store(true);
+  std::vector<std::pair<quint64, QString>> dropped;
+  {
+    std::lock_guard lock(mutex_);
+    for (auto& j : queue_) {
+      j.cancel->store(true);
+      dropped.emplace_back(j.id, j.title);
+    }
+    queue_.clear();
+    if (running_) running_->cancel->store(true);
+  }
+  for (const auto& [id, title] : dropped) emit jobCancelled(id, title);
 }
 
 bool JobRunner::busy() const {
