@@ -71,6 +71,26 @@ class TestJobRunner : public QObject {
     QVERIFY(secondRan);
   }
 
+  void cancellingAQueuedJobReportsIt() {
+    JobRunner runner;
+    QSignalSpy cancelled(&runner, &JobRunner::jobCancelled);
+    std::atomic<bool> release{false};
+    runner.submit("block", "blocker", [&](const JobContext&) -> std::function<void()> {
+      while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      return {};
+    });
+    bool ran = false;
+    const quint64 id = runner.submit("queued", "never runs", [&](const JobContext&) -> std::function<void()> {
+      return [&] { ran = true; };
+    });
+    runner.cancel("queued");
+    QCOMPARE(cancelled.size(), 1);
+    QCOMPARE(cancelled.first().at(0).toULongLong(), id);
+    release = true;
+    QTRY_VERIFY_WITH_TIMEOUT(!runner.busy(), 5000);
+    QVERIFY(!ran);
+  }
+
   void errorsAreReported() {
     JobRunner runner;
     QSignalSpy failed(&runner, &JobRunner::jobFailed);
