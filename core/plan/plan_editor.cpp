@@ -344,7 +344,9 @@ std::unique_ptr<PlanCommand> makeSetFieldsCommand(const PlanDocument& doc, const
                                                   const PlanFields& fields, MergeKey merge, std::string text) {
   requireFields(fields);
   (void)doc.select(target);
-  if (text.empty()) text = "set " + fieldNames(fields) + " of " + joined(target.selectors);
+  if (text.empty())
+    text = "set " + fieldNames(fields) + " of " +
+           (target.selectors.size() <= 3 ? joined(target.selectors) : std::to_string(target.selectors.size()) + " layers");
   std::unique_ptr<PlanCommand> c(new PlanCommand(PlanCommandKind::SetFields, std::move(text), merge));
   c->intent_->target = target;
   c->intent_->fields = fields;

@@ -40,7 +40,9 @@
 // Merging (a slider drag, a spin box held down): commands merge only when they carry the same
 // non-zero MergeKey (newMergeKey() per drag) and are of the same kind on the same target and the
 // same set of fields (setFields, setDefaults) or the same kind (replacePlan: a budget slider
-// driving the planner). A drag that ends where it started leaves nothing on the stack.
+// driving the planner). A drag over an existing entry (or the defaults, or whole plans) that ends
+// where it started leaves nothing on the stack; a drag that had to append its entry leaves that
+// entry (one undo step), even when its final value equals what the layers had before.
 #include <cstdint>
 #include <functional>
 #include <memory>

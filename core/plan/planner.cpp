@@ -354,11 +354,14 @@ ParetoFront paretoBySpeed(const PlannerProblem& problem, size_t maxPoints) {
     });
     std::vector<State>& next = fronts[i + 1];
     double best = kInf;
-    for (const auto& s : cand)
-      if (s.error < best) {
-        best = s.error;
-        next.push_back(s);
-      }
+    for (const auto& s : cand) {
+      if (!(s.error < best)) continue;
+      best = s.error;
+      // Times summed in another order can differ in the last bits: equal up to rounding is the
+      // same time, and the lower error (this one) wins.
+      if (!next.empty() && s.time <= next.back().time + 1e-12 * std::abs(next.back().time)) next.back() = s;
+      else next.push_back(s);
+    }
     if (next.size() > maxPoints) {  // thin evenly in time, keeping both ends
       std::vector<State> kept;
       const double t0 = next.front().time, t1 = next.back().time;

@@ -10,6 +10,7 @@
 #include "app/cli/cli.h"
 #include "core/analysis/tables_json.h"
 #include "core/plan/plan.h"
+#include "core/plan/plan_figures.h"
 #include "tests/test_util.h"
 
 namespace {
@@ -137,6 +138,50 @@ class TestCliPlan : public QObject {
       QCOMPARE(sj["figures"]["weight_bytes"].get<uint64_t>(), pt["bytes"].get<uint64_t>());
       QVERIFY(std::abs(sj["figures"]["predicted_error"].get<double>() - pt["predicted_error"].get<double>()) < 1e-12);
     }
+  }
+
+  void speedFrontAndShowWithASpeedTable() {
+    // A speed table in the tables_json form (what the [analysis] speed job stores): kernel time
+    // proportional to the format's bytes, the FP16 baseline to 2 bytes per weight.
+    const qs::SensitivityTable sens = qs::loadSensitivityTable(table_);
+    qs::SpeedTable sp;
+    sp.device = "synthetic";
+    sp.layers = sens.layers;
+    sp.formats = sens.formats;
+    sp.tokenCounts = {1, 16};
+    sp.entries.resize(sp.layers.size() * sp.formats.size() * 2);
+    for (size_t l = 0; l < sp.layers.size(); ++l)
+      for (size_t f = 0; f < sp.formats.size(); ++f) {
+        const auto& L = sp.layers[l];
+        const uint64_t b = qs::layerBytes(sp.formats[f], L.outFeatures, L.inFeatures);
+        if (!b) continue;
+        for (size_t t = 0; t < 2; ++t) sp.at(l, f, t) = {double(b) / 1000.0, 2.0 * double(L.outFeatures * L.inFeatures) / 1000.0};
+      }
+    const std::string speed = path("speed.json");
+    qs::saveSpeedTable(sp, speed);
+    const Run r = cli({"plan", "pareto", model_, "--sensitivity", table_, "--axis", "speed", "--speed", speed,
+                       "--points", "0", "--json"});
+    QVERIFY2(r.code == 0, r.err.c_str());
+    const json j = json::parse(r.out);
+    const auto& pts = j["points"];
+    QVERIFY(pts.size() > 3);
+    for (size_t i = 1; i < pts.size(); ++i) {
+      QVERIFY(pts[i]["predicted_speedup"].get<double>() < pts[i - 1]["predicted_speedup"].get<double>());
+      QVERIFY(pts[i]["predicted_error"].get<double>() < pts[i - 1]["predicted_error"].get<double>());
+    }
+    // plan show with the speed table: the speedup of a plan is the ratio of the sums.
+    const std::string plan = path("sp.json");
+    QCOMPARE(cli({"plan", "auto", model_, "--budget-bits", "6", "--sensitivity", table_, "-o", plan}).code, 0);
+    const Run s = cli({"plan", "show", plan, "--model", model_, "--speed", speed, "--speed-tokens", "16", "--json"});
+    QVERIFY2(s.code == 0, s.err.c_str());
+    const json sj = json::parse(s.out);
+    const double bytes = double(sj["figures"]["weight_bytes"].get<uint64_t>());
+    const double fp16 = double(sj["figures"]["fp16_bytes"].get<uint64_t>());
+    QVERIFY(std::abs(sj["figures"]["predicted_speedup"].get<double>() - fp16 / bytes) < 1e-9);
+    QCOMPARE(sj["figures"]["speed_tokens"].get<int>(), 16);
+    const Run bad = cli({"plan", "show", plan, "--model", model_, "--speed", speed, "--speed-tokens", "3"});
+    QCOMPARE(bad.code, 2);
+    QVERIFY(contains(bad.err, "1, 16"));
   }
 
   void exportEveryTarget() {
