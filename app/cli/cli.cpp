@@ -42,6 +42,7 @@ int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
   registerPerplexity(app, ctx);
   registerBench(app, ctx);
   registerSynth(app, ctx);
+  registerModelExport(app, ctx);
 
   try {
     app.parse(argc, argv);

@@ -30,6 +30,8 @@ void registerBench(CLI::App& app, CliContext& ctx);
 void registerGenerate(CLI::App& app, CliContext& ctx);
 void registerPerplexity(CLI::App& app, CliContext& ctx);
 void registerSynth(CLI::App& app, CliContext& ctx);
+// export MODEL --plan PLAN --to gguf|safetensors|hdf5 -o OUT (cmd_export.cpp)
+void registerModelExport(CLI::App& app, CliContext& ctx);
 
 // Benchmarks, each a subcommand of `bench` (cmd_bench_*.cpp). Add yours to
 // registerBenchSubcommands in cmd_bench_list.cpp.
