@@ -144,12 +144,20 @@ std::vector<MetaEntry> generatedMetadata(const ExportSource& src, const std::str
 }
 
 // tokenizer.ggml.* for a SentencePiece vocabulary (llama2.c's tokenizer.bin, tok512.bin, …).
-std::vector<MetaEntry> spmTokenizerMetadata(const Tokenizer& tok) {
+// llama2.c's tokenizer files spell SentencePiece's word-start mark "▁" as a plain space
+// (spaceIsBlank); GGUF vocabularies keep "▁", as llama.cpp's SPM tokenizer expects.
+std::vector<MetaEntry> spmTokenizerMetadata(const Tokenizer& tok, bool spaceIsBlank) {
   const Vocabulary& v = tok.vocab();
   nlohmann::json tokens = nlohmann::json::array(), scores = nlohmann::json::array(),
                  types = nlohmann::json::array();
   for (int32_t i = 0; i < v.size(); ++i) {
-    tokens.push_back(v.tokens[size_t(i)]);
+    std::string t = v.tokens[size_t(i)];
+    if (spaceIsBlank && (size_t(i) >= v.types.size() || v.types[size_t(i)] != TokenType::Byte)) {
+      std::string u;
+      for (char c : t) u += c == ' ' ? std::string("\xE2\x96\x81") : std::string(1, c);
+      t = std::move(u);
+    }
+    tokens.push_back(t);
     scores.push_back(size_t(i) < v.scores.size() ? double(v.scores[size_t(i)]) : 0.0);
     types.push_back(size_t(i) < v.types.size() ? int(v.types[size_t(i)]) : int(TokenType::Normal));
   }
@@ -319,7 +327,7 @@ void writeGguf(const ExportSource& src, const ExportPreview& p, const ModelExpor
     const std::string arch = src.graph.architecture == "qwen2" ? "qwen2" : "llama";
     meta = generatedMetadata(src, arch);
     if (src.tokenizer && src.tokenizer->kindName() == "sentencepiece-bpe") {
-      auto t = spmTokenizerMetadata(*src.tokenizer);
+      auto t = spmTokenizerMetadata(*src.tokenizer, src.file.format() == ModelFormat::Llama2c);
       meta.insert(meta.end(), t.begin(), t.end());
     }
   }

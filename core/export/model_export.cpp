@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <map>
 
 #include "core/export/export_internal.h"
@@ -251,6 +252,23 @@ ModelExportResult exportModel(const ExportSource& src, const std::string& outPat
              }() + ")";
     throwBadInput(outPath, std::string(modelExportFormatName(o.format)) + " export", msg);
   }
+  // A safetensors export writes into a folder: create it when missing, and remove it again
+  // when the export does not complete.
+  std::filesystem::path createdDir;
+  if (o.format == ModelExportFormat::Safetensors && !std::filesystem::exists(outPath)) {
+    std::error_code ec;
+    std::filesystem::create_directories(outPath, ec);
+    if (ec) throwBadInput(outPath, "", "cannot create the output folder: " + ec.message());
+    createdDir = outPath;
+  }
+  struct RemoveIfFailed {
+    std::filesystem::path dir;
+    bool done = false;
+    ~RemoveIfFailed() {
+      std::error_code ec;
+      if (!done && !dir.empty()) std::filesystem::remove(dir, ec);  // only when empty
+    }
+  } cleanup{createdDir};
   OutputFiles files;
   Progress progress(ctx, r.preview.estimatedBytes);
   progress.check();
@@ -261,6 +279,7 @@ ModelExportResult exportModel(const ExportSource& src, const std::string& outPat
   }
   progress.check();  // the last chance to cancel: after this every file is renamed into place
   files.commitAll();
+  cleanup.done = true;
   r.files = r.preview.files;
   r.bytes = files.totalBytes();
   if (ctx) ctx->progress(1.0, "done");
