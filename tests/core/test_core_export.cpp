@@ -354,6 +354,69 @@ class TestCoreExport : public QObject {
       QVERIFY(runCheck("check_export_safetensors.py", QStringList{QString::fromStdString(outDir)} + args));
   }
 
+  // W8A8 INT8 with a static activation scale: refused without calibration; with it the layer is
+  // int-quantized and input_scale = absmax / 127 of the calibration run.
+  void safetensorsStaticActivationScale() {
+    const char* plan = R"({"schema": "quantscope-plan", "version": 2, "defaults": {"weight": "fp16"},
+      "entries": [{"layers": ["blocks.*.attn.o"], "weight": "int8-sym", "group_size": "channel", "activation": "int8-t"},
+                  {"layers": ["blocks.*.attn.q"], "weight": "int8-sym", "group_size": "channel", "activation": "int8-tok"}]})";
+    Source s(qs::test::stories260K(), plan);
+    QTemporaryDir dir;
+    const std::string outDir = dir.filePath("w8a8").toStdString();
+    ModelExportOptions o;
+    o.format = ModelExportFormat::Safetensors;
+    ExportPreview p = previewModelExport(s.src(), outDir, o);
+    QCOMPARE(int(p.refusals.size()), 5);  // attn.o of each block: no calibration
+    std::unique_ptr<TransformerOps> ops;
+    auto rt = runtimeOf(s.m, ops);
+    const CalibrationStats calib = collectCalibration(*rt, s.m.graph, textTokens(*s.m.tokenizer, 400), s.m.tokenizer->bos());
+    o.calibration = &calib;
+    exportModel(s.src(), outDir, o);
+    std::ifstream cf(outDir + "/config.json");
+    const nlohmann::json qc = nlohmann::json::parse(cf)["quantization_config"];
+    const auto f = openSafetensors(outDir + "/model.safetensors");
+    int groups = 0;
+    for (const auto& [name, g] : qc["config_groups"].items()) {
+      ++groups;
+      QCOMPARE(g["format"].get<std::string>(), std::string("int-quantized"));
+      const bool dyn = g["input_activations"]["dynamic"].get<bool>();
+      QCOMPARE(g["input_activations"]["strategy"].get<std::string>(), std::string(dyn ? "token" : "tensor"));
+    }
+    QCOMPARE(groups, 2);
+    const std::string m = "model.layers.3.self_attn.o_proj";
+    const float inputScale = f->tensorToFloat(*f->findTensor(m + ".input_scale"))[0];
+    QCOMPARE(inputScale, calib.find("layers.3.attention.wo.weight")->absMax / 127.0f);
+    QVERIFY(!f->findTensor("model.layers.3.self_attn.q_proj.input_scale"));  // dynamic: no scale
+    const auto& a = s.resolved.layers[size_t(3 * 7 + 3)];
+    QCOMPARE(a.weightName, std::string("layers.3.attention.wo.weight"));
+    std::vector<float> ref = linearWeightOutIn(*s.m.file, *s.m.graph.blocks[3].find(LinearRole::O));
+    fakeQuantWeight(a.format.weight, ref, ref, a.outFeatures, a.inFeatures);
+    QCOMPARE(decodeCompressedTensorsWeight(*f, qc, m), ref);
+  }
+
+  // A GGUF source: metadata (tokenizer included) copied, tensors outside the plan copied byte for
+  // byte, plan layers re-typed.
+  void ggufSourceKeepsMetadata() {
+    Source s(qs::test::stories260K(), kGgufPlan);
+    QTemporaryDir dir;
+    const std::string first = dir.filePath("a.gguf").toStdString(), second = dir.filePath("b.gguf").toStdString();
+    exportModel(s.src(), first, {});
+    const char* q8 = R"({"schema": "quantscope-plan", "version": 2, "defaults": {"weight": "int8-sym", "group_size": "channel"},
+                         "entries": [{"layers": ["blocks.*.mlp.down"], "weight": "fp16"}]})";
+    Source g(QString::fromStdString(first), q8);
+    exportModel(g.src(), second, {});
+    auto a = openModel(first), b = openModel(second);
+    for (const auto& e : a->metadata()) {
+      if (e.key == "general.file_type" || e.key.rfind("quantscope.", 0) == 0) continue;
+      const MetaEntry* o = b->findMeta(e.key);
+      QVERIFY2(o && o->type == e.type && o->value == e.value, e.key.c_str());
+    }
+    QCOMPARE(b->findMeta("general.file_type")->value.get<int>(), 7);  // MOSTLY_Q8_0
+    const auto ea = a->tensorBytes(*a->findTensor("token_embd.weight")), eb = b->tensorBytes(*b->findTensor("token_embd.weight"));
+    QVERIFY(std::equal(ea.begin(), ea.end(), eb.begin(), eb.end()));
+    QCOMPARE(b->findTensor("blk.0.attn_v.weight")->dtypeLabel, std::string("Q8_0"));
+  }
+
   // HDF5: payload, scales, zero points, plan and calibration statistics, read with h5py.
   void hdf5Archive() {
     Source s(qs::test::stories260K(), kCtPlan);
@@ -484,6 +547,22 @@ class TestCoreExport : public QObject {
     std::tie(rc, err) = run({"--to", "hdf5", "--dry-run"}, dir.filePath("x.h5"));
     QCOMPARE(rc, 0);
     QVERIFY(!QFile::exists(dir.filePath("x.h5")));
+    std::tie(rc, err) = run({"--to", "hdf5", "--calib-text", qs::test::datasetPath("text/tinyshakespeare.txt"),
+                             "--calib-tokens", "64"}, dir.filePath("x.h5"));
+    QCOMPARE(rc, 0);
+    QVERIFY(QFile::exists(dir.filePath("x.h5")));
+    // FP8 in GGUF: refused (exit 2, one line on stderr) unless --nearest.
+    const QString fp8 = qs::test::writeFile(dir, "fp8.json",
+        R"({"schema": "quantscope-plan", "version": 2, "defaults": {"weight": "fp8e4m3", "group_size": "channel"}})");
+    QProcess p;
+    p.start(QS_CLI_EXE, {"export", qs::test::stories260K(), "--plan", fp8, "--to", "gguf", "-o", dir.filePath("f.gguf")});
+    p.waitForFinished(60'000);
+    QCOMPARE(p.exitCode(), 2);
+    QVERIFY(!QFile::exists(dir.filePath("f.gguf")));
+    p.start(QS_CLI_EXE, {"export", qs::test::stories260K(), "--plan", fp8, "--to", "gguf", "-o", dir.filePath("f.gguf"), "--nearest"});
+    p.waitForFinished(60'000);
+    QCOMPARE(p.exitCode(), 0);
+    QCOMPARE(QString(p.readAllStandardError()).count("warning:"), 35);
   }
 };
 
