@@ -1,6 +1,6 @@
 #pragma once
 // A mixed-precision plan: which format each linear layer of one model gets. Plans are JSON
-// (docs/plans.md has the schema with an example); this header holds the plain structs, reading
+// (docs/plan.md has the schema with an example); this header holds the plain structs, reading
 // and writing (with migration from older schema versions), and resolution of a plan against a
 // ModelGraph into one LayerAssignment per linear layer — what the runtime, the analysis jobs and
 // the exporters consume.

@@ -7,7 +7,7 @@
 //                                           "format": "int4-g32-sym:fp16", "note": "…"}]}
 // Schema 2 splits the format into weight / group_size / scale / activation, adds method and
 // smooth_alpha, lets an entry name several selectors, and groups the model identity
-// (docs/plans.md).
+// (docs/plan.md).
 #include <cmath>
 #include <fstream>
 #include <set>
