@@ -13,8 +13,10 @@
 #include <QSpinBox>
 #include <QVBoxLayout>
 #include <cmath>
+#include <limits>
 
 #include "kernels/common/error.h"
+#include "kernels/formats/activation_codec.h"
 #include "widgets/channel_plot.h"
 #include "widgets/histogram_plot.h"
 
@@ -107,11 +109,42 @@ LayerView::LayerView(QWidget* parent) : QWidget(parent) {
   auto* bottom = new QSplitter(Qt::Horizontal);
   bottom->addWidget(cellPlot_);
   bottom->addWidget(channelPlot_);
+  // Activations (from calibration): the input histogram with the activation format's grid and
+  // clip, and the per-input-channel absmax where SmoothQuant-style outlier channels stand out.
+  actSection_ = new QWidget;
+  auto* actLayout = new QVBoxLayout(actSection_);
+  actLayout->setContentsMargins(0, 0, 0, 0);
+  auto* actBar = new QHBoxLayout;
+  actFormat_ = new QComboBox;
+  actFormat_->setObjectName(QStringLiteral("activationFormatCombo"));
+  actFormat_->setEditable(true);
+  actFormat_->addItems({QStringLiteral("int8-t"), QStringLiteral("int8-t-p99.99"), QStringLiteral("int8-t-kl"),
+                        QStringLiteral("fp8e4m3-t"), QStringLiteral("int8-tok"), QStringLiteral("fp8e4m3-tok")});
+  actFormat_->setToolTip(tr("Activation format: static per-tensor scale (absmax, percentile or KL from "
+                            "calibration) or dynamic per token"));
+  actHint_ = new QLabel;
+  actHint_->setObjectName(QStringLiteral("activationHint"));
+  actBar->addWidget(new QLabel(tr("Activations as")));
+  actBar->addWidget(actFormat_);
+  actBar->addWidget(actHint_, 1);
+  actLayout->addLayout(actBar);
+  actPlot_ = new HistogramPlot;
+  actPlot_->setObjectName(QStringLiteral("activationHistogram"));
+  actChannels_ = new ChannelPlot;
+  actChannels_->setObjectName(QStringLiteral("activationChannels"));
+  auto* actSplit = new QSplitter(Qt::Horizontal);
+  actSplit->addWidget(actPlot_);
+  actSplit->addWidget(actChannels_);
+  actLayout->addWidget(actSplit, 1);
+  connect(actFormat_, &QComboBox::currentTextChanged, this, [this] { showActivations(); });
+
   auto* vsplit = new QSplitter(Qt::Vertical);
   vsplit->addWidget(tensorPlot_);
   vsplit->addWidget(bottom);
+  vsplit->addWidget(actSection_);
   vsplit->setStretchFactor(0, 3);
   vsplit->setStretchFactor(1, 2);
+  vsplit->setStretchFactor(2, 2);
 
   auto* side = new QVBoxLayout;
   metrics_ = new QLabel;
@@ -140,7 +173,71 @@ LayerView::LayerView(QWidget* parent) : QWidget(parent) {
   connect(log_, &QCheckBox::toggled, this, [this](bool on) {
     tensorPlot_->setLogScale(on);
     cellPlot_->setLogScale(on);
+    actPlot_->setLogScale(on);
   });
+  showActivations();
+}
+
+void LayerView::setActivations(const std::optional<LayerActivations>& a) {
+  activations_ = a;
+  showActivations();
+}
+
+void LayerView::setActivationFormatText(const QString& text) { actFormat_->setCurrentText(text); }
+QString LayerView::activationFormatText() const { return actFormat_->currentText().trimmed(); }
+
+void LayerView::showActivations() {
+  actClip_ = std::numeric_limits<double>::quiet_NaN();
+  if (!activations_) {
+    actPlot_->setSeries({});
+    actPlot_->setGrid({}, 1, 0);
+    actPlot_->setTitle(tr("Input activations: run Calibrate (Analysis menu) to see them"));
+    actChannels_->setValues({}, tr("absmax"));
+    actChannels_->setTitle(tr("Input channel absmax"));
+    actHint_->clear();
+    return;
+  }
+  const LayerActivations& a = *activations_;
+  auto s = toSeries(a.hist, tr("inputs"), QColor(120, 60, 170));
+  actPlot_->setSeries({s});
+  actChannels_->setValues(a.channelAbsMax, tr("absmax"));
+  actChannels_->setTitle(tr("Input absmax: %1 outliers / %2")
+                             .arg(actChannels_->outlierCount())
+                             .arg(a.channelAbsMax.size()));
+  ActSpec spec;
+  float scale = 0;
+  try {
+    spec = parseQuantFormat("f32:" + activationFormatText().toStdString()).act;
+    if (spec.scaling == ActScaling::PerTensorStatic) scale = staticActivationScale(spec, a.absHist);
+  } catch (const Error& e) {
+    actPlot_->setGrid({}, 1, 0);
+    actHint_->setText(QString::fromStdString(e.what()));
+    actPlot_->setTitle(tr("Input activations (%1)").arg(a.source));
+    return;
+  }
+  const double absmax = a.hist.hi;
+  if (spec.scaling == ActScaling::PerTensorStatic) {
+    const QuantKindTraits& tr_ = quantKindTraits(spec.kind);
+    actClip_ = double(scale) * double(tr_.maxValue);
+    WeightSpec grid{spec.kind, Granularity::Tensor, 0, true, ScaleMethod::AbsMax, 0};
+    actPlot_->setGrid(cellGridLevels(grid, scale, 0), -actClip_, actClip_);
+    uint64_t clipped = 0, total = 0;
+    for (int b = 0; b < a.absHist.bins(); ++b) {
+      total += a.absHist.counts[size_t(b)];
+      if (double(a.absHist.binLower(b)) >= actClip_) clipped += a.absHist.counts[size_t(b)];
+    }
+    actHint_->setText(tr("static scale %1, clip ±%2 (absmax %3); %4 % of values clipped")
+                          .arg(double(scale), 0, 'g', 4)
+                          .arg(actClip_, 0, 'g', 4)
+                          .arg(absmax, 0, 'g', 4)
+                          .arg(total ? 100.0 * double(clipped) / double(total) : 0.0, 0, 'f', 3));
+  } else {
+    // Dynamic per token: each token has its own scale, so there is no single grid to draw.
+    actPlot_->setGrid({}, -absmax, absmax);
+    actHint_->setText(tr("per-token scales: each token is scaled by its own absmax (range ±%1 shown)")
+                          .arg(absmax, 0, 'g', 4));
+  }
+  actPlot_->setTitle(tr("Input activations (%1)").arg(a.source));
 }
 
 QString LayerView::formatText() const { return format_->currentText().trimmed(); }

@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "core/analysis/layer_analysis.h"
+#include "kernels/stats/histogram.h"
 
 class QCheckBox;
 class QComboBox;
@@ -15,6 +16,15 @@ class QLabel;
 class QSpinBox;
 
 namespace qs::widgets {
+
+// What calibration saw entering the layer: the activation section of the view (shown once a
+// calibration run has covered the layer).
+struct LayerActivations {
+  Histogram hist;                     // x over [-absmax, absmax]
+  Histogram absHist;                  // |x| over [0, absmax] (static scales: percentile, KL)
+  std::vector<double> channelAbsMax;  // per input channel: SmoothQuant's outlier channels
+  QString source;                     // "tinystories.txt, 4,096 tokens"
+};
 
 class ChannelPlot;
 class HistogramPlot;
@@ -30,6 +40,14 @@ class LayerView : public QWidget {
   // The request the controls describe, or nullopt (and an error shown) if the format is invalid.
   std::optional<LayerAnalysisRequest> request() const;
   void setAnalysis(const LayerAnalysis& analysis);
+  // The layer's input activations from calibration; nullopt hides the section (with a hint).
+  void setActivations(const std::optional<LayerActivations>& activations);
+  // The activation format drawn over them: "int8-t", "int8-t-p99.99", "int8-t-kl",
+  // "fp8e4m3-t", "int8-tok" (per token: the grid moves with each token, so only the range shows).
+  void setActivationFormatText(const QString& text);
+  QString activationFormatText() const;
+  // Clip and scale of the activation format on the current data (NaN without data/static scale).
+  double activationClip() const { return actClip_; }
   void setError(const QString& message);
 
   // Current controls, for settings persistence and tests.
@@ -43,6 +61,8 @@ class LayerView : public QWidget {
   HistogramPlot* tensorPlot() const { return tensorPlot_; }
   HistogramPlot* cellPlot() const { return cellPlot_; }
   ChannelPlot* channelPlot() const { return channelPlot_; }
+  HistogramPlot* activationPlot() const { return actPlot_; }
+  ChannelPlot* activationChannelPlot() const { return actChannels_; }
   QComboBox* formatCombo() const { return format_; }
   QSpinBox* cellSpin() const { return cell_; }
   const LayerAnalysis* analysis() const { return analysis_ ? &*analysis_ : nullptr; }
@@ -52,6 +72,7 @@ class LayerView : public QWidget {
 
  private:
   void showCell();
+  void showActivations();
   QString tensor_;
   QComboBox* format_ = nullptr;
   QComboBox* method_ = nullptr;
@@ -66,6 +87,13 @@ class LayerView : public QWidget {
   HistogramPlot* cellPlot_ = nullptr;
   ChannelPlot* channelPlot_ = nullptr;
   std::optional<LayerAnalysis> analysis_;
+  std::optional<LayerActivations> activations_;
+  QComboBox* actFormat_ = nullptr;
+  QLabel* actHint_ = nullptr;
+  QWidget* actSection_ = nullptr;
+  HistogramPlot* actPlot_ = nullptr;
+  ChannelPlot* actChannels_ = nullptr;
+  double actClip_ = 0;
 };
 
 }  // namespace qs::widgets

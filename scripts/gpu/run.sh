@@ -10,8 +10,10 @@ if [[ "$here" != "$src" ]]; then
   mkdir -p "$(dirname "$src")"
   [[ -e "$src" ]] || ln -s "$here" "$src"
 fi
-ln -sfn "$here/.carry/build-gpu" "$here/build-gpu"
+# QS_BUILD_NAME: the build folder's name in the ctest files (build-gpu unless staged from another)
+bname=${QS_BUILD_NAME:-build-gpu}
+ln -sfn "$here/.carry/build-gpu" "$here/$bname"
 export LD_LIBRARY_PATH="$here/.carry/libs:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-export PATH="$here/build-gpu/bin:$PATH"
-cd "$src/build-gpu"
+export PATH="$here/$bname/bin:$PATH"
+cd "$src/$bname"
 if (($#)); then "$@"; else ctest -L gpu --output-on-failure; fi

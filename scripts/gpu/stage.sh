@@ -10,12 +10,19 @@
 # main checkout, so a build from another worktree stages into /work/main/.carry and runs with
 # SOURCE_ROOT = that worktree (run.sh recreates the path there).
 # QS_STAGE_LIBS=0: skip the shared libraries (quantscope-cli alone needs none of them).
+# QS_STAGE_FROM=DIR: stage an existing CUDA-enabled build (e.g. the everyday build/, when it
+# found nvcc) instead of configuring build-gpu; only its non-GUI programs travel. The ctest
+# files then name DIR, so run.sh is given that build's folder name (QS_BUILD_NAME).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-build=$root/build-gpu
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DQS_GUI=OFF -DQS_CUDA=ON \
-      -DQS_PYTHON=python3 "$@" >/dev/null
-cmake --build "$build" -j "$(nproc)"
+if [[ -n ${QS_STAGE_FROM:-} ]]; then
+  build=$(cd "$QS_STAGE_FROM" && pwd)
+else
+  build=$root/build-gpu
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DQS_GUI=OFF -DQS_CUDA=ON \
+        -DQS_PYTHON=python3 "$@" >/dev/null
+  cmake --build "$build" -j "$(nproc)"
+fi
 
 stage=${QS_CARRY_DIR:-$root/.carry}
 rm -rf "$stage/build-gpu" "$stage/libs"
@@ -23,7 +30,12 @@ mkdir -p "$stage/build-gpu" "$stage/libs"
 # ctest files and binaries only
 (cd "$build" && find . \( -name '*.cmake' -o -name 'CTestTestfile.cmake' \) -not -path '*/CMakeFiles/*' \
    -print0 | xargs -0 -I{} cp --parents {} "$stage/build-gpu/")
-cp -r "$build/bin" "$stage/build-gpu/bin"
+mkdir -p "$stage/build-gpu/bin"
+for exe in "$build"/bin/*; do
+  # GUI programs stay behind (no Qt Widgets there): anything linking libQt6Widgets.
+  ldd "$exe" 2>/dev/null | grep -q libQt6Widgets && continue
+  cp "$exe" "$stage/build-gpu/bin/"
+done
 strip --strip-debug "$stage"/build-gpu/bin/* 2>/dev/null || true
 
 # (cuBLAS / cuBLASLt come from the CUDA toolkit there: /usr/local/cuda/lib64 is on run.sh's path.)
@@ -37,4 +49,4 @@ done | sort -u | while read -r lib; do
   [[ ${QS_STAGE_LIBS:-1} == 1 ]] && cp -L "$lib" "$stage/libs/"
 done
 du -sh "$stage/build-gpu" "$stage/libs"
-echo "source root recorded in the ctest files: $root"
+echo "source root recorded in the ctest files: $root (build folder: $(basename "$build"))"

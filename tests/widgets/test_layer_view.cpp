@@ -6,6 +6,8 @@
 #include <QSpinBox>
 #include <QTreeView>
 #include <QtTest>
+#include <cmath>
+#include <random>
 
 #include "app/gui/gui_main.h"
 #include "app/gui/job_runner.h"
@@ -129,6 +131,7 @@ class TestLayerView : public QObject {
     QCOMPARE(w.layerView()->analysis()->cellIndex, int64_t(199));  // the last request won
   }
 
+  void activationSection();
   void settingsPersist() {
     {
       MainWindow w;
@@ -141,6 +144,50 @@ class TestLayerView : public QObject {
     QCOMPARE(w2.layerView()->bins(), 77);
   }
 };
+
+void TestLayerView::activationSection() {
+  // Synthetic activations: Gaussian inputs with two outlier channels 30x larger (the pattern
+  // SmoothQuant targets): the channel plot flags them, a static INT8 absmax scale clips nothing,
+  // a percentile scale clips a little, per-token formats show only the range.
+  qs::widgets::LayerView v;
+  v.resize(1100, 900);
+  v.show();
+  QVERIFY(v.activationPlot()->seriesCount() == 0);
+  const int channels = 64, tokens = 4000;
+  std::mt19937 rng(1);
+  std::normal_distribution<float> n(0.f, 1.f);
+  std::vector<float> x(size_t(channels) * tokens);
+  std::vector<double> absmax(channels, 0.0);
+  for (int t = 0; t < tokens; ++t)
+    for (int c = 0; c < channels; ++c) {
+      float v = n(rng) * ((c == 5 || c == 40) ? 30.f : 1.f);
+      x[size_t(t) * channels + c] = v;
+      absmax[size_t(c)] = std::max(absmax[size_t(c)], double(std::fabs(v)));
+    }
+  const float hi = float(*std::max_element(absmax.begin(), absmax.end()));
+  qs::widgets::LayerActivations a;
+  a.hist = qs::Histogram(512, -hi, hi);
+  a.hist.add(x);
+  a.absHist = qs::Histogram(2048, 0.f, hi);
+  a.absHist.addAbs(x);
+  a.channelAbsMax = absmax;
+  a.source = QStringLiteral("synthetic");
+  v.setActivations(a);
+  QCOMPARE(v.activationPlot()->seriesCount(), 1);
+  QCOMPARE(v.activationChannelPlot()->outlierCount(), 2);
+  v.setActivationFormatText(QStringLiteral("int8-t"));
+  QVERIFY(std::fabs(v.activationClip() - double(hi)) < 1e-6 * hi);  // absmax: clip at the largest |x|
+  QCOMPARE(v.activationPlot()->gridLevelCount(), 256);  // INT8 codes -128..127
+  v.setActivationFormatText(QStringLiteral("int8-t-p99"));
+  QVERIFY(v.activationClip() < 0.9 * hi);  // the percentile clips the outlier tail
+  v.setActivationFormatText(QStringLiteral("int8-tok"));
+  QVERIFY(std::isnan(v.activationClip()));
+  QCOMPARE(v.activationPlot()->gridLevelCount(), 0);
+  v.setActivationFormatText(QStringLiteral("int8-t"));
+  save(&v, "layer_view_activations.png");
+  v.setActivations(std::nullopt);
+  QCOMPARE(v.activationPlot()->seriesCount(), 0);
+}
 
 QTEST_MAIN(TestLayerView)
 #include "test_layer_view.moc"

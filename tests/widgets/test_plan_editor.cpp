@@ -1,0 +1,170 @@
+// widgets/PlanEditorView on stories260K: table edits through the delegate path (bulk over the
+// selection), pattern edits, undo/redo, a budget-slider drag as one undo step, the Pareto front
+// and loading a point, plan files in and out, live totals. A synthetic sensitivity table stands
+// in for the job's (the full flow with the real jobs is tests/app/test_workflow.cpp).
+#include <QLabel>
+#include <QSlider>
+#include <QTableView>
+#include <QTemporaryDir>
+#include <QUndoStack>
+#include <QtTest>
+#include <cmath>
+
+#include "core/model/model_graph.h"
+#include "core/model/model_file.h"
+#include "core/plan/layer_names.h"
+#include "core/plan/plan_editor.h"
+#include "tests/test_util.h"
+#include "widgets/pareto_plot.h"
+#include "widgets/plan_editor_view.h"
+
+using namespace qs;
+using qs::widgets::PlanEditorView;
+
+namespace {
+// Error falls with bits; "down" layers ten times as sensitive; per-layer variety.
+std::shared_ptr<SensitivityTable> syntheticSensitivity(const ModelGraph& g) {
+  auto t = std::make_shared<SensitivityTable>();
+  for (const char* f : {"int4-g32-sym", "int4-g64-sym", "int8-ch-sym", "fp8e4m3-ch", "fp16"})
+    t->formats.push_back(parseQuantFormat(f));
+  const double base[] = {0.02, 0.03, 1e-3, 3e-3, 1e-7};
+  int i = 0;
+  for (const LinearLayer* l : g.allLinears()) {
+    t->layers.push_back({l->weightName, std::string(linearRoleName(l->role)), -1, l->outFeatures,
+                         l->inFeatures, uint64_t(l->outFeatures * l->inFeatures)});
+    ++i;
+  }
+  t->entries.resize(t->layers.size() * t->formats.size());
+  for (size_t l = 0; l < t->layers.size(); ++l)
+    for (size_t f = 0; f < t->formats.size(); ++f) {
+      const double s = (t->layers[l].role == "down" ? 10.0 : 1.0) * (1.0 + 0.1 * double(l % 5));
+      t->at(l, f).kl = base[f] * s;
+      t->at(l, f).weightedError = base[f] * s * 2;
+    }
+  return t;
+}
+}  // namespace
+
+class TestPlanEditor : public QObject {
+  Q_OBJECT
+  std::unique_ptr<ModelFile> model_;
+  ModelGraph graph_;
+
+ private slots:
+  void initTestCase() {
+    model_ = openModel(test::stories260K().toStdString());
+    graph_ = buildModelGraph(*model_);
+  }
+
+  void editsUndoAndBulk() {
+    PlanEditorView v;
+    v.resize(1300, 800);
+    v.show();
+    v.setModel(&graph_, "stories260K", "");
+    QAbstractItemModel* m = v.table()->model();
+    const int rows = m->rowCount();
+    QCOMPARE(rows, int(planLayers(graph_).size()));
+    const auto weightOf = [&](int r) { return m->index(r, 2).data().toString(); };
+    const QString initial = weightOf(0);
+
+    // Delegate path on a row outside the selection: that row alone.
+    QVERIFY(m->setData(m->index(0, 2), QStringLiteral("int8-sym"), Qt::EditRole));
+    QCOMPARE(weightOf(0), QStringLiteral("int8-sym"));
+    QCOMPARE(weightOf(1), initial);
+    // Select rows 2..4 and edit row 3: all three change in one undo step.
+    v.table()->selectionModel()->select(QItemSelection(m->index(2, 0), m->index(4, 0)),
+                                        QItemSelectionModel::Select | QItemSelectionModel::Rows);
+    const int before = v.undoStack()->count();
+    QVERIFY(m->setData(m->index(3, 2), QStringLiteral("fp8e4m3"), Qt::EditRole));
+    QCOMPARE(v.undoStack()->count(), before + 1);
+    for (int r = 2; r <= 4; ++r) QCOMPARE(weightOf(r), QStringLiteral("fp8e4m3"));
+    QCOMPARE(weightOf(5), initial);
+    v.undoStack()->undo();
+    for (int r = 2; r <= 4; ++r) QCOMPARE(weightOf(r), initial);
+    v.undoStack()->redo();
+    QCOMPARE(weightOf(3), QStringLiteral("fp8e4m3"));
+
+    // A bad value: refused, nothing changes.
+    QString err;
+    QVERIFY(!v.setField({0}, PlanField::Weight, QStringLiteral("int5"), &err));
+    QVERIFY2(err.contains(QStringLiteral("int5")), qPrintable(err));
+    QCOMPARE(weightOf(0), QStringLiteral("int8-sym"));
+
+    // Pattern: every mlp.down layer to int4 g32.
+    QVERIFY2(v.applyPattern(QStringLiteral("blocks.*.mlp.down"), PlanField::Weight, QStringLiteral("int4-sym"), &err),
+             qPrintable(err));
+    QVERIFY(v.applyPattern(QStringLiteral("blocks.*.mlp.down"), PlanField::Group, QStringLiteral("32"), &err));
+    int downs = 0;
+    for (int r = 0; r < rows; ++r)
+      if (m->index(r, 0).data().toString().endsWith(QStringLiteral("mlp.down"))) {
+        ++downs;
+        QCOMPARE(weightOf(r), QStringLiteral("int4-sym"));
+        QCOMPARE(m->index(r, 3).data().toString(), QStringLiteral("32"));
+      }
+    QCOMPARE(downs, int(graph_.blocks.size()));
+    QVERIFY(!v.applyPattern(QStringLiteral("blocks.*.nothing"), PlanField::Weight, QStringLiteral("int8-sym"), &err));
+    // Totals show size and bits per weight.
+    QVERIFY2(v.totalsText().contains(QStringLiteral("bits/weight")), qPrintable(v.totalsText()));
+
+    // Save and open again: the same plan.
+    QTemporaryDir dir;
+    const QString path = dir.filePath(QStringLiteral("p.json"));
+    QVERIFY2(v.savePlanFile(path, &err), qPrintable(err));
+    QVERIFY(v.undoStack()->isClean());
+    const Plan saved = *v.plan();
+    v.undoStack()->undo();  // change something, then open the file
+    QVERIFY(!(*v.plan() == saved));
+    QVERIFY2(v.openPlanFile(path, &err), qPrintable(err));
+    QCOMPARE(planToJson(*v.plan()), planToJson(saved));
+    QVERIFY(!v.openPlanFile(dir.filePath(QStringLiteral("missing.json")), &err));
+    QVERIFY(err.contains(QStringLiteral("missing.json")));
+  }
+
+  void budgetSliderAndPareto() {
+    PlanEditorView v;
+    v.resize(1300, 800);
+    v.show();
+    v.setModel(&graph_, "stories260K", "");
+    QVERIFY(!v.budgetSlider()->isEnabled());
+    QString err;
+    QVERIFY(!v.autoPlanThresholds(&err));  // no sensitivity yet
+    v.setSensitivity(syntheticSensitivity(graph_));
+    QVERIFY(v.budgetSlider()->isEnabled());
+    QVERIFY(v.paretoPoints() > 3);
+
+    // Thresholds: the down layers (10x) stay above INT4.
+    QVERIFY2(v.autoPlanThresholds(&err), qPrintable(err));
+    QAbstractItemModel* m = v.table()->model();
+    for (int r = 0; r < m->rowCount(); ++r) {
+      const QString name = m->index(r, 0).data().toString();
+      if (name.endsWith(QStringLiteral("attn.q"))) QCOMPARE(m->index(r, 2).data().toString(), QStringLiteral("int4-sym"));
+    }
+
+    // A drag: many values, one undo step; the plan respects the budget each time.
+    QSlider* s = v.budgetSlider();
+    const int before = v.undoStack()->count();
+    s->setSliderDown(true);
+    for (int val : {s->maximum() / 2, s->maximum() / 3, s->maximum() / 4}) {
+      s->setValue(val);
+      QVERIFY(v.document()->figures().bitsPerWeight <= v.sliderBits(val) + 1e-9);
+    }
+    s->setSliderDown(false);
+    QCOMPARE(v.undoStack()->count(), before + 1);
+    const double dragged = v.document()->figures().bitsPerWeight;
+    v.undoStack()->undo();
+    QVERIFY(v.document()->figures().bitsPerWeight != dragged);
+
+    // Pareto point: clicking loads that plan.
+    QVERIFY(v.loadParetoPoint(1, &err));
+    const double bits1 = v.document()->figures().bitsPerWeight;
+    QVERIFY(v.loadParetoPoint(v.paretoPoints() - 1, &err));
+    QVERIFY(v.document()->figures().bitsPerWeight > bits1);
+    QVERIFY(v.totalsText().contains(QStringLiteral("predicted KL")));
+    QTest::qWait(100);
+    QDir().mkpath(QS_BINARY_DIR "/screenshots");
+    QVERIFY(v.grab().save(QS_BINARY_DIR "/screenshots/plan_editor.png"));
+  }
+};
+
+QTEST_MAIN(TestPlanEditor)
+#include "test_plan_editor.moc"
