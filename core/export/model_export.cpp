@@ -177,7 +177,10 @@ std::vector<float> loadForExport(const ExportSource& src, const ExportTensorPlan
   const TensorInfo& ti = src.file.tensors()[size_t(t.sourceTensor)];
   bool bias = false;
   const LinearLayer* l = linearOf(src, t.sourceTensor, &bias);
-  std::vector<float> v = (l && !bias) ? linearWeightOutIn(src.file, *l) : src.file.tensorToFloat(ti);
+  // Linear weights as [out, in]: the source's layout too unless it stores [in, out] (Conv1D)
+  // and the output keeps that layout (t.transpose false).
+  const bool outIn = l && !bias && (!l->transposed || t.transpose);
+  std::vector<float> v = outIn ? linearWeightOutIn(src.file, *l) : src.file.tensorToFloat(ti);
   if (t.permuteRows && l) {
     const ModelConfig& c = src.file.config();
     const int64_t heads = l->role == LinearRole::Q ? c.nHeads : c.nKvHeads;

@@ -502,9 +502,12 @@ class TestCoreExport : public QObject {
 
   // A full disk (here: the file-size limit) fails the write and leaves nothing behind.
   void fullDiskLeavesNoFile() {
+    for (auto fmt : {ModelExportFormat::Gguf, ModelExportFormat::Safetensors, ModelExportFormat::Hdf5}) {
     Source s(qs::test::stories260K(), kGgufPlan);
     QTemporaryDir dir;
-    const std::string out = dir.filePath("m.gguf").toStdString();
+    const std::string out = dir.filePath("out").toStdString();
+    ModelExportOptions o;
+    o.format = fmt;
     struct rlimit old{};
     getrlimit(RLIMIT_FSIZE, &old);
     auto oldHandler = signal(SIGXFSZ, SIG_IGN);  // write() then fails with EFBIG instead
@@ -514,7 +517,7 @@ class TestCoreExport : public QObject {
     bool failed = false;
     std::string what;
     try {
-      exportModel(s.src(), out, {});
+      exportModel(s.src(), out, o);
     } catch (const Error& e) {
       failed = e.kind() == ErrorKind::Internal;
       what = e.what();
@@ -523,6 +526,37 @@ class TestCoreExport : public QObject {
     signal(SIGXFSZ, oldHandler);
     QVERIFY2(failed, what.c_str());
     QCOMPARE(countFiles(dir.path()), 0);
+    QVERIFY(!QFileInfo::exists(QString::fromStdString(out)));  // nor the safetensors folder it made
+    }
+  }
+
+  // A Hugging Face source: names, config.json (architecture fields kept) and tokenizer files
+  // carried over; quantised layers decoded equal the fake quantisation.
+  void safetensorsFromHfSource() {
+    const char* f32Plan = R"({"schema": "quantscope-plan", "version": 2, "defaults": {"weight": "f32"}})";
+    Source s(qs::test::stories260K(), f32Plan);
+    QTemporaryDir dir;
+    const std::string hfDir = dir.filePath("hf").toStdString();
+    ModelExportOptions o;
+    o.format = ModelExportFormat::Safetensors;
+    exportModel(s.src(), hfDir, o);
+    std::ofstream(hfDir + "/tokenizer_config.json") << "{}";
+    Source hf(QString::fromStdString(hfDir + "/model.safetensors"), kCtPlan);
+    const std::string ctDir = dir.filePath("ct").toStdString();
+    const auto r = exportModel(hf.src(), ctDir, o);
+    QCOMPARE(int(r.files.size()), 3);
+    QVERIFY(QFile::exists(QString::fromStdString(ctDir + "/tokenizer_config.json")));
+    std::ifstream cf(ctDir + "/config.json");
+    const nlohmann::json cfg = nlohmann::json::parse(cf);
+    QCOMPARE(cfg["architectures"][0].get<std::string>(), std::string("LlamaForCausalLM"));
+    QCOMPARE(cfg["hidden_size"].get<int>(), 64);
+    for (const auto& t : r.preview.tensors) QVERIFY(!t.permuteRows && t.outputName == t.sourceName);
+    const auto f = openSafetensors(ctDir + "/model.safetensors");
+    const std::string m = "model.layers.1.self_attn.k_proj";
+    std::vector<float> ref = linearWeightOutIn(*hf.m.file, *hf.m.graph.blocks[1].find(LinearRole::K));
+    const auto& a = hf.resolved.layers[size_t(7 + 1)];
+    fakeQuantWeight(a.format.weight, ref, ref, a.outFeatures, a.inFeatures);
+    QCOMPARE(decodeCompressedTensorsWeight(*f, cfg["quantization_config"], m), ref);
   }
 
   // The CLI: exit 0 and the file; 2 for an existing output without --force and for refusals.
