@@ -43,6 +43,7 @@ int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
   registerBench(app, ctx);
   registerSynth(app, ctx);
   registerModelExport(app, ctx);
+  registerSpeed(app, ctx);
 
   try {
     app.parse(argc, argv);

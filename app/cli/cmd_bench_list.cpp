@@ -12,6 +12,7 @@ void registerBenchSubcommands(CLI::App& bench, CliContext& ctx) {
   registerBenchSynth(bench, ctx);
   registerBenchRuntime(bench, ctx);
   registerBenchCalib(bench, ctx);
+  registerBenchSweep(bench, ctx);
 }
 
 }  // namespace qs::cli

@@ -1,5 +1,5 @@
 // quantscope-cli generate MODEL [--tokenizer T] [--prompt TEXT] [--tokens N] [--json]
-// Greedy, deterministic generation on the CPU reference runtime.
+// Greedy, deterministic generation on the chosen backend's runtime (--backend).
 #include <chrono>
 #include <nlohmann/json.hpp>
 
@@ -25,7 +25,7 @@ void registerGenerate(CLI::App& app, CliContext& ctx) {
   cmd->add_flag("--json", a->json, "Print JSON on stdout");
   cmd->callback([&ctx, a] {
     TerminalProgress progress;
-    RunnableModel m = loadRunnable(a->model, a->tokenizer, true, progress);
+    RunnableModel m = loadRunnable(ctx.backend(), a->model, a->tokenizer, true, progress);
     const Tokenizer& tok = *m.model.tokenizer;
     EncodeOptions eo;
     eo.addBos = tok.bos() >= 0;
@@ -59,7 +59,7 @@ void registerGenerate(CLI::App& app, CliContext& ctx) {
       nlohmann::ordered_json j;
       j["model"] = a->model;
       j["tokenizer"] = m.model.tokenizerPath;
-      j["backend"] = "cpu";
+      j["backend"] = ctx.backend().kind() == BackendKind::Cuda ? "cuda" : "cpu";
       j["prompt"] = a->prompt;
       j["prompt_tokens"] = prompt;
       j["tokens"] = produced;
@@ -69,7 +69,7 @@ void registerGenerate(CLI::App& app, CliContext& ctx) {
     } else {
       ctx.out << std::endl;
       ctx.err << produced.size() << " tokens in " << secs << " s (" << (produced.size() / std::max(secs, 1e-9))
-              << " tokens/s, CPU reference runtime)\n";
+              << " tokens/s, " << ctx.backend().name() << ")\n";
     }
   });
 }

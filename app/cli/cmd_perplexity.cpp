@@ -24,7 +24,7 @@ void registerPerplexity(CLI::App& app, CliContext& ctx) {
   cmd->callback([&ctx, a] {
     const std::string text = readTextFile(a->text);
     TerminalProgress progress;
-    RunnableModel m = loadRunnable(a->model, a->tokenizer, true, progress);
+    RunnableModel m = loadRunnable(ctx.backend(), a->model, a->tokenizer, true, progress);
     const Tokenizer& tok = *m.model.tokenizer;
     progress.update(0, "tokenizing");
     const std::vector<int32_t> ids = tok.encode(text, {});
@@ -40,7 +40,7 @@ void registerPerplexity(CLI::App& app, CliContext& ctx) {
       j["model"] = a->model;
       j["text"] = a->text;
       j["tokenizer"] = m.model.tokenizerPath;
-      j["backend"] = "cpu";
+      j["backend"] = ctx.backend().kind() == BackendKind::Cuda ? "cuda" : "cpu";
       j["perplexity"] = r.perplexity;
       j["mean_nll"] = r.meanNll;
       j["scored_tokens"] = r.scoredTokens;

@@ -32,6 +32,7 @@ void registerPerplexity(CLI::App& app, CliContext& ctx);
 void registerSynth(CLI::App& app, CliContext& ctx);
 // export MODEL --plan PLAN --to gguf|safetensors|hdf5 -o OUT (cmd_export.cpp)
 void registerModelExport(CLI::App& app, CliContext& ctx);
+void registerSpeed(CLI::App& app, CliContext& ctx);  // cmd_speed.cpp
 
 // Benchmarks, each a subcommand of `bench` (cmd_bench_*.cpp). Add yours to
 // registerBenchSubcommands in cmd_bench_list.cpp.
@@ -42,5 +43,6 @@ void registerBenchOpen(CLI::App& bench, CliContext& ctx);
 void registerBenchSynth(CLI::App& bench, CliContext& ctx);
 void registerBenchRuntime(CLI::App& bench, CliContext& ctx);  // cmd_bench_runtime.cpp
 void registerBenchCalib(CLI::App& bench, CliContext& ctx);   // cmd_bench_calib.cpp
+void registerBenchSweep(CLI::App& bench, CliContext& ctx);   // cmd_bench_sweep.cpp
 
 }  // namespace qs::cli

@@ -30,4 +30,16 @@ RunnableModel loadRunnable(const std::string& path, const std::string& tokenizer
   return r;
 }
 
+RunnableModel loadRunnable(Backend& backend, const std::string& path, const std::string& tokenizer,
+                           bool requireTokenizer, TerminalProgress& progress, int64_t maxSeq) {
+  RunnableModel r;
+  r.model = loadModel(path, tokenizer, requireTokenizer);
+  JobContext ctx;
+  ctx.onProgress = [&progress](double f, std::string_view stage) { progress.update(f, stage); };
+  RuntimeOptions opt;
+  opt.maxSeq = maxSeq;
+  r.runtime = std::make_unique<Runtime>(*r.model.file, r.model.graph, backend, opt, &ctx);
+  return r;
+}
+
 }  // namespace qs::cli

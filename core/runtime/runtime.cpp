@@ -3,13 +3,27 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 
+#include "kernels/backend/backend.h"
 #include "kernels/common/error.h"
+#include "kernels/formats/weight_codec.h"
+#include "kernels/gemm/gemm_ops.h"
+#include "kernels/ops/linear_formats.h"
 
 namespace qs {
 
 namespace {
-constexpr int64_t kDefaultMaxSeqCap = 4096;  // KV cache cap when the model allows more
+constexpr int64_t kDefaultMaxSeqCap = 4096;  // KV cache capacity cap when the model allows more
+
+// Scratch slots: one grow-only buffer each, so a forward pass allocates nothing once warm.
+enum Slot {
+  kH, kQ, kK, kV, kAtt, kO, kG, kU, kQkv, kF,  // block intermediates
+  kXHalf, kYHalf, kActFq,                      // around the GEMMs
+  kHeadH, kTokens, kFwdX, kFwdLogits,          // embed / head / forward
+  kIoX, kIoOut,                                // host API on device memory
+  kSlotCount
+};
 
 int findRole(const std::vector<int>& blockLinears, const std::vector<const LinearLayer*>& all,
              LinearRole role) {
@@ -26,11 +40,61 @@ std::vector<float> Runtime::loadTensor(const ModelFile& file, int index) const {
 Runtime::Runtime(const ModelFile& file, const ModelGraph& graph, TransformerOps& ops,
                  RuntimeOptions options, const JobContext* ctx)
     : graph_(graph), config_(file.config()), ops_(ops) {
+  maxSeq_ = options.maxSeq;
+  init(file, ctx);
+}
+
+Runtime::Runtime(const ModelFile& file, const ModelGraph& graph, Backend& backend,
+                 RuntimeOptions options, const JobContext* ctx)
+    : graph_(graph), config_(file.config()), ops_(backend.transformer()), gemm_(&backend.gemm()) {
+  maxSeq_ = options.maxSeq;
+  init(file, ctx);
+}
+
+Runtime::~Runtime() {
+  // Queued work may still read buffers this runtime owns.
+  try {
+    ops_.synchronize();
+  } catch (...) {
+  }
+}
+
+GemmOps& Runtime::gemmOps() {
+  if (gemm_) return *gemm_;
+  if (!ops_.hostMemory())
+    throw Error(ErrorKind::Internal, "a runtime on device memory needs the backend's GEMM op-set");
+  ownedGemm_ = createCpuGemmOps();
+  gemm_ = ownedGemm_.get();
+  return *gemm_;
+}
+
+Runtime::Buffer Runtime::toCompute(const std::vector<float>& host) {
+  if (host.empty()) return {};
+  if (ops_.hostMemory())  // no copy: a non-owning alias of the host vector's storage
+    return {std::shared_ptr<void>(std::shared_ptr<void>(), const_cast<float*>(host.data()))};
+  Buffer b{ops_.allocate(host.size() * sizeof(float))};
+  ops_.upload(b.mem.get(), host.data(), host.size() * sizeof(float));
+  return b;
+}
+
+float* Runtime::scratch(int slot, size_t floats) {
+  auto& [buf, cap] = scratch_[size_t(slot)];
+  if (cap < floats || !buf.mem) {
+    const size_t want = std::max<size_t>(floats + floats / 4, 64);
+    buf.mem.reset();  // free first: on a device, memory is the scarce thing
+    buf.mem = ops_.allocate(want * sizeof(float));
+    cap = want;
+  }
+  return buf.f();
+}
+
+void Runtime::init(const ModelFile& file, const JobContext* ctx) {
   if (graph_.family == GraphFamily::WeightsOnly)
     throw Error(ErrorKind::Unsupported,
                 "cannot run a weights-only model (architecture '" + config_.sourceArchitecture +
                     "' is not one Quantscope executes); weight analysis still works",
                 file.path());
+  scratch_.resize(kSlotCount);
   dim_ = config_.dim;
   vocab_ = config_.vocabSize;
   hidden_ = config_.hiddenDim;
@@ -39,10 +103,10 @@ Runtime::Runtime(const ModelFile& file, const ModelGraph& graph, TransformerOps&
   attn_.headDim = int(config_.headDim());
   qDim_ = int64_t(attn_.nHeads) * attn_.headDim;
   kvDim_ = int64_t(attn_.nKvHeads) * attn_.headDim;
-  maxSeq_ = options.maxSeq > 0 ? options.maxSeq
-                               : std::min<int64_t>(config_.maxSeqLen > 0 ? config_.maxSeqLen
-                                                                         : kDefaultMaxSeqCap,
-                                                   kDefaultMaxSeqCap);
+  const int64_t requested = maxSeq_;
+  maxSeq_ = requested > 0 ? requested
+                          : std::min<int64_t>(config_.maxSeqLen > 0 ? config_.maxSeqLen : kDefaultMaxSeqCap,
+                                              kDefaultMaxSeqCap);
   attn_.maxSeq = int(maxSeq_);
   normEps_ = float(config_.normEps > 0 ? config_.normEps : 1e-5);
   ropeTheta_ = float(config_.ropeTheta > 0 ? config_.ropeTheta : 10000.0);
@@ -63,9 +127,14 @@ Runtime::Runtime(const ModelFile& file, const ModelGraph& graph, TransformerOps&
   };
 
   tokenEmbedding_ = loadTensor(file, graph_.tokenEmbedding.weight);
+  devTokenEmbedding_ = toCompute(tokenEmbedding_);
   step("embeddings");
-  if (graph_.positionEmbedding.weight >= 0) positionEmbedding_ = loadTensor(file, graph_.positionEmbedding.weight);
+  if (graph_.positionEmbedding.weight >= 0) {
+    positionEmbedding_ = loadTensor(file, graph_.positionEmbedding.weight);
+    devPositionEmbedding_ = toCompute(positionEmbedding_);
+  }
 
+  weights_.reserve(all.size());
   for (const LinearLayer* l : all) {
     linears_.push_back(l);
     LinearWeights lw;
@@ -82,6 +151,8 @@ Runtime::Runtime(const ModelFile& file, const ModelGraph& graph, TransformerOps&
       lw.original.swap(t);
     }
     if (l->bias >= 0) lw.bias = loadTensor(file, l->bias);
+    lw.devOriginal = toCompute(lw.original);
+    lw.devBias = toCompute(lw.bias);
     weights_.push_back(std::move(lw));
     step("linear layers");
   }
@@ -98,22 +169,30 @@ Runtime::Runtime(const ModelFile& file, const ModelGraph& graph, TransformerOps&
   }
   if (headLinear_ < 0) throw Error(ErrorKind::BadInput, "the model has no output head", file.path());
 
-  auto loadNorm = [&](const NormLayer& n) {
-    Norm out;
+  auto loadNorm = [&](const NormLayer& n, Norm& out) {
     if (n.weight >= 0) out.w = loadTensor(file, n.weight);
     if (n.bias >= 0) out.b = loadTensor(file, n.bias);
-    return out;
+    out.dw = toCompute(out.w);
+    out.db = toCompute(out.b);
   };
-  for (const GraphBlock& b : graph_.blocks) {
-    attnNorms_.push_back(loadNorm(b.attnNorm));
-    ffnNorms_.push_back(loadNorm(b.ffnNorm));
+  attnNorms_.resize(graph_.blocks.size());
+  ffnNorms_.resize(graph_.blocks.size());
+  for (size_t b = 0; b < graph_.blocks.size(); ++b) {
+    loadNorm(graph_.blocks[b].attnNorm, attnNorms_[b]);
+    loadNorm(graph_.blocks[b].ffnNorm, ffnNorms_[b]);
     step("norms");
     step("norms");
   }
-  finalNorm_ = loadNorm(graph_.finalNorm);
+  loadNorm(graph_.finalNorm, finalNorm_);
   step("final norm");
-  kCache_.assign(graph_.blocks.size(), std::vector<float>(size_t(maxSeq_ * kvDim_)));
-  vCache_.assign(graph_.blocks.size(), std::vector<float>(size_t(maxSeq_ * kvDim_)));
+  for (size_t b = 0; b < graph_.blocks.size(); ++b) {
+    kCache_.push_back({ops_.allocate(size_t(maxSeq_ * kvDim_) * sizeof(float))});
+    vCache_.push_back({ops_.allocate(size_t(maxSeq_ * kvDim_) * sizeof(float))});
+  }
+  std::vector<int32_t> pos(static_cast<size_t>(maxSeq_));
+  for (int64_t i = 0; i < maxSeq_; ++i) pos[size_t(i)] = int32_t(i);
+  positions_.mem = ops_.allocate(pos.size() * sizeof(int32_t));
+  ops_.upload(positions_.mem.get(), pos.data(), pos.size() * sizeof(int32_t));
   if (ctx) ctx->progress(1.0, "model loaded");
 }
 
@@ -133,12 +212,133 @@ void Runtime::setLinearWeight(int i, std::vector<float> w) {
   if (w.size() != lw.original.size())
     throw Error(ErrorKind::Internal, "setLinearWeight: size mismatch for " + linears_[size_t(i)]->weightName);
   lw.replaced = std::move(w);
+  if (ops_.hostMemory()) {
+    lw.devReplaced = toCompute(lw.replaced);
+  } else {
+    if (!lw.devReplaced.mem) lw.devReplaced.mem = ops_.allocate(lw.replaced.size() * sizeof(float));
+    ops_.upload(lw.devReplaced.mem.get(), lw.replaced.data(), lw.replaced.size() * sizeof(float));
+  }
+  if (lw.format) prepareLinear(i);
 }
 
-void Runtime::restoreLinearWeight(int i) { weights_.at(size_t(i)).replaced.clear(); }
-void Runtime::restoreAllWeights() {
-  for (auto& lw : weights_) lw.replaced.clear();
+void Runtime::restoreLinearWeight(int i) {
+  LinearWeights& lw = weights_.at(size_t(i));
+  if (lw.replaced.empty()) return;
+  lw.replaced.clear();
+  lw.replaced.shrink_to_fit();
+  lw.devReplaced = {};
+  if (lw.format) prepareLinear(i);
 }
+void Runtime::restoreAllWeights() {
+  for (int i = 0; i < int(weights_.size()); ++i) restoreLinearWeight(i);
+}
+
+void Runtime::setLinearInputQuant(int i, const ActSpec& spec, float staticScale) {
+  QuantFormat f;
+  f.act = spec;
+  validateQuantFormat(f);
+  if (spec.scaling == ActScaling::PerTensorStatic && !(staticScale >= 0.0f && std::isfinite(staticScale)))
+    throwBadInput("", "static activation scale", std::to_string(staticScale) + " is negative or not finite");
+  LinearWeights& lw = weights_.at(size_t(i));
+  lw.inputQuant = spec;
+  lw.inputScale = staticScale;
+}
+void Runtime::clearLinearInputQuant(int i) { weights_.at(size_t(i)).inputQuant = ActSpec{}; }
+void Runtime::clearAllInputQuant() {
+  for (auto& lw : weights_) lw.inputQuant = ActSpec{};
+}
+
+// ---- plans ----------------------------------------------------------------------------------
+
+void Runtime::setLinearFormat(int i, const std::optional<QuantFormat>& format, LinearMode mode) {
+  LinearWeights& lw = weights_.at(size_t(i));
+  std::optional<QuantFormat> previous = lw.format;
+  const LinearMode previousMode = lw.mode;
+  lw.format = format;
+  lw.mode = mode;
+  try {
+    prepareLinear(i);
+  } catch (...) {
+    lw.format = previous;
+    lw.mode = previousMode;
+    prepareLinear(i);  // the previous form worked before
+    throw;
+  }
+}
+
+void Runtime::setPlan(const LinearPlan& plan, LinearMode mode) {
+  if (plan.size() != linears_.size())
+    throw Error(ErrorKind::BadInput, "the plan has " + std::to_string(plan.size()) + " entries, the model " +
+                                         std::to_string(linears_.size()) + " linear layers");
+  for (int i = 0; i < int(plan.size()); ++i) setLinearFormat(i, plan[size_t(i)], mode);
+}
+
+void Runtime::clearPlan() {
+  for (int i = 0; i < int(weights_.size()); ++i)
+    if (weights_[size_t(i)].format) setLinearFormat(i, std::nullopt);
+}
+
+const std::optional<QuantFormat>& Runtime::linearFormat(int i) const { return weights_.at(size_t(i)).format; }
+
+void Runtime::prepareLinear(int i) {
+  LinearWeights& lw = weights_[size_t(i)];
+  const LinearLayer& l = *linears_[size_t(i)];
+  lw.gemm.reset();
+  if (lw.devFake.mem) {  // keep one buffer per size for the next layer (sweeps set and clear often)
+    fakePool_.try_emplace(size_t(l.outFeatures * l.inFeatures), lw.devFake);
+    lw.devFake = {};
+  }
+  lw.fake = false;
+  lw.fakeReason.clear();
+  if (!lw.format) return;
+  const QuantFormat& f = *lw.format;
+  validateQuantFormat(f);
+  if (f.weight.kind == QuantKind::F32 && f.act.kind == QuantKind::F32) return;  // the reference
+  if (f.act.scaling == ActScaling::PerTensorStatic)
+    throw Error(ErrorKind::Unsupported,
+                "format '" + formatToString(f) +
+                    "' needs a calibrated static activation scale; the runtime takes dynamic per-token "
+                    "activation scales or FP16/BF16 casts",
+                {}, l.weightName);
+  const int64_t n = l.outFeatures, k = l.inFeatures;
+  const std::span<const float> w(lw.w(), lw.original.size());
+  if (lw.mode == LinearMode::Kernel) {
+    if (const auto scheme = gemmSchemeFor(f, n, k)) {
+      const QuantizedTensor q = quantizeWeight(f.weight, w, n, k, l.weightName);
+      lw.gemm = gemmOps().prepare(toQuantLinearWeight(q, l.weightName), scheme->activation);
+      return;
+    }
+    lw.fakeReason = gemmSchemeFor(f) ? "k = " + std::to_string(k) + " is not a multiple of 32"
+                                     : "no GEMM kernel for " + formatToString(f);
+  } else {
+    lw.fakeReason = "fake-quant mode";
+  }
+  lw.fake = true;
+  if (auto it = fakePool_.find(size_t(n * k)); it != fakePool_.end()) {
+    lw.devFake = it->second;
+    fakePool_.erase(it);
+  } else {
+    lw.devFake.mem = ops_.allocate(size_t(n * k) * sizeof(float));
+  }
+  ops_.fakeQuantWeight(f.weight, lw.devW(), n, k, lw.devFake.f(), l.weightName);
+}
+
+std::string Runtime::linearKernel(int i, int64_t T) const {
+  const LinearWeights& lw = weights_.at(size_t(i));
+  if (lw.gemm) return gemm_->kernelName(*lw.gemm, T);
+  if (lw.fake) return "fake-quant fp32 (" + lw.fakeReason + ")";
+  return "fp32-reference";
+}
+
+uint64_t Runtime::linearWeightBytes(int i) const {
+  const LinearWeights& lw = weights_.at(size_t(i));
+  const LinearLayer& l = *linears_[size_t(i)];
+  if (lw.gemm) return lw.gemm->bytes;
+  if (lw.fake) return quantStorage(lw.format->weight, l.outFeatures, l.inFeatures).totalBytes();
+  return uint64_t(l.outFeatures) * uint64_t(l.inFeatures) * 4;
+}
+
+// ---- taps -----------------------------------------------------------------------------------
 
 int Runtime::addTap(Tap tap) {
   taps_.emplace_back(nextTapId_, std::move(tap));
@@ -150,8 +350,13 @@ void Runtime::removeTap(int id) {
 void Runtime::clearTaps() { taps_.clear(); }
 
 void Runtime::fireTap(TapKind kind, int block, int linear, const float* data, int64_t rows,
-                   int64_t cols) {
+                      int64_t cols) {
   if (taps_.empty()) return;
+  if (!ops_.hostMemory()) {  // taps see host memory: copy what they look at, only now
+    tapHost_.resize(size_t(rows * cols));
+    ops_.download(tapHost_.data(), data, tapHost_.size() * sizeof(float));
+    data = tapHost_.data();
+  }
   TapEvent e{kind, block, linear, data, rows, cols, tapStartPos_};
   for (auto& [id, tap] : taps_) tap(e);
 }
@@ -161,30 +366,66 @@ void Runtime::reset() {
   // it would only cost time on large models.
 }
 
+// ---- the forward pass -----------------------------------------------------------------------
+
+const int32_t* Runtime::positionsAt(int32_t startPos, int64_t T) {
+  (void)T;  // checked by checkRun
+  return static_cast<const int32_t*>(positions_.mem.get()) + startPos;
+}
+
+void Runtime::checkRun(int64_t T, int32_t startPos) const {
+  if (T <= 0) throw Error(ErrorKind::BadInput, "forward: no tokens");
+  if (startPos < 0 || startPos + T > maxSeq_)
+    throw Error(ErrorKind::BadInput, "sequence of " + std::to_string(startPos + T) +
+                                         " positions exceeds the context of " + std::to_string(maxSeq_));
+}
+
 void Runtime::linear(int i, const float* x, int64_t T, float* y, int block) {
   const LinearLayer& l = *linears_[size_t(i)];
   fireTap(TapKind::LinearInput, block, i, x, T, l.inFeatures);
   const LinearWeights& lw = weights_[size_t(i)];
-  ops_.linear(x, T, l.inFeatures, lw.w(), l.outFeatures, lw.bias.empty() ? nullptr : lw.bias.data(), y);
+  const float* bias = lw.devBias.f();
+  if (lw.inputQuant.kind != QuantKind::F32) {
+    // A copy: q, k and v (gate and up) read the same input buffer.
+    float* xa = scratch(kActFq, size_t(T * l.inFeatures));
+    ops_.copy(xa, x, size_t(T * l.inFeatures) * sizeof(float));
+    ops_.fakeQuantActivations(lw.inputQuant, xa, T, l.inFeatures, lw.inputScale);
+    x = xa;
+  }
+  if (lw.gemm) {  // FP16 activations through the GEMM op-set
+    auto* xh = reinterpret_cast<uint16_t*>(scratch(kXHalf, size_t(T * l.inFeatures + 1) / 2));
+    auto* yh = reinterpret_cast<uint16_t*>(scratch(kYHalf, size_t(T * l.outFeatures + 1) / 2));
+    ops_.toHalf(x, T * l.inFeatures, xh);
+    gemm_->run(*lw.gemm, xh, T, yh);
+    ops_.fromHalf(yh, T, l.outFeatures, bias, y);
+  } else if (lw.fake) {
+    const float* xin = x;
+    if (lw.format->act.kind != QuantKind::F32) {
+      float* xa = scratch(kActFq, size_t(T * l.inFeatures));  // x may already be this buffer
+      ops_.copy(xa, x, size_t(T * l.inFeatures) * sizeof(float));
+      ops_.fakeQuantActivations(lw.format->act, xa, T, l.inFeatures);
+      xin = xa;
+    }
+    ops_.linear(xin, T, l.inFeatures, lw.devFake.f(), l.outFeatures, bias, y);
+  } else {
+    ops_.linear(x, T, l.inFeatures, lw.devW(), l.outFeatures, bias, y);
+  }
   fireTap(TapKind::LinearOutput, block, i, y, T, l.outFeatures);
 }
 
-void Runtime::embed(std::span<const int32_t> tokens, int32_t startPos, float* x) {
+void Runtime::embedImpl(std::span<const int32_t> tokens, int32_t startPos, float* x) {
   const int64_t T = int64_t(tokens.size());
-  for (int64_t t = 0; t < T; ++t) {
-    const int32_t tok = tokens[size_t(t)];
+  for (int32_t tok : tokens)
     if (tok < 0 || tok >= vocab_)
       throw Error(ErrorKind::BadInput, "token id " + std::to_string(tok) + " is outside the vocabulary (" +
                                            std::to_string(vocab_) + ")");
-    std::memcpy(x + t * dim_, tokenEmbedding_.data() + int64_t(tok) * dim_, size_t(dim_) * sizeof(float));
-    if (!positionEmbedding_.empty()) {
-      const float* pe = positionEmbedding_.data() + int64_t(startPos + t) * dim_;
-      for (int64_t i = 0; i < dim_; ++i) x[t * dim_ + i] += pe[i];
-    }
-  }
+  auto* ids = reinterpret_cast<int32_t*>(scratch(kTokens, size_t(T)));
+  ops_.upload(ids, tokens.data(), size_t(T) * sizeof(int32_t));
+  ops_.embedding(devTokenEmbedding_.f(), ids, T, dim_, x);
+  if (devPositionEmbedding_.mem) ops_.add(x, devPositionEmbedding_.f() + int64_t(startPos) * dim_, T * dim_);
 }
 
-void Runtime::runBlock(int b, float* x, int64_t T, int32_t startPos) {
+void Runtime::runBlockImpl(int b, float* x, int64_t T, int32_t startPos) {
   tapStartPos_ = startPos;
   if (graph_.family == GraphFamily::Gpt2)
     runGpt2Block(b, x, T, startPos);
@@ -199,28 +440,31 @@ void Runtime::runLlamaBlock(int b, float* x, int64_t T, int32_t startPos) {
             iv = findRole(ids, linears_, LinearRole::V), io = findRole(ids, linears_, LinearRole::O),
             ig = findRole(ids, linears_, LinearRole::Gate), iu = findRole(ids, linears_, LinearRole::Up),
             id = findRole(ids, linears_, LinearRole::Down);
-  std::vector<float> h(size_t(T * dim_)), q(size_t(T * qDim_)), k(size_t(T * kvDim_)),
-      v(size_t(T * kvDim_)), att(size_t(T * qDim_)), o(size_t(T * dim_));
-  std::vector<int32_t> pos(static_cast<size_t>(T));
-  for (int64_t t = 0; t < T; ++t) pos[size_t(t)] = startPos + int32_t(t);
+  float* h = scratch(kH, size_t(T * dim_));
+  float* q = scratch(kQ, size_t(T * qDim_));
+  float* k = scratch(kK, size_t(T * kvDim_));
+  float* v = scratch(kV, size_t(T * kvDim_));
+  float* att = scratch(kAtt, size_t(T * qDim_));
+  float* o = scratch(kO, size_t(T * dim_));
+  const int32_t* pos = positionsAt(startPos, T);
 
-  ops_.rmsNorm(x, attnNorms_[size_t(b)].w.data(), T, dim_, normEps_, h.data());
-  linear(iq, h.data(), T, q.data(), b);
-  linear(ik, h.data(), T, k.data(), b);
-  linear(iv, h.data(), T, v.data(), b);
-  ops_.rope(q.data(), k.data(), pos.data(), T, attn_, ropeTheta_, ropeMode_);
-  ops_.attention(q.data(), k.data(), v.data(), pos.data(), T, attn_, kCache_[size_t(b)].data(),
-                 vCache_[size_t(b)].data(), att.data());
-  linear(io, att.data(), T, o.data(), b);
-  ops_.add(x, o.data(), T * dim_);
+  ops_.rmsNorm(x, attnNorms_[size_t(b)].dw.f(), T, dim_, normEps_, h);
+  linear(iq, h, T, q, b);
+  linear(ik, h, T, k, b);
+  linear(iv, h, T, v, b);
+  ops_.rope(q, k, pos, T, attn_, ropeTheta_, ropeMode_);
+  ops_.attention(q, k, v, pos, T, attn_, kCache_[size_t(b)].f(), vCache_[size_t(b)].f(), att);
+  linear(io, att, T, o, b);
+  ops_.add(x, o, T * dim_);
 
-  std::vector<float> g(size_t(T * hidden_)), u(size_t(T * hidden_));
-  ops_.rmsNorm(x, ffnNorms_[size_t(b)].w.data(), T, dim_, normEps_, h.data());
-  linear(ig, h.data(), T, g.data(), b);
-  linear(iu, h.data(), T, u.data(), b);
-  ops_.swiglu(g.data(), u.data(), T * hidden_, g.data());
-  linear(id, g.data(), T, o.data(), b);
-  ops_.add(x, o.data(), T * dim_);
+  float* g = scratch(kG, size_t(T * hidden_));
+  float* u = scratch(kU, size_t(T * hidden_));
+  ops_.rmsNorm(x, ffnNorms_[size_t(b)].dw.f(), T, dim_, normEps_, h);
+  linear(ig, h, T, g, b);
+  linear(iu, h, T, u, b);
+  ops_.swiglu(g, u, T * hidden_, g);
+  linear(id, g, T, o, b);
+  ops_.add(x, o, T * dim_);
 }
 
 void Runtime::runGpt2Block(int b, float* x, int64_t T, int32_t startPos) {
@@ -229,64 +473,161 @@ void Runtime::runGpt2Block(int b, float* x, int64_t T, int32_t startPos) {
             io = findRole(ids, linears_, LinearRole::AttnOut),
             iin = findRole(ids, linears_, LinearRole::MlpIn),
             iout = findRole(ids, linears_, LinearRole::MlpOut);
-  std::vector<float> h(size_t(T * dim_)), qkv(size_t(T * (qDim_ + 2 * kvDim_))), q(size_t(T * qDim_)),
-      k(size_t(T * kvDim_)), v(size_t(T * kvDim_)), att(size_t(T * qDim_)), o(size_t(T * dim_));
-  std::vector<int32_t> pos(static_cast<size_t>(T));
-  for (int64_t t = 0; t < T; ++t) pos[size_t(t)] = startPos + int32_t(t);
+  const int64_t row = qDim_ + 2 * kvDim_;
+  float* h = scratch(kH, size_t(T * dim_));
+  float* qkv = scratch(kQkv, size_t(T * row));
+  float* q = scratch(kQ, size_t(T * qDim_));
+  float* k = scratch(kK, size_t(T * kvDim_));
+  float* v = scratch(kV, size_t(T * kvDim_));
+  float* att = scratch(kAtt, size_t(T * qDim_));
+  float* o = scratch(kO, size_t(T * dim_));
+  const int32_t* pos = positionsAt(startPos, T);
 
   const Norm& n1 = attnNorms_[size_t(b)];
-  ops_.layerNorm(x, n1.w.data(), n1.b.empty() ? nullptr : n1.b.data(), T, dim_, normEps_, h.data());
-  linear(iqkv, h.data(), T, qkv.data(), b);
-  const int64_t row = qDim_ + 2 * kvDim_;
-  for (int64_t t = 0; t < T; ++t) {  // c_attn output rows are [q | k | v]
-    std::memcpy(q.data() + t * qDim_, qkv.data() + t * row, size_t(qDim_) * 4);
-    std::memcpy(k.data() + t * kvDim_, qkv.data() + t * row + qDim_, size_t(kvDim_) * 4);
-    std::memcpy(v.data() + t * kvDim_, qkv.data() + t * row + qDim_ + kvDim_, size_t(kvDim_) * 4);
-  }
-  ops_.attention(q.data(), k.data(), v.data(), pos.data(), T, attn_, kCache_[size_t(b)].data(),
-                 vCache_[size_t(b)].data(), att.data());
-  linear(io, att.data(), T, o.data(), b);
-  ops_.add(x, o.data(), T * dim_);
+  ops_.layerNorm(x, n1.dw.f(), n1.db.f(), T, dim_, normEps_, h);
+  linear(iqkv, h, T, qkv, b);
+  ops_.copyColumns(qkv, row, 0, T, qDim_, q);  // c_attn output rows are [q | k | v]
+  ops_.copyColumns(qkv, row, qDim_, T, kvDim_, k);
+  ops_.copyColumns(qkv, row, qDim_ + kvDim_, T, kvDim_, v);
+  ops_.attention(q, k, v, pos, T, attn_, kCache_[size_t(b)].f(), vCache_[size_t(b)].f(), att);
+  linear(io, att, T, o, b);
+  ops_.add(x, o, T * dim_);
 
   const Norm& n2 = ffnNorms_[size_t(b)];
-  std::vector<float> f(size_t(T * hidden_));
-  ops_.layerNorm(x, n2.w.data(), n2.b.empty() ? nullptr : n2.b.data(), T, dim_, normEps_, h.data());
-  linear(iin, h.data(), T, f.data(), b);
-  ops_.geluTanh(f.data(), T * hidden_);
-  linear(iout, f.data(), T, o.data(), b);
-  ops_.add(x, o.data(), T * dim_);
+  float* f = scratch(kF, size_t(T * hidden_));
+  ops_.layerNorm(x, n2.dw.f(), n2.db.f(), T, dim_, normEps_, h);
+  linear(iin, h, T, f, b);
+  ops_.geluTanh(f, T * hidden_);
+  linear(iout, f, T, o, b);
+  ops_.add(x, o, T * dim_);
+}
+
+void Runtime::headImpl(const float* x, int64_t T, float* logits) {
+  float* h = scratch(kHeadH, size_t(T * dim_));
+  if (graph_.finalNorm.kind == NormKind::LayerNorm)
+    ops_.layerNorm(x, finalNorm_.dw.f(), finalNorm_.db.f(), T, dim_, normEps_, h);
+  else
+    ops_.rmsNorm(x, finalNorm_.dw.f(), T, dim_, normEps_, h);
+  linear(headLinear_, h, T, logits, -1);
+  fireTap(TapKind::Logits, -1, -1, logits, T, vocab_);
+}
+
+// ---- host-memory API ------------------------------------------------------------------------
+
+void Runtime::embed(std::span<const int32_t> tokens, int32_t startPos, float* x) {
+  const int64_t T = int64_t(tokens.size());
+  if (ops_.hostMemory()) return embedImpl(tokens, startPos, x);
+  float* dx = scratch(kIoX, size_t(T * dim_));
+  embedImpl(tokens, startPos, dx);
+  ops_.download(x, dx, size_t(T * dim_) * sizeof(float));
+}
+
+void Runtime::runBlock(int b, float* x, int64_t T, int32_t startPos) {
+  if (ops_.hostMemory()) return runBlockImpl(b, x, T, startPos);
+  float* dx = scratch(kIoX, size_t(T * dim_));
+  ops_.upload(dx, x, size_t(T * dim_) * sizeof(float));
+  runBlockImpl(b, dx, T, startPos);
+  ops_.download(x, dx, size_t(T * dim_) * sizeof(float));
 }
 
 void Runtime::head(const float* x, int64_t T, float* logits) {
-  std::vector<float> h(size_t(T * dim_));
-  if (graph_.finalNorm.kind == NormKind::LayerNorm)
-    ops_.layerNorm(x, finalNorm_.w.data(), finalNorm_.b.empty() ? nullptr : finalNorm_.b.data(), T,
-                   dim_, normEps_, h.data());
-  else
-    ops_.rmsNorm(x, finalNorm_.w.data(), T, dim_, normEps_, h.data());
-  linear(headLinear_, h.data(), T, logits, -1);
-  fireTap(TapKind::Logits, -1, -1, logits, T, vocab_);
+  if (ops_.hostMemory()) return headImpl(x, T, logits);
+  float* dx = scratch(kIoX, size_t(T * dim_));
+  float* dl = scratch(kIoOut, size_t(T * vocab_));
+  ops_.upload(dx, x, size_t(T * dim_) * sizeof(float));
+  headImpl(dx, T, dl);
+  ops_.download(logits, dl, size_t(T * vocab_) * sizeof(float));
 }
 
 void Runtime::forward(std::span<const int32_t> tokens, int32_t startPos, std::vector<float>& logits,
                       bool allLogits) {
   const int64_t T = int64_t(tokens.size());
-  if (T == 0) throw Error(ErrorKind::BadInput, "forward: no tokens");
-  if (startPos < 0 || startPos + T > maxSeq_)
-    throw Error(ErrorKind::BadInput, "sequence of " + std::to_string(startPos + T) +
-                                         " positions exceeds the context of " + std::to_string(maxSeq_));
-  std::vector<float> x(size_t(T * dim_));
-  embed(tokens, startPos, x.data());
-  for (int b = 0; b < int(graph_.blocks.size()); ++b) runBlock(b, x.data(), T, startPos);
+  checkRun(T, startPos);
+  float* x = scratch(kFwdX, size_t(T * dim_));
+  embedImpl(tokens, startPos, x);
+  for (int b = 0; b < int(graph_.blocks.size()); ++b) runBlockImpl(b, x, T, startPos);
   tapStartPos_ = startPos;
-  if (allLogits) {
-    logits.resize(size_t(T * vocab_));
-    head(x.data(), T, logits.data());
+  const int64_t rows = allLogits ? T : 1;
+  logits.resize(size_t(rows * vocab_));
+  if (!allLogits) tapStartPos_ = startPos + int32_t(T) - 1;
+  const float* xs = allLogits ? x : x + (T - 1) * dim_;
+  if (ops_.hostMemory()) {
+    headImpl(xs, rows, logits.data());
   } else {
-    logits.resize(size_t(vocab_));
-    tapStartPos_ = startPos + int32_t(T) - 1;
-    head(x.data() + (T - 1) * dim_, 1, logits.data());
+    float* dl = scratch(kFwdLogits, size_t(rows * vocab_));
+    headImpl(xs, rows, dl);
+    ops_.download(logits.data(), dl, logits.size() * sizeof(float));
   }
+}
+
+// ---- compute-memory API ---------------------------------------------------------------------
+
+bool Runtime::onDevice() const { return !ops_.hostMemory(); }
+
+RuntimeTensor Runtime::allocate(int64_t rows, int64_t cols) {
+  if (rows <= 0 || cols <= 0)
+    throw Error(ErrorKind::Internal, "RuntimeTensor of shape [" + std::to_string(rows) + ", " +
+                                         std::to_string(cols) + "]");
+  RuntimeTensor t;
+  t.mem_ = ops_.allocate(size_t(rows * cols) * sizeof(float));
+  t.rows_ = rows;
+  t.cols_ = cols;
+  return t;
+}
+
+void Runtime::toHost(const RuntimeTensor& t, float* host) {
+  ops_.download(host, t.data(), t.size() * sizeof(float));
+}
+void Runtime::fromHost(RuntimeTensor& t, const float* host) {
+  ops_.upload(t.data(), host, t.size() * sizeof(float));
+}
+void Runtime::copy(RuntimeTensor& dst, const RuntimeTensor& src) {
+  if (dst.rows() != src.rows() || dst.cols() != src.cols())
+    throw Error(ErrorKind::Internal, "RuntimeTensor copy between different shapes");
+  ops_.copy(dst.data(), src.data(), src.size() * sizeof(float));
+}
+
+namespace {
+void checkTensor(const RuntimeTensor& t, int64_t rows, int64_t cols, const char* what) {
+  if (t.empty() || t.rows() < rows || t.cols() != cols)
+    throw Error(ErrorKind::Internal, std::string(what) + ": tensor [" + std::to_string(t.rows()) + ", " +
+                                         std::to_string(t.cols()) + "] cannot hold [" + std::to_string(rows) +
+                                         ", " + std::to_string(cols) + "]");
+}
+}  // namespace
+
+void Runtime::embed(std::span<const int32_t> tokens, int32_t startPos, RuntimeTensor& x) {
+  const int64_t T = int64_t(tokens.size());
+  checkRun(T, startPos);
+  checkTensor(x, T, dim_, "embed");
+  embedImpl(tokens, startPos, x.data());
+}
+
+void Runtime::runBlock(int b, RuntimeTensor& x, int64_t T, int32_t startPos) {
+  checkRun(T, startPos);
+  checkTensor(x, T, dim_, "runBlock");
+  if (b < 0 || b >= int(graph_.blocks.size()))
+    throw Error(ErrorKind::Internal, "runBlock: no block " + std::to_string(b));
+  runBlockImpl(b, x.data(), T, startPos);
+}
+
+void Runtime::head(const RuntimeTensor& x, int64_t T, RuntimeTensor& logits) {
+  checkTensor(x, T, dim_, "head");
+  checkTensor(logits, T, vocab_, "head logits");
+  headImpl(x.data(), T, logits.data());
+}
+
+std::vector<TransformerOps::LogitRowStats> Runtime::compareLogits(const RuntimeTensor& ref,
+                                                                  const RuntimeTensor& test, int64_t T,
+                                                                  std::span<const int32_t> targets) {
+  checkTensor(ref, T, vocab_, "compareLogits");
+  checkTensor(test, T, vocab_, "compareLogits");
+  if (!targets.empty() && int64_t(targets.size()) != T)
+    throw Error(ErrorKind::Internal, "compareLogits: " + std::to_string(targets.size()) + " targets for " +
+                                         std::to_string(T) + " rows");
+  std::vector<TransformerOps::LogitRowStats> out(static_cast<size_t>(T));
+  ops_.compareLogits(ref.data(), test.data(), T, vocab_, targets.empty() ? nullptr : targets.data(), out.data());
+  return out;
 }
 
 }  // namespace qs

@@ -1,26 +1,46 @@
 #pragma once
-// The forward pass of a ModelGraph on a backend's TransformerOps: embeddings, blocks (Llama:
-// RMSNorm, RoPE, grouped-query attention with a KV cache, SwiGLU; GPT-2: LayerNorm, fused qkv,
-// GELU, learned positions), final norm and head. This is the reference every quantized run is
-// compared with.
+// The forward pass of a ModelGraph on a backend: embeddings, blocks (Llama: RMSNorm, RoPE,
+// grouped-query attention with a KV cache, SwiGLU; GPT-2: LayerNorm, fused qkv, GELU, learned
+// positions), final norm and head. The same code runs on every backend: its TransformerOps do
+// the arithmetic in their own memory (host memory for the CPU reference, device memory on
+// CUDA), its GemmOps run the quantized linear layers. The unquantized run (no plan) is the
+// reference every quantized run is compared with.
 //
 // Taps: callbacks on every linear layer's input and output, on each block's residual stream and
-// on the logits. With no tap registered nothing is computed or copied for them.
+// on the logits, always with host memory. With no tap registered nothing is computed or copied
+// for them (on CUDA, a tap costs a device-to-host copy of what it sees).
 //
-// Weights are held as FP32 [out, in] (GGUF blocks dequantized, GPT-2's transposed Conv1D
-// weights turned around at load), so every consumer sees one layout. A linear layer's weight can
-// be replaced (fake-quantized) and restored; the source file is never touched.
+// Weights are held as FP32 [out, in] on the host (GGUF blocks dequantized, GPT-2's transposed
+// Conv1D weights turned around at load), so every consumer sees one layout, and once more in
+// the backend's memory in the form each layer's plan entry needs (docs/runtime.md):
+//   no entry (nullopt)     FP32, TransformerOps::linear (Eigen on the CPU, cuBLAS SGEMM on CUDA)
+//   format, Kernel mode    the GEMM op-set's weight for the format's scheme (FP16 through cuBLAS,
+//                          packed INT4/INT8/FP8 for the quantized kernels); the CPU backend's
+//                          GEMM op-set is the fake-quant reference of the same kernels
+//   format, FakeQuant mode FP32 fake-quantized by the formats codecs (on the device on CUDA),
+//                          activations fake-quantized per the format, then the FP32 linear
+// A linear layer's weight can be replaced (e.g. fake-quantized by a caller) and restored; the
+// source file is never touched.
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <memory>
+#include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "core/model/model_file.h"
 #include "core/model/model_graph.h"
 #include "core/util/progress.h"
+#include "kernels/formats/quant_format.h"
 #include "kernels/ops/transformer_ops.h"
 
 namespace qs {
+
+class Backend;
+class GemmOps;
+class GemmWeight;
 
 enum class TapKind { LinearInput, LinearOutput, Residual, Logits };
 
@@ -38,12 +58,45 @@ struct RuntimeOptions {
   int64_t maxSeq = 0;  // KV cache capacity; 0 = the model's maximum (capped at 4096)
 };
 
+// How a linear layer with a format runs (see the top of this file). Kernel falls back to
+// FakeQuant for formats the GEMM kernels do not implement (kernels/ops/linear_formats.h).
+enum class LinearMode { Kernel, FakeQuant };
+
+// A quantization plan: one entry per Runtime::linears() index; nullopt = unquantized.
+using LinearPlan = std::vector<std::optional<QuantFormat>>;
+
+// A [rows, cols] FP32 row-major matrix in the runtime's compute memory (device memory on CUDA,
+// host memory on the CPU backend): activations that stay where the work happens. Cheap to copy
+// (shared storage); Runtime::allocate makes one, Runtime::toHost / fromHost move data.
+class RuntimeTensor {
+ public:
+  RuntimeTensor() = default;
+  float* data() const { return static_cast<float*>(mem_.get()); }
+  int64_t rows() const { return rows_; }
+  int64_t cols() const { return cols_; }
+  size_t size() const { return size_t(rows_ * cols_); }
+  bool empty() const { return !mem_; }
+
+ private:
+  friend class Runtime;
+  std::shared_ptr<void> mem_;
+  int64_t rows_ = 0, cols_ = 0;
+};
+
 class Runtime {
  public:
   // Loads (and dequantizes) the weights. Throws BadInput for a graph that cannot run
   // (weights-only) and Cancelled when ctx is cancelled.
+  // On a host op-set (the CPU reference, or a wrapper of it); quantized layers use a CPU GEMM
+  // op-set of its own.
   Runtime(const ModelFile& file, const ModelGraph& graph, TransformerOps& ops,
           RuntimeOptions options = {}, const JobContext* ctx = nullptr);
+  // On a backend: its transformer() and gemm() op-sets (the backend must outlive the runtime).
+  Runtime(const ModelFile& file, const ModelGraph& graph, Backend& backend,
+          RuntimeOptions options = {}, const JobContext* ctx = nullptr);
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
 
   const ModelGraph& graph() const { return graph_; }
   const ModelConfig& config() const { return config_; }
@@ -55,10 +108,38 @@ class Runtime {
   // tied to the embedding (allLinears() leaves that one out), head last.
   const std::vector<const LinearLayer*>& linears() const { return linears_; }
   int linearIndex(const std::string& weightName) const;  // -1 when not found
-  std::span<const float> linearWeight(int i) const;       // [out, in]
-  void setLinearWeight(int i, std::vector<float> w);      // same size as linearWeight(i)
+  std::span<const float> linearWeight(int i) const;       // [out, in], host memory
+  // Replaces the layer's FP32 weight (same size as linearWeight(i)); a format set on the layer
+  // is applied to the new weight. On CUDA the layer's device copy is re-uploaded.
+  void setLinearWeight(int i, std::vector<float> w);
   void restoreLinearWeight(int i);
   void restoreAllWeights();
+  // Fake-quantises the activations entering linear i (TransformerOps::fakeQuantActivations, the
+  // formats codec's arithmetic: FP16/BF16 cast, INT8/FP8 per token or with a static per-tensor
+  // scale from calibration) before its product, whatever the layer's format; the LinearInput tap
+  // still sees the unquantised input. An ActSpec of kind F32 (or clearLinearInputQuant) turns
+  // it off.
+  void setLinearInputQuant(int i, const ActSpec& spec, float staticScale = 0.0f);
+  void clearLinearInputQuant(int i);
+  void clearAllInputQuant();
+
+  // ---- plans -------------------------------------------------------------------------------
+  // Sets one layer's format (nullopt = unquantized): quantizes its current weight and prepares
+  // it for the backend (Kernel: packs and uploads the GEMM weight; FakeQuant: fake-quantizes on
+  // the backend). Throws BadInput for a format that does not fit the layer (K not a multiple of
+  // the group size), Unsupported for static activation scales (they need calibration).
+  void setLinearFormat(int i, const std::optional<QuantFormat>& format,
+                       LinearMode mode = LinearMode::Kernel);
+  // A whole plan (size linears().size()); clearPlan() = every layer unquantized.
+  void setPlan(const LinearPlan& plan, LinearMode mode = LinearMode::Kernel);
+  void clearPlan();
+  const std::optional<QuantFormat>& linearFormat(int i) const;
+  // What runs layer i for T tokens: "fp32-reference", a GEMM kernel name ("skinny-mma",
+  // "cublasGemmEx-f16", "eigen-fp32" …) or "fake-quant fp32 (…why…)".
+  std::string linearKernel(int i, int64_t T) const;
+  // Weight bytes the layer's current form reads per call (FP32: 4·out·in; a GEMM weight: its
+  // codes, scales and zeros; fake-quant: the format's storage).
+  uint64_t linearWeightBytes(int i) const;
 
   int addTap(Tap tap);  // returns an id for removeTap
   void removeTap(int id);
@@ -71,20 +152,61 @@ class Runtime {
   void forward(std::span<const int32_t> tokens, int32_t startPos, std::vector<float>& logits,
                bool allLogits = false);
 
-  // The pieces of forward(), for jobs that resume from a cached residual stream.
+  // The pieces of forward(), for jobs that resume from a cached residual stream. Host memory
+  // (on CUDA each call moves x there and back; use the RuntimeTensor overloads to stay on the
+  // device).
   void embed(std::span<const int32_t> tokens, int32_t startPos, float* x);        // x [T, dim]
   void runBlock(int b, float* x, int64_t T, int32_t startPos);                     // in place
   void head(const float* x, int64_t T, float* logits);                             // [T, vocab]
 
+  // ---- compute-memory API (no host round trips) ----------------------------------------------
+  bool onDevice() const;  // true when the compute memory is not host memory (CUDA)
+  TransformerOps& ops() { return ops_; }
+  RuntimeTensor allocate(int64_t rows, int64_t cols);
+  void toHost(const RuntimeTensor& t, float* host);          // t.size() floats
+  void fromHost(RuntimeTensor& t, const float* host);
+  void copy(RuntimeTensor& dst, const RuntimeTensor& src);   // same shape
+  void embed(std::span<const int32_t> tokens, int32_t startPos, RuntimeTensor& x);  // [T, dim]
+  void runBlock(int b, RuntimeTensor& x, int64_t T, int32_t startPos);
+  void head(const RuntimeTensor& x, int64_t T, RuntimeTensor& logits);              // [T, vocab]
+  // Row by row KL(ref ‖ test), top-1 agreement and (with targets, T ids) both NLLs, computed
+  // where the logits are (TransformerOps::compareLogits).
+  std::vector<TransformerOps::LogitRowStats> compareLogits(const RuntimeTensor& ref,
+                                                           const RuntimeTensor& test, int64_t T,
+                                                           std::span<const int32_t> targets = {});
+
  private:
+  struct Buffer {  // compute memory (on the host op-set: may alias a host vector)
+    std::shared_ptr<void> mem;
+    float* f() const { return static_cast<float*>(mem.get()); }
+  };
   struct LinearWeights {
-    std::vector<float> original;  // [out, in]
+    std::vector<float> original;  // [out, in], host
     std::vector<float> replaced;  // empty unless setLinearWeight was called
     std::vector<float> bias;
+    Buffer devOriginal, devReplaced, devBias;  // compute-memory copies
+    std::optional<QuantFormat> format;
+    LinearMode mode = LinearMode::Kernel;
+    ActSpec inputQuant;       // kind F32: the input is used as it is
+    float inputScale = 0.0f;  // static per-tensor activation scale
+    bool fake = false;                 // runs fake-quantized (FakeQuant mode or no kernel)
+    std::string fakeReason;            // why it is fake-quantized
+    Buffer devFake;                    // fake-quantized weight [out, in]
+    std::unique_ptr<GemmWeight> gemm;  // Kernel mode
     const float* w() const { return replaced.empty() ? original.data() : replaced.data(); }
+    const float* devW() const { return replaced.empty() ? devOriginal.f() : devReplaced.f(); }
   };
+  void init(const ModelFile& file, const JobContext* ctx);
+  Buffer toCompute(const std::vector<float>& host);  // aliases on the host op-set
+  float* scratch(int slot, size_t floats);
+  void prepareLinear(int i);  // (re)builds the layer's compute form from its format and weight
   void linear(int i, const float* x, int64_t T, float* y, int block);
   void fireTap(TapKind kind, int block, int linear, const float* data, int64_t rows, int64_t cols);
+  const int32_t* positionsAt(int32_t startPos, int64_t T);
+  void checkRun(int64_t T, int32_t startPos) const;
+  void embedImpl(std::span<const int32_t> tokens, int32_t startPos, float* x);
+  void runBlockImpl(int b, float* x, int64_t T, int32_t startPos);
+  void headImpl(const float* x, int64_t T, float* logits);
   void runLlamaBlock(int b, float* x, int64_t T, int32_t startPos);
   void runGpt2Block(int b, float* x, int64_t T, int32_t startPos);
   std::vector<float> loadTensor(const ModelFile& file, int index) const;
@@ -92,6 +214,9 @@ class Runtime {
   ModelGraph graph_;
   ModelConfig config_;
   TransformerOps& ops_;
+  GemmOps* gemm_ = nullptr;
+  std::unique_ptr<GemmOps> ownedGemm_;  // host op-set: a CPU GEMM op-set, made on first use
+  GemmOps& gemmOps();
   int64_t dim_ = 0, vocab_ = 0, maxSeq_ = 0, hidden_ = 0, qDim_ = 0, kvDim_ = 0;
   AttentionShape attn_;
   float normEps_ = 1e-5f, ropeTheta_ = 10000.0f;
@@ -102,12 +227,18 @@ class Runtime {
   std::vector<std::vector<int>> blockLinears_;         // block → linear indices (execution order)
   int headLinear_ = -1;
   std::vector<float> tokenEmbedding_, positionEmbedding_;
+  Buffer devTokenEmbedding_, devPositionEmbedding_;
   struct Norm {
     std::vector<float> w, b;
+    Buffer dw, db;
   };
   std::vector<Norm> attnNorms_, ffnNorms_;
   Norm finalNorm_;
-  std::vector<std::vector<float>> kCache_, vCache_;    // per block [maxSeq, kvDim]
+  std::vector<Buffer> kCache_, vCache_;    // per block [maxSeq, kvDim], compute memory
+  Buffer positions_;                       // 0 .. maxSeq-1 (int32), compute memory
+  std::vector<std::pair<Buffer, size_t>> scratch_;  // by slot: buffer, capacity in floats
+  std::map<size_t, Buffer> fakePool_;      // released fake-quant weight buffers, by element count
+  std::vector<float> tapHost_;             // host staging of tap data (CUDA)
   std::vector<std::pair<int, Tap>> taps_;
   int nextTapId_ = 1;
   int32_t tapStartPos_ = 0;  // position of the first row of the current tap events

@@ -4,6 +4,7 @@
 
 #include "kernels/common/error.h"
 #include "kernels/gemm/gemm_ops.h"
+#include "kernels/ops/cpu_transformer_ops.h"
 #include "kernels/stats/stats_ops.h"
 
 namespace qs {
@@ -24,10 +25,15 @@ class CpuBackend final : public Backend {
     if (!stats_) stats_ = createCpuStatsOps();
     return *stats_;
   }
+  TransformerOps& transformer() override {
+    if (!transformer_) transformer_ = createCpuTransformerOps();
+    return *transformer_;
+  }
 
  private:
   std::unique_ptr<GemmOps> gemm_;
   std::unique_ptr<StatsOps> stats_;
+  std::unique_ptr<TransformerOps> transformer_;
 };
 }  // namespace
 

@@ -12,6 +12,7 @@ namespace qs {
 
 class GemmOps;  // kernels/gemm/gemm_ops.h
 class StatsOps;  // kernels/stats/stats_ops.h
+class TransformerOps;  // kernels/ops/transformer_ops.h
 
 enum class BackendKind { Cpu, Cuda };
 enum class BackendChoice { Auto, Cpu, Cuda };
@@ -28,6 +29,9 @@ class Backend {
   // Calibration statistics and the sensitivity proxy (kernels/stats/stats_ops.h); created on
   // first use.
   virtual StatsOps& stats() = 0;
+  // The transformer building blocks and the memory the runtime's activations live in
+  // (kernels/ops/transformer_ops.h); created on first use. On CUDA it shares gemm()'s stream.
+  virtual TransformerOps& transformer() = 0;
 
  protected:
   DeviceInfo device_;

@@ -1,5 +1,6 @@
 // The CUDA backend. Op-sets are added next to their CPU twins.
 #include "kernels/backend/backend.h"
+#include "kernels/cuda/ops/cuda_transformer_ops.h"
 #include "kernels/gemm/gemm_ops.h"
 #include "kernels/stats/stats_ops.h"
 
@@ -19,10 +20,15 @@ class CudaBackend final : public Backend {
     if (!stats_) stats_ = createCudaStatsOps();
     return *stats_;
   }
+  TransformerOps& transformer() override {
+    if (!transformer_) transformer_ = createCudaTransformerOps(gemm().stream());
+    return *transformer_;
+  }
 
  private:
   std::unique_ptr<GemmOps> gemm_;
   std::unique_ptr<StatsOps> stats_;
+  std::unique_ptr<TransformerOps> transformer_;  // after gemm_: destroyed first (uses its stream)
 };
 }  // namespace
 

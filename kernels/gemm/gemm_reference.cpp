@@ -11,13 +11,13 @@
 
 namespace qs {
 
-QuantizedActivations quantizeActivationsReference(const uint16_t* x, int64_t m, int64_t k,
+GemmQuantizedActivations quantizeActivationsReference(const uint16_t* x, int64_t m, int64_t k,
                                                    GemmActivationType activation) {
   if (activation == GemmActivationType::F16)
     throw Error(ErrorKind::Internal, "quantizeActivationsReference: FP16 activations are not quantized");
   const bool fp8 = activation == GemmActivationType::Fp8E4M3PerToken;
   const float qmax = fp8 ? 448.0f : 127.0f;
-  QuantizedActivations q;
+  GemmQuantizedActivations q;
   q.codes.resize(size_t(m * k));
   q.scales.resize(size_t(m));
   for (int64_t r = 0; r < m; ++r) {
@@ -47,7 +47,7 @@ std::vector<float> fakeQuantActivations(const uint16_t* x, int64_t m, int64_t k,
     for (size_t i = 0; i < out.size(); ++i) out[i] = halfBitsToFloat(x[i]);
     return out;
   }
-  const QuantizedActivations q = quantizeActivationsReference(x, m, k, activation);
+  const GemmQuantizedActivations q = quantizeActivationsReference(x, m, k, activation);
   const bool fp8 = activation == GemmActivationType::Fp8E4M3PerToken;
   for (int64_t r = 0; r < m; ++r)
     for (int64_t c = 0; c < k; ++c) {

@@ -16,11 +16,11 @@ namespace qs {
 //   INT8: code = clamp(rint(x * inv), -127, 127)   (Q = 127)
 //   FP8:  code = e4m3_satfinite_rne(x * inv)         (Q = 448)
 // Every product and quotient is one IEEE FP32 operation (no FMA).
-struct QuantizedActivations {
+struct GemmQuantizedActivations {  // (kernels/formats has its own QuantizedActivations)
   std::vector<int8_t> codes;  // [m, k]: INT8 values or E4M3 bit patterns
   std::vector<float> scales;  // [m]
 };
-QuantizedActivations quantizeActivationsReference(const uint16_t* x, int64_t m, int64_t k,
+GemmQuantizedActivations quantizeActivationsReference(const uint16_t* x, int64_t m, int64_t k,
                                                    GemmActivationType activation);
 
 // The value each activation takes inside the GEMM: x itself for A16, code * scale for A8.

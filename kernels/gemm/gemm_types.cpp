@@ -178,7 +178,7 @@ void QuantLinearWeight::validate(const std::string& what) const {
   int lo = 0, hi = 0;
   switch (type) {
     case GemmWeightType::Int4: lo = asymmetric ? 0 : -8, hi = asymmetric ? 15 : 7; break;
-    case GemmWeightType::Int8: lo = -127, hi = 127; break;
+    case GemmWeightType::Int8: lo = -128, hi = 127; break;  // -128: clipped scales (formats)
     default: lo = -128, hi = 127; break;  // FP8: any bit pattern but NaN
   }
   for (size_t i = 0; i < elems; ++i) {

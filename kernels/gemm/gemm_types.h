@@ -5,7 +5,8 @@
 // Quantization conventions (shared with the formats code, see docs/gemm.md):
 //   INT4 symmetric    codes q in [-8, 7],        w = s * q
 //   INT4 asymmetric   codes q in [0, 15], zero z in [0, 15] (integer),  w = s * (q - z)
-//   INT8 symmetric    codes q in [-127, 127],    w = s * q
+//   INT8 symmetric    codes q in [-128, 127],    w = s * q   (absmax scales give ±127; -128
+//                     comes from clipping scale methods of the formats code)
 //   FP8 E4M3 / E5M2   codes are the raw 8-bit patterns,  w = s * fp8(q)
 // Groups run along K inside each output row (group g of row n covers k in [g*G, (g+1)*G)).
 // INT scales are FP16 values (they are rounded to FP16 when the weight is packed for a kernel;

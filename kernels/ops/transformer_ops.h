@@ -5,7 +5,19 @@
 //
 // RoPE layouts (see core/model/model_graph.h): Interleaved rotates pairs (2i, 2i+1) of each head,
 // HalfSplit rotates pairs (i, i + headDim/2); pair i turns by pos · theta^(-2i/headDim).
+//
+// Besides the transformer arithmetic the op-set owns the memory its pointers live in and a few
+// helpers the runtime needs around the quantized GEMMs (FP16 conversion, bias, fake
+// quantisation, logit comparison, timing). Their default implementations here work on host
+// memory with the CPU reference codecs, so a host op-set only overrides the arithmetic; the
+// CUDA op-set (kernels/cuda/ops) overrides every one of them.
+#include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
+#include <string_view>
+
+#include "kernels/formats/quant_format.h"
 
 namespace qs {
 
@@ -48,6 +60,57 @@ class TransformerOps {
   virtual void geluTanh(float* x, int64_t n) = 0;
   // x += y over n values (the residual add)
   virtual void add(float* x, const float* y, int64_t n) = 0;
+
+  // ---- memory ---------------------------------------------------------------------------
+  // True when pointers are host memory (the CPU op-set): callers may then read them directly.
+  virtual bool hostMemory() const { return true; }
+  // Memory in the op-set's space, 256-byte aligned, freed with the last shared_ptr.
+  virtual std::shared_ptr<void> allocate(size_t bytes);
+  virtual void upload(void* dst, const void* src, size_t bytes);    // host → op-set memory
+  virtual void download(void* dst, const void* src, size_t bytes);  // op-set memory → host
+  virtual void copy(void* dst, const void* src, size_t bytes);      // within op-set memory
+  // Waits for queued work (CUDA: the stream); a no-op on the host.
+  virtual void synchronize() {}
+
+  // ---- helpers around the linear layers ------------------------------------------------
+  // out[n] = FP16 bits of x, round to nearest even (overflow gives ±Inf, as a cast does).
+  virtual void toHalf(const float* x, int64_t n, uint16_t* out);
+  // out[rows, cols] = float(x) (+ bias[cols] when not null).
+  virtual void fromHalf(const uint16_t* x, int64_t rows, int64_t cols, const float* bias,
+                        float* out);
+  // y[rows, cols] += bias[cols]
+  virtual void addBias(float* y, const float* bias, int64_t rows, int64_t cols);
+  // out[T, D] = table[tokens[t], :]; tokens in op-set memory, checked by the caller.
+  virtual void embedding(const float* table, const int32_t* tokens, int64_t T, int64_t D,
+                         float* out);
+  // dst[rows, cols] = src[rows, col0 .. col0 + cols) of a [rows, srcCols] matrix.
+  virtual void copyColumns(const float* src, int64_t srcCols, int64_t col0, int64_t rows,
+                           int64_t cols, float* dst);
+
+  // Fake quantisation (quantise then dequantise), bit for bit the formats codecs
+  // (kernels/formats): weights w [rows, cols] → out (may be w); activations in place,
+  // x [rows = tokens, cols]. A static per-tensor spec uses `staticScale` (from calibration;
+  // finite and ≥ 0, else BadInput).
+  virtual void fakeQuantWeight(const WeightSpec& spec, const float* w, int64_t rows, int64_t cols,
+                               float* out, std::string_view tensorName = {});
+  virtual void fakeQuantActivations(const ActSpec& spec, float* x, int64_t rows, int64_t cols,
+                                    float staticScale = 0.0f);
+
+  // Per row of two logit matrices [T, V] (op-set memory): KL(softmax(ref) ‖ softmax(test)) in
+  // nats, −log softmax(·)[target] of both when `targets` (host, T ids) is given, and whether
+  // the argmaxes (ties to the lowest id) agree. `out` is host memory, T entries.
+  struct LogitRowStats {
+    double kl = 0;
+    double nllRef = 0, nllTest = 0;  // 0 without targets
+    bool top1Same = false;
+  };
+  virtual void compareLogits(const float* ref, const float* test, int64_t T, int64_t V,
+                             const int32_t* targets, LogitRowStats* out);
+
+  // Microseconds per call of call(i), i = 0 … launches-1, the median over `repeats` rounds
+  // (after one warm-up round). CUDA: the calls are captured once into a graph and replayed
+  // between events; host: wall clock.
+  virtual double timeCalls(int launches, int repeats, const std::function<void(int)>& call);
 };
 
 }  // namespace qs

@@ -2,6 +2,7 @@
 // speed), thresholds, group size as a search dimension.
 #include <QtTest>
 #include <random>
+#include <set>
 
 #include "core/model/model_file.h"
 #include "core/plan/layer_names.h"

@@ -217,7 +217,7 @@ class TestGemmGpu : public QObject {
       std::vector<float> gotScales(static_cast<size_t>(m));
       QCOMPARE(cudaMemcpy(gotCodes.data(), codes, gotCodes.size(), cudaMemcpyDeviceToHost), cudaSuccess);
       QCOMPARE(cudaMemcpy(gotScales.data(), scales, size_t(m) * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-      const QuantizedActivations want = quantizeActivationsReference(
+      const GemmQuantizedActivations want = quantizeActivationsReference(
           xh.data(), m, k, fp8 ? GemmActivationType::Fp8E4M3PerToken : GemmActivationType::Int8PerToken);
       QVERIFY2(gotCodes == want.codes, fp8 ? "fp8 codes differ" : "int8 codes differ");
       for (int r = 0; r < m; ++r)

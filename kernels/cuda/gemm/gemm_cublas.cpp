@@ -6,18 +6,6 @@
 
 namespace qs::cuda_gemm {
 
-void checkCuda(cudaError_t e, const char* what, const char* file, int line) {
-  if (e == cudaSuccess) return;
-  throw Error(ErrorKind::Device, std::string(what) + " failed: " + cudaGetErrorString(e) + " (" + file + ":" +
-                                     std::to_string(line) + ")");
-}
-
-void checkCublas(cublasStatus_t s, const char* what, const char* file, int line) {
-  if (s == CUBLAS_STATUS_SUCCESS) return;
-  throw Error(ErrorKind::Device, std::string(what) + " failed: " + cublasGetStatusString(s) + " (" + file +
-                                     ":" + std::to_string(line) + ")");
-}
-
 CublasContext::CublasContext(cudaStream_t stream) : stream_(stream) {
   QS_CUBLAS_CHECK(cublasCreate(&blas_));
   QS_CUBLAS_CHECK(cublasLtCreate(&lt_));

@@ -14,13 +14,12 @@
 #include <memory>
 #include <string>
 
+#include "kernels/cuda/common/cuda_check.h"
+
 namespace qs::cuda_gemm {
 
-// Throw qs::Error(ErrorKind::Device) naming the call and the place.
-void checkCuda(cudaError_t e, const char* what, const char* file, int line);
-void checkCublas(cublasStatus_t s, const char* what, const char* file, int line);
-#define QS_CUDA_CHECK(call) ::qs::cuda_gemm::checkCuda((call), #call, __FILE__, __LINE__)
-#define QS_CUBLAS_CHECK(call) ::qs::cuda_gemm::checkCublas((call), #call, __FILE__, __LINE__)
+// QS_CUDA_CHECK / QS_CUBLAS_CHECK (throw qs::Error(ErrorKind::Device) naming the call and the
+// place): kernels/cuda/common/cuda_check.h.
 
 class CublasContext {
  public:

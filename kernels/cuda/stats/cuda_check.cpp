@@ -6,20 +6,6 @@
 
 namespace qs::cuda_stats {
 
-void throwCudaError(cudaError_t err, const char* call, const char* file, int line) {
-  std::string where = std::string(call) + " at " + file + ":" + std::to_string(line);
-  std::string msg;
-  if (err == cudaErrorMemoryAllocation)
-    msg = "out of device memory: " + where;
-  else
-    msg = std::string(cudaGetErrorName(err)) + " (" + cudaGetErrorString(err) + ") in " + where;
-  // Clears a non-sticky error so the next call starts clean; a sticky one comes straight back.
-  cudaGetLastError();
-  if (err != cudaErrorMemoryAllocation && cudaDeviceSynchronize() != cudaSuccess)
-    msg += " (the CUDA context is unusable now; restart, or use --backend cpu)";
-  throw Error(ErrorKind::Device, msg, {}, "CUDA");
-}
-
 int currentDeviceMultiprocessors() {
   int dev = 0, n = 0;
   QS_STATS_CUDA(cudaGetDevice(&dev));

@@ -8,19 +8,18 @@
 //   QS_STATS_CUDA(cudaMemcpyAsync(...));         a runtime call
 //   kernel<<<...>>>(...); QS_STATS_LAUNCHED("histogramKernel");   after each launch
 //
-// (The GEMM op-set has its own QS_CUDA_CHECK; these names differ so both headers can meet.)
+// (These are the shared checks of kernels/cuda/common/cuda_check.h under the names the
+// statistics code has always used.)
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
 #include <string>
 
+#include "kernels/cuda/common/cuda_check.h"
+
 namespace qs::cuda_stats {
 
-[[noreturn]] void throwCudaError(cudaError_t err, const char* call, const char* file, int line);
-
-inline void checkCuda(cudaError_t err, const char* call, const char* file, int line) {
-  if (err != cudaSuccess) throwCudaError(err, call, file, line);
-}
+using ::qs::cuda::checkCuda;  // kernels/cuda/common/cuda_check.h
 
 // Attributes of the current device (checked calls).
 int currentDeviceMultiprocessors();

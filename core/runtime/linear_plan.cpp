@@ -1,0 +1,60 @@
+#include "core/runtime/linear_plan.h"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "core/io/json_guard.h"
+#include "kernels/common/error.h"
+
+namespace qs {
+
+namespace {
+constexpr size_t kMaxPlanFileBytes = size_t(64) << 20;
+
+std::optional<QuantFormat> formatOrNone(const std::string& text, const std::string& source,
+                                        const std::string& key) {
+  if (text == "none" || text == "f32") return std::nullopt;
+  try {
+    return parseQuantFormat(text);
+  } catch (const Error& e) {
+    throw Error(ErrorKind::BadInput, "bad format for '" + key + "': " + e.what(), source);
+  }
+}
+}  // namespace
+
+LinearPlan parseLinearPlan(const std::string& jsonText, const std::vector<std::string>& weightNames,
+                           const std::string& source) {
+  const nlohmann::json j = parseJsonGuarded(source, "plan", jsonText);
+  if (!j.is_object()) throw Error(ErrorKind::BadInput, "a plan is a JSON object of tensor name → format", source);
+  LinearPlan plan(weightNames.size());
+  if (auto it = j.find("*"); it != j.end()) {
+    if (!it->is_string()) throw Error(ErrorKind::BadInput, "the value of '*' is not a format string", source);
+    const auto f = formatOrNone(it->get<std::string>(), source, "*");
+    std::fill(plan.begin(), plan.end(), f);
+  }
+  for (const auto& [key, value] : j.items()) {
+    if (key == "*") continue;
+    if (!value.is_string())
+      throw Error(ErrorKind::BadInput, "the value of '" + key + "' is not a format string", source);
+    const auto pos = std::find(weightNames.begin(), weightNames.end(), key);
+    if (pos == weightNames.end())
+      throw Error(ErrorKind::BadInput, "the model has no linear layer '" + key + "'", source);
+    plan[size_t(pos - weightNames.begin())] = formatOrNone(value.get<std::string>(), source, key);
+  }
+  return plan;
+}
+
+LinearPlan readLinearPlanFile(const std::string& path, const std::vector<std::string>& weightNames) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw Error(ErrorKind::BadInput, "cannot open plan file", path);
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  if (f.bad()) throw Error(ErrorKind::BadInput, "cannot read plan file", path);
+  std::string text = ss.str();
+  if (text.size() > kMaxPlanFileBytes)
+    throw Error(ErrorKind::BadInput, "plan file is larger than 64 MiB", path);
+  return parseLinearPlan(text, weightNames, path);
+}
+
+}  // namespace qs

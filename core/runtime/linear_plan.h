@@ -1,0 +1,22 @@
+#pragma once
+// An interim plan file for the runtime and the speed job, until core/plan lands: a JSON object
+// mapping weight tensor names to format strings, "*" giving the format of every layer not
+// named, "none" (or "f32") leaving a layer unquantized:
+//
+//   { "*": "int4-g128-sym", "output.weight": "int8-ch-sym", "layers.0.feed_forward.w2.weight": "none" }
+//
+// Result: a LinearPlan with one entry per name in `weightNames` (Runtime::linears() order).
+#include <string>
+#include <vector>
+
+#include "core/runtime/runtime.h"
+
+namespace qs {
+
+// Throws BadInput naming `source` and the key for malformed JSON, a name the model does not
+// have, or a bad format string.
+LinearPlan parseLinearPlan(const std::string& jsonText, const std::vector<std::string>& weightNames,
+                           const std::string& source);
+LinearPlan readLinearPlanFile(const std::string& path, const std::vector<std::string>& weightNames);
+
+}  // namespace qs

@@ -1,0 +1,33 @@
+#include "kernels/cuda/common/cuda_check.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "kernels/common/error.h"
+
+namespace qs::cuda {
+
+void throwCudaError(cudaError_t err, const char* call, const char* file, int line) {
+  const std::string where = std::string(call) + " at " + file + ":" + std::to_string(line);
+  std::string msg;
+  if (err == cudaErrorMemoryAllocation)
+    msg = "out of device memory: " + where;
+  else
+    msg = std::string(cudaGetErrorName(err)) + " (" + cudaGetErrorString(err) + ") in " + where;
+  // Clears a non-sticky error so the next call starts clean; a sticky one comes straight back.
+  cudaGetLastError();
+  if (err != cudaErrorMemoryAllocation && cudaDeviceSynchronize() != cudaSuccess)
+    msg += " (the CUDA context is unusable now; restart, or use --backend cpu)";
+  throw Error(ErrorKind::Device, msg, {}, "CUDA");
+}
+
+void throwCublasError(int status, const char* call, const char* file, int line) {
+  throw Error(ErrorKind::Device,
+              std::string(call) + " failed: " + cublasGetStatusString(cublasStatus_t(status)) +
+                  " at " + file + ":" + std::to_string(line),
+              {}, "cuBLAS");
+}
+
+}  // namespace qs::cuda

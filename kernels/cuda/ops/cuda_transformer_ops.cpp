@@ -1,0 +1,298 @@
+// The CUDA TransformerOps (see cuda_transformer_ops.h): host side. Kernels: transformer_kernels.cu
+// and attention.cu; weight fake quantisation reuses the statistics kernels' bit-exact
+// implementation (kernels/cuda/stats/sensitivity.cuh).
+#include "kernels/cuda/ops/cuda_transformer_ops.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "kernels/common/error.h"
+#include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/ops/transformer_launch.h"
+#include "kernels/cuda/stats/sensitivity.cuh"
+#include "kernels/device/device_info.h"
+
+namespace qs {
+
+namespace {
+
+class CudaTransformerOps final : public TransformerOps {
+ public:
+  explicit CudaTransformerOps(void* stream) {
+    const DeviceInfo info = queryDevice();
+    if (!info.cudaAvailable) throw Error(ErrorKind::Device, "no CUDA device: " + info.unavailableReason);
+    if (stream) {
+      stream_ = static_cast<cudaStream_t>(stream);
+    } else {
+      QS_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+      ownsStream_ = true;
+    }
+    QS_CUBLAS_CHECK(cublasCreate(&blas_));
+    QS_CUBLAS_CHECK(cublasSetStream(blas_, stream_));
+    // Plain FP32: TF32 would round the inputs to 10 mantissa bits and stop being the reference.
+    QS_CUBLAS_CHECK(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH));
+    // A fixed workspace, so cuBLAS never allocates and its calls can be captured in graphs.
+    QS_CUDA_CHECK(cudaMalloc(&blasWorkspace_, kBlasWorkspaceBytes));
+    QS_CUBLAS_CHECK(cublasSetWorkspace(blas_, blasWorkspace_, kBlasWorkspaceBytes));
+  }
+  ~CudaTransformerOps() override {
+    if (stream_) cudaStreamSynchronize(stream_);
+    if (blas_) cublasDestroy(blas_);
+    if (blasWorkspace_) cudaFree(blasWorkspace_);
+    if (ownsStream_ && stream_) cudaStreamDestroy(stream_);
+  }
+
+  void linear(const float* x, int64_t T, int64_t K, const float* W, int64_t N, const float* bias,
+              float* y, bool weightTransposed) override {
+    if (T <= 0) return;
+    checkInt(T, "T");
+    checkInt(K, "K");
+    checkInt(N, "N");
+    // Column-major view: y^T [N x T] = W [N x K] · x^T [K x T]. W row-major [N, K] is K x N
+    // column-major (op T, lda K); stored transposed ([K, N] row-major) it is N x K (op N, lda N).
+    const float alpha = 1.0f, beta = 0.0f;
+    QS_CUBLAS_CHECK(cublasSgemm(blas_, weightTransposed ? CUBLAS_OP_N : CUBLAS_OP_T, CUBLAS_OP_N, int(N),
+                                int(T), int(K), &alpha, W, weightTransposed ? int(N) : int(K), x, int(K),
+                                &beta, y, int(N)));
+    if (bias) cuda_ops::addBias(y, bias, T, N, stream_);
+  }
+
+  void rmsNorm(const float* x, const float* w, int64_t T, int64_t D, float eps, float* out) override {
+    cuda_ops::rmsNorm(x, w, T, D, eps, out, stream_);
+  }
+  void layerNorm(const float* x, const float* w, const float* b, int64_t T, int64_t D, float eps,
+                 float* out) override {
+    cuda_ops::layerNorm(x, w, b, T, D, eps, out, stream_);
+  }
+  void rope(float* q, float* k, const int32_t* positions, int64_t T, const AttentionShape& s, float theta,
+            RopeMode mode) override {
+    cuda_ops::rope(q, k, positions, T, s.nHeads, s.nKvHeads, s.headDim, theta, mode == RopeMode::Interleaved,
+                   stream_);
+  }
+  void attention(const float* q, const float* k, const float* v, const int32_t* positions, int64_t T,
+                 const AttentionShape& s, float* kCache, float* vCache, float* out) override {
+    cuda_ops::attention(q, k, v, positions, T, s.nHeads, s.nKvHeads, s.headDim, kCache, vCache, out, stream_);
+  }
+  void swiglu(const float* gate, const float* up, int64_t n, float* out) override {
+    cuda_ops::swiglu(gate, up, n, out, stream_);
+  }
+  void geluTanh(float* x, int64_t n) override { cuda_ops::geluTanh(x, n, stream_); }
+  void add(float* x, const float* y, int64_t n) override { cuda_ops::add(x, y, n, stream_); }
+
+  // ---- memory
+  bool hostMemory() const override { return false; }
+  std::shared_ptr<void> allocate(size_t bytes) override {
+    void* p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, std::max<size_t>(bytes, 256));
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      throw Error(ErrorKind::Device,
+                  "out of device memory: cudaMalloc of " + std::to_string(bytes) + " bytes failed (" +
+                      cudaGetErrorString(e) + ")",
+                  {}, "CUDA");
+    }
+    return std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
+  }
+  void upload(void* dst, const void* src, size_t bytes) override {
+    if (!bytes) return;
+    QS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+    QS_CUDA_CHECK(cudaStreamSynchronize(stream_));  // src may go away as soon as we return
+  }
+  void download(void* dst, const void* src, size_t bytes) override {
+    if (!bytes) return;
+    QS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+    QS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    if (!bytes || dst == src) return;
+    QS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+  }
+  void synchronize() override { QS_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+  // ---- helpers
+  void toHalf(const float* x, int64_t n, uint16_t* out) override { cuda_ops::toHalf(x, n, out, stream_); }
+  void fromHalf(const uint16_t* x, int64_t rows, int64_t cols, const float* bias, float* out) override {
+    cuda_ops::fromHalf(x, rows, cols, bias, out, stream_);
+  }
+  void addBias(float* y, const float* bias, int64_t rows, int64_t cols) override {
+    cuda_ops::addBias(y, bias, rows, cols, stream_);
+  }
+  void embedding(const float* table, const int32_t* tokens, int64_t T, int64_t D, float* out) override {
+    cuda_ops::embedding(table, tokens, T, D, out, stream_);
+  }
+  void copyColumns(const float* src, int64_t srcCols, int64_t col0, int64_t rows, int64_t cols,
+                   float* dst) override {
+    cuda_ops::copyColumns(src, srcCols, col0, rows, cols, dst, stream_);
+  }
+
+  void fakeQuantWeight(const WeightSpec& spec, const float* w, int64_t rows, int64_t cols, float* out,
+                       std::string_view tensorName) override {
+    validateWeightSpec(spec);
+    if (!cuda_stats::sensitivityInline(spec)) {
+      // Scales that need a search (MSE, percentile, KL) or a whole-tensor/block pass: the CPU
+      // codec, then back to the device.
+      std::vector<float> host(size_t(rows * cols));
+      download(host.data(), w, host.size() * sizeof(float));
+      TransformerOps::fakeQuantWeight(spec, host.data(), rows, cols, host.data(), tensorName);
+      upload(out, host.data(), host.size() * sizeof(float));
+      return;
+    }
+    // The sensitivity kernel writes Ŵ of one candidate, bit-identical to the CPU codec; it reads
+    // each row into shared memory first, but a separate output keeps that an implementation
+    // detail we do not rely on.
+    float* dst = out;
+    std::shared_ptr<void> tmp;
+    if (out == w) {
+      tmp = allocate(size_t(rows * cols) * sizeof(float));
+      dst = static_cast<float*>(tmp.get());
+    }
+    QuantFormat f;
+    f.weight = spec;
+    cuda_stats::DeviceMatrix m;
+    m.data = w;
+    m.dtype = DType::F32;
+    m.rows = rows;
+    m.cols = cols;
+    cuda_stats::weightSensitivity(m, nullptr, std::span<const QuantFormat>(&f, 1), {}, statsScratch_, stream_,
+                                  tensorName, dst, 0);
+    if (tmp) copy(out, dst, size_t(rows * cols) * sizeof(float));
+  }
+
+  void fakeQuantActivations(const ActSpec& spec, float* x, int64_t rows, int64_t cols,
+                            float staticScale) override {
+    if (spec.kind == QuantKind::F32) return;
+    const bool isStatic = spec.scaling == ActScaling::PerTensorStatic;
+    if (isStatic && !(staticScale >= 0.0f && std::isfinite(staticScale)))
+      throwBadInput("", "activations", "static scale " + std::to_string(staticScale) + " is negative or not finite");
+    cuda_ops::ActFakeKind kind;
+    switch (spec.kind) {
+      case QuantKind::FP16: kind = cuda_ops::ActFakeKind::F16Cast; break;
+      case QuantKind::BF16: kind = cuda_ops::ActFakeKind::Bf16Cast; break;
+      case QuantKind::INT8: kind = cuda_ops::ActFakeKind::Int8; break;
+      case QuantKind::FP8_E4M3: kind = cuda_ops::ActFakeKind::E4M3; break;
+      case QuantKind::FP8_E5M2: kind = cuda_ops::ActFakeKind::E5M2; break;
+      default: throw Error(ErrorKind::Unsupported, "activation kind has no fake quantisation");
+    }
+    int* bad = badRow();
+    cuda_ops::fakeQuantActivations(kind, x, rows, cols, isStatic ? staticScale : -1.0f, bad, stream_);
+    int host = 0;
+    download(&host, bad, sizeof(int));
+    if (host != kNoBadRow) {
+      resetBadRow();
+      throw Error(ErrorKind::BadInput, "NaN or infinite activation in row " + std::to_string(host), {},
+                  "activations");
+    }
+  }
+
+  void compareLogits(const float* ref, const float* test, int64_t T, int64_t V, const int32_t* targets,
+                     LogitRowStats* out) override {
+    if (T <= 0) return;
+    const size_t rowsBytes = size_t(T) * sizeof(cuda_ops::DeviceLogitRow);
+    if (logitRowsBytes_ < rowsBytes) {
+      logitRows_ = allocate(rowsBytes);
+      logitRowsBytes_ = rowsBytes;
+    }
+    const int32_t* devTargets = nullptr;
+    if (targets) {
+      for (int64_t t = 0; t < T; ++t)
+        if (targets[t] < 0 || targets[t] >= V)
+          throwBadInput("", "target", "token id " + std::to_string(targets[t]) + " is outside the vocabulary (" +
+                                          std::to_string(V) + ")");
+      if (targetsBytes_ < size_t(T) * 4) {
+        targets_ = allocate(size_t(T) * 4);
+        targetsBytes_ = size_t(T) * 4;
+      }
+      upload(targets_.get(), targets, size_t(T) * 4);
+      devTargets = static_cast<const int32_t*>(targets_.get());
+    }
+    auto* rows = static_cast<cuda_ops::DeviceLogitRow*>(logitRows_.get());
+    cuda_ops::compareLogits(ref, test, T, V, devTargets, rows, stream_);
+    std::vector<cuda_ops::DeviceLogitRow> host(static_cast<size_t>(T));
+    download(host.data(), rows, rowsBytes);
+    for (int64_t t = 0; t < T; ++t) {
+      const auto& r = host[size_t(t)];
+      out[t].kl = std::max(0.0, r.kl);
+      out[t].top1Same = r.argmaxRef == r.argmaxTest;
+      out[t].nllRef = targets ? r.lseRef - double(r.targetRef) : 0.0;
+      out[t].nllTest = targets ? r.lseTest - double(r.targetTest) : 0.0;
+    }
+  }
+
+  double timeCalls(int launches, int repeats, const std::function<void(int)>& call) override {
+    launches = std::max(1, launches);
+    // One eager round first: op-sets size their workspaces there (they may not grow inside a
+    // capture), and lazy initialisation happens outside the timing.
+    for (int i = 0; i < launches; ++i) call(i);
+    synchronize();
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    QS_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    try {
+      for (int i = 0; i < launches; ++i) call(i);
+    } catch (...) {
+      cudaStreamEndCapture(stream_, &graph);
+      if (graph) cudaGraphDestroy(graph);
+      throw;
+    }
+    QS_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+    QS_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    cudaEvent_t start = nullptr, stop = nullptr;
+    QS_CUDA_CHECK(cudaEventCreate(&start));
+    QS_CUDA_CHECK(cudaEventCreate(&stop));
+    std::vector<double> us;
+    for (int r = 0; r < std::max(1, repeats) + 1; ++r) {
+      QS_CUDA_CHECK(cudaEventRecord(start, stream_));
+      QS_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
+      QS_CUDA_CHECK(cudaEventRecord(stop, stream_));
+      QS_CUDA_CHECK(cudaEventSynchronize(stop));
+      float ms = 0;
+      QS_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+      if (r > 0) us.push_back(double(ms) * 1000.0 / launches);  // replay 0 warms up
+    }
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    std::sort(us.begin(), us.end());
+    return us[us.size() / 2];
+  }
+
+ private:
+  static constexpr size_t kBlasWorkspaceBytes = size_t(32) << 20;
+  static constexpr int kNoBadRow = 0x7FFFFFFF;
+
+  static void checkInt(int64_t v, const char* what) {
+    if (v > int64_t(0x7FFFFFFF)) throwBadInput("", what, std::to_string(v) + " exceeds cuBLAS's int range");
+  }
+  int* badRow() {
+    if (!badRow_) {
+      badRow_ = allocate(sizeof(int));
+      resetBadRow();
+    }
+    return static_cast<int*>(badRow_.get());
+  }
+  void resetBadRow() {
+    const int v = kNoBadRow;
+    upload(badRow_.get(), &v, sizeof(int));
+  }
+
+  cudaStream_t stream_ = nullptr;
+  bool ownsStream_ = false;
+  cublasHandle_t blas_ = nullptr;
+  void* blasWorkspace_ = nullptr;
+  cuda_stats::DeviceBuffer statsScratch_;
+  std::shared_ptr<void> badRow_, logitRows_, targets_;
+  size_t logitRowsBytes_ = 0, targetsBytes_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<TransformerOps> createCudaTransformerOps(void* stream) {
+  return std::make_unique<CudaTransformerOps>(stream);
+}
+
+}  // namespace qs

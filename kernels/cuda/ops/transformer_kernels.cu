@@ -1,0 +1,352 @@
+// The element-wise and per-row transformer kernels of the CUDA TransformerOps (the attention
+// kernel is in attention.cu). Each mirrors the CPU reference in cpu_transformer_ops.cpp /
+// transformer_ops.cpp expression for expression; reductions run in double where the CPU's do,
+// so the two differ only by summation order.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cfloat>
+#include <climits>
+#include <cmath>
+
+#include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/ops/transformer_launch.h"
+#include "kernels/formats/fp8.h"
+#include "kernels/formats/quant_math.h"
+
+namespace qs::cuda_ops {
+
+namespace {
+
+constexpr int kRowThreads = 256;  // one block per row for the row kernels
+constexpr int kWarpsPerRow = kRowThreads / 32;
+constexpr int kFlatThreads = 256;
+
+int flatBlocks(int64_t n) {
+  // Grid-stride loops: enough blocks to fill the device several times over, never more than n.
+  const int64_t b = (n + kFlatThreads - 1) / kFlatThreads;
+  return int(b < 1 ? 1 : (b > 65536 ? 65536 : b));
+}
+
+// Sum over the block (every thread gets the result). `red` holds kWarpsPerRow values.
+template <typename T>
+__device__ T blockSum(T v, T* red) {
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, off);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __syncthreads();  // red may still be read from a previous call
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  T t = 0;
+  for (int i = 0; i < kWarpsPerRow; ++i) t += red[i];  // fixed order: deterministic
+  return t;
+}
+
+__device__ float blockMax(float v, float* red) {
+  for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, off));
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __syncthreads();
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  float t = red[0];
+  for (int i = 1; i < kWarpsPerRow; ++i) t = fmaxf(t, red[i]);
+  return t;
+}
+
+// (value, index) argmax with ties to the lowest index.
+struct ArgMax {
+  float v;
+  int i;
+};
+__device__ ArgMax better(ArgMax a, ArgMax b) {
+  if (b.v > a.v || (b.v == a.v && b.i < a.i)) return b;
+  return a;
+}
+__device__ ArgMax blockArgMax(ArgMax a, ArgMax* red) {
+  for (int off = 16; off > 0; off >>= 1) {
+    ArgMax o{__shfl_xor_sync(0xFFFFFFFFu, a.v, off), __shfl_xor_sync(0xFFFFFFFFu, a.i, off)};
+    a = better(a, o);
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __syncthreads();
+  if (lane == 0) red[warp] = a;
+  __syncthreads();
+  ArgMax t = red[0];
+  for (int i = 1; i < kWarpsPerRow; ++i) t = better(t, red[i]);
+  return t;
+}
+
+__global__ void rmsNormKernel(const float* __restrict__ x, const float* __restrict__ w, int64_t D,
+                              float eps, float* __restrict__ out) {
+  __shared__ double red[kWarpsPerRow];
+  const float* xr = x + int64_t(blockIdx.x) * D;
+  float* o = out + int64_t(blockIdx.x) * D;
+  double ss = 0;
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) ss += double(xr[i]) * xr[i];
+  ss = blockSum(ss, red);
+  const float inv = 1.0f / sqrtf(float(ss / double(D)) + eps);
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) o[i] = __fmul_rn(__fmul_rn(xr[i], inv), w[i]);
+}
+
+__global__ void layerNormKernel(const float* __restrict__ x, const float* __restrict__ w,
+                                const float* __restrict__ b, int64_t D, float eps,
+                                float* __restrict__ out) {
+  __shared__ double red[kWarpsPerRow];
+  const float* xr = x + int64_t(blockIdx.x) * D;
+  float* o = out + int64_t(blockIdx.x) * D;
+  double s = 0;
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) s += xr[i];
+  const double mean = blockSum(s, red) / double(D);
+  double v = 0;
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) v += (xr[i] - mean) * (xr[i] - mean);
+  const double var = blockSum(v, red) / double(D);
+  const float inv = float(1.0 / sqrt(var + double(eps)));
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x)
+    o[i] = __fadd_rn(__fmul_rn(__fmul_rn(float(xr[i] - mean), inv), w[i]), b ? b[i] : 0.0f);
+}
+
+__global__ void ropeKernel(float* __restrict__ q, float* __restrict__ k,
+                           const int32_t* __restrict__ positions, int64_t T, int nHeads,
+                           int nKvHeads, int hd, float theta, bool interleaved) {
+  const int half = hd / 2;
+  const int heads = nHeads + nKvHeads;
+  const int64_t total = T * heads * half;
+  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < total;
+       idx += int64_t(gridDim.x) * blockDim.x) {
+    const int i = int(idx % half);
+    const int h = int((idx / half) % heads);
+    const int64_t t = idx / (int64_t(half) * heads);
+    // Same expression as the CPU reference (llama2.c's run.c): freq = 1 / theta^(2i / headDim).
+    const float freq = 1.0f / powf(theta, float(2 * i) / float(hd));
+    const float angle = float(positions[t]) * freq;
+    float s, c;
+    sincosf(angle, &s, &c);
+    float* v = h < nHeads ? q + (t * nHeads + h) * hd : k + (t * nKvHeads + (h - nHeads)) * hd;
+    const int a = interleaved ? 2 * i : i;
+    const int bb = interleaved ? 2 * i + 1 : i + half;
+    const float x0 = v[a], x1 = v[bb];
+    v[a] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+    v[bb] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+  }
+}
+
+__global__ void swigluKernel(const float* __restrict__ g, const float* __restrict__ u, int64_t n,
+                             float* __restrict__ out) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const float x = g[i];
+    out[i] = __fmul_rn(__fdiv_rn(x, 1.0f + expf(-x)), u[i]);
+  }
+}
+
+__global__ void geluKernel(float* __restrict__ x, int64_t n) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const float v = x[i];
+    const float inner = __fmul_rn(kSqrt2OverPi, __fadd_rn(v, __fmul_rn(__fmul_rn(__fmul_rn(0.044715f, v), v), v)));
+    x[i] = __fmul_rn(__fmul_rn(0.5f, v), 1.0f + tanhf(inner));
+  }
+}
+
+__global__ void addKernel(float* __restrict__ x, const float* __restrict__ y, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    x[i] += y[i];
+}
+
+__global__ void addBiasKernel(float* __restrict__ y, const float* __restrict__ bias, int64_t rows,
+                              int64_t cols) {
+  const int64_t n = rows * cols;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    y[i] += bias[i % cols];
+}
+
+__global__ void toHalfKernel(const float* __restrict__ x, int64_t n, __half* __restrict__ out) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = __float2half_rn(x[i]);
+}
+
+__global__ void fromHalfKernel(const __half* __restrict__ x, int64_t rows, int64_t cols,
+                               const float* __restrict__ bias, float* __restrict__ out) {
+  const int64_t n = rows * cols;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = __half2float(x[i]) + (bias ? bias[i % cols] : 0.0f);
+}
+
+__global__ void embeddingKernel(const float* __restrict__ table, const int32_t* __restrict__ tokens,
+                                int64_t T, int64_t D, float* __restrict__ out) {
+  const int64_t n = T * D;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = table[int64_t(tokens[i / D]) * D + i % D];
+}
+
+__global__ void copyColumnsKernel(const float* __restrict__ src, int64_t srcCols, int64_t col0,
+                                  int64_t rows, int64_t cols, float* __restrict__ dst) {
+  const int64_t n = rows * cols;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    dst[i] = src[(i / cols) * srcCols + col0 + i % cols];
+}
+
+// rintf gives -0 for values in (-0.5, 0) where the host's rounding gives +0; adding +0 makes
+// them agree (the sign of a fake-quantised zero must match the CPU's bit for bit).
+__device__ __forceinline__ float rintLikeHost(float v) { return __fadd_rn(rintf(v), 0.0f); }
+
+__global__ void actFakeQuantKernel(int kind, float* __restrict__ x, int64_t cols, float staticScale,
+                                   int* badRow) {
+  __shared__ float red[kWarpsPerRow];
+  float* xr = x + int64_t(blockIdx.x) * cols;
+  if (kind == int(ActFakeKind::F16Cast) || kind == int(ActFakeKind::Bf16Cast)) {
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+      const float v = xr[c];
+      if (!isfinite(v)) atomicMin(badRow, int(blockIdx.x));
+      xr[c] = kind == int(ActFakeKind::F16Cast) ? roundToHalf(v) : roundToBf16(v);
+    }
+    return;
+  }
+  float amax = 0.0f;
+  bool finite = true;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    const float v = xr[c];
+    finite = finite && isfinite(v);
+    amax = fmaxf(amax, fabsf(v));
+  }
+  if (!finite) atomicMin(badRow, int(blockIdx.x));
+  amax = blockMax(amax, red);
+  const float maxValue = kind == int(ActFakeKind::Int8) ? 127.0f
+                         : kind == int(ActFakeKind::E4M3) ? 448.0f
+                                                          : 57344.0f;
+  const float s = staticScale >= 0.0f ? staticScale : __fdiv_rn(amax, maxValue);
+  const float inv = reciprocalOrZero(s);
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    const float v = __fmul_rn(xr[c], inv);
+    float q;
+    if (kind == int(ActFakeKind::Int8))
+      q = rintLikeHost(clampf(v, -128.0f, 127.0f));
+    else if (kind == int(ActFakeKind::E4M3))
+      q = roundToFp8E4M3(v);
+    else
+      q = roundToFp8E5M2(v);
+    xr[c] = __fmul_rn(q, s);
+  }
+}
+
+__global__ void compareLogitsKernel(const float* __restrict__ ref, const float* __restrict__ test,
+                                    int64_t V, const int32_t* __restrict__ targets,
+                                    DeviceLogitRow* __restrict__ out) {
+  __shared__ ArgMax redA[kWarpsPerRow];
+  __shared__ double redD[kWarpsPerRow];
+  const int64_t row = blockIdx.x;
+  const float* a = ref + row * V;
+  const float* b = test + row * V;
+  ArgMax ma{-FLT_MAX, INT_MAX}, mb{-FLT_MAX, INT_MAX};
+  for (int64_t i = threadIdx.x; i < V; i += blockDim.x) {
+    ma = better(ma, ArgMax{a[i], int(i)});
+    mb = better(mb, ArgMax{b[i], int(i)});
+  }
+  ma = blockArgMax(ma, redA);
+  mb = blockArgMax(mb, redA);
+  double sa = 0, sb = 0;
+  for (int64_t i = threadIdx.x; i < V; i += blockDim.x) {
+    sa += exp(double(a[i]) - double(ma.v));
+    sb += exp(double(b[i]) - double(mb.v));
+  }
+  const double lseA = double(ma.v) + log(blockSum(sa, redD));
+  const double lseB = double(mb.v) + log(blockSum(sb, redD));
+  double kl = 0;
+  for (int64_t i = threadIdx.x; i < V; i += blockDim.x) {
+    const double la = double(a[i]) - lseA, lb = double(b[i]) - lseB;
+    kl += exp(la) * (la - lb);
+  }
+  kl = blockSum(kl, redD);
+  if (threadIdx.x == 0) {
+    DeviceLogitRow r;
+    r.kl = kl;
+    r.lseRef = lseA;
+    r.lseTest = lseB;
+    r.argmaxRef = ma.i;
+    r.argmaxTest = mb.i;
+    const int32_t y = targets ? targets[row] : -1;
+    r.targetRef = y >= 0 && y < V ? a[y] : 0.0f;
+    r.targetTest = y >= 0 && y < V ? b[y] : 0.0f;
+    out[row] = r;
+  }
+}
+
+}  // namespace
+
+void rmsNorm(const float* x, const float* w, int64_t T, int64_t D, float eps, float* out,
+             cudaStream_t stream) {
+  if (T <= 0) return;
+  rmsNormKernel<<<unsigned(T), kRowThreads, 0, stream>>>(x, w, D, eps, out);
+  QS_CUDA_LAUNCHED("rmsNormKernel");
+}
+
+void layerNorm(const float* x, const float* w, const float* b, int64_t T, int64_t D, float eps,
+               float* out, cudaStream_t stream) {
+  if (T <= 0) return;
+  layerNormKernel<<<unsigned(T), kRowThreads, 0, stream>>>(x, w, b, D, eps, out);
+  QS_CUDA_LAUNCHED("layerNormKernel");
+}
+
+void rope(float* q, float* k, const int32_t* positions, int64_t T, int nHeads, int nKvHeads,
+          int headDim, float theta, bool interleaved, cudaStream_t stream) {
+  const int64_t n = T * (nHeads + nKvHeads) * (headDim / 2);
+  if (n <= 0) return;
+  ropeKernel<<<flatBlocks(n), kFlatThreads, 0, stream>>>(q, k, positions, T, nHeads, nKvHeads,
+                                                          headDim, theta, interleaved);
+  QS_CUDA_LAUNCHED("ropeKernel");
+}
+
+#define QS_FLAT_LAUNCH(kernel, n, ...)                                              \
+  do {                                                                              \
+    if ((n) > 0) {                                                                  \
+      kernel<<<flatBlocks(n), kFlatThreads, 0, stream>>>(__VA_ARGS__);              \
+      QS_CUDA_LAUNCHED(#kernel);                                                    \
+    }                                                                               \
+  } while (0)
+
+void swiglu(const float* gate, const float* up, int64_t n, float* out, cudaStream_t stream) {
+  QS_FLAT_LAUNCH(swigluKernel, n, gate, up, n, out);
+}
+void geluTanh(float* x, int64_t n, cudaStream_t stream) { QS_FLAT_LAUNCH(geluKernel, n, x, n); }
+void add(float* x, const float* y, int64_t n, cudaStream_t stream) { QS_FLAT_LAUNCH(addKernel, n, x, y, n); }
+void addBias(float* y, const float* bias, int64_t rows, int64_t cols, cudaStream_t stream) {
+  QS_FLAT_LAUNCH(addBiasKernel, rows * cols, y, bias, rows, cols);
+}
+void toHalf(const float* x, int64_t n, uint16_t* out, cudaStream_t stream) {
+  QS_FLAT_LAUNCH(toHalfKernel, n, x, n, reinterpret_cast<__half*>(out));
+}
+void fromHalf(const uint16_t* x, int64_t rows, int64_t cols, const float* bias, float* out,
+              cudaStream_t stream) {
+  QS_FLAT_LAUNCH(fromHalfKernel, rows * cols, reinterpret_cast<const __half*>(x), rows, cols, bias, out);
+}
+void embedding(const float* table, const int32_t* tokens, int64_t T, int64_t D, float* out,
+               cudaStream_t stream) {
+  QS_FLAT_LAUNCH(embeddingKernel, T * D, table, tokens, T, D, out);
+}
+void copyColumns(const float* src, int64_t srcCols, int64_t col0, int64_t rows, int64_t cols,
+                 float* dst, cudaStream_t stream) {
+  QS_FLAT_LAUNCH(copyColumnsKernel, rows * cols, src, srcCols, col0, rows, cols, dst);
+}
+
+void fakeQuantActivations(ActFakeKind kind, float* x, int64_t rows, int64_t cols, float staticScale,
+                          int* badRow, cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return;
+  actFakeQuantKernel<<<unsigned(rows), kRowThreads, 0, stream>>>(int(kind), x, cols, staticScale, badRow);
+  QS_CUDA_LAUNCHED("actFakeQuantKernel");
+}
+
+void compareLogits(const float* ref, const float* test, int64_t T, int64_t V,
+                   const int32_t* targets, DeviceLogitRow* out, cudaStream_t stream) {
+  if (T <= 0) return;
+  compareLogitsKernel<<<unsigned(T), kRowThreads, 0, stream>>>(ref, test, V, targets, out);
+  QS_CUDA_LAUNCHED("compareLogitsKernel");
+}
+
+}  // namespace qs::cuda_ops

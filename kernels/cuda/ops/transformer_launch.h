@@ -1,0 +1,55 @@
+#pragma once
+// Host entry points of the transformer kernels (transformer_kernels.cu, attention.cu). Plain
+// C++: the op-set (cuda_transformer_ops.cpp) includes this, the .cu files implement it. Every
+// pointer is device memory; every launch goes to `stream` and is checked (QS_CUDA_LAUNCHED).
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace qs::cuda_ops {
+
+void rmsNorm(const float* x, const float* w, int64_t T, int64_t D, float eps, float* out,
+             cudaStream_t stream);
+void layerNorm(const float* x, const float* w, const float* b, int64_t T, int64_t D, float eps,
+               float* out, cudaStream_t stream);
+// interleaved: pairs (2i, 2i+1), else (i, i + headDim/2).
+void rope(float* q, float* k, const int32_t* positions, int64_t T, int nHeads, int nKvHeads,
+          int headDim, float theta, bool interleaved, cudaStream_t stream);
+// Writes k, v [T, kvDim] to the caches at positions[t], then causal GQA attention of the T
+// queries over cache positions 0..positions[t].
+void attention(const float* q, const float* k, const float* v, const int32_t* positions,
+               int64_t T, int nHeads, int nKvHeads, int headDim, float* kCache, float* vCache,
+               float* out, cudaStream_t stream);
+
+void swiglu(const float* gate, const float* up, int64_t n, float* out, cudaStream_t stream);
+void geluTanh(float* x, int64_t n, cudaStream_t stream);
+void add(float* x, const float* y, int64_t n, cudaStream_t stream);
+void addBias(float* y, const float* bias, int64_t rows, int64_t cols, cudaStream_t stream);
+void toHalf(const float* x, int64_t n, uint16_t* out, cudaStream_t stream);
+void fromHalf(const uint16_t* x, int64_t rows, int64_t cols, const float* bias, float* out,
+              cudaStream_t stream);
+void embedding(const float* table, const int32_t* tokens, int64_t T, int64_t D, float* out,
+               cudaStream_t stream);
+void copyColumns(const float* src, int64_t srcCols, int64_t col0, int64_t rows, int64_t cols,
+                 float* dst, cudaStream_t stream);
+
+// In-place fake quantisation of activations x [rows, cols]: kind 0 FP16 cast, 1 BF16 cast,
+// 2 INT8 / 3 FP8 E4M3 / 4 FP8 E5M2 with a dynamic per-token scale, or the static scale when
+// staticScale ≥ 0 (activation_codec.cpp's arithmetic). `badRow` (one int, device) receives the
+// lowest row holding a NaN/Inf, else stays.
+enum class ActFakeKind { F16Cast = 0, Bf16Cast = 1, Int8 = 2, E4M3 = 3, E5M2 = 4 };
+void fakeQuantActivations(ActFakeKind kind, float* x, int64_t rows, int64_t cols, float staticScale,
+                          int* badRow, cudaStream_t stream);
+
+// Per row of ref/test [T, V]: lse (log-sum-exp) of each, the argmax of each (ties to the lowest
+// index), KL(softmax(ref) ‖ softmax(test)) and, with targets, both logits at the target.
+struct DeviceLogitRow {
+  double kl;
+  double lseRef, lseTest;
+  float targetRef, targetTest;
+  int argmaxRef, argmaxTest;
+};
+void compareLogits(const float* ref, const float* test, int64_t T, int64_t V,
+                   const int32_t* targets, DeviceLogitRow* out, cudaStream_t stream);
+
+}  // namespace qs::cuda_ops

@@ -1,0 +1,346 @@
+// GPU (label gpu): the runtime on the CUDA backend against the CPU reference runtime.
+//
+//   unquantized      CUDA FP32 (cuBLAS SGEMM, our attention/norm kernels) vs CPU FP32 (Eigen):
+//                    max |Δlogit| ≤ 1e-4 · max |logit| (FP32, other summation orders)
+//   a plan, Kernel   the GPU kernels vs the CPU backend's GEMM op-set (the fake-quant reference of
+//                    the same kernels) running the same plan, same quantized codes: FP16
+//                    activations, FP16 outputs per layer, so FP16 rounding flips propagate:
+//                    ≤ 1e-2 · max |logit| for A16 schemes, ≤ 3e-2 for W8A8 (an activation code
+//                    can flip where two FP32 inputs straddle a rounding boundary)
+//   a plan, FakeQuant  both FP32 with bit-identical fake-quant weights: 1e-4; with fake-quant
+//                    activations 3e-2 (same code-flip argument)
+// on stories260K, a generated ~110M Llama-shaped model and a tiny GPT-2; greedy sampling on
+// stories260K must reproduce the CPU's (and llama2.c's) sample exactly. Figures are printed
+// (qInfo) for docs/runtime.md.
+#include <QtTest>
+#include <cmath>
+#include <random>
+
+#include "core/analysis/speed.h"
+#include "core/model/model_file.h"
+#include "core/model/model_graph.h"
+#include "core/model/synth_model.h"
+#include "core/runtime/evaluate.h"
+#include "core/runtime/loaded_model.h"
+#include "core/tokenizer/tokenizer.h"
+#include "core/runtime/runtime.h"
+#include "kernels/backend/backend.h"
+#include "kernels/common/error.h"
+#include "kernels/common/half.h"
+#include "kernels/gemm/gemm_ops.h"
+#include "kernels/gemm/gemm_reference.h"
+#include "tests/test_util.h"
+
+using namespace qs;
+
+namespace {
+
+struct Model {
+  std::unique_ptr<ModelFile> file;
+  ModelGraph graph;
+  explicit Model(const std::string& path) : file(openModel(path)), graph(buildModelGraph(*file)) {}
+};
+
+struct Agreement {
+  double maxAbs = 0, maxRef = 0, meanAbs = 0;
+  double rel() const { return maxAbs / std::max(maxRef, 1e-30); }
+};
+
+Agreement agree(const std::vector<float>& gpu, const std::vector<float>& cpu) {
+  Agreement a;
+  double sum = 0;
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    const double d = std::isfinite(gpu[i]) ? std::fabs(double(gpu[i]) - cpu[i]) : INFINITY;
+    a.maxAbs = std::max(a.maxAbs, d);
+    a.maxRef = std::max(a.maxRef, std::fabs(double(cpu[i])));
+    sum += d;
+  }
+  a.meanAbs = sum / double(cpu.size());
+  return a;
+}
+
+// The format on every layer it fits (K a multiple of the group size), nullopt elsewhere.
+LinearPlan planFor(const Runtime& rt, const QuantFormat& f) {
+  LinearPlan p(rt.linears().size());
+  for (size_t i = 0; i < p.size(); ++i) {
+    const int64_t k = rt.linears()[i]->inFeatures;
+    if (f.weight.granularity != Granularity::Group || k % int64_t(f.weight.groupSize) == 0) p[i] = f;
+  }
+  return p;
+}
+
+std::vector<int32_t> randomTokens(int64_t n, int64_t vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (auto& x : t) x = int32_t(rng() % uint64_t(vocab));
+  return t;
+}
+
+const std::vector<int32_t> kStoryTokens{1, 403, 407, 261, 378, 308, 284, 7, 300, 351, 280, 263, 303, 40, 41, 9};
+
+}  // namespace
+
+class TestRuntimeGpu : public QObject {
+  Q_OBJECT
+  QTemporaryDir tmp_;
+  std::unique_ptr<Backend> cpu_, gpu_;
+  std::string synth110m_;
+
+  std::string synth(const std::string& arch, const std::string& preset) {
+    const QString dir = tmp_.filePath(QString::fromStdString(arch + "-" + preset));
+    QDir().mkpath(dir);
+    const std::string path = (dir + QStringLiteral("/model.safetensors")).toStdString();
+    SynthOptions o;
+    o.arch = arch;
+    o.preset = preset;
+    o.dtype = DType::F16;
+    writeSynthModel(o, path);
+    return path;
+  }
+
+  // Compares a CPU and a CUDA runtime on `tokens` (all logits) under the current plans.
+  Agreement compare(Runtime& c, Runtime& g, const std::vector<int32_t>& tokens, const QString& what) {
+    std::vector<float> lc, lg;
+    c.forward(tokens, 0, lc, true);
+    g.forward(tokens, 0, lg, true);
+    const Agreement a = agree(lg, lc);
+    qInfo("%s: max |dlogit| %.3g (%.3g of max |logit| %.3g), mean %.3g", qPrintable(what), a.maxAbs, a.rel(),
+          a.maxRef, a.meanAbs);
+    return a;
+  }
+
+  void plansAgree(Runtime& c, Runtime& g, const std::vector<int32_t>& tokens, const char* model,
+                  const std::vector<const char*>& formats, LinearMode mode) {
+    for (const char* name : formats) {
+      const QuantFormat f = parseQuantFormat(name);
+      const LinearPlan p = planFor(c, f);
+      c.setPlan(p, mode);
+      g.setPlan(p, mode);
+      const bool a8 = f.act.kind == QuantKind::INT8 || f.act.kind == QuantKind::FP8_E4M3 || f.act.kind == QuantKind::FP8_E5M2;
+      const double tol = mode == LinearMode::FakeQuant ? (a8 ? 3e-2 : 1e-4) : (a8 ? 3e-2 : 1e-2);
+      const Agreement a = compare(c, g, tokens,
+                                  QString("%1 %2 %3 (%4)").arg(model, mode == LinearMode::Kernel ? "kernel" : "fake-quant",
+                                                               name, QString::fromStdString(g.linearKernel(0, int64_t(tokens.size())))));
+      QVERIFY2(a.rel() <= tol, qPrintable(QString("%1: %2 > %3").arg(name).arg(a.rel()).arg(tol)));
+      // The same layers run a kernel on both backends (the k % 32 rule is backend-independent).
+      for (int i = 0; i < int(p.size()); ++i) {
+        const bool fakeC = c.linearKernel(i, 1).rfind("fake-quant", 0) == 0;
+        const bool fakeG = g.linearKernel(i, 1).rfind("fake-quant", 0) == 0;
+        QCOMPARE(fakeG, fakeC);
+      }
+    }
+    c.clearPlan();
+    g.clearPlan();
+  }
+
+ private slots:
+  void initTestCase() {
+    cpu_ = createCpuBackend();
+    try {
+      gpu_ = createBackend(BackendChoice::Cuda);
+    } catch (const Error& e) {
+      QFAIL(e.what());
+    }
+    QVERIFY(tmp_.isValid());
+  }
+
+  void stories260KUnquantizedMatchesCpu() {
+    Model m(qs::test::stories260K().toStdString());
+    Runtime c(*m.file, m.graph, *cpu_), g(*m.file, m.graph, *gpu_);
+    QVERIFY(g.onDevice() && !c.onDevice());
+    QCOMPARE(g.linearKernel(0, 16), std::string("fp32-reference"));
+    const Agreement a = compare(c, g, kStoryTokens, "stories260K fp32 prefill");
+    QVERIFY2(a.rel() <= 1e-4, qPrintable(QString::number(a.rel())));
+    // Decode steps after the prefill (KV cache on the device).
+    std::vector<float> lc, lg;
+    for (int32_t pos = int32_t(kStoryTokens.size()); pos < int32_t(kStoryTokens.size()) + 4; ++pos) {
+      const int32_t tok = 300 + pos;
+      c.forward(std::span<const int32_t>(&tok, 1), pos, lc, false);
+      g.forward(std::span<const int32_t>(&tok, 1), pos, lg, false);
+      QVERIFY2(agree(lg, lc).rel() <= 1e-4, qPrintable(QString("decode at %1").arg(pos)));
+    }
+  }
+
+  void stories260KGreedySampleIsIdentical() {
+    Model m(qs::test::stories260K().toStdString());
+    Runtime c(*m.file, m.graph, *cpu_), g(*m.file, m.graph, *gpu_);
+    const std::vector<int32_t> bos{1};
+    const auto idsC = generateGreedy(c, bos, 200, 1);
+    const auto idsG = generateGreedy(g, bos, 200, 1);
+    qInfo("greedy sample: %zu tokens on the GPU, %zu on the CPU", idsG.size(), idsC.size());
+    QCOMPARE(idsG, idsC);
+    // llama2.c's published sample starts "Once upon a time, there was a little girl named Lily."
+    const auto tok = findTokenizer(*m.file, {});
+    QVERIFY(tok);
+    const std::string text = tok->decode(idsG);
+    QVERIFY2(text.rfind("Once upon a time, there was a little girl named Lily.", 0) == 0, text.c_str());
+  }
+
+  void stories260KPlansMatchCpuReference() {
+    Model m(qs::test::stories260K().toStdString());
+    Runtime c(*m.file, m.graph, *cpu_), g(*m.file, m.graph, *gpu_);
+    // (g128 does not fit dim 64; w2 has K = 172: fake-quantized on both backends, per channel)
+    plansAgree(c, g, kStoryTokens, "stories260K",
+               {"fp16", "int4-g32-sym", "int4-g64-sym", "int4-g64-asym", "int4-ch-sym", "int8-ch-sym", "int8-g32-sym",
+                "fp8e4m3-ch", "fp8e5m2-ch", "fp8e4m3-t", "int8-ch-sym:int8-tok", "fp8e4m3-ch:fp8e4m3-tok",
+                "int8-ch-sym-mse", "int4-g32-sym-p99.9"},
+               LinearMode::Kernel);
+    plansAgree(c, g, kStoryTokens, "stories260K",
+               {"int4-g32-sym", "int8-ch-sym", "fp8e4m3-ch", "fp8e5m2-ch", "fp16", "bf16", "int4-g32-asym-mse",
+                "int8-t-sym", "fp8e4m3-b128", "int8-ch-sym:int8-tok", "fp8e4m3-ch:fp8e5m2-tok"},
+               LinearMode::FakeQuant);
+    // Kernel names: a quantized kernel where one exists, the fake-quant fallback where K = 172.
+    g.setPlan(planFor(g, parseQuantFormat("int4-g32-sym")));
+    const int w1 = g.linearIndex("layers.0.feed_forward.w1.weight");
+    const int w2 = g.linearIndex("layers.0.feed_forward.w2.weight");
+    QVERIFY(w1 >= 0 && w2 >= 0);
+    QCOMPARE(QString::fromStdString(g.linearKernel(w1, 1)).left(6), QString("skinny"));
+    QCOMPARE(QString::fromStdString(g.linearKernel(w1, 64)), QString("wide-mma"));
+    QVERIFY(g.linearKernel(w2, 1) == "fp32-reference");  // g32 does not fit K = 172: no entry
+    g.setLinearFormat(w2, parseQuantFormat("int4-ch-sym"));
+    QVERIFY(QString::fromStdString(g.linearKernel(w2, 1)).contains("not a multiple of 32"));
+  }
+
+  void synth110MMatchesCpu() {
+    synth110m_ = synth("llama", "110m");
+    Model m(synth110m_);
+    Runtime c(*m.file, m.graph, *cpu_), g(*m.file, m.graph, *gpu_);
+    const auto tokens = randomTokens(24, c.vocabSize(), 5);
+    const Agreement a = compare(c, g, tokens, "synth 110M fp32");
+    QVERIFY2(a.rel() <= 1e-4, qPrintable(QString::number(a.rel())));
+    plansAgree(c, g, tokens, "synth 110M",
+               {"int4-g128-sym", "int4-g32-sym", "int8-ch-sym", "fp8e4m3-ch", "fp8e5m2-ch", "fp16",
+                "int8-ch-sym:int8-tok", "fp8e4m3-ch:fp8e4m3-tok"},
+               LinearMode::Kernel);
+    plansAgree(c, g, tokens, "synth 110M", {"int4-g128-sym", "int8-ch-sym", "fp8e5m2-ch"}, LinearMode::FakeQuant);
+  }
+
+  void gpt2OnGpuMatchesCpu() {
+    Model m(synth("gpt2", "tiny"));
+    QCOMPARE(m.graph.family, GraphFamily::Gpt2);
+    Runtime c(*m.file, m.graph, *cpu_), g(*m.file, m.graph, *gpu_);
+    const auto tokens = randomTokens(19, c.vocabSize(), 9);
+    QVERIFY(compare(c, g, tokens, "gpt2 tiny fp32").rel() <= 1e-4);
+    plansAgree(c, g, tokens, "gpt2 tiny", {"int4-g32-sym", "int8-ch-sym:int8-tok"}, LinearMode::Kernel);
+  }
+
+  void tapsAndWeightReplacementOnGpu() {
+    Model m(qs::test::stories260K().toStdString());
+    Runtime c(*m.file, m.graph, *cpu_), g(*m.file, m.graph, *gpu_);
+    const std::vector<int32_t> toks{1, 403, 407, 261, 378};
+    std::vector<std::vector<float>> seenC, seenG;
+    c.addTap([&](const TapEvent& e) { seenC.emplace_back(e.data, e.data + e.rows * e.cols); });
+    const int id = g.addTap([&](const TapEvent& e) { seenG.emplace_back(e.data, e.data + e.rows * e.cols); });
+    std::vector<float> lc, base, changed, restored;
+    c.forward(toks, 0, lc, true);
+    g.forward(toks, 0, base, true);
+    QCOMPARE(seenG.size(), seenC.size());
+    for (size_t i = 0; i < seenC.size(); ++i) QVERIFY(agree(seenG[i], seenC[i]).rel() <= 1e-4);
+    g.removeTap(id);
+    c.clearTaps();
+    // setLinearWeight re-uploads the layer; restore gives the same logits bit for bit.
+    const int i = g.linearIndex("layers.2.feed_forward.w2.weight");
+    std::vector<float> w(g.linearWeight(i).begin(), g.linearWeight(i).end());
+    for (auto& x : w) x *= 0.5f;
+    g.setLinearWeight(i, w);
+    c.setLinearWeight(i, w);
+    g.forward(toks, 0, changed, true);
+    c.forward(toks, 0, lc, true);
+    QVERIFY(changed != base);
+    QVERIFY(agree(changed, lc).rel() <= 1e-4);
+    g.restoreLinearWeight(i);
+    g.forward(toks, 0, restored, true);
+    QVERIFY(restored == base);
+    // A format on a replaced weight quantizes the replacement.
+    g.setLinearWeight(i, w);
+    c.setLinearWeight(i, w);
+    g.setLinearFormat(i, parseQuantFormat("int8-ch-sym"), LinearMode::FakeQuant);
+    c.setLinearFormat(i, parseQuantFormat("int8-ch-sym"), LinearMode::FakeQuant);
+    QVERIFY(compare(c, g, toks, "replaced + fake-quant").rel() <= 1e-4);
+  }
+
+  void deviceTensorApiMatchesForward() {
+    Model m(qs::test::stories260K().toStdString());
+    Runtime g(*m.file, m.graph, *gpu_);
+    const int64_t T = int64_t(kStoryTokens.size()), V = g.vocabSize();
+    std::vector<float> ref;
+    g.forward(kStoryTokens, 0, ref, true);
+    RuntimeTensor x = g.allocate(T, g.dim()), logits = g.allocate(T, V), ref2 = g.allocate(T, V);
+    g.embed(kStoryTokens, 0, x);
+    for (int b = 0; b < int(m.graph.blocks.size()); ++b) g.runBlock(b, x, T, 0);
+    g.head(x, T, logits);
+    std::vector<float> host(size_t(T * V));
+    g.toHost(logits, host.data());
+    QVERIFY(host == ref);  // same kernels, same order: bit-identical
+    // KL of a run against itself is 0 and top-1 agrees; against a quantized run it is not.
+    g.fromHost(ref2, ref.data());
+    std::vector<int32_t> targets(kStoryTokens.begin() + 1, kStoryTokens.end());
+    targets.push_back(1);
+    auto same = g.compareLogits(ref2, logits, T, targets);
+    for (const auto& r : same) {
+      QVERIFY(r.kl < 1e-12 && r.top1Same);
+      QVERIFY(std::fabs(r.nllRef - r.nllTest) < 1e-12);
+    }
+    g.setLinearFormat(0, parseQuantFormat("int4-g32-sym"), LinearMode::FakeQuant);
+    g.embed(kStoryTokens, 0, x);
+    for (int b = 0; b < int(m.graph.blocks.size()); ++b) g.runBlock(b, x, T, 0);
+    g.head(x, T, logits);
+    double kl = 0;
+    for (const auto& r : g.compareLogits(ref2, logits, T, targets)) kl += r.kl;
+    QVERIFY(kl > 0);
+  }
+
+  // INT8 code -128 (clipping scale methods) through the CUDA GEMM paths, vs the CPU reference.
+  void int8MinusOneTwentyEightRunsOnTheKernels() {
+    GemmOps& gg = gpu_->gemm();
+    GemmOps& gc = cpu_->gemm();
+    for (const char* scheme : {"w8a16-int8", "w8a16-int8-g32", "w8a8-int8"})
+      for (int64_t m : {1, 7, 40}) {
+        const GemmScheme s = GemmScheme::parse(scheme);
+        QuantLinearWeight w = makeRandomQuantWeight(48, 128, s, 3);
+        for (size_t i = 0; i < w.codes.size(); i += 5) w.codes[i] = -128;
+        const auto x = makeRandomActivations(m, 128, 4);
+        auto wg = gg.prepare(w, s.activation);
+        auto wc = gc.prepare(w, s.activation);
+        std::vector<uint16_t> yc(size_t(m * 48)), yg(yc.size());
+        gc.run(*wc, x.data(), m, yc.data());
+        auto dx = gg.allocate(x.size() * 2), dy = gg.allocate(yg.size() * 2);
+        gg.upload(dx.get(), x.data(), x.size() * 2);
+        gg.run(*wg, dx.get(), m, dy.get());
+        gg.download(yg.data(), dy.get(), yg.size() * 2);
+        double num = 0, den = 0;
+        for (size_t i = 0; i < yc.size(); ++i) {
+          const double a = halfBitsToFloat(yg[i]), b = halfBitsToFloat(yc[i]);
+          num += (a - b) * (a - b);
+          den += b * b;
+        }
+        QVERIFY2(std::sqrt(num / den) < 1e-3, qPrintable(QString("%1 m=%2").arg(scheme).arg(m)));
+      }
+  }
+
+  void speedJobRunsOnTheDevice() {
+    Model m(qs::test::stories260K().toStdString());
+    SpeedOptions o;
+    o.formats = {parseQuantFormat("int4-g32-sym"), parseQuantFormat("fp8e4m3-ch:fp8e4m3-tok")};
+    o.tokenCounts = {1, 16};
+    o.repeats = 3;
+    const SpeedResult r = measureSpeed(*gpu_, m.graph, o);
+    QVERIFY(!r.reference);
+    const int w1 = [&] {
+      for (size_t l = 0; l < r.table.layers.size(); ++l)
+        if (r.table.layers[l].weightName == "layers.0.feed_forward.w1.weight") return int(l);
+      return -1;
+    }();
+    QVERIFY(w1 >= 0);
+    for (size_t f = 0; f < 2; ++f)
+      for (size_t mi = 0; mi < 2; ++mi) {
+        const SpeedEntry& e = r.table.at(size_t(w1), f, mi);
+        QVERIFY(e.kernelMicros > 0 && e.baselineMicros > 0);
+        QVERIFY(QString::fromStdString(r.kernelAt(size_t(w1), f, mi)).contains("skinny"));
+      }
+    QVERIFY(r.totals[0].kernelMicros > 0);
+  }
+};
+
+QTEST_GUILESS_MAIN(TestRuntimeGpu)
+#include "test_runtime_gpu.moc"
