@@ -74,9 +74,8 @@ void planHdf5(const ExportSource& src, const std::string& out, const ModelExport
 void writeHdf5(const ExportSource& src, const ExportPreview& p, const ModelExportOptions& o, OutputFiles& files,
                Progress& progress) {
   AtomicFile& f = files.open(p.files.front());
-  // HDF5 writes through its own file handle: it truncates and fills the temporary (same inode),
-  // which AtomicFile then fsyncs and renames, or removes on failure.
-  h5w::Hdf5Writer h(f.tempPath());
+  // HDF5 builds the file in memory; its bytes go through AtomicFile like every other export.
+  h5w::Hdf5Writer h(p.files.front());
   h.attr("/", "format", std::string("quantscope-export"));
   h.attr("/", "format_version", int64_t(1));
   h.attr("/", "generator", o.generator);
@@ -137,7 +136,8 @@ void writeHdf5(const ExportSource& src, const ExportPreview& p, const ModelExpor
       h.attr(g, "tokens", l.tokens);
     }
   }
-  h.close();
+  const std::vector<std::byte> image = h.finish();
+  f.writeAt(0, image);
 }
 
 }  // namespace qs::exportdetail

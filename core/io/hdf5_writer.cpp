@@ -50,9 +50,12 @@ hid_t halfType() {
 
 }  // namespace
 
-Hdf5Writer::Hdf5Writer(const std::string& path) : path_(path) {
+Hdf5Writer::Hdf5Writer(const std::string& name) : path_(name) {
   auto l = lockHdf5();
-  file_ = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  // In memory, grown in 16 MiB steps, no backing file.
+  if (!fapl.ok() || H5Pset_fapl_core(fapl.id(), size_t(16) << 20, 0) < 0) fail({}, "cannot set up the in-memory HDF5 file");
+  file_ = H5Fcreate(name.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.id());
   if (file_ < 0) fail({}, "cannot create the HDF5 file");
 }
 
@@ -63,13 +66,18 @@ Hdf5Writer::~Hdf5Writer() {
   }
 }
 
-void Hdf5Writer::close() {
+std::vector<std::byte> Hdf5Writer::finish() {
   auto l = lockHdf5();
-  if (file_ < 0) return;
-  const herr_t f = H5Fflush(file_, H5F_SCOPE_GLOBAL);
+  if (file_ < 0) fail({}, "the file is closed");
+  if (H5Fflush(file_, H5F_SCOPE_GLOBAL) < 0) fail({}, "flushing the file failed");
+  const ssize_t n = H5Fget_file_image(file_, nullptr, 0);
+  if (n < 0) fail({}, "cannot get the file image");
+  std::vector<std::byte> image(static_cast<size_t>(n));
+  if (H5Fget_file_image(file_, image.data(), image.size()) != n) fail({}, "cannot copy the file image");
   const herr_t c = H5Fclose(file_);
   file_ = -1;
-  if (f < 0 || c < 0) fail({}, "flushing or closing the file failed (disk full?)");
+  if (c < 0) fail({}, "closing the file failed");
+  return image;
 }
 
 void Hdf5Writer::fail(const std::string& object, const std::string& what) const {

@@ -1,10 +1,14 @@
 #pragma once
-// A small writer over HDF5's C API for archives (the export's .h5): RAII handles, groups created
+// A small writer over HDF5's C API for archives (the export's .h5). The file is built in memory
+// (HDF5's "core" driver, no backing store) and finish() returns its bytes, which the caller
+// writes atomically itself: a full disk then fails in our own write, never inside HDF5 (whose
+// 1.10 library crashes at exit after a failed close of a file it could not flush). RAII handles, groups created
 // with their parents, contiguous datasets of the usual numeric types (FP16 too, as an IEEE
 // binary16 type h5py reads as float16), string datasets and attributes. Every failing HDF5 call
 // throws qs::Error (Internal) naming the file and the object; HDF5's own error printing is off.
 // HDF5 calls are serialised by one process-wide mutex: the library may be built without
 // thread-safety.
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -14,8 +18,8 @@ namespace qs::h5w {
 
 class Hdf5Writer {
  public:
-  // Creates (truncates) `path`.
-  explicit Hdf5Writer(const std::string& path);
+  // `name` is used in messages only: nothing is written to disk.
+  explicit Hdf5Writer(const std::string& name);
   ~Hdf5Writer();
   Hdf5Writer(const Hdf5Writer&) = delete;
   Hdf5Writer& operator=(const Hdf5Writer&) = delete;
@@ -36,8 +40,9 @@ class Hdf5Writer {
   void attr(const std::string& object, const std::string& name, int64_t value);
   void attr(const std::string& object, const std::string& name, double value);
 
-  // Flushes and closes; Internal on failure. The destructor closes without throwing.
-  void close();
+  // Flushes and closes the file; returns its bytes. Internal on failure. The destructor closes
+  // without throwing.
+  std::vector<std::byte> finish();
 
  private:
   void ensureParents(const std::string& path);
