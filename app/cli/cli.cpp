@@ -45,6 +45,7 @@ int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
   registerCalibrate(app, ctx);
   registerSensitivity(app, ctx);
   registerAccumulate(app, ctx);
+  registerModelExport(app, ctx);
   registerSpeed(app, ctx);
   registerQuantize(app, ctx);
 

@@ -34,6 +34,8 @@ void registerSynth(CLI::App& app, CliContext& ctx);
 void registerCalibrate(CLI::App& app, CliContext& ctx);
 void registerSensitivity(CLI::App& app, CliContext& ctx);
 void registerAccumulate(CLI::App& app, CliContext& ctx);
+// export MODEL --plan PLAN --to gguf|safetensors|hdf5 -o OUT (cmd_export.cpp)
+void registerModelExport(CLI::App& app, CliContext& ctx);
 void registerSpeed(CLI::App& app, CliContext& ctx);  // cmd_speed.cpp
 void registerQuantize(CLI::App& app, CliContext& ctx);  // cmd_quantize.cpp
 

@@ -42,6 +42,7 @@
 #include "kernels/stats/stats_ops.h"
 #include "app/gui/job_runner.h"
 #include "app/gui/workspace.h"
+#include "app/gui/export_dialog.h"
 #include "app/labs/labs_panel.h"
 #include "core/analysis/layer_analysis.h"
 #include "widgets/layer_view.h"
@@ -266,6 +267,8 @@ void MainWindow::buildMenus() {
     if (!p.isEmpty() && !workspace_->saveSessionAs(p, &err)) statusBar()->showMessage(err, 10000);
   }));
 
+  file->insertAction(quit, file->addAction(tr("&Export…"), this, &MainWindow::openExportDialog));
+
   QMenu* analysis = menuBar()->addMenu(tr("&Analysis"));
   analysis->addAction(tr("Evaluation &Text…"), this, &MainWindow::chooseEvalText);
   analysis->addSeparator();
@@ -300,6 +303,20 @@ void MainWindow::openModel(const QString& path) {
       return {nullptr, QString::fromStdString(p) + QStringLiteral(": ") + QString::fromUtf8(e.what())};
     }
   }));
+}
+
+ExportDialog* MainWindow::openExportDialog() {
+  if (!model_ || !workspace_->planEditor()->plan()) {
+    statusBar()->showMessage(tr("Open a model first"), 5000);
+    return nullptr;
+  }
+  const Session& s = workspace_->session();
+  auto* d = new ExportDialog(jobs_, model_, *workspace_->graph(), *workspace_->planEditor()->plan(),
+                             s.calibration ? &*s.calibration : nullptr, modelPath_, this);
+  d->setAttribute(Qt::WA_DeleteOnClose);
+  connect(d, &ExportDialog::exported, this, [this](const QString& p) { statusBar()->showMessage(tr("Exported %1").arg(p), 10000); });
+  d->open();
+  return d;
 }
 
 void MainWindow::chooseEvalText() {

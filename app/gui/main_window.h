@@ -27,6 +27,7 @@ class LayerView;
 namespace qs::app {
 class JobRunner;
 class Workspace;
+class ExportDialog;
 }
 
 namespace qs::app {
@@ -54,6 +55,8 @@ class MainWindow : public QMainWindow {
   QTabWidget* tabs() const { return tabs_; }
   // Analysis → Evaluation Text…: the text file (datasets/text or any) and token count.
   void chooseEvalText();
+  // File → Export…: the plan being edited or the weights with it applied (non-modal).
+  ExportDialog* openExportDialog();
   // Shows `tensor` in the layer view and computes its analysis off the GUI thread.
   void selectTensor(const QString& tensor);
 

@@ -15,6 +15,7 @@
 #include <QtTest>
 
 #include "app/gui/gui_main.h"
+#include "app/gui/export_dialog.h"
 #include "app/gui/job_runner.h"
 #include "app/gui/main_window.h"
 #include "app/gui/workspace.h"
@@ -130,6 +131,27 @@ class TestWorkflow : public QObject {
       QVERIFY(ws->session().speed.has_value());
       QVERIFY(ws->runView()->metricsTable()->item(0, 7)->text().endsWith(QStringLiteral("×")));
       shot(&w, "workflow_run.png");
+
+      // Export: the plan for llama-quantize and the weights as GGUF. stories260K's mlp.down
+      // (K = 172) cannot be Q4_0/Q8_0: refused until "nearest" is ticked, then F16 with a warning.
+      QTemporaryDir out;
+      qs::app::ExportDialog* d = w.openExportDialog();
+      QVERIFY(d);
+      d->setTarget(QStringLiteral("llama-quantize"));
+      d->setOutput(out.filePath(QStringLiteral("args.txt")));
+      QVERIFY(d->canWrite());
+      QVERIFY(d->exportNow());
+      QVERIFY(QFileInfo(out.filePath(QStringLiteral("args.txt"))).size() > 0);
+      d->setTarget(QStringLiteral("gguf"));
+      d->setOutput(out.filePath(QStringLiteral("m.gguf")));
+      d->setNearest(true);
+      QVERIFY2(d->canWrite(), qPrintable(d->previewText()));
+      QVERIFY(d->previewText().contains(QStringLiteral("Warnings")));
+      shot(d, "workflow_export_dialog.png");
+      QVERIFY(d->exportNow());
+      QVERIFY(waitJobs(w, 120'000));
+      QVERIFY(QFileInfo(out.filePath(QStringLiteral("m.gguf"))).size() > 100'000);
+      d->close();
 
       // Cancel leaves things as they were: a sweep cancelled at once changes nothing.
       const auto sens = ws->session().sensitivity->entries.size();

@@ -1,0 +1,119 @@
+// quantscope-cli export MODEL --plan PLAN --to gguf|safetensors|hdf5 -o OUT [--force] [--nearest]
+//                         [--dry-run] [--calib-text FILE [--calib-tokens N]] [--tokenizer T] [--json]
+#include <nlohmann/json.hpp>
+
+#include "app/cli/commands.h"
+#include "app/cli/run_support.h"
+#include "core/export/model_export.h"
+#include "core/plan/model_hash.h"
+#include "kernels/common/error.h"
+#include "kernels/ops/cpu_transformer_ops.h"
+
+namespace qs::cli {
+
+void registerModelExport(CLI::App& app, CliContext& ctx) {
+  struct Args {
+    std::string model, plan, to, out, tokenizer, calibText;
+    int64_t calibTokens = 512;
+    bool force = false, nearest = false, dryRun = false, json = false, allowOtherModel = false;
+  };
+  auto a = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand("export", "Write the model with a plan applied: GGUF, safetensors (compressed-tensors) or an HDF5 archive");
+  cmd->add_option("MODEL", a->model, "Model file")->required();
+  cmd->add_option("--plan", a->plan, "Plan JSON (quantscope-cli plan …)")->required();
+  cmd->add_option("--to", a->to, "gguf | safetensors | hdf5")->required()->check(CLI::IsMember({"gguf", "safetensors", "hdf5"}));
+  cmd->add_option("-o,--out", a->out, "Output file (gguf, hdf5) or folder (safetensors)")->required();
+  cmd->add_flag("--force", a->force, "Replace existing output files");
+  cmd->add_flag("--nearest", a->nearest,
+                "Map plan layers the target cannot express to the nearest type it has (a warning each) instead of refusing");
+  cmd->add_flag("--dry-run", a->dryRun, "Print what would be written and the warnings; write nothing");
+  cmd->add_option("--calib-text", a->calibText,
+                  "Text to calibrate activations on (statistics in the HDF5 archive, static scales in safetensors)");
+  cmd->add_option("--calib-tokens", a->calibTokens, "Calibration tokens at most (default 512)")->check(CLI::PositiveNumber);
+  cmd->add_option("--tokenizer", a->tokenizer, "Tokenizer file (default: the model's own, or one next to it)");
+  cmd->add_flag("--allow-other-model", a->allowOtherModel, "Accept a plan made for a model with another hash");
+  cmd->add_flag("--json", a->json, "Print JSON on stdout");
+  cmd->callback([&ctx, a] {
+    TerminalProgress progress;
+    LoadedModel m = loadModel(a->model, a->tokenizer, false);
+    PlanReadInfo info;
+    const Plan plan = loadPlan(a->plan, &info);
+    for (const auto& n : info.notes) ctx.err << a->plan << ": " << n << '\n';
+    ResolveOptions ro;
+    ro.source = a->plan;
+    ro.modelName = modelIdentity(*m.file, m.graph).name;
+    ro.modelHash = sampledModelHash(*m.file);
+    ro.allowOtherModel = a->allowOtherModel;
+    const ResolvedPlan resolved = resolvePlanStrict(plan, m.graph, ro);
+
+    ModelExportOptions o;
+    o.format = *modelExportFormatFromName(a->to);
+    o.force = a->force;
+    o.inexpressible = a->nearest ? Inexpressible::Nearest : Inexpressible::Refuse;
+    o.planSource = a->plan;
+    JobContext job;
+    job.onProgress = [&progress](double f, std::string_view s) { progress.update(f, s); };
+
+    CalibrationStats calib;
+    if (!a->calibText.empty()) {
+      if (!m.tokenizer) throwBadInput(a->model, "tokenizer", "calibration needs a tokenizer (--tokenizer)");
+      const std::string text = readTextFile(a->calibText);
+      std::vector<int32_t> ids = m.tokenizer->encode(text, {});
+      if (int64_t(ids.size()) > a->calibTokens) ids.resize(size_t(a->calibTokens));
+      auto ops = createCpuTransformerOps();
+      Runtime rt(*m.file, m.graph, *ops, {}, &job);
+      const int32_t bos = m.tokenizer->bos() >= 0 ? m.tokenizer->bos() : m.tokenizer->eos();
+      calib = collectCalibration(rt, m.graph, ids, bos, 256, &job);
+      calib.source = a->calibText + ": " + calib.source;
+      o.calibration = &calib;
+    }
+
+    const ExportSource src{*m.file, m.graph, m.tokenizer.get(), plan, resolved};
+    ModelExportResult r;
+    if (a->dryRun) r.preview = previewModelExport(src, a->out, o);
+    else r = exportModel(src, a->out, o, &job);
+    const ExportPreview& p = r.preview;
+    for (const auto& w : p.warnings) ctx.err << "warning: " << w << '\n';
+    if (a->dryRun)
+      for (const auto& x : p.refusals) ctx.err << "refused: " << x << '\n';
+    if (a->json) {
+      nlohmann::ordered_json j;
+      j["model"] = a->model;
+      j["plan"] = a->plan;
+      j["format"] = a->to;
+      j["dry_run"] = a->dryRun;
+      j["files"] = p.files;
+      j["written"] = !a->dryRun;
+      j["bytes"] = r.bytes;
+      j["estimated_tensor_bytes"] = p.estimatedBytes;
+      j["warnings"] = p.warnings;
+      j["refusals"] = p.refusals;
+      nlohmann::ordered_json ts = nlohmann::ordered_json::array();
+      for (const auto& t : p.tensors) {
+        nlohmann::ordered_json e;
+        e["source"] = t.sourceName;
+        e["output"] = t.outputName;
+        e["layer"] = t.layer;
+        e["storage"] = t.storage;
+        e["exact"] = t.exact;
+        if (!t.note.empty()) e["note"] = t.note;
+        ts.push_back(e);
+      }
+      j["tensors"] = ts;
+      ctx.out << j.dump(2) << '\n';
+    } else {
+      for (const auto& t : p.tensors)
+        ctx.out << t.outputName << "  " << t.storage << (t.layer.empty() ? "" : "  (" + t.layer + ")")
+                << (t.exact ? "" : "  [nearest]") << (t.note.empty() ? "" : "  " + t.note) << '\n';
+      if (a->dryRun)
+        ctx.out << (p.canWrite() ? "would write " : "cannot write ") << p.files.size() << " file(s), about "
+                << p.estimatedBytes << " bytes of tensor data; " << p.warnings.size() << " warning(s), "
+                << p.refusals.size() << " refusal(s)\n";
+      else
+        ctx.out << "wrote " << r.files.size() << " file(s), " << r.bytes << " bytes: " << r.files.front() << '\n';
+    }
+    if (a->dryRun && !p.canWrite()) ctx.exitCode = 2;
+  });
+}
+
+}  // namespace qs::cli

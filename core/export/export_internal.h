@@ -1,0 +1,85 @@
+#pragma once
+// Pieces shared by the three writers of core/export (not a public interface).
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/export/model_export.h"
+#include "core/io/atomic_file.h"
+#include "kernels/formats/weight_codec.h"
+
+namespace qs::exportdetail {
+
+// What a tensor of the source is, found by walking the graph.
+enum class TensorRole { TokenEmbedding, PositionEmbedding, AttnNorm, FfnNorm, FinalNorm, Linear, Other };
+struct SourceTensor {
+  int index = -1;
+  TensorRole role = TensorRole::Other;
+  int block = -1;
+  const LinearLayer* linear = nullptr;  // Linear: the layer (weight or bias)
+  bool bias = false;                    // the bias of a linear layer or a LayerNorm
+  int planLayer = -1;                   // Linear weights in the plan: index into resolved.layers
+};
+// Every parameter tensor of the graph once, in graph order (embeddings, blocks, final norm,
+// head); tensors outside the graph (buffers such as llama2.c's RoPE tables) are left out.
+std::vector<SourceTensor> walkGraph(const ExportSource& src);
+
+// Files written together: each to a temporary, all renamed by commitAll().
+class OutputFiles {
+ public:
+  AtomicFile& open(const std::string& path);
+  void commitAll();
+  uint64_t totalBytes() const;
+
+ private:
+  std::vector<std::unique_ptr<AtomicFile>> files_;
+  std::vector<std::string> paths_;
+};
+
+// Sequential writes with progress and cancellation (checked between tensors).
+class Progress {
+ public:
+  Progress(const JobContext* ctx, uint64_t total) : ctx_(ctx), total_(total ? total : 1) {}
+  void add(uint64_t bytes, std::string_view stage);
+  void check() const {
+    if (ctx_) ctx_->checkCancelled();
+  }
+
+ private:
+  const JobContext* ctx_;
+  uint64_t total_, done_ = 0;
+};
+
+// The FP32 values of a source tensor as the output stores it: transposed to [out, in] for
+// Conv1D weights and q/k rows permuted when the plan entry says so.
+std::vector<float> loadForExport(const ExportSource& src, const ExportTensorPlan& t);
+// Quantises a plan layer's weight (RTN with the plan's scale method) after loadForExport.
+QuantizedTensor quantizeForExport(const ExportSource& src, const ExportTensorPlan& t);
+// The plan's values of a layer (quantise → dequantise), after loadForExport.
+std::vector<float> fakeQuantForExport(const ExportSource& src, const ExportTensorPlan& t);
+
+// Shape of a tensor as exported ([out, in] for linear weights).
+std::vector<int64_t> exportShape(const ExportSource& src, const ExportTensorPlan& t);
+
+// Which RoPE layout the q/k rows must have in the output, and whether they need permuting.
+bool needsRopePermutation(const ExportSource& src, const SourceTensor& s, RopeLayout target);
+
+// Error/warning collection.
+std::string planWord(const LayerAssignment& a);  // "blocks.3.attn.q (int4-g128-sym)"
+
+// The writers.
+void planGguf(const ExportSource& src, const std::string& out, const ModelExportOptions& o,
+              ExportPreview& p);
+void writeGguf(const ExportSource& src, const ExportPreview& p, const ModelExportOptions& o,
+               OutputFiles& files, Progress& progress);
+void planSafetensors(const ExportSource& src, const std::string& out,
+                     const ModelExportOptions& o, ExportPreview& p);
+void writeSafetensors(const ExportSource& src, const ExportPreview& p,
+                      const ModelExportOptions& o, OutputFiles& files, Progress& progress);
+void planHdf5(const ExportSource& src, const std::string& out, const ModelExportOptions& o,
+              ExportPreview& p);
+void writeHdf5(const ExportSource& src, const ExportPreview& p, const ModelExportOptions& o,
+               OutputFiles& files, Progress& progress);
+
+}  // namespace qs::exportdetail

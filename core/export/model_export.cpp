@@ -1,0 +1,399 @@
+#include "core/export/model_export.h"
+
+#include "core/analysis/calibrate.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+
+#include "core/export/export_internal.h"
+#include "core/plan/layer_names.h"
+#include "core/runtime/runtime.h"
+#include "kernels/common/error.h"
+
+namespace qs {
+
+std::string_view modelExportFormatName(ModelExportFormat f) {
+  switch (f) {
+    case ModelExportFormat::Gguf: return "gguf";
+    case ModelExportFormat::Safetensors: return "safetensors";
+    case ModelExportFormat::Hdf5: return "hdf5";
+  }
+  return "?";
+}
+
+std::optional<ModelExportFormat> modelExportFormatFromName(std::string_view name) {
+  for (auto f : {ModelExportFormat::Gguf, ModelExportFormat::Safetensors, ModelExportFormat::Hdf5})
+    if (modelExportFormatName(f) == name) return f;
+  return std::nullopt;
+}
+
+const ExportLayerStats* CalibrationStats::find(std::string_view weightName) const {
+  for (const auto& l : layers)
+    if (l.weightName == weightName) return &l;
+  return nullptr;
+}
+
+std::vector<float> linearWeightOutIn(const ModelFile& file, const LinearLayer& l) {
+  const TensorInfo& t = file.tensors()[size_t(l.weight)];
+  std::vector<float> w = file.tensorToFloat(t);
+  if (!l.transposed) return w;
+  // Stored [in, out] (Conv1D): turn into [out, in].
+  std::vector<float> o(w.size());
+  const int64_t out = l.outFeatures, in = l.inFeatures;
+  for (int64_t k = 0; k < in; ++k)
+    for (int64_t n = 0; n < out; ++n) o[size_t(n * in + k)] = w[size_t(k * out + n)];
+  return o;
+}
+
+void permuteRopeRows(std::span<float> rows, int64_t heads, int64_t headDim, int64_t cols,
+                     bool toHalfSplit) {
+  if (heads <= 0 || headDim <= 0 || headDim % 2 != 0 || int64_t(rows.size()) != heads * headDim * cols)
+    throw Error(ErrorKind::Internal, "permuteRopeRows: " + std::to_string(rows.size()) +
+                                         " values are not " + std::to_string(heads) + " heads × " +
+                                         std::to_string(headDim) + " rows × " + std::to_string(cols));
+  const int64_t half = headDim / 2;
+  std::vector<float> head(size_t(headDim * cols));
+  for (int64_t h = 0; h < heads; ++h) {
+    float* base = rows.data() + h * headDim * cols;
+    std::copy(base, base + headDim * cols, head.begin());
+    for (int64_t i = 0; i < half; ++i) {
+      // Interleaved row 2i ⇄ half-split row i; interleaved row 2i+1 ⇄ half-split row i + half.
+      const int64_t il0 = 2 * i, il1 = 2 * i + 1, hs0 = i, hs1 = i + half;
+      const int64_t from0 = toHalfSplit ? il0 : hs0, to0 = toHalfSplit ? hs0 : il0;
+      const int64_t from1 = toHalfSplit ? il1 : hs1, to1 = toHalfSplit ? hs1 : il1;
+      std::copy_n(head.data() + from0 * cols, cols, base + to0 * cols);
+      std::copy_n(head.data() + from1 * cols, cols, base + to1 * cols);
+    }
+  }
+}
+
+namespace exportdetail {
+
+std::vector<SourceTensor> walkGraph(const ExportSource& src) {
+  const ModelGraph& g = src.graph;
+  std::map<std::string, int> planIndex;
+  for (size_t i = 0; i < src.resolved.layers.size(); ++i) planIndex[src.resolved.layers[i].weightName] = int(i);
+  std::vector<SourceTensor> out;
+  std::vector<bool> seen(src.file.tensors().size(), false);
+  auto add = [&](int index, TensorRole role, int block, const LinearLayer* l, bool bias) {
+    if (index < 0 || seen[size_t(index)]) return;
+    seen[size_t(index)] = true;
+    SourceTensor s;
+    s.index = index;
+    s.role = role;
+    s.block = block;
+    s.linear = l;
+    s.bias = bias;
+    if (l && !bias) {
+      auto it = planIndex.find(l->weightName);
+      if (it != planIndex.end()) s.planLayer = it->second;
+    }
+    out.push_back(s);
+  };
+  auto addNorm = [&](const NormLayer& n, TensorRole role, int block) {
+    add(n.weight, role, block, nullptr, false);
+    add(n.bias, role, block, nullptr, true);
+  };
+  add(g.tokenEmbedding.weight, TensorRole::TokenEmbedding, -1, nullptr, false);
+  add(g.positionEmbedding.weight, TensorRole::PositionEmbedding, -1, nullptr, false);
+  for (const auto& b : g.blocks) {
+    addNorm(b.attnNorm, TensorRole::AttnNorm, b.index);
+    for (const auto& l : b.linears) {
+      add(l.weight, TensorRole::Linear, b.index, &l, false);
+      add(l.bias, TensorRole::Linear, b.index, &l, true);
+    }
+    addNorm(b.ffnNorm, TensorRole::FfnNorm, b.index);
+    for (int t : b.otherTensors)
+      if (src.file.tensors()[size_t(t)].isParameter) add(t, TensorRole::Other, b.index, nullptr, false);
+  }
+  for (const auto& l : g.looseLinears) {
+    add(l.weight, TensorRole::Linear, -1, &l, false);
+    add(l.bias, TensorRole::Linear, -1, &l, true);
+  }
+  addNorm(g.finalNorm, TensorRole::FinalNorm, -1);
+  if (!g.tiedHead) {
+    add(g.head.weight, TensorRole::Linear, -1, &g.head, false);
+    add(g.head.bias, TensorRole::Linear, -1, &g.head, true);
+  }
+  for (int t : g.unassigned)
+    if (src.file.tensors()[size_t(t)].isParameter) add(t, TensorRole::Other, -1, nullptr, false);
+  return out;
+}
+
+bool needsRopePermutation(const ExportSource& src, const SourceTensor& s, RopeLayout target) {
+  if (!s.linear || src.graph.family != GraphFamily::Llama) return false;
+  if (s.linear->role != LinearRole::Q && s.linear->role != LinearRole::K) return false;
+  return src.graph.rope != target && src.graph.rope != RopeLayout::None && target != RopeLayout::None;
+}
+
+AtomicFile& OutputFiles::open(const std::string& path) {
+  files_.push_back(std::make_unique<AtomicFile>(path));
+  paths_.push_back(path);
+  return *files_.back();
+}
+
+void OutputFiles::commitAll() {
+  for (auto& f : files_) f->commit();
+}
+
+uint64_t OutputFiles::totalBytes() const {
+  uint64_t n = 0;
+  for (const auto& p : paths_) {
+    struct stat st{};
+    if (::stat(p.c_str(), &st) == 0) n += uint64_t(st.st_size);
+  }
+  return n;
+}
+
+void Progress::add(uint64_t bytes, std::string_view stage) {
+  done_ += bytes;
+  if (ctx_) {
+    ctx_->checkCancelled();
+    ctx_->progress(std::min(1.0, double(done_) / double(total_)), stage);
+  }
+}
+
+std::vector<int64_t> exportShape(const ExportSource& src, const ExportTensorPlan& t) {
+  const TensorInfo& ti = src.file.tensors()[size_t(t.sourceTensor)];
+  std::vector<int64_t> shape = ti.shape;
+  if (t.transpose && shape.size() == 2) std::swap(shape[0], shape[1]);
+  return shape;
+}
+
+namespace {
+// The LinearLayer a tensor plan belongs to (weight or bias), found by tensor index.
+const LinearLayer* linearOf(const ExportSource& src, int tensor, bool* isBias) {
+  for (const LinearLayer* l : src.graph.allLinears()) {
+    if (l->weight == tensor) return *isBias = false, l;
+    if (l->bias == tensor) return *isBias = true, l;
+  }
+  return nullptr;
+}
+}  // namespace
+
+std::vector<float> loadForExport(const ExportSource& src, const ExportTensorPlan& t) {
+  const TensorInfo& ti = src.file.tensors()[size_t(t.sourceTensor)];
+  bool bias = false;
+  const LinearLayer* l = linearOf(src, t.sourceTensor, &bias);
+  // Linear weights as [out, in]: the source's layout too unless it stores [in, out] (Conv1D)
+  // and the output keeps that layout (t.transpose false).
+  const bool outIn = l && !bias && (!l->transposed || t.transpose);
+  std::vector<float> v = outIn ? linearWeightOutIn(src.file, *l) : src.file.tensorToFloat(ti);
+  if (t.permuteRows && l) {
+    const ModelConfig& c = src.file.config();
+    const int64_t heads = l->role == LinearRole::Q ? c.nHeads : c.nKvHeads;
+    const int64_t cols = bias ? 1 : l->inFeatures;
+    permuteRopeRows(v, heads, c.headDim(), cols, src.graph.rope == RopeLayout::Interleaved);
+  }
+  return v;
+}
+
+QuantizedTensor quantizeForExport(const ExportSource& src, const ExportTensorPlan& t) {
+  const LayerAssignment& a = src.resolved.layers[size_t(t.planLayer)];
+  const std::vector<float> w = loadForExport(src, t);
+  return quantizeWeight(a.format.weight, w, a.outFeatures, a.inFeatures, t.sourceName);
+}
+
+std::vector<float> fakeQuantForExport(const ExportSource& src, const ExportTensorPlan& t) {
+  const LayerAssignment& a = src.resolved.layers[size_t(t.planLayer)];
+  std::vector<float> w = loadForExport(src, t);
+  if (a.format.weight.kind != QuantKind::F32)
+    fakeQuantWeight(a.format.weight, w, w, a.outFeatures, a.inFeatures, t.sourceName);
+  return w;
+}
+
+std::string planWord(const LayerAssignment& a) {
+  return a.layer + " (" + weightSpecToString(a.format.weight) + ")";
+}
+
+}  // namespace exportdetail
+
+using namespace exportdetail;
+
+ExportPreview previewModelExport(const ExportSource& src, const std::string& outPath,
+                                 const ModelExportOptions& o) {
+  if (!src.resolved.valid())
+    throwBadInput(o.planSource, src.resolved.problems.front().field, src.resolved.problems.front().message);
+  if (src.resolved.layers.size() != planLayers(src.graph).size())
+    throw Error(ErrorKind::Internal, "export: the resolved plan does not belong to this model's graph");
+  if (outPath.empty()) throwBadInput({}, "-o", "no output path given");
+  ExportPreview p;
+  p.format = o.format;
+  for (const auto& a : src.resolved.layers)
+    if (a.method != QuantMethod::Rtn || a.smoothAlpha)
+      p.refusals.push_back(planWord(a) + ": method " + std::string(quantMethodName(a.method)) +
+                           (a.smoothAlpha ? " with SmoothQuant" : "") +
+                           " is not implemented yet ([rounding]); export rounds to nearest only");
+  switch (o.format) {
+    case ModelExportFormat::Gguf: planGguf(src, outPath, o, p); break;
+    case ModelExportFormat::Safetensors: planSafetensors(src, outPath, o, p); break;
+    case ModelExportFormat::Hdf5: planHdf5(src, outPath, o, p); break;
+  }
+  if (!o.force)
+    for (const auto& f : p.files) {
+      struct stat st{};
+      if (::stat(f.c_str(), &st) == 0)
+        p.refusals.push_back(f + " exists (use --force to replace it)");
+    }
+  return p;
+}
+
+ModelExportResult exportModel(const ExportSource& src, const std::string& outPath,
+                              const ModelExportOptions& o, const JobContext* ctx) {
+  ModelExportResult r;
+  r.preview = previewModelExport(src, outPath, o);
+  if (!r.preview.canWrite()) {
+    std::string msg = r.preview.refusals.front();
+    if (r.preview.refusals.size() > 1)
+      msg += " (and " + std::to_string(r.preview.refusals.size() - 1) + " more: " +
+             [&] {
+               std::string s;
+               for (size_t i = 1; i < r.preview.refusals.size(); ++i) s += (i > 1 ? "; " : "") + r.preview.refusals[i];
+               return s;
+             }() + ")";
+    throwBadInput(outPath, std::string(modelExportFormatName(o.format)) + " export", msg);
+  }
+  // A safetensors export writes into a folder: create it when missing, and remove it again
+  // when the export does not complete.
+  std::filesystem::path createdDir;
+  if (o.format == ModelExportFormat::Safetensors && !std::filesystem::exists(outPath)) {
+    std::error_code ec;
+    std::filesystem::create_directories(outPath, ec);
+    if (ec) throwBadInput(outPath, "", "cannot create the output folder: " + ec.message());
+    createdDir = outPath;
+  }
+  struct RemoveIfFailed {
+    std::filesystem::path dir;
+    bool done = false;
+    ~RemoveIfFailed() {
+      std::error_code ec;
+      if (!done && !dir.empty()) std::filesystem::remove(dir, ec);  // only when empty
+    }
+  } cleanup{createdDir};
+  OutputFiles files;
+  Progress progress(ctx, r.preview.estimatedBytes);
+  progress.check();
+  switch (o.format) {
+    case ModelExportFormat::Gguf: writeGguf(src, r.preview, o, files, progress); break;
+    case ModelExportFormat::Safetensors: writeSafetensors(src, r.preview, o, files, progress); break;
+    case ModelExportFormat::Hdf5: writeHdf5(src, r.preview, o, files, progress); break;
+  }
+  progress.check();  // the last chance to cancel: after this every file is renamed into place
+  files.commitAll();
+  cleanup.done = true;
+  r.files = r.preview.files;
+  r.bytes = files.totalBytes();
+  if (ctx) ctx->progress(1.0, "done");
+  return r;
+}
+
+// ---- calibration -------------------------------------------------------------------------------
+
+CalibrationStats exportCalibrationStats(const CalibrationResult& r) {
+  CalibrationStats cs;
+  cs.source = r.textSource + ", " + std::to_string(r.tokens) + " tokens";
+  for (const auto& l : r.layers) {
+    ExportLayerStats e;
+    e.weightName = l.layer.weightName;
+    e.tokens = r.tokens;
+    for (int64_t c = 0; c < l.activations.channels(); ++c) {
+      e.channelAbsMax.push_back(l.activations.absMax(c));
+      e.channelMeanSquare.push_back(float(l.activations.meanSquare(c)));
+    }
+    e.absMax = l.activations.tensorAbsMax();
+    e.histogram = l.activationAbsHist.counts;
+    e.histogramMax = l.activationAbsHist.hi;
+    cs.layers.push_back(std::move(e));
+  }
+  return cs;
+}
+
+CalibrationStats collectCalibration(Runtime& rt, const ModelGraph& graph, std::span<const int32_t> tokens,
+                                    int32_t bos, int histogramBins, const JobContext* ctx) {
+  if (histogramBins < 1) throwBadInput({}, "histogram bins", std::to_string(histogramBins) + " is not positive");
+  if (tokens.empty()) throwBadInput({}, "calibration text", "has no tokens");
+  const auto layers = planLayers(graph);
+  CalibrationStats cs;
+  std::vector<int> slot(rt.linears().size(), -1);  // runtime linear → cs.layers index
+  for (const auto& pl : layers) {
+    const int i = rt.linearIndex(pl.linear->weightName);
+    if (i < 0) continue;
+    slot[size_t(i)] = int(cs.layers.size());
+    ExportLayerStats l;
+    l.weightName = pl.linear->weightName;
+    l.channelAbsMax.assign(size_t(pl.linear->inFeatures), 0.0f);
+    l.channelMeanSquare.assign(size_t(pl.linear->inFeatures), 0.0f);
+    l.histogram.assign(size_t(histogramBins), 0);
+    cs.layers.push_back(std::move(l));
+  }
+  std::vector<std::vector<double>> sumSq(cs.layers.size());
+  for (size_t i = 0; i < cs.layers.size(); ++i) sumSq[i].assign(cs.layers[i].channelAbsMax.size(), 0.0);
+
+  const int64_t perWindow = rt.maxSeq() - (bos >= 0 ? 1 : 0);
+  if (perWindow < 1) throwBadInput({}, "context", "the model's context is too short");
+  std::vector<std::vector<int32_t>> windows;
+  for (size_t s = 0; s < tokens.size(); s += size_t(perWindow)) {
+    std::vector<int32_t> w;
+    if (bos >= 0) w.push_back(bos);
+    for (size_t i = s; i < std::min(tokens.size(), s + size_t(perWindow)); ++i) w.push_back(tokens[i]);
+    windows.push_back(std::move(w));
+  }
+  // Pass 0: absmax and E[x²] per channel; pass 1: histograms of |x| over [0, absmax].
+  for (int pass = 0; pass < 2; ++pass) {
+    const int tap = rt.addTap([&](const TapEvent& e) {
+      if (e.kind != TapKind::LinearInput || e.linear < 0 || slot[size_t(e.linear)] < 0) return;
+      const size_t s = size_t(slot[size_t(e.linear)]);
+      ExportLayerStats& l = cs.layers[s];
+      if (e.cols != int64_t(l.channelAbsMax.size())) return;
+      for (int64_t r = 0; r < e.rows; ++r) {
+        const float* x = e.data + r * e.cols;
+        if (pass == 0) {
+          for (int64_t k = 0; k < e.cols; ++k) {
+            const float a = std::fabs(x[k]);
+            l.channelAbsMax[size_t(k)] = std::max(l.channelAbsMax[size_t(k)], a);
+            sumSq[s][size_t(k)] += double(x[k]) * double(x[k]);
+          }
+        } else if (l.histogramMax > 0) {
+          const double scale = double(l.histogram.size()) / double(l.histogramMax);
+          for (int64_t k = 0; k < e.cols; ++k) {
+            const size_t bin = std::min(l.histogram.size() - 1, size_t(double(std::fabs(x[k])) * scale));
+            ++l.histogram[bin];
+          }
+        }
+      }
+      if (pass == 0) l.tokens += e.rows;
+    });
+    std::vector<float> logits;
+    try {
+      for (size_t w = 0; w < windows.size(); ++w) {
+        if (ctx) {
+          ctx->checkCancelled();
+          ctx->progress((double(pass) + double(w) / double(windows.size())) / 2.0, "calibration");
+        }
+        rt.reset();
+        rt.forward(windows[w], 0, logits, false);
+      }
+    } catch (...) {
+      rt.removeTap(tap);
+      throw;
+    }
+    rt.removeTap(tap);
+    if (pass == 0)
+      for (size_t s = 0; s < cs.layers.size(); ++s) {
+        ExportLayerStats& l = cs.layers[s];
+        for (size_t k = 0; k < l.channelAbsMax.size(); ++k) {
+          l.absMax = std::max(l.absMax, l.channelAbsMax[k]);
+          l.channelMeanSquare[k] = l.tokens ? float(sumSq[s][k] / double(l.tokens)) : 0.0f;
+        }
+        l.histogramMax = l.absMax;
+      }
+  }
+  cs.source = std::to_string(tokens.size()) + " tokens in " + std::to_string(windows.size()) + " windows";
+  return cs;
+}
+
+}  // namespace qs

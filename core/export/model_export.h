@@ -1,0 +1,141 @@
+#pragma once
+// Exporting a model with its plan applied: the quantised weights written out in the formats that
+// other tools load. docs/export.md has the layouts and the mapping tables.
+//
+//   gguf         GGUF v3 for llama.cpp: metadata and tokenizer copied from the source (or made
+//                from a llama2.c / Hugging Face source), llama.cpp's tensor names, each plan layer
+//                typed Q4_0 / Q4_1 / Q8_0 / F16 / BF16 / F32.
+//   safetensors  a folder in the compressed-tensors layout vLLM loads: model.safetensors
+//                (pack-quantized INT4/INT8 with group scales and zero points, int-quantized
+//                W8A8, float-quantized FP8 with scales) and config.json with quantization_config.
+//   hdf5         an archive of everything: each plan layer's packed payload, scales and zero
+//                points exactly as Quantscope's codecs make them, the other tensors in FP32,
+//                the plan JSON and, when given, calibration statistics and histograms.
+//
+// Every export is planned first (previewModelExport: the GUI's dialog shows the result before
+// anything is written): one line per output tensor, the warnings (each plan layer the target
+// cannot express exactly and how it is mapped instead), and the refusals (what stops the export).
+// A layer the target cannot express is a refusal unless the caller chooses Inexpressible::Nearest;
+// then it is mapped to the nearest form the target has, and the warning names it.
+//
+// Writing is atomic: every file goes to a temporary beside its target and is renamed only when
+// all of them are complete, so a cancel, an error or a full disk leaves no partial file (and the
+// old files untouched). An existing output is refused unless `force`.
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/model/model_file.h"
+#include "core/plan/plan.h"
+#include "core/plan/plan_export.h"
+#include "core/tokenizer/tokenizer.h"
+#include "core/util/progress.h"
+
+namespace qs {
+
+enum class ModelExportFormat { Gguf, Safetensors, Hdf5 };
+std::string_view modelExportFormatName(ModelExportFormat f);  // "gguf", "safetensors", "hdf5"
+std::optional<ModelExportFormat> modelExportFormatFromName(std::string_view name);
+
+// Activation statistics of the plan layers' inputs (what calibration measured). Optional: the
+// HDF5 archive stores them, the safetensors export takes static activation scales from them.
+struct ExportLayerStats {
+  std::string weightName;              // the layer's weight tensor in the source
+  int64_t tokens = 0;                  // rows seen
+  std::vector<float> channelAbsMax;    // [in features]
+  std::vector<float> channelMeanSquare;  // [in features]
+  float absMax = 0;                    // max over channels
+  std::vector<uint64_t> histogram;     // counts of |x| in equal bins over [0, histogramMax]
+  float histogramMax = 0;
+};
+struct CalibrationStats {
+  std::string source;  // what was run ("datasets/text/tinyshakespeare.txt, 512 tokens")
+  std::vector<ExportLayerStats> layers;
+  const ExportLayerStats* find(std::string_view weightName) const;
+};
+
+// The same statistics from the calibration job's result (core/analysis/calibrate.h: what the
+// GUI's session holds): channel absmax and E[x²], the |x| histogram.
+struct CalibrationResult;
+CalibrationStats exportCalibrationStats(const CalibrationResult& calibration);
+
+// Runs the model on `tokens` (windows of the runtime's context, each starting with `bos` when
+// bos >= 0) and records the statistics above for every plan layer's input.
+class Runtime;
+CalibrationStats collectCalibration(Runtime& runtime, const ModelGraph& graph,
+                                    std::span<const int32_t> tokens, int32_t bos,
+                                    int histogramBins = 256, const JobContext* ctx = nullptr);
+
+struct ModelExportOptions {
+  ModelExportFormat format = ModelExportFormat::Gguf;
+  Inexpressible inexpressible = Inexpressible::Refuse;
+  bool force = false;                           // replace existing output files
+  const CalibrationStats* calibration = nullptr;  // optional
+  std::string planSource;                       // the plan file, for messages and the archive
+  std::string generator = std::string("Quantscope ") + QS_VERSION;
+};
+
+// What is exported: the model (file + graph), its tokenizer (may be null) and the plan resolved
+// against the graph (resolvePlanStrict).
+struct ExportSource {
+  const ModelFile& file;
+  const ModelGraph& graph;
+  const Tokenizer* tokenizer;
+  const Plan& plan;
+  const ResolvedPlan& resolved;
+};
+
+// One tensor (or, for compressed-tensors, one layer's group of tensors) of the output.
+struct ExportTensorPlan {
+  int sourceTensor = -1;    // index into file.tensors()
+  std::string sourceName;
+  std::string outputName;   // "blk.3.attn_q.weight", "model.layers.3.self_attn.q_proj", "/tensors/…"
+  std::string layer;        // canonical plan layer name; empty for tensors outside the plan
+  int planLayer = -1;       // index into resolved.layers; -1 outside the plan
+  std::string storage;      // "Q4_0", "pack-quantized int4 g128 asym", "F32", "payload+scales"
+  bool exact = true;        // the stored values are the plan's values (see docs/export.md)
+  std::string note;         // why not exact / what was done ("rows permuted for llama.cpp's RoPE")
+  bool permuteRows = false;  // q/k rows reordered between the RoPE layouts
+  bool transpose = false;    // stored [in, out] in the source (GPT-2 Conv1D)
+};
+
+struct ExportPreview {
+  ModelExportFormat format = ModelExportFormat::Gguf;
+  std::vector<ExportTensorPlan> tensors;
+  std::vector<std::string> files;      // what will be written (final paths)
+  std::vector<std::string> warnings;   // written anyway, but not exactly as the plan says
+  std::vector<std::string> refusals;   // the export cannot proceed while any is listed
+  uint64_t estimatedBytes = 0;         // tensor data bytes
+  bool canWrite() const { return refusals.empty(); }
+};
+
+// Plans the export without writing anything: cheap (headers and plan only, no weights read).
+ExportPreview previewModelExport(const ExportSource& src, const std::string& outPath,
+                                 const ModelExportOptions& options);
+
+struct ModelExportResult {
+  ExportPreview preview;
+  std::vector<std::string> files;  // written
+  uint64_t bytes = 0;              // total size of the written files
+};
+
+// Writes the export. Throws BadInput (listing every refusal) when the preview has any,
+// Cancelled when ctx is cancelled, Internal on I/O errors (disk full…); in all those cases no
+// output file is created or changed. Progress: fraction of tensor bytes done.
+ModelExportResult exportModel(const ExportSource& src, const std::string& outPath,
+                              const ModelExportOptions& options, const JobContext* ctx = nullptr);
+
+// ---- shared by the writers and the tests ------------------------------------------------------
+// The weight of a linear layer as FP32 [out, in] (transposed back for Conv1D storage).
+std::vector<float> linearWeightOutIn(const ModelFile& file, const LinearLayer& l);
+// Reorders the rows of a q or k projection ([heads·headDim, cols] or a bias with cols = 1)
+// between the RoPE layouts: interleaved pairs (2i, 2i+1) ⇄ half-split pairs (i, i + headDim/2).
+// toHalfSplit = true maps interleaved → half-split (llama2.c/GGUF → Hugging Face), false the
+// inverse (Hugging Face → GGUF, as convert_hf_to_gguf.py permutes).
+void permuteRopeRows(std::span<float> rows, int64_t heads, int64_t headDim, int64_t cols,
+                     bool toHalfSplit);
+
+}  // namespace qs

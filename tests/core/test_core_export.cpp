@@ -1,0 +1,604 @@
+// core/export: GGUF, safetensors (compressed-tensors) and HDF5 exports of stories260K with mixed
+// plans. Independent readers check the files (gguf-py with its own dequantisation, the
+// safetensors package with numpy unpacking written from the compressed-tensors description, h5py);
+// our readers reopen them: the exported GGUF generates the source's tokens and its perplexity
+// equals the in-memory fake-quant run; atomic writes, --force, cancel and a full disk.
+#include <signal.h>
+#include <sys/resource.h>
+
+#include <QDir>
+#include <QProcess>
+#include <QtTest>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "core/export/compressed_tensors.h"
+#include "core/export/model_export.h"
+#include "core/model/safetensors_reader.h"
+#include "core/plan/layer_names.h"
+#include "core/runtime/evaluate.h"
+#include "core/runtime/loaded_model.h"
+#include "core/runtime/runtime.h"
+#include "kernels/common/error.h"
+#include "kernels/formats/weight_codec.h"
+#include "kernels/ops/cpu_transformer_ops.h"
+#include "tests/core/python_fixture.h"
+#include "tests/test_util.h"
+
+using namespace qs;
+namespace fs = std::filesystem;
+
+namespace {
+
+// stories260K: dim 64, hidden 172 (not a multiple of 32), 5 blocks, 8 heads, 4 KV heads, tied head.
+// Every GGUF type the writer maps exactly, per role.
+const char* kGgufPlan = R"({
+  "schema": "quantscope-plan", "version": 2, "name": "export-test",
+  "defaults": {"weight": "fp16"},
+  "entries": [
+    {"layers": ["blocks.*.attn.q"], "weight": "int4-sym", "group_size": 32},
+    {"layers": ["blocks.*.attn.k"], "weight": "int4-sym", "group_size": 64, "scale": "mse"},
+    {"layers": ["blocks.*.attn.v"], "weight": "int4-asym", "group_size": 32},
+    {"layers": ["blocks.*.attn.o"], "weight": "int8-sym", "group_size": 32},
+    {"layers": ["blocks.*.mlp.gate"], "weight": "int8-sym", "group_size": "channel"},
+    {"layers": ["blocks.*.mlp.up"], "weight": "bf16"},
+    {"layers": ["blocks.0.mlp.down"], "weight": "f32"}
+  ]
+})";
+
+// compressed-tensors: pack-quantized INT4/INT8 sym and asym (group, channel, tensor), FP8.
+const char* kCtPlan = R"({
+  "schema": "quantscope-plan", "version": 2, "name": "ct-test",
+  "defaults": {"weight": "fp16"},
+  "entries": [
+    {"layers": ["blocks.*.attn.q"], "weight": "int4-sym", "group_size": 32},
+    {"layers": ["blocks.*.attn.k"], "weight": "int4-asym", "group_size": 32},
+    {"layers": ["blocks.*.attn.v"], "weight": "int8-asym", "group_size": "channel"},
+    {"layers": ["blocks.*.attn.o"], "weight": "int8-sym", "group_size": 64},
+    {"layers": ["blocks.*.mlp.gate"], "weight": "fp8e4m3", "group_size": "channel"},
+    {"layers": ["blocks.*.mlp.up"], "weight": "fp8e4m3", "group_size": "tensor"},
+    {"layers": ["blocks.*.mlp.down"], "weight": "int4-asym", "group_size": "tensor"}
+  ]
+})";
+
+struct Source {
+  LoadedModel m;
+  Plan plan;
+  ResolvedPlan resolved;
+  Source(const QString& path, const char* planJson) {
+    m = loadModel(path.toStdString());
+    plan = planFromJson(planJson, "test plan");
+    resolved = resolvePlanStrict(plan, m.graph, {});
+  }
+  ExportSource src() const { return ExportSource{*m.file, m.graph, m.tokenizer.get(), plan, resolved}; }
+};
+
+std::unique_ptr<Runtime> runtimeOf(const LoadedModel& m, std::unique_ptr<TransformerOps>& ops) {
+  ops = createCpuTransformerOps();
+  return std::make_unique<Runtime>(*m.file, m.graph, *ops);
+}
+
+// The in-memory fake-quant run of a plan: every plan layer's weight replaced in the runtime.
+void applyFakeQuant(Runtime& rt, const ResolvedPlan& r) {
+  for (const auto& a : r.layers) {
+    const int i = rt.linearIndex(a.weightName);
+    QVERIFY(i >= 0);
+    if (a.format.weight.kind == QuantKind::F32) continue;
+    const auto w = rt.linearWeight(i);
+    std::vector<float> q(w.size());
+    fakeQuantWeight(a.format.weight, w, q, a.outFeatures, a.inFeatures, a.weightName);
+    rt.setLinearWeight(i, std::move(q));
+  }
+}
+
+std::vector<int32_t> textTokens(const Tokenizer& tok, size_t chars = 1500) {
+  std::ifstream f(qs::test::datasetPath("text/tinystories_validation_head.txt").toStdString());
+  std::string s((std::istreambuf_iterator<char>(f)), {});
+  s.resize(std::min(s.size(), chars));
+  return tok.encode(s, {});
+}
+
+double perplexity(Runtime& rt, const Tokenizer& tok) {
+  PerplexityOptions o;
+  o.context = 128;
+  o.maxTokens = 300;
+  o.bos = tok.bos();
+  return evaluatePerplexity(rt, textTokens(tok), o).perplexity;
+}
+
+void writeF32(const QString& path, const std::vector<float>& v) {
+  std::ofstream f(path.toStdString(), std::ios::binary);
+  f.write(reinterpret_cast<const char*>(v.data()), std::streamsize(v.size() * 4));
+}
+
+bool runCheck(const char* script, const QStringList& args) {
+  QProcess p;
+  p.start(QStringLiteral(QS_PYTHON), QStringList{QStringLiteral(QS_SOURCE_DIR "/tests/python/") + script} + args);
+  if (!p.waitForFinished(120'000)) return false;
+  const QByteArray out = p.readAllStandardOutput(), err = p.readAllStandardError();
+  if (p.exitStatus() != QProcess::NormalExit || p.exitCode() != 0) {
+    qWarning("%s failed:\n%s\n%s", script, out.constData(), err.constData());
+    return false;
+  }
+  qInfo("%s", out.trimmed().constData());
+  return true;
+}
+
+int countFiles(const QString& dir) { return int(QDir(dir).entryList(QDir::Files | QDir::NoDotAndDotDot).size()); }
+
+}  // namespace
+
+class TestCoreExport : public QObject {
+  Q_OBJECT
+ private slots:
+  // The mapping and the preview: exact types, refusals for what GGUF cannot express, nearest.
+  void ggufPreviewMapsAndRefuses() {
+    Source s(qs::test::stories260K(), kGgufPlan);
+    QTemporaryDir dir;
+    const std::string out = dir.filePath("m.gguf").toStdString();
+    ModelExportOptions o;
+    ExportPreview p = previewModelExport(s.src(), out, o);
+    // blocks 1-4 down stay FP16 (defaults) but K = 172 is fine for F16: no refusals.
+    QVERIFY2(p.canWrite(), p.refusals.empty() ? "" : p.refusals.front().c_str());
+    std::map<std::string, std::string> storage;
+    for (const auto& t : p.tensors) storage[t.outputName] = t.storage;
+    QCOMPARE(storage["blk.0.attn_q.weight"], std::string("Q4_0"));
+    QCOMPARE(storage["blk.0.attn_k.weight"], std::string("Q4_0"));  // g64 symmetric: exact
+    QCOMPARE(storage["blk.0.attn_v.weight"], std::string("Q4_1"));
+    QCOMPARE(storage["blk.0.attn_output.weight"], std::string("Q8_0"));
+    QCOMPARE(storage["blk.0.ffn_gate.weight"], std::string("Q8_0"));
+    QCOMPARE(storage["blk.0.ffn_up.weight"], std::string("BF16"));
+    QCOMPARE(storage["blk.0.ffn_down.weight"], std::string("F32"));
+    QCOMPARE(storage["blk.1.ffn_down.weight"], std::string("F16"));
+    QCOMPARE(storage["token_embd.weight"], std::string("F32"));
+    QCOMPARE(storage["output_norm.weight"], std::string("F32"));
+    QVERIFY(!storage.count("output.weight"));  // tied head
+    QVERIFY(!QFile::exists(QString::fromStdString(out)));  // a preview writes nothing
+
+    // FP8 and int8 asymmetric: refused by default, every such layer named; nearest warns.
+    Plan fp8 = planFromJson(R"({"schema": "quantscope-plan", "version": 2, "defaults": {"weight": "fp16"},
+      "entries": [{"layers": ["blocks.{0,1}.attn.q"], "weight": "fp8e4m3", "group_size": "channel"},
+                  {"layers": ["blocks.2.mlp.down"], "weight": "int8-sym", "group_size": "channel"}]})", "fp8 plan");
+    const ResolvedPlan r = resolvePlanStrict(fp8, s.m.graph, {});
+    const ExportSource src{*s.m.file, s.m.graph, s.m.tokenizer.get(), fp8, r};
+    p = previewModelExport(src, out, o);
+    QCOMPARE(int(p.refusals.size()), 3);
+    QVERIFY(p.refusals[0].find("blocks.0.attn.q") != std::string::npos);
+    QVERIFY(p.refusals[1].find("blocks.1.attn.q") != std::string::npos);
+    QVERIFY(p.refusals[2].find("K = 172") != std::string::npos);
+    QVERIFY_THROWS_EXCEPTION(Error, exportModel(src, out, o));
+    QVERIFY(!QFile::exists(QString::fromStdString(out)));
+    o.inexpressible = Inexpressible::Nearest;
+    p = previewModelExport(src, out, o);
+    QVERIFY(p.canWrite());
+    QCOMPARE(int(p.warnings.size()), 3);
+    exportModel(src, out, o);
+    auto back = openModel(out);
+    QCOMPARE(back->findTensor("blk.0.attn_q.weight")->dtypeLabel, std::string("Q8_0"));
+    QCOMPARE(back->findTensor("blk.2.ffn_down.weight")->dtypeLabel, std::string("F16"));
+  }
+
+  // gguf-py reads every tensor, dequantises with its own code; equal to our reader's values,
+  // which equal the in-memory fake quantisation (exactly, but Q4_1's FP16 minimum).
+  void ggufReadByGgufPy() {
+    QS_REQUIRE_PYTHON();
+    Source s(qs::test::stories260K(), kGgufPlan);
+    QTemporaryDir dir;
+    const QString out = dir.filePath("m.gguf");
+    exportModel(s.src(), out.toStdString(), {});
+    auto back = openModel(out.toStdString());
+    QCOMPARE(back->findMeta("general.architecture")->value.get<std::string>(), std::string("llama"));
+    QCOMPARE(back->findMeta("tokenizer.ggml.tokens")->value.size(), size_t(512));
+    QVERIFY(back->findMeta("quantscope.plan") != nullptr);
+    QStringList names;
+    for (const auto& a : s.resolved.layers) {
+      const std::string gname = "blk." + std::to_string(a.block) + "." +
+                                std::string(a.role == "q" ? "attn_q" : a.role == "k" ? "attn_k" : a.role == "v" ? "attn_v"
+                                            : a.role == "o" ? "attn_output" : a.role == "gate" ? "ffn_gate"
+                                            : a.role == "up" ? "ffn_up" : "ffn_down") + ".weight";
+      const TensorInfo* t = back->findTensor(gname);
+      QVERIFY2(t, gname.c_str());
+      const std::vector<float> ours = back->tensorToFloat(*t);
+      std::vector<float> ref = linearWeightOutIn(*s.m.file, *s.m.graph.blocks[size_t(a.block)].find(
+                                                                    a.role == "q" ? LinearRole::Q : a.role == "k" ? LinearRole::K
+                                                                    : a.role == "v" ? LinearRole::V : a.role == "o" ? LinearRole::O
+                                                                    : a.role == "gate" ? LinearRole::Gate : a.role == "up" ? LinearRole::Up
+                                                                    : LinearRole::Down));
+      if (a.format.weight.kind != QuantKind::F32)
+        fakeQuantWeight(a.format.weight, ref, ref, a.outFeatures, a.inFeatures, a.weightName);
+      const bool q41 = t->dtypeLabel == "Q4_1";
+      double maxScale = 0;
+      for (float v : ref) maxScale = std::max(maxScale, double(std::fabs(v)));
+      for (size_t i = 0; i < ours.size(); ++i) {
+        // Q4_1: m = -z·s rounded to FP16 (relative 2^-11 of at most 15·s ≤ the group's range).
+        const double tol = q41 ? maxScale * 1e-3 : 0.0;
+        if (std::fabs(double(ours[i]) - double(ref[i])) > tol)
+          QFAIL(qPrintable(QString("%1[%2]: ours %3, fake-quant %4").arg(gname.c_str()).arg(i).arg(ours[i]).arg(ref[i])));
+      }
+      const QString f = dir.filePath(QString::fromStdString(gname) + ".f32");
+      writeF32(f, ours);
+      names << QString::fromStdString(gname) + "=" + f;
+    }
+    QVERIFY(runCheck("check_export_gguf.py", QStringList{out} + names));
+  }
+
+  // llama2.c → GGUF: llama.cpp names, the tokenizer carried over, and the GGUF generates the same
+  // tokens as the source under the same plan (the source's interleaved RoPE is llama.cpp's
+  // LLAMA_ROPE_TYPE_NORM order already: no row permutation is needed, none is done).
+  void llama2cToGgufGeneratesSameTokens() {
+    Source s(qs::test::stories260K(), kGgufPlan);
+    QTemporaryDir dir;
+    const std::string out = dir.filePath("m.gguf").toStdString();
+    const ExportPreview p = exportModel(s.src(), out, {}).preview;
+    for (const auto& t : p.tensors) QVERIFY(!t.permuteRows);
+    LoadedModel g = loadModel(out);
+    QCOMPARE(g.graph.rope, RopeLayout::Interleaved);
+    QVERIFY(g.tokenizer);
+    const std::string prompt = "Once upon a time, there was a little girl";
+    const auto ids = s.m.tokenizer->encode(prompt, {.addBos = true});
+    QCOMPARE(g.tokenizer->encode(prompt, {.addBos = true}), ids);
+    std::unique_ptr<TransformerOps> o1, o2;
+    auto rtSrc = runtimeOf(s.m, o1);
+    applyFakeQuant(*rtSrc, s.resolved);
+    auto rtGguf = runtimeOf(g, o2);
+    const auto a = generateGreedy(*rtSrc, ids, 40, s.m.tokenizer->eos());
+    const auto b = generateGreedy(*rtGguf, ids, 40, g.tokenizer->eos());
+    QCOMPARE(b, a);
+    QVERIFY(a.size() >= 20);
+  }
+
+  // Hugging Face layout (half-split RoPE, q/k rows permuted) and back to GGUF (permuted again,
+  // as convert_hf_to_gguf.py does): all three models give the same logits.
+  void ropePermutationRoundTrip() {
+    const char* f32Plan = R"({"schema": "quantscope-plan", "version": 2, "defaults": {"weight": "f32"}})";
+    Source s(qs::test::stories260K(), f32Plan);
+    QTemporaryDir dir;
+    const std::string hfDir = dir.filePath("hf").toStdString();
+    fs::create_directories(hfDir);
+    ModelExportOptions o;
+    o.format = ModelExportFormat::Safetensors;
+    exportModel(s.src(), hfDir, o);
+    LoadedModel hf = loadModel(hfDir + "/model.safetensors");
+    QCOMPARE(hf.graph.rope, RopeLayout::HalfSplit);
+    QVERIFY(hf.file->findTensor("model.layers.0.self_attn.q_proj.weight"));
+    const Plan plan2 = s.plan;
+    const ResolvedPlan r2 = resolvePlanStrict(plan2, hf.graph, {});
+    const std::string gguf = dir.filePath("back.gguf").toStdString();
+    exportModel(ExportSource{*hf.file, hf.graph, nullptr, plan2, r2}, gguf, {});
+    LoadedModel g = loadModel(gguf, qs::test::datasetPath("models/stories260K/tok512.bin").toStdString());
+    QCOMPARE(g.graph.rope, RopeLayout::Interleaved);
+    // The q rows are back in the source's order.
+    QCOMPARE(g.file->tensorToFloat(*g.file->findTensor("blk.2.attn_q.weight")),
+             s.m.file->tensorToFloat(*s.m.file->findTensor("layers.2.attention.wq.weight")));
+    std::unique_ptr<TransformerOps> o1, o2, o3;
+    auto a = runtimeOf(s.m, o1), b = runtimeOf(hf, o2), c = runtimeOf(g, o3);
+    const std::vector<int32_t> ids = {1, 403, 407, 261, 378, 270, 259, 410};
+    std::vector<float> la, lb, lc;
+    a->forward(ids, 0, la, true);
+    b->forward(ids, 0, lb, true);
+    c->forward(ids, 0, lc, true);
+    QCOMPARE(lc, la);  // same weights, same layout: bit for bit
+    double maxDiff = 0;
+    for (size_t i = 0; i < la.size(); ++i) maxDiff = std::max(maxDiff, double(std::fabs(la[i] - lb[i])));
+    QVERIFY2(maxDiff < 1e-4, qPrintable(QString::number(maxDiff)));  // RoPE pairs summed in another order
+  }
+
+  // Round trip: export → reload with our reader → perplexity equals the in-memory fake-quant run
+  // of the same plan within 0.1%.
+  void ggufRoundTripPerplexity() {
+    Source s(qs::test::stories260K(), kGgufPlan);
+    QTemporaryDir dir;
+    const std::string out = dir.filePath("m.gguf").toStdString();
+    exportModel(s.src(), out, {});
+    std::unique_ptr<TransformerOps> o1, o2, o3;
+    auto base = runtimeOf(s.m, o1);
+    const double pBase = perplexity(*base, *s.m.tokenizer);
+    auto fq = runtimeOf(s.m, o2);
+    applyFakeQuant(*fq, s.resolved);
+    const double pFake = perplexity(*fq, *s.m.tokenizer);
+    LoadedModel g = loadModel(out);
+    auto rt = runtimeOf(g, o3);
+    const double pFile = perplexity(*rt, *g.tokenizer);
+    qInfo("perplexity: unquantised %.5f, fake-quant %.5f, exported GGUF %.5f", pBase, pFake, pFile);
+    QVERIFY(pFake != pBase);  // the plan does change the model
+    QVERIFY2(std::fabs(pFile - pFake) / pFake < 1e-3, qPrintable(QString("%1 vs %2").arg(pFile).arg(pFake)));
+  }
+
+  // safetensors: compressed-tensors layout read by the safetensors package and unpacked by numpy
+  // code written from the format's description; our reader + decoder give the fake-quant values
+  // bit for bit, and the decoded weights run at the fake-quant perplexity.
+  void safetensorsCompressedTensors() {
+    Source s(qs::test::stories260K(), kCtPlan);
+    QTemporaryDir dir;
+    const std::string outDir = dir.filePath("ct").toStdString();
+    ModelExportOptions o;
+    o.format = ModelExportFormat::Safetensors;
+    const auto res = exportModel(s.src(), outDir, o);
+    QCOMPARE(int(res.files.size()), 2);
+    std::ifstream cf(outDir + "/config.json");
+    const nlohmann::json cfg = nlohmann::json::parse(cf);
+    const nlohmann::json& qc = cfg["quantization_config"];
+    QCOMPARE(qc["quant_method"].get<std::string>(), std::string("compressed-tensors"));
+    QCOMPARE(qc["format"].get<std::string>(), std::string("mixed-precision"));
+    // Our safetensors reader opens the file (openModel would also build the Llama graph, which
+    // needs plain .weight tensors: compressed checkpoints are read tensor by tensor).
+    const auto backFile = openSafetensors(outDir + "/model.safetensors");
+    QVERIFY(backFile->findTensor("model.layers.0.self_attn.q_proj.weight_packed"));
+    QCOMPARE(backFile->findTensor("model.layers.0.self_attn.q_proj.weight_packed")->dtype, DType::I32);
+    std::unique_ptr<TransformerOps> o1, o2;
+    auto fq = runtimeOf(s.m, o1);
+    applyFakeQuant(*fq, s.resolved);
+    auto rt = runtimeOf(s.m, o2);  // the source's runtime, weights replaced by the decoded ones
+    QStringList args;
+    const ModelConfig& c = s.m.file->config();
+    for (const auto& pl : planLayers(s.m.graph)) {
+      const std::string module = hfModuleName(s.m.graph, pl);
+      std::vector<float> w = decodeCompressedTensorsWeight(*backFile, qc, module);
+      const QString f = dir.filePath(QString::fromStdString(module) + ".f32");
+      writeF32(f, w);  // in the file's (half-split) row order, for the Python check
+      args << QString::fromStdString(module) + "=" + f;
+      if (pl.linear->role == LinearRole::Q || pl.linear->role == LinearRole::K)
+        permuteRopeRows(w, pl.linear->role == LinearRole::Q ? c.nHeads : c.nKvHeads, c.headDim(),
+                        pl.linear->inFeatures, false);
+      const int i = fq->linearIndex(pl.linear->weightName);
+      const auto ref = fq->linearWeight(i);
+      QCOMPARE(w.size(), ref.size());
+      for (size_t k = 0; k < w.size(); ++k)
+        if (w[k] != ref[k]) QFAIL(qPrintable(QString("%1[%2]: %3 vs %4").arg(module.c_str()).arg(k).arg(w[k]).arg(ref[k])));
+      rt->setLinearWeight(i, std::move(w));
+    }
+    const double pFake = perplexity(*fq, *s.m.tokenizer), pFile = perplexity(*rt, *s.m.tokenizer);
+    QVERIFY2(std::fabs(pFile - pFake) / pFake < 1e-3, qPrintable(QString("%1 vs %2").arg(pFile).arg(pFake)));
+    if (qs::test::havePython())
+      QVERIFY(runCheck("check_export_safetensors.py", QStringList{QString::fromStdString(outDir)} + args));
+  }
+
+  // W8A8 INT8 with a static activation scale: refused without calibration; with it the layer is
+  // int-quantized and input_scale = absmax / 127 of the calibration run.
+  void safetensorsStaticActivationScale() {
+    const char* plan = R"({"schema": "quantscope-plan", "version": 2, "defaults": {"weight": "fp16"},
+      "entries": [{"layers": ["blocks.*.attn.o"], "weight": "int8-sym", "group_size": "channel", "activation": "int8-t"},
+                  {"layers": ["blocks.*.attn.q"], "weight": "int8-sym", "group_size": "channel", "activation": "int8-tok"}]})";
+    Source s(qs::test::stories260K(), plan);
+    QTemporaryDir dir;
+    const std::string outDir = dir.filePath("w8a8").toStdString();
+    ModelExportOptions o;
+    o.format = ModelExportFormat::Safetensors;
+    ExportPreview p = previewModelExport(s.src(), outDir, o);
+    QCOMPARE(int(p.refusals.size()), 5);  // attn.o of each block: no calibration
+    std::unique_ptr<TransformerOps> ops;
+    auto rt = runtimeOf(s.m, ops);
+    const CalibrationStats calib = collectCalibration(*rt, s.m.graph, textTokens(*s.m.tokenizer, 400), s.m.tokenizer->bos());
+    o.calibration = &calib;
+    exportModel(s.src(), outDir, o);
+    std::ifstream cf(outDir + "/config.json");
+    const nlohmann::json qc = nlohmann::json::parse(cf)["quantization_config"];
+    const auto f = openSafetensors(outDir + "/model.safetensors");
+    int groups = 0;
+    for (const auto& [name, g] : qc["config_groups"].items()) {
+      ++groups;
+      QCOMPARE(g["format"].get<std::string>(), std::string("int-quantized"));
+      const bool dyn = g["input_activations"]["dynamic"].get<bool>();
+      QCOMPARE(g["input_activations"]["strategy"].get<std::string>(), std::string(dyn ? "token" : "tensor"));
+    }
+    QCOMPARE(groups, 2);
+    const std::string m = "model.layers.3.self_attn.o_proj";
+    const float inputScale = f->tensorToFloat(*f->findTensor(m + ".input_scale"))[0];
+    QCOMPARE(inputScale, calib.find("layers.3.attention.wo.weight")->absMax / 127.0f);
+    QVERIFY(!f->findTensor("model.layers.3.self_attn.q_proj.input_scale"));  // dynamic: no scale
+    const auto& a = s.resolved.layers[size_t(3 * 7 + 3)];
+    QCOMPARE(a.weightName, std::string("layers.3.attention.wo.weight"));
+    std::vector<float> ref = linearWeightOutIn(*s.m.file, *s.m.graph.blocks[3].find(LinearRole::O));
+    fakeQuantWeight(a.format.weight, ref, ref, a.outFeatures, a.inFeatures);
+    QCOMPARE(decodeCompressedTensorsWeight(*f, qc, m), ref);
+  }
+
+  // A GGUF source: metadata (tokenizer included) copied, tensors outside the plan copied byte for
+  // byte, plan layers re-typed.
+  void ggufSourceKeepsMetadata() {
+    Source s(qs::test::stories260K(), kGgufPlan);
+    QTemporaryDir dir;
+    const std::string first = dir.filePath("a.gguf").toStdString(), second = dir.filePath("b.gguf").toStdString();
+    exportModel(s.src(), first, {});
+    const char* q8 = R"({"schema": "quantscope-plan", "version": 2, "defaults": {"weight": "int8-sym", "group_size": "channel"},
+                         "entries": [{"layers": ["blocks.*.mlp.down"], "weight": "fp16"}]})";
+    Source g(QString::fromStdString(first), q8);
+    exportModel(g.src(), second, {});
+    auto a = openModel(first), b = openModel(second);
+    for (const auto& e : a->metadata()) {
+      if (e.key == "general.file_type" || e.key.rfind("quantscope.", 0) == 0) continue;
+      const MetaEntry* o = b->findMeta(e.key);
+      QVERIFY2(o && o->type == e.type && o->value == e.value, e.key.c_str());
+    }
+    QCOMPARE(b->findMeta("general.file_type")->value.get<int>(), 7);  // MOSTLY_Q8_0
+    const auto ea = a->tensorBytes(*a->findTensor("token_embd.weight")), eb = b->tensorBytes(*b->findTensor("token_embd.weight"));
+    QVERIFY(std::equal(ea.begin(), ea.end(), eb.begin(), eb.end()));
+    QCOMPARE(b->findTensor("blk.0.attn_v.weight")->dtypeLabel, std::string("Q8_0"));
+  }
+
+  // HDF5: payload, scales, zero points, plan and calibration statistics, read with h5py.
+  void hdf5Archive() {
+    Source s(qs::test::stories260K(), kCtPlan);
+    std::unique_ptr<TransformerOps> ops;
+    auto rt = runtimeOf(s.m, ops);
+    const CalibrationStats calib = collectCalibration(*rt, s.m.graph, textTokens(*s.m.tokenizer, 600), s.m.tokenizer->bos(), 64);
+    QCOMPARE(calib.layers.size(), s.resolved.layers.size());
+    QVERIFY(calib.layers[0].absMax > 0 && calib.layers[0].tokens > 0);
+    QTemporaryDir dir;
+    const QString out = dir.filePath("m.h5");
+    ModelExportOptions o;
+    o.format = ModelExportFormat::Hdf5;
+    o.calibration = &calib;
+    o.planSource = "ct-test.json";
+    exportModel(s.src(), out.toStdString(), o);
+    QS_REQUIRE_PYTHON();
+    QStringList args{out};
+    for (const auto& a : s.resolved.layers) {
+      std::vector<float> w = linearWeightOutIn(*s.m.file, *planLayers(s.m.graph)[size_t(&a - s.resolved.layers.data())].linear);
+      fakeQuantWeight(a.format.weight, w, w, a.outFeatures, a.inFeatures, a.weightName);
+      const QString f = dir.filePath(QString::fromStdString(a.weightName) + ".f32");
+      writeF32(f, w);
+      args << QString::fromStdString(a.weightName) + "=" + f;
+    }
+    QVERIFY(runCheck("check_export_hdf5.py", args));
+  }
+
+  // No overwrite without force; with force the old file is replaced.
+  void existingOutputNeedsForce() {
+    Source s(qs::test::stories260K(), kGgufPlan);
+    QTemporaryDir dir;
+    const QString out = qs::test::writeFile(dir, "m.gguf", "old content");
+    ModelExportOptions o;
+    const ExportPreview p = previewModelExport(s.src(), out.toStdString(), o);
+    QCOMPARE(int(p.refusals.size()), 1);
+    QVERIFY(p.refusals[0].find("--force") != std::string::npos);
+    QVERIFY_THROWS_EXCEPTION(Error, exportModel(s.src(), out.toStdString(), o));
+    QCOMPARE(qs::test::readAll(out), QByteArray("old content"));
+    o.force = true;
+    exportModel(s.src(), out.toStdString(), o);
+    QVERIFY(qs::test::readAll(out).startsWith("GGUF"));
+    QCOMPARE(countFiles(dir.path()), 1);
+  }
+
+  // A cancel mid-way leaves neither the output nor a temporary; the old file stays.
+  void cancelLeavesNoFile() {
+    for (auto fmt : {ModelExportFormat::Gguf, ModelExportFormat::Safetensors, ModelExportFormat::Hdf5}) {
+      Source s(qs::test::stories260K(), kCtPlan);
+      QTemporaryDir dir;
+      const std::string out = dir.filePath("out").toStdString();
+      if (fmt == ModelExportFormat::Safetensors) fs::create_directories(out);
+      ModelExportOptions o;
+      o.format = fmt;
+      o.inexpressible = Inexpressible::Nearest;
+      std::atomic<bool> cancel{false};
+      int calls = 0;
+      double last = 0;
+      JobContext ctx;
+      ctx.cancelFlag = &cancel;
+      ctx.onProgress = [&](double f, std::string_view) {
+        QVERIFY(f >= last);
+        last = f;
+        if (++calls == 10) cancel = true;
+      };
+      bool cancelled = false;
+      try {
+        exportModel(s.src(), out, o, &ctx);
+      } catch (const Error& e) {
+        cancelled = e.kind() == ErrorKind::Cancelled;
+      }
+      QVERIFY(cancelled);
+      QVERIFY(calls >= 10);
+      QCOMPARE(countFiles(dir.path()), 0);
+      if (fmt == ModelExportFormat::Safetensors) QCOMPARE(countFiles(QString::fromStdString(out)), 0);
+      // Without the cancel it completes, progress reaching 1.
+      cancel = false;
+      calls = -1'000'000;
+      last = 0;
+      exportModel(s.src(), out, o, &ctx);
+      QCOMPARE(last, 1.0);
+    }
+  }
+
+  // A full disk (here: the file-size limit) fails the write and leaves nothing behind.
+  void fullDiskLeavesNoFile() {
+    for (auto fmt : {ModelExportFormat::Gguf, ModelExportFormat::Safetensors, ModelExportFormat::Hdf5}) {
+    Source s(qs::test::stories260K(), kGgufPlan);
+    QTemporaryDir dir;
+    const std::string out = dir.filePath("out").toStdString();
+    ModelExportOptions o;
+    o.format = fmt;
+    struct rlimit old{};
+    getrlimit(RLIMIT_FSIZE, &old);
+    auto oldHandler = signal(SIGXFSZ, SIG_IGN);  // write() then fails with EFBIG instead
+    struct rlimit small = old;
+    small.rlim_cur = 64 * 1024;
+    QCOMPARE(setrlimit(RLIMIT_FSIZE, &small), 0);
+    bool failed = false;
+    std::string what;
+    try {
+      exportModel(s.src(), out, o);
+    } catch (const Error& e) {
+      failed = e.kind() == ErrorKind::Internal;
+      what = e.what();
+    }
+    setrlimit(RLIMIT_FSIZE, &old);
+    signal(SIGXFSZ, oldHandler);
+    QVERIFY2(failed, what.c_str());
+    QCOMPARE(countFiles(dir.path()), 0);
+    QVERIFY(!QFileInfo::exists(QString::fromStdString(out)));  // nor the safetensors folder it made
+    }
+  }
+
+  // A Hugging Face source: names, config.json (architecture fields kept) and tokenizer files
+  // carried over; quantised layers decoded equal the fake quantisation.
+  void safetensorsFromHfSource() {
+    const char* f32Plan = R"({"schema": "quantscope-plan", "version": 2, "defaults": {"weight": "f32"}})";
+    Source s(qs::test::stories260K(), f32Plan);
+    QTemporaryDir dir;
+    const std::string hfDir = dir.filePath("hf").toStdString();
+    ModelExportOptions o;
+    o.format = ModelExportFormat::Safetensors;
+    exportModel(s.src(), hfDir, o);
+    std::ofstream(hfDir + "/tokenizer_config.json") << "{}";
+    Source hf(QString::fromStdString(hfDir + "/model.safetensors"), kCtPlan);
+    const std::string ctDir = dir.filePath("ct").toStdString();
+    const auto r = exportModel(hf.src(), ctDir, o);
+    QCOMPARE(int(r.files.size()), 3);
+    QVERIFY(QFile::exists(QString::fromStdString(ctDir + "/tokenizer_config.json")));
+    std::ifstream cf(ctDir + "/config.json");
+    const nlohmann::json cfg = nlohmann::json::parse(cf);
+    QCOMPARE(cfg["architectures"][0].get<std::string>(), std::string("LlamaForCausalLM"));
+    QCOMPARE(cfg["hidden_size"].get<int>(), 64);
+    for (const auto& t : r.preview.tensors) QVERIFY(!t.permuteRows && t.outputName == t.sourceName);
+    const auto f = openSafetensors(ctDir + "/model.safetensors");
+    const std::string m = "model.layers.1.self_attn.k_proj";
+    std::vector<float> ref = linearWeightOutIn(*hf.m.file, *hf.m.graph.blocks[1].find(LinearRole::K));
+    const auto& a = hf.resolved.layers[size_t(7 + 1)];
+    fakeQuantWeight(a.format.weight, ref, ref, a.outFeatures, a.inFeatures);
+    QCOMPARE(decodeCompressedTensorsWeight(*f, cfg["quantization_config"], m), ref);
+  }
+
+  // The CLI: exit 0 and the file; 2 for an existing output without --force and for refusals.
+  void cliExport() {
+    QTemporaryDir dir;
+    const QString plan = qs::test::writeFile(dir, "plan.json", kGgufPlan);
+    const QString out = dir.filePath("m.gguf");
+    auto run = [&](QStringList extra, const QString& o = {}) {
+      QProcess p;
+      p.start(QS_CLI_EXE, QStringList{"export", qs::test::stories260K(), "--plan", plan, "-o", o.isEmpty() ? out : o} + extra);
+      p.waitForFinished(60'000);
+      return std::make_pair(p.exitCode(), QString(p.readAllStandardError()));
+    };
+    auto [rc, err] = run({"--to", "gguf"});
+    QCOMPARE(rc, 0);
+    QVERIFY(QFile::exists(out));
+    std::tie(rc, err) = run({"--to", "gguf"});
+    QCOMPARE(rc, 2);
+    QVERIFY(err.contains("--force"));
+    std::tie(rc, err) = run({"--to", "gguf", "--force", "--json"});
+    QCOMPARE(rc, 0);
+    std::tie(rc, err) = run({"--to", "hdf5", "--dry-run"}, dir.filePath("x.h5"));
+    QCOMPARE(rc, 0);
+    QVERIFY(!QFile::exists(dir.filePath("x.h5")));
+    std::tie(rc, err) = run({"--to", "hdf5", "--calib-text", qs::test::datasetPath("text/tinyshakespeare.txt"),
+                             "--calib-tokens", "64"}, dir.filePath("x.h5"));
+    QCOMPARE(rc, 0);
+    QVERIFY(QFile::exists(dir.filePath("x.h5")));
+    // FP8 in GGUF: refused (exit 2, one line on stderr) unless --nearest.
+    const QString fp8 = qs::test::writeFile(dir, "fp8.json",
+        R"({"schema": "quantscope-plan", "version": 2, "defaults": {"weight": "fp8e4m3", "group_size": "channel"}})");
+    QProcess p;
+    p.start(QS_CLI_EXE, {"export", qs::test::stories260K(), "--plan", fp8, "--to", "gguf", "-o", dir.filePath("f.gguf")});
+    p.waitForFinished(60'000);
+    QCOMPARE(p.exitCode(), 2);
+    QVERIFY(!QFile::exists(dir.filePath("f.gguf")));
+    p.start(QS_CLI_EXE, {"export", qs::test::stories260K(), "--plan", fp8, "--to", "gguf", "-o", dir.filePath("f.gguf"), "--nearest"});
+    p.waitForFinished(60'000);
+    QCOMPARE(p.exitCode(), 0);
+    QCOMPARE(QString(p.readAllStandardError()).count("warning:"), 35);
+  }
+};
+
+QTEST_GUILESS_MAIN(TestCoreExport)
+#include "test_core_export.moc"
