@@ -6,21 +6,26 @@
 #include <QFileInfo>
 #include <QMenu>
 #include <QMessageBox>
-#include <QSaveFile>
+#include <QPdfWriter>
 #include <QSvgGenerator>
-#include <QTemporaryDir>
 #include <qcustomplot.h>
+
+#include "core/io/atomic_file.h"
+#include "kernels/common/error.h"
 
 namespace qs::widgets {
 
 namespace {
+// Every export goes through qs::AtomicFile, the one writer of the app (docs/reliability.md).
 bool commitBytes(const QString& path, const QByteArray& bytes, QString* error) {
-  QSaveFile f(path);
-  if (!f.open(QIODevice::WriteOnly) || f.write(bytes) != bytes.size() || !f.commit()) {
-    if (error) *error = QStringLiteral("%1: %2").arg(path, f.errorString());
+  try {
+    qs::writeFileAtomically(path.toStdString(),
+                            std::as_bytes(std::span(bytes.constData(), size_t(bytes.size()))));
+    return true;
+  } catch (const qs::Error& e) {
+    if (error) *error = QString::fromStdString(e.what());
     return false;
   }
-  return true;
 }
 
 QString csvField(QString s) {
@@ -65,25 +70,30 @@ bool exportPlot(QCustomPlot* plot, const QString& path, QString* error, int widt
     if (error) *error = QStringLiteral("%1: unknown plot format '%2' (use .png, .svg or .pdf)").arg(path, suffix);
     return false;
   }
-  // QCustomPlot writes directly; go through a temporary file in the target folder, then rename.
-  QTemporaryDir tmp(QFileInfo(path).absolutePath() + QStringLiteral("/.qs-export-XXXXXX"));
-  if (!tmp.isValid()) {
-    if (error) *error = QStringLiteral("%1: cannot create a temporary file there").arg(path);
-    return false;
+  // Rendered into memory, then written atomically like every other file.
+  QBuffer buffer;
+  buffer.open(QIODevice::WriteOnly);
+  bool ok = false;
+  if (suffix == QLatin1String("png")) {
+    ok = plot->toPixmap(w, h, 2.0).save(&buffer, "PNG");
+  } else {
+    QPdfWriter pdf(&buffer);
+    pdf.setResolution(72);  // one device unit = one point: the plot's pixel size becomes the page size
+    pdf.setPageSize(QPageSize(QSizeF(w, h), QPageSize::Point));
+    pdf.setPageMargins(QMarginsF(0, 0, 0, 0));
+    pdf.setCreator(QStringLiteral("Quantscope"));
+    QCPPainter painter;
+    ok = painter.begin(&pdf);
+    if (ok) {
+      plot->toPainter(&painter, w, h);
+      painter.end();
+    }
   }
-  const QString tmpPath = tmp.filePath(QStringLiteral("plot.") + suffix);
-  const bool ok = suffix == QLatin1String("png") ? plot->savePng(tmpPath, w, h, 2.0)
-                                                  : plot->savePdf(tmpPath, w, h);
-  if (!ok) {
+  if (!ok || buffer.data().isEmpty()) {
     if (error) *error = QStringLiteral("%1: could not render the plot").arg(path);
     return false;
   }
-  QFile::remove(path);
-  if (!QFile::rename(tmpPath, path)) {
-    if (error) *error = QStringLiteral("%1: cannot write the file").arg(path);
-    return false;
-  }
-  return true;
+  return commitBytes(path, buffer.data(), error);
 }
 
 bool exportTableCsv(const QAbstractItemModel* model, const QString& path, QString* error) {

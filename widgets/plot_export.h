@@ -1,6 +1,7 @@
 #pragma once
 // Exporting what the user sees: every plot to PNG, SVG or PDF (by file suffix), every table to
-// CSV. Both write to a temporary file and rename (QSaveFile), so a failed export never leaves a
+// CSV. Both render into memory and write through qs::AtomicFile (temporary, then rename), so a
+// failed or killed export never leaves a
 // half-written file behind.
 #include <QString>
 

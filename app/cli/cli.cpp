@@ -46,6 +46,7 @@ int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
   registerSensitivity(app, ctx);
   registerAccumulate(app, ctx);
   registerSpeed(app, ctx);
+  registerQuantize(app, ctx);
 
   try {
     app.parse(argc, argv);

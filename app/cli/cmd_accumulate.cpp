@@ -49,7 +49,7 @@ void registerAccumulate(CLI::App& app, CliContext& ctx) {
     TerminalProgress progress;
     AnalysisSetup s = setUpAnalysis(ctx, *a, progress);
     Runtime& rt = *s.run.runtime;
-    LayerAssignment plan;
+    LayerFormats plan;
     if (!a->format.empty()) {
       QuantFormat f;
       try {

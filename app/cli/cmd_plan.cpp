@@ -1,4 +1,4 @@
-// quantscope-cli plan — mixed-precision plans (docs/plans.md):
+// quantscope-cli plan — mixed-precision plans (docs/plan.md):
 //   plan auto MODEL (--budget-bits B | --budget-bytes N | --thresholds) [--sensitivity T.json] -o PLAN
 //   plan show PLAN [--model MODEL] [--sensitivity T.json] [--speed S.json --tokens N] [--json]
 //   plan pareto MODEL [--sensitivity T.json] [--axis size|speed] [--points N] [--emit DIR] [--json]
@@ -16,6 +16,7 @@
 #include "app/cli/commands.h"
 #include "app/cli/run_support.h"
 #include "app/cli/text_table.h"
+#include "core/analysis/rank_correlation.h"
 #include "core/analysis/tables_json.h"
 #include "core/io/atomic_file.h"
 #include "core/model/model_file.h"
@@ -656,8 +657,8 @@ void registerMeasure(CLI::App& plan, CliContext& ctx) {
       t.addRow({path, fmt("%.3f", f.bitsPerWeight), lookup && !f.errorMissing ? errText(f.predictedError) : "-",
                 fmt("%.4g", k.meanKl), fmt("%.4f", k.top1Agreement), fmt("%.4f", k.perplexity)});
     }
-    const double pearson = predicted.size() >= 3 ? pearsonCorrelation(predicted, measured) : NAN;
-    const double spearman = predicted.size() >= 3 ? spearmanCorrelation(predicted, measured) : NAN;
+    const double pearson = predicted.size() >= 3 ? pearsonR(predicted, measured) : NAN;
+    const double spearman = predicted.size() >= 3 ? spearmanRho(predicted, measured) : NAN;
     if (a->json) {
       ojson j;
       j["model"] = m.id.name;

@@ -35,6 +35,7 @@ void registerCalibrate(CLI::App& app, CliContext& ctx);
 void registerSensitivity(CLI::App& app, CliContext& ctx);
 void registerAccumulate(CLI::App& app, CliContext& ctx);
 void registerSpeed(CLI::App& app, CliContext& ctx);  // cmd_speed.cpp
+void registerQuantize(CLI::App& app, CliContext& ctx);  // cmd_quantize.cpp
 
 // Benchmarks, each a subcommand of `bench` (cmd_bench_*.cpp). Add yours to
 // registerBenchSubcommands in cmd_bench_list.cpp.

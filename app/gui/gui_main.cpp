@@ -1,11 +1,14 @@
 #include "app/gui/gui_main.h"
 
+#include <QBuffer>
 #include <QCommandLineParser>
 #include <QTimer>
 
 #include "app/gui/job_runner.h"
 #include "app/gui/main_window.h"
+#include "core/io/atomic_file.h"
 #include "core/util/datasets.h"
+#include "kernels/common/error.h"
 #include "widgets/layer_view.h"
 
 namespace qs::app {
@@ -55,7 +58,16 @@ int runGui(QApplication& app) {
     auto grab = [window, out](int code) {
       // Give the layout a moment to settle before grabbing.
       QTimer::singleShot(300, window, [window, out, code] {
-        const bool ok = window->grab().save(out);
+        // Encoded in memory, written through the app's one atomic writer (docs/reliability.md).
+        QBuffer png;
+        png.open(QIODevice::WriteOnly);
+        bool ok = window->grab().save(&png, "PNG");
+        try {
+          if (ok) writeFileAtomically(out.toStdString(), std::as_bytes(std::span(png.data().constData(),
+                                                                                size_t(png.data().size()))));
+        } catch (const Error&) {
+          ok = false;
+        }
         QCoreApplication::exit(ok ? code : 1);
       });
     };

@@ -3,6 +3,13 @@
 #include <unistd.h>
 
 #include <QAction>
+#include <QComboBox>
+#include <QDialog>
+#include <QDialogButtonBox>
+#include <QDir>
+#include <QFormLayout>
+#include <QHBoxLayout>
+#include <QSpinBox>
 #include <QApplication>
 #include <QCloseEvent>
 #include <QDockWidget>
@@ -34,6 +41,7 @@
 #include "kernels/device/device_info.h"
 #include "kernels/stats/stats_ops.h"
 #include "app/gui/job_runner.h"
+#include "app/gui/workspace.h"
 #include "core/analysis/layer_analysis.h"
 #include "widgets/layer_view.h"
 #include "widgets/model_tree_model.h"
@@ -72,6 +80,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   auto* backendWatcher = new QFutureWatcher<std::shared_ptr<Backend>>(this);
   connect(backendWatcher, &QFutureWatcher<std::shared_ptr<Backend>>::finished, this, [this, backendWatcher] {
     backend_ = backendWatcher->result();
+    workspace_->setBackend(backend_);
     const DeviceInfo& info = backend_->device();
     backendLabel_->setText(QString::fromStdString(info.summary()));
     backendLabel_->setToolTip(backend_->kind() == BackendKind::Cuda
@@ -199,6 +208,19 @@ void MainWindow::buildUi() {
       layerView_->setError(message);
     else
       statusBar()->showMessage(tr("%1 failed: %2").arg(title, message), 10000);
+    // The device ran out of memory (only a CUDA op-set says this): that job failed, nothing
+    // else; offer to go on on the CPU.
+    if (message.contains(QLatin1String("out of device memory"))) offerCpuBackend(title, message);
+  });
+
+  // The workflow tabs: sensitivity, plan editor, runs (their jobs use the same runner).
+  workspace_ = new Workspace(jobs_, this);
+  tabs_->addTab(workspace_->sensitivityPage(), tr("Sensitivity"));
+  tabs_->addTab(workspace_->planPage(), tr("Plan"));
+  tabs_->addTab(workspace_->runPage(), tr("Run"));
+  connect(workspace_, &Workspace::message, this, [this](const QString& m) { statusBar()->showMessage(m, 10000); });
+  connect(workspace_, &Workspace::calibrationChanged, this, [this] {
+    if (!layerView_->tensor().isEmpty()) layerView_->setActivations(workspace_->activationsFor(layerView_->tensor()));
   });
 
   backendLabel_ = new QLabel(tr("Detecting compute device…"));
@@ -225,6 +247,21 @@ void MainWindow::buildMenus() {
   QAction* quit = file->addAction(tr("&Quit"), this, &QWidget::close);
   quit->setShortcut(QKeySequence::Quit);
 
+  file->insertAction(quit, file->addAction(tr("Save Session &As…"), this, [this] {
+    const QString p = QFileDialog::getSaveFileName(this, tr("Save Session As"), QStringLiteral("model.qsession"),
+                                                   tr("Sessions (*.qsession)"));
+    QString err;
+    if (!p.isEmpty() && !workspace_->saveSessionAs(p, &err)) statusBar()->showMessage(err, 10000);
+  }));
+
+  QMenu* analysis = menuBar()->addMenu(tr("&Analysis"));
+  analysis->addAction(tr("Evaluation &Text…"), this, &MainWindow::chooseEvalText);
+  analysis->addSeparator();
+  analysis->addAction(tr("&Calibrate"), workspace_, &Workspace::calibrate);
+  analysis->addAction(tr("&Sensitivity Sweep"), workspace_, &Workspace::runSensitivity);
+  analysis->addAction(tr("&Run Plan"), this, [this] { workspace_->runPlan(QStringLiteral("plan")); });
+  analysis->addAction(tr("Measure S&peed"), this, [this] { workspace_->measureSpeed(1); });
+
   QMenu* help = menuBar()->addMenu(tr("&Help"));
   help->addAction(tr("&About Quantscope"), this, [this] {
     QMessageBox::about(this, tr("About Quantscope"),
@@ -248,6 +285,42 @@ void MainWindow::openModel(const QString& path) {
       return {nullptr, QString::fromStdString(p) + QStringLiteral(": ") + QString::fromUtf8(e.what())};
     }
   }));
+}
+
+void MainWindow::chooseEvalText() {
+  // A small non-modal dialog: a corpus from datasets/text or any file, and a token count.
+  auto* d = new QDialog(this);
+  d->setObjectName(QStringLiteral("evalTextDialog"));
+  d->setWindowTitle(tr("Evaluation text"));
+  d->setAttribute(Qt::WA_DeleteOnClose);
+  auto* form = new QFormLayout(d);
+  auto* files = new QComboBox;
+  files->setEditable(true);
+  const QDir dir(Workspace::datasetsTextDir());
+  for (const QString& f : dir.entryList({QStringLiteral("*.txt")}, QDir::Files)) files->addItem(dir.filePath(f));
+  files->setCurrentText(workspace_->evalTextPath());
+  auto* browse = new QPushButton(tr("Browse…"));
+  auto* row = new QHBoxLayout;
+  row->addWidget(files, 1);
+  row->addWidget(browse);
+  auto* tokens = new QSpinBox;
+  tokens->setRange(0, 10'000'000);
+  tokens->setSpecialValueText(tr("all"));
+  tokens->setValue(int(workspace_->evalTokens()));
+  form->addRow(tr("Text file"), row);
+  form->addRow(tr("Tokens"), tokens);
+  auto* buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel);
+  form->addRow(buttons);
+  connect(browse, &QPushButton::clicked, d, [d, files] {
+    const QString p = QFileDialog::getOpenFileName(d, tr("Text file"), QFileInfo(files->currentText()).absolutePath());
+    if (!p.isEmpty()) files->setCurrentText(p);
+  });
+  connect(buttons, &QDialogButtonBox::rejected, d, &QDialog::reject);
+  connect(buttons, &QDialogButtonBox::accepted, d, [this, d, files, tokens] {
+    workspace_->setEvalText(files->currentText(), tokens->value());
+    d->accept();
+  });
+  d->open();
 }
 
 void MainWindow::onLoadFinished() {
@@ -277,6 +350,7 @@ void MainWindow::onLoadFinished() {
   tree_->expandToDepth(0);
   setWindowTitle(tr("%1 — Quantscope").arg(QFileInfo(path).fileName()));
   showSummary();
+  workspace_->setModel(model_, path);
   addRecent(QFileInfo(path).absoluteFilePath());
   emit modelLoaded(path);
 }
@@ -313,8 +387,31 @@ void MainWindow::showSummary() {
   summary_->setHtml(html);
 }
 
+void MainWindow::offerCpuBackend(const QString& title, const QString& message) {
+  if (deviceMemoryDialog_) deviceMemoryDialog_->deleteLater();
+  deviceMemoryDialog_ = new QMessageBox(QMessageBox::Warning, tr("Out of GPU memory"),
+                                        tr("%1 ran out of GPU memory and was stopped.").arg(title),
+                                        QMessageBox::Close, this);
+  deviceMemoryDialog_->setObjectName(QStringLiteral("deviceMemoryDialog"));
+  deviceMemoryDialog_->setInformativeText(message);
+  QPushButton* cpu = deviceMemoryDialog_->addButton(tr("Use the CPU backend"), QMessageBox::AcceptRole);
+  cpu->setObjectName(QStringLiteral("useCpuButton"));
+  connect(cpu, &QPushButton::clicked, this, &MainWindow::useCpuBackend);
+  deviceMemoryDialog_->setAttribute(Qt::WA_DeleteOnClose);
+  connect(deviceMemoryDialog_, &QObject::destroyed, this, [this] { deviceMemoryDialog_ = nullptr; });
+  deviceMemoryDialog_->open();  // non-blocking, like every error dialog here
+}
+
+void MainWindow::useCpuBackend() {
+  backend_ = std::shared_ptr<Backend>(createCpuBackend());
+  backendLabel_->setText(QString::fromStdString(backend_->device().summary()) + tr(" (CPU chosen)"));
+  backendLabel_->setToolTip(tr("Switched to the CPU reference after the GPU ran out of memory"));
+  requestLayerAnalysis();  // the analysis that failed, again, on the CPU
+}
+
 void MainWindow::selectTensor(const QString& tensor) {
   layerView_->setTensor(tensor);
+  layerView_->setActivations(workspace_->activationsFor(tensor));
   tabs_->setCurrentWidget(layerView_);
   requestLayerAnalysis();
 }

@@ -26,6 +26,7 @@ class LayerView;
 }
 namespace qs::app {
 class JobRunner;
+class Workspace;
 }
 
 namespace qs::app {
@@ -43,8 +44,16 @@ class MainWindow : public QMainWindow {
   QString modelPath() const { return modelPath_; }
   QTreeView* modelTree() const { return tree_; }
   QMessageBox* errorDialog() const { return errorDialog_; }  // the last error shown, if open
+  // Shown when a job ran out of device memory: offers to switch to the CPU backend.
+  QMessageBox* deviceMemoryDialog() const { return deviceMemoryDialog_; }
+  void useCpuBackend();  // replaces the compute backend by the CPU reference
   widgets::LayerView* layerView() const { return layerView_; }
   JobRunner* jobs() const { return jobs_; }
+  // The analysis / plan / run workflow (Sensitivity, Plan and Run tabs) and its session.
+  Workspace* workspace() const { return workspace_; }
+  QTabWidget* tabs() const { return tabs_; }
+  // Analysis → Evaluation Text…: the text file (datasets/text or any) and token count.
+  void chooseEvalText();
   // Shows `tensor` in the layer view and computes its analysis off the GUI thread.
   void selectTensor(const QString& tensor);
 
@@ -71,6 +80,7 @@ class MainWindow : public QMainWindow {
   void rebuildRecentMenu();
   void updateMemoryLabel();
   void requestLayerAnalysis();
+  void offerCpuBackend(const QString& title, const QString& message);
   void saveLayerSettings();
 
   std::shared_ptr<ModelFile> model_;
@@ -85,6 +95,7 @@ class MainWindow : public QMainWindow {
   QTabWidget* tabs_ = nullptr;
   widgets::LayerView* layerView_ = nullptr;
   JobRunner* jobs_ = nullptr;
+  Workspace* workspace_ = nullptr;
   QProgressBar* jobProgress_ = nullptr;
   QPushButton* jobCancel_ = nullptr;
   QLabel* jobLabel_ = nullptr;
@@ -92,6 +103,7 @@ class MainWindow : public QMainWindow {
   QLabel* memoryLabel_ = nullptr;
   QMenu* recentMenu_ = nullptr;
   QMessageBox* errorDialog_ = nullptr;
+  QMessageBox* deviceMemoryDialog_ = nullptr;
 };
 
 // Resident memory of this process in bytes (from /proc/self/statm), 0 if unknown.

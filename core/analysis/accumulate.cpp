@@ -47,9 +47,9 @@ const LinearLayer& linearAt(const Runtime& rt, size_t i) { return *rt.linears()[
 
 }  // namespace
 
-LayerAssignment uniformAssignment(const Runtime& rt, const QuantFormat& format) {
+LayerFormats uniformAssignment(const Runtime& rt, const QuantFormat& format) {
   validateQuantFormat(format);
-  LayerAssignment a;
+  LayerFormats a;
   for (size_t i = 0; i < rt.linears().size(); ++i) {
     const LinearLayer& l = linearAt(rt, i);
     std::string why;
@@ -63,12 +63,12 @@ LayerAssignment uniformAssignment(const Runtime& rt, const QuantFormat& format) 
   return a;
 }
 
-LayerAssignment assignmentFromJson(const Runtime& rt, const nlohmann::json& j,
+LayerFormats assignmentFromJson(const Runtime& rt, const nlohmann::json& j,
                                    const std::string& source) {
   if (!j.is_object())
     throw Error(ErrorKind::BadInput, "a plan map must be a JSON object {\"weight name\": \"format\"}",
                 source);
-  LayerAssignment a;
+  LayerFormats a;
   a.formats.assign(rt.linears().size(), std::nullopt);
   auto parse = [&](const std::string& key, const nlohmann::json& v) {
     if (!v.is_string())
@@ -102,7 +102,7 @@ LayerAssignment assignmentFromJson(const Runtime& rt, const nlohmann::json& j,
   return a;
 }
 
-nlohmann::ordered_json assignmentToJson(const Runtime& rt, const LayerAssignment& a) {
+nlohmann::ordered_json assignmentToJson(const Runtime& rt, const LayerFormats& a) {
   nlohmann::ordered_json j = nlohmann::ordered_json::object();
   for (size_t i = 0; i < a.formats.size() && i < rt.linears().size(); ++i)
     if (a.formats[i]) j[linearAt(rt, i).weightName] = formatToString(*a.formats[i]);
@@ -110,7 +110,7 @@ nlohmann::ordered_json assignmentToJson(const Runtime& rt, const LayerAssignment
 }
 
 AccumulationResult runAccumulation(Runtime& rt, std::span<const int32_t> text,
-                                   const LayerAssignment& plan, const CalibrationResult* calibration,
+                                   const LayerFormats& plan, const CalibrationResult* calibration,
                                    const AccumulationOptions& options, const JobContext& ctx,
                                    const AccumulationCallback& onUpdate) {
   const size_t L = rt.linears().size();

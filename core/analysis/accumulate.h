@@ -36,23 +36,23 @@ namespace qs {
 
 // A format for each of the runtime's linear layers (Runtime::linears() order); nullopt: left
 // unquantised.
-struct LayerAssignment {
+struct LayerFormats {  // (core/plan has LayerAssignment: a resolved plan entry)
   std::vector<std::optional<QuantFormat>> formats;
   std::vector<std::string> skipped;  // "name: why" for layers a uniform format could not take
 };
 
 // Every layer in `format`; layers whose shape cannot take it stay unquantised and are listed in
 // `skipped` (e.g. INT4 groups of 128 on a K = 172 projection).
-LayerAssignment uniformAssignment(const Runtime& rt, const QuantFormat& format);
+LayerFormats uniformAssignment(const Runtime& rt, const QuantFormat& format);
 
 // A JSON object mapping weight names to format strings; the key "*" (optional) gives the format
 // of every layer not named. Unknown names, bad format strings and shapes a format cannot take
 // are BadInput naming `source` and the layer.
-LayerAssignment assignmentFromJson(const Runtime& rt, const nlohmann::json& j,
+LayerFormats assignmentFromJson(const Runtime& rt, const nlohmann::json& j,
                                    const std::string& source);
 
 // The assignment as that JSON map (only quantised layers), for the session and --json.
-nlohmann::ordered_json assignmentToJson(const Runtime& rt, const LayerAssignment& a);
+nlohmann::ordered_json assignmentToJson(const Runtime& rt, const LayerFormats& a);
 
 struct BlockError {
   double relL2 = kNotMeasured;
@@ -86,7 +86,7 @@ using AccumulationCallback =
 // `calibration` is needed only for formats with static activation scales (BadInput without).
 // The runtime's weights and input quantisation are restored however the job ends.
 AccumulationResult runAccumulation(Runtime& rt, std::span<const int32_t> text,
-                                   const LayerAssignment& plan, const CalibrationResult* calibration,
+                                   const LayerFormats& plan, const CalibrationResult* calibration,
                                    const AccumulationOptions& options, const JobContext& ctx = {},
                                    const AccumulationCallback& onUpdate = {});
 

@@ -288,10 +288,6 @@ void checkLayer(LayerAssignment& a) {
   } catch (const Error& e) {
     return fail(PlanField::Weight, "the fields make no valid format: " + e.message());
   }
-  if (a.method != QuantMethod::Rtn && cls == QuantClass::Float)
-    return fail(PlanField::Method, std::string(quantMethodName(a.method)) +
-                                       " rounds quantised weights, the weight is " +
-                                       weightChoiceText(*a.fields.weight));
   if (a.method == QuantMethod::Awq && cls != QuantClass::Int)
     return fail(PlanField::Method, "awq is for INT weights");
   if (a.smoothAlpha && quantKindTraits(a.format.act.kind).cls == QuantClass::Float)
@@ -367,7 +363,9 @@ ResolvedPlan resolvePlan(const Plan& plan, const ModelGraph& graph, const Resolv
         }
     }
     a.format = composeFormat(*a.fields.weight, *a.fields.group, *a.fields.scale, *a.fields.activation);
-    a.method = *a.fields.method;
+    // Like group size and scale, the rounding method means nothing for float weights: "method:
+    // gptq" in the defaults applies to the quantised layers and leaves FP16 ones as they are.
+    a.method = quantKindTraits(a.format.weight.kind).cls == QuantClass::Float ? QuantMethod::Rtn : *a.fields.method;
     a.smoothAlpha = *a.fields.smoothAlpha;
     a.note = a.fields.note.value_or("");
     checkLayer(a);

@@ -1,6 +1,6 @@
 #pragma once
 // A mixed-precision plan: which format each linear layer of one model gets. Plans are JSON
-// (docs/plans.md has the schema with an example); this header holds the plain structs, reading
+// (docs/plan.md has the schema with an example); this header holds the plain structs, reading
 // and writing (with migration from older schema versions), and resolution of a plan against a
 // ModelGraph into one LayerAssignment per linear layer — what the runtime, the analysis jobs and
 // the exporters consume.
@@ -14,7 +14,8 @@
 //   scale         how scales are chosen: "absmax" | "mse" | "kl" | "p99.9" (ignored by float kinds)
 //   activation    "f32" (untouched) | "fp16" | "bf16" | "int8-tok" | "fp8e4m3-tok" | "int8-t-kl" | …
 //   method        "rtn" | "gptq" | "awq" — how the weights are rounded ([rounding] implements the
-//                 last two; the schema accepts them now so plans stay valid)
+//                 last two; the schema accepts them now so plans stay valid); ignored by float
+//                 kinds (LayerAssignment::method is then rtn)
 //   smooth_alpha  SmoothQuant migration strength in [0, 1] for W8A8 layers, or null (off)
 //   note          free text
 //
@@ -158,7 +159,7 @@ struct LayerAssignment {
 
   PlanFields fields;  // every field set: the resolved columns
   QuantFormat format;  // composed from fields; valid unless `problem` is set
-  QuantMethod method = QuantMethod::Rtn;
+  QuantMethod method = QuantMethod::Rtn;  // rtn for float weights, whatever the field says
   std::optional<double> smoothAlpha;
   std::string note;
 

@@ -362,8 +362,6 @@ ExportResult exportLlmCompressor(const Plan& plan, const ResolvedPlan& r, const 
     if (a.smoothAlpha) alphas.insert(*a.smoothAlpha);
     if (!wq && !aq) {
       ignore.push_back(hf);
-      if (a.method != QuantMethod::Rtn)
-        warn.add(std::string("method ") + std::string(quantMethodName(a.method)) + " on an unquantised layer is dropped", a.layer);
       continue;
     }
     const std::string key = (wq ? wq->dump() : "-") + "|" + (aq ? aq->dump() : "-");

@@ -24,7 +24,7 @@
 //                    overrides keyed "+:REGEX" (override) / "-:REGEX" (leave unquantised), as
 //                    GPTQModel and vLLM's gptq_utils.get_dynamic_override read them (re.match,
 //                    first match wins).
-// docs/plans.md shows an example of each and cites the formats.
+// docs/plan.md shows an example of each and cites the formats.
 #include <optional>
 #include <string>
 #include <string_view>

@@ -8,7 +8,7 @@
 // This assumes the layers' contributions add up — true to first order: for small perturbations
 // KL(p‖q) ≈ ½ δᵀFδ with F the Fisher information of the logits, so independent perturbations
 // of different layers add when their cross terms average out. It over-predicts when errors
-// cancel and under-predicts when one layer's error is amplified by another's; docs/plans.md
+// cancel and under-predicts when one layer's error is amplified by another's; docs/plan.md
 // reports how well it holds on stories260K (predicted vs measured over a dozen plans).
 //
 // Lookup rules: a layer's figure is the table's entry for exactly its format (weight and

@@ -7,7 +7,7 @@
 //                                           "format": "int4-g32-sym:fp16", "note": "…"}]}
 // Schema 2 splits the format into weight / group_size / scale / activation, adds method and
 // smooth_alpha, lets an entry name several selectors, and groups the model identity
-// (docs/plans.md).
+// (docs/plan.md).
 #include <cmath>
 #include <fstream>
 #include <set>
@@ -256,7 +256,7 @@ ojson fieldsJson(const PlanFields& f) {
 Plan planFromJson(std::string_view text, const std::string& source, PlanReadInfo* info) {
   const json doc = parseJsonGuarded(source, "plan", text);
   Reader r(source);
-  r.object(doc, "");
+  r.object(doc, "plan");  // the document itself: named so the one-line error has a field
   PlanReadInfo local;
   PlanReadInfo& inf = info ? *info : local;
   inf = PlanReadInfo{};

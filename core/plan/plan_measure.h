@@ -65,10 +65,3 @@ class FakeQuantMeasurer {
 };
 
 }  // namespace qs
-
-namespace qs {
-// Agreement between predicted and measured errors across plans.
-double pearsonCorrelation(std::span<const double> x, std::span<const double> y);
-// Pearson correlation of the ranks (ties get their average rank).
-double spearmanCorrelation(std::span<const double> x, std::span<const double> y);
-}  // namespace qs

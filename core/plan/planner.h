@@ -9,7 +9,7 @@
 //      Σ bytes(l, f_l) ≤ B — a multiple-choice knapsack, solved by dynamic programming over a
 //      discretised byte budget. Every format of the table valid for a layer's shape is a choice,
 //      so group size is searched like the format. Exact whenever the byte unit divides every
-//      choice's size (reported in `exact`; see docs/plans.md).
+//      choice's size (reported in `exact`; see docs/plan.md).
 //   3. Pareto fronts: size vs predicted error (the DP's last row gives the optimum at every
 //      budget at once) and kernel time (speedup) vs predicted error (a dominance-list DP).
 #include <cstdint>

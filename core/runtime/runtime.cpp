@@ -34,7 +34,27 @@ int findRole(const std::vector<int>& blockLinears, const std::vector<const Linea
 }  // namespace
 
 std::vector<float> Runtime::loadTensor(const ModelFile& file, int index) const {
-  return file.tensorToFloat(file.tensors().at(size_t(index)));
+  const TensorInfo& t = file.tensors().at(size_t(index));
+  std::vector<float> v = file.tensorToFloat(t);
+  // A NaN or Inf weight poisons every activation after it: refuse the model up front, naming
+  // the tensor (inspect --tensor NAME --stats counts them).
+  uint64_t nan = 0, inf = 0;
+  size_t first = v.size();
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (std::isfinite(v[i])) continue;
+    (std::isnan(v[i]) ? nan : inf) += 1;
+    if (first == v.size()) first = i;
+  }
+  if (nan + inf > 0) {
+    std::string what;
+    if (nan) what = std::to_string(nan) + " NaN";
+    if (inf) what += (what.empty() ? "" : " and ") + std::to_string(inf) + " infinite";
+    throw Error(ErrorKind::BadInput,
+                what + " value(s), the first at element " + std::to_string(first) +
+                    "; the runtime needs finite weights (inspect --tensor " + t.name + " --stats shows them)",
+                file.path(), t.name);
+  }
+  return v;
 }
 
 Runtime::Runtime(const ModelFile& file, const ModelGraph& graph, TransformerOps& ops,
@@ -205,6 +225,44 @@ int Runtime::linearIndex(const std::string& weightName) const {
 std::span<const float> Runtime::linearWeight(int i) const {
   const LinearWeights& lw = weights_.at(size_t(i));
   return {lw.w(), lw.original.size()};
+}
+
+std::span<const float> Runtime::normWeight(int b, bool ffn) const {
+  const Norm& n = (ffn ? ffnNorms_ : attnNorms_).at(size_t(b));
+  return n.w;
+}
+std::span<const float> Runtime::normBias(int b, bool ffn) const {
+  const Norm& n = (ffn ? ffnNorms_ : attnNorms_).at(size_t(b));
+  return n.b;
+}
+
+void Runtime::setNormWeight(int b, bool ffn, std::vector<float> w, std::vector<float> bias) {
+  Norm& n = (ffn ? ffnNorms_ : attnNorms_).at(size_t(b));
+  if (w.size() != n.w.size() || (!bias.empty() && bias.size() != n.b.size()))
+    throw Error(ErrorKind::Internal, "setNormWeight: size mismatch in block " + std::to_string(b));
+  if (n.w0.empty()) {
+    n.w0 = n.w;
+    n.b0 = n.b;
+  }
+  n.w = std::move(w);
+  if (!bias.empty()) n.b = std::move(bias);
+  if (ops_.hostMemory()) {  // the buffers may alias the vectors: make new ones
+    n.dw = toCompute(n.w);
+    n.db = toCompute(n.b);
+  } else {
+    ops_.upload(n.dw.mem.get(), n.w.data(), n.w.size() * sizeof(float));
+    if (!n.b.empty()) ops_.upload(n.db.mem.get(), n.b.data(), n.b.size() * sizeof(float));
+  }
+}
+
+void Runtime::restoreNorms() {
+  for (bool ffn : {false, true})
+    for (int b = 0; b < int(attnNorms_.size()); ++b) {
+      Norm& n = (ffn ? ffnNorms_ : attnNorms_)[size_t(b)];
+      if (n.w0.empty()) continue;
+      std::vector<float> w = n.w0, bias = n.b0;
+      setNormWeight(b, ffn, std::move(w), std::move(bias));
+    }
 }
 
 void Runtime::setLinearWeight(int i, std::vector<float> w) {

@@ -120,6 +120,13 @@ class Runtime {
   // still sees the unquantised input. An ActSpec of kind F32 (or clearLinearInputQuant) turns
   // it off.
   void setLinearInputQuant(int i, const ActSpec& spec, float staticScale = 0.0f);
+  // The norm in front of block b's attention (ffn = false) or MLP (ffn = true): weight [dim]
+  // and bias ([dim]; empty for RMSNorm), host memory. setNormWeight replaces them (same sizes),
+  // e.g. to fold AWQ / SmoothQuant scales; restoreNorms puts every norm back as loaded.
+  std::span<const float> normWeight(int b, bool ffn) const;
+  std::span<const float> normBias(int b, bool ffn) const;
+  void setNormWeight(int b, bool ffn, std::vector<float> w, std::vector<float> bias = {});
+  void restoreNorms();
   void clearLinearInputQuant(int i);
   void clearAllInputQuant();
 
@@ -231,6 +238,7 @@ class Runtime {
   struct Norm {
     std::vector<float> w, b;
     Buffer dw, db;
+    std::vector<float> w0, b0;  // as loaded, when setNormWeight replaced w / b
   };
   std::vector<Norm> attnNorms_, ffnNorms_;
   Norm finalNorm_;

@@ -73,17 +73,42 @@ File File::create(const std::string& path) {
   return f;
 }
 
+File File::createInMemory(const std::string& path) {
+  auto l = lock();
+  File f;
+  f.path_ = path;
+  f.writing_ = true;
+  Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  // Grows in 1 MiB steps; no backing store: the bytes leave only through image().
+  if (!fapl || H5Pset_fapl_core(fapl.id(), size_t(1) << 20, 0) < 0) f.fail({}, "cannot set up an in-memory HDF5 file");
+  const hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.id());
+  if (id < 0) f.fail({}, "cannot create the in-memory HDF5 file");
+  f.file_ = Handle(id, H5Fclose);
+  return f;
+}
+
+std::vector<std::byte> File::image() {
+  auto l = lock();
+  if (H5Fflush(file_.id(), H5F_SCOPE_GLOBAL) < 0) fail({}, "cannot flush the HDF5 file");
+  const ssize_t n = H5Fget_file_image(file_.id(), nullptr, 0);
+  if (n < 0) fail({}, "cannot size the HDF5 file image");
+  std::vector<std::byte> bytes(static_cast<size_t>(n));
+  if (H5Fget_file_image(file_.id(), bytes.data(), bytes.size()) != n) fail({}, "cannot copy the HDF5 file image");
+  return bytes;
+}
+
 File File::openRead(const std::string& path) {
   auto l = lock();
   File f;
   f.path_ = path;
   struct stat st{};
-  if (::stat(path.c_str(), &st) != 0) f.fail({}, "cannot open the session file (" + std::string(std::strerror(errno)) + ")");
-  if (!S_ISREG(st.st_mode)) f.fail({}, "not a regular file");
+  // The "field" of a file-level failure: the file itself, or its HDF5 superblock/structure.
+  if (::stat(path.c_str(), &st) != 0) f.fail("file", "cannot open the session file (" + std::string(std::strerror(errno)) + ")");
+  if (!S_ISREG(st.st_mode)) f.fail("file", "not a regular file");
   f.size_ = uint64_t(st.st_size);
-  if (H5Fis_hdf5(path.c_str()) <= 0) f.fail({}, "not an HDF5 file (corrupt or of another kind)");
+  if (H5Fis_hdf5(path.c_str()) <= 0) f.fail("HDF5 signature", "not an HDF5 file (corrupt or of another kind)");
   const hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
-  if (id < 0) f.fail({}, "HDF5 cannot open the file (corrupt)");
+  if (id < 0) f.fail("HDF5 structure", "HDF5 cannot open the file (corrupt or truncated)");
   f.file_ = Handle(id, H5Fclose);
   return f;
 }

@@ -10,6 +10,7 @@
 // threads; Debian's libhdf5 happens to be thread-safe, other builds are not.
 #include <hdf5.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -48,6 +49,10 @@ class Handle {
 class File {
  public:
   static File create(const std::string& path);  // Internal on failure
+  // A file built in memory (HDF5's core driver, nothing on disk); `path` names it in errors.
+  // image() then gives its bytes, to be written through AtomicFile like every other file.
+  static File createInMemory(const std::string& path);
+  std::vector<std::byte> image();  // flushes first; Internal on failure
   static File openRead(const std::string& path);  // BadInput: missing, not HDF5, unreadable
   const std::string& path() const { return path_; }
   uint64_t size() const { return size_; }

@@ -391,9 +391,11 @@ void saveSession(const Session& s, const std::string& path) {
   for (const auto& [name, _] : s.plans) checkSessionName(name, "plan");
   for (const auto& [name, _] : s.runs) checkSessionName(name, "run");
   auto lock = h5::lock();
-  AtomicFile out(path);
+  // Built in memory, then written through AtomicFile: one write path (and one test hook) for
+  // every file, and a SIGKILL mid-save leaves the previous session as it was.
+  std::vector<std::byte> image;
   {
-    h5::File f = h5::File::create(out.tempPath());
+    h5::File f = h5::File::createInMemory(path);
     f.setAttr("/", "format", std::string(kFormatTag));
     f.setAttr("/", "schema_version", kSessionSchemaVersion);
     f.setAttr("/", "model_path", s.modelPath);
@@ -406,8 +408,11 @@ void saveSession(const Session& s, const std::string& path) {
     for (const auto& [name, json] : s.plans) f.writeString("/plans/" + name, json);
     if (!s.runs.empty()) f.createGroup("/runs");
     for (const auto& [name, run] : s.runs) writeRun(f, name, run);
+    image = f.image();
     f.close();
   }
+  AtomicFile out(path);
+  out.writeAt(0, image);
   out.commit();
 }
 

@@ -4,6 +4,7 @@
 
 #include "kernels/common/error.h"
 #include "kernels/gemm/gemm_ops.h"
+#include "kernels/rounding/gptq.h"
 #include "kernels/ops/cpu_transformer_ops.h"
 #include "kernels/stats/stats_ops.h"
 
@@ -25,6 +26,10 @@ class CpuBackend final : public Backend {
     if (!stats_) stats_ = createCpuStatsOps();
     return *stats_;
   }
+  GptqOps& gptq() override {
+    if (!gptq_) gptq_ = createCpuGptqOps();
+    return *gptq_;
+  }
   TransformerOps& transformer() override {
     if (!transformer_) transformer_ = createCpuTransformerOps();
     return *transformer_;
@@ -33,6 +38,7 @@ class CpuBackend final : public Backend {
  private:
   std::unique_ptr<GemmOps> gemm_;
   std::unique_ptr<StatsOps> stats_;
+  std::unique_ptr<GptqOps> gptq_;
   std::unique_ptr<TransformerOps> transformer_;
 };
 }  // namespace

@@ -11,6 +11,7 @@
 namespace qs {
 
 class GemmOps;  // kernels/gemm/gemm_ops.h
+class GptqOps;  // kernels/rounding/gptq.h
 class StatsOps;  // kernels/stats/stats_ops.h
 class TransformerOps;  // kernels/ops/transformer_ops.h
 
@@ -32,6 +33,8 @@ class Backend {
   // The transformer building blocks and the memory the runtime's activations live in
   // (kernels/ops/transformer_ops.h); created on first use. On CUDA it shares gemm()'s stream.
   virtual TransformerOps& transformer() = 0;
+  // GPTQ and the Gram matrices it needs (kernels/rounding/gptq.h); created on first use.
+  virtual GptqOps& gptq() = 0;
 
  protected:
   DeviceInfo device_;

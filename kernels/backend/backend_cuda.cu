@@ -2,6 +2,7 @@
 #include "kernels/backend/backend.h"
 #include "kernels/cuda/ops/cuda_transformer_ops.h"
 #include "kernels/gemm/gemm_ops.h"
+#include "kernels/rounding/gptq.h"
 #include "kernels/stats/stats_ops.h"
 
 namespace qs {
@@ -20,6 +21,10 @@ class CudaBackend final : public Backend {
     if (!stats_) stats_ = createCudaStatsOps();
     return *stats_;
   }
+  GptqOps& gptq() override {
+    if (!gptq_) gptq_ = createCudaGptqOps();
+    return *gptq_;
+  }
   TransformerOps& transformer() override {
     if (!transformer_) transformer_ = createCudaTransformerOps(gemm().stream());
     return *transformer_;
@@ -28,6 +33,7 @@ class CudaBackend final : public Backend {
  private:
   std::unique_ptr<GemmOps> gemm_;
   std::unique_ptr<StatsOps> stats_;
+  std::unique_ptr<GptqOps> gptq_;
   std::unique_ptr<TransformerOps> transformer_;  // after gemm_: destroyed first (uses its stream)
 };
 }  // namespace

@@ -261,7 +261,7 @@ class TestAnalysisJobs : public QObject {
       }
     };
     // Nothing quantised: the run is the reference.
-    LayerAssignment none;
+    LayerFormats none;
     none.formats.assign(rt.linears().size(), std::nullopt);
     const AccumulationResult same = runAccumulation(rt, text_, none, nullptr, o, {}, cb);
     QCOMPARE(blockEvents, 3 * B);
@@ -353,7 +353,7 @@ class TestAnalysisJobs : public QObject {
     s.sensitivity = runSensitivity(rt, cpu_->stats(), text_, &*s.calibration, so).table;
     AccumulationOptions ao;
     ao.eval = eval(64, 64);
-    const LayerAssignment a = uniformAssignment(rt, parseQuantFormat("int8-ch-sym"));
+    const LayerFormats a = uniformAssignment(rt, parseQuantFormat("int8-ch-sym"));
     s.runs["int8"] = RunTrace{assignmentToJson(rt, a).dump(), runAccumulation(rt, text_, a, nullptr, ao)};
     s.plans["int8"] = s.runs["int8"].planJson;
     SpeedOptions po;

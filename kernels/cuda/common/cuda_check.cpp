@@ -5,22 +5,17 @@
 
 #include <string>
 
-#include "kernels/common/error.h"
+#include "kernels/common/device_error.h"
 
 namespace qs::cuda {
 
 void throwCudaError(cudaError_t err, const char* call, const char* file, int line) {
   const std::string where = std::string(call) + " at " + file + ":" + std::to_string(line);
-  std::string msg;
-  if (err == cudaErrorMemoryAllocation)
-    msg = "out of device memory: " + where;
-  else
-    msg = std::string(cudaGetErrorName(err)) + " (" + cudaGetErrorString(err) + ") in " + where;
   // Clears a non-sticky error so the next call starts clean; a sticky one comes straight back.
   cudaGetLastError();
-  if (err != cudaErrorMemoryAllocation && cudaDeviceSynchronize() != cudaSuccess)
-    msg += " (the CUDA context is unusable now; restart, or use --backend cpu)";
-  throw Error(ErrorKind::Device, msg, {}, "CUDA");
+  if (err == cudaErrorMemoryAllocation) throw outOfDeviceMemory(where);
+  const bool lost = cudaDeviceSynchronize() != cudaSuccess;
+  throw deviceFailure(std::string(cudaGetErrorName(err)) + " (" + cudaGetErrorString(err) + ") in " + where, lost);
 }
 
 void throwCublasError(int status, const char* call, const char* file, int line) {

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 
+#include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/gemm/gemm_launch.h"
 
 namespace qs::cuda_gemm {
@@ -144,7 +145,10 @@ void launchQuantizeActivations(const void* x, int m, int k, bool fp8, void* code
   const auto* xh = static_cast<const __half*>(x);
   auto* c = static_cast<uint8_t*>(codes);
   const int pieces = (k / 8 + kQuantThreads - 1) / kQuantThreads;  // 16-byte pieces per thread
-  auto launch = [&](auto kernel) { kernel<<<m, kQuantThreads, 0, stream>>>(xh, k, c, scales); };
+  auto launch = [&](auto kernel) {
+    kernel<<<m, kQuantThreads, 0, stream>>>(xh, k, c, scales);
+    QS_CUDA_LAUNCHED("quantizeActivationsKernel");
+  };
   if (fp8) {
     if (pieces <= 1) launch(quantizeActivationsKernel<true, 1>);
     else if (pieces <= 2) launch(quantizeActivationsKernel<true, 2>);
@@ -166,6 +170,7 @@ void launchScaleEpilogue(const void* acc, bool accIsInt32, int m, int n, const f
   auto* yh = static_cast<__half*>(y);
   if (accIsInt32) scaleEpilogueKernel<true><<<grid, 256, 0, stream>>>(acc, m, n, tokenScales, channelScales, yh);
   else scaleEpilogueKernel<false><<<grid, 256, 0, stream>>>(acc, m, n, tokenScales, channelScales, yh);
+  QS_CUDA_LAUNCHED("scaleEpilogueKernel");
 }
 
 void configureSkinnyKernels();  // gemm_skinny.cu

@@ -40,8 +40,11 @@ std::unique_ptr<LtMatmul> LtMatmul::create(const CublasContext& ctx, Kind kind, 
   const cudaDataType_t dType = mm->scaled_ ? CUDA_R_16F : fp8 ? CUDA_R_32F : CUDA_R_32I;
   if (cublasLtMatmulDescCreate(&mm->desc_, compute, scaleType) != CUBLAS_STATUS_SUCCESS) return nullptr;
   const cublasOperation_t opT = CUBLAS_OP_T, opN = CUBLAS_OP_N;
-  cublasLtMatmulDescSetAttribute(mm->desc_, CUBLASLT_MATMUL_DESC_TRANSA, &opT, sizeof(opT));
-  cublasLtMatmulDescSetAttribute(mm->desc_, CUBLASLT_MATMUL_DESC_TRANSB, &opN, sizeof(opN));
+  // Every attribute is checked: a matmul built with a default (untransposed) operand would
+  // compute the wrong product without any error. Failure means "no Lt matmul" (nullptr).
+  if (cublasLtMatmulDescSetAttribute(mm->desc_, CUBLASLT_MATMUL_DESC_TRANSA, &opT, sizeof(opT)) != CUBLAS_STATUS_SUCCESS ||
+      cublasLtMatmulDescSetAttribute(mm->desc_, CUBLASLT_MATMUL_DESC_TRANSB, &opN, sizeof(opN)) != CUBLAS_STATUS_SUCCESS)
+    return nullptr;
   if (mm->scaled_) {
     const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
     if (cublasLtMatmulDescSetAttribute(mm->desc_, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof(mode)) !=
@@ -51,8 +54,11 @@ std::unique_ptr<LtMatmul> LtMatmul::create(const CublasContext& ctx, Kind kind, 
       return nullptr;
     // Placeholder pointers for the heuristic query; run() sets the real ones.
     const void* dummy = ctx.workspace();
-    cublasLtMatmulDescSetAttribute(mm->desc_, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &dummy, sizeof(dummy));
-    cublasLtMatmulDescSetAttribute(mm->desc_, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &dummy, sizeof(dummy));
+    if (cublasLtMatmulDescSetAttribute(mm->desc_, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &dummy, sizeof(dummy)) !=
+            CUBLAS_STATUS_SUCCESS ||
+        cublasLtMatmulDescSetAttribute(mm->desc_, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &dummy, sizeof(dummy)) !=
+            CUBLAS_STATUS_SUCCESS)
+      return nullptr;
   }
   if (cublasLtMatrixLayoutCreate(&mm->a_, aType, uint64_t(k), uint64_t(n), int64_t(lda)) != CUBLAS_STATUS_SUCCESS ||
       cublasLtMatrixLayoutCreate(&mm->b_, bType, uint64_t(k), uint64_t(m), int64_t(k)) != CUBLAS_STATUS_SUCCESS ||
@@ -62,7 +68,11 @@ std::unique_ptr<LtMatmul> LtMatmul::create(const CublasContext& ctx, Kind kind, 
   cublasLtMatmulPreference_t pref = nullptr;
   if (cublasLtMatmulPreferenceCreate(&pref) != CUBLAS_STATUS_SUCCESS) return nullptr;
   const size_t wsBytes = ctx.workspaceBytes();
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsBytes, sizeof(wsBytes));
+  if (cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsBytes, sizeof(wsBytes)) !=
+      CUBLAS_STATUS_SUCCESS) {
+    cublasLtMatmulPreferenceDestroy(pref);
+    return nullptr;
+  }
   cublasLtMatmulHeuristicResult_t result{};
   int returned = 0;
   const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx.lt(), mm->desc_, mm->a_, mm->b_, mm->d_, mm->d_,

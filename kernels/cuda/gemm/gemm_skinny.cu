@@ -38,6 +38,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/gemm/gemm_common.cuh"
 #include "kernels/cuda/gemm/gemm_launch.h"
 
@@ -429,7 +430,7 @@ LaunchPlan planSkinny(const DeviceQuantWeight& w, int m, int multiprocessors) {
     const size_t smem = smemFor(perSplit);
     if (smem > size_t(kSmemBudget)) break;  // fewer splits only need more shared memory
     int resident = 0;
-    if (fn) cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, fn, kThreads, smem);
+    if (fn) QS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, fn, kThreads, smem));
     const int perSm = (rowGroups * splits + multiprocessors - 1) / multiprocessors;
     if (resident > 0 && perSm <= std::min(resident, target)) {
       best = splits, bestPer = perSplit;
@@ -484,6 +485,7 @@ void launchSkinny(const DeviceQuantWeight& w, const void* x, const float* tokenS
   const dim3 grid(unsigned(rowGroups), unsigned(plan.splits));
   if (!pdl) {
     fn<<<grid, kThreads, plan.smemBytes, stream>>>(a);
+    QS_CUDA_LAUNCHED("skinny GEMM kernel");
     return;
   }
   // Programmatic dependent launch: the blocks may start (and stream their weights) while the
@@ -498,7 +500,7 @@ void launchSkinny(const DeviceQuantWeight& w, const void* x, const float* tokenS
   attr.val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = &attr;
   cfg.numAttrs = 1;
-  cudaLaunchKernelEx(&cfg, fn, a);
+  QS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, fn, a));
 }
 
 void configureSkinnyKernels() {
@@ -506,7 +508,7 @@ void configureSkinnyKernels() {
     for (bool a8 : {false, true})
       for (int nt = 1; nt <= 2; ++nt)
         if (KernelFn fn = selectKernel(kind, a8, nt))
-          cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBudget);
+          QS_CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBudget));
 }
 
 }  // namespace qs::cuda_gemm

@@ -24,6 +24,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/gemm/gemm_common.cuh"
 #include "kernels/cuda/gemm/gemm_launch.h"
 
@@ -320,7 +321,7 @@ LaunchPlan planWide(const DeviceQuantWeight& w, int m, int multiprocessors) {
   // ceil(tiles * s / SMs) <= blocks per SM, at least 4 k tiles per split.
   int resident = 0;
   if (KernelFn fn = w.a8 ? nullptr : selectKernel(w.kind))
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, fn, kThreads, smemFor(w.kind));
+    QS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, fn, kThreads, smemFor(w.kind)));
   int splits = 1;
   for (int s = std::max(1, kTiles / 4); s >= 1; --s) {
     const int per = (kTiles + s - 1) / s, real = (kTiles + per - 1) / per;
@@ -369,11 +370,13 @@ void launchWide(const DeviceQuantWeight& w, const void* x, int m, void* y, const
     throw std::invalid_argument("wide GEMM: split-K workspace too small");
   const dim3 grid(unsigned((w.n + kBN - 1) / kBN), unsigned((m + kBM - 1) / kBM), unsigned(plan.splits));
   fn<<<grid, kThreads, plan.smemBytes, stream>>>(a);
+  QS_CUDA_LAUNCHED("wide GEMM kernel");
 }
 
 void configureWideKernels() {
   for (int kind = 0; kind < 4; ++kind)
-    cudaFuncSetAttribute(selectKernel(kind), cudaFuncAttributeMaxDynamicSharedMemorySize, int(smemFor(kind)));
+    QS_CUDA_CHECK(cudaFuncSetAttribute(selectKernel(kind), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       int(smemFor(kind))));
 }
 
 }  // namespace qs::cuda_gemm

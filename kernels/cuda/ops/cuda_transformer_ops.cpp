@@ -10,7 +10,7 @@
 #include <cmath>
 #include <vector>
 
-#include "kernels/common/error.h"
+#include "kernels/common/device_error.h"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/ops/transformer_launch.h"
 #include "kernels/cuda/stats/sensitivity.cuh"
@@ -90,10 +90,7 @@ class CudaTransformerOps final : public TransformerOps {
     const cudaError_t e = cudaMalloc(&p, std::max<size_t>(bytes, 256));
     if (e != cudaSuccess) {
       cudaGetLastError();
-      throw Error(ErrorKind::Device,
-                  "out of device memory: cudaMalloc of " + std::to_string(bytes) + " bytes failed (" +
-                      cudaGetErrorString(e) + ")",
-                  {}, "CUDA");
+      throw outOfDeviceMemory("cudaMalloc of " + std::to_string(bytes) + " bytes", cudaGetErrorString(e));
     }
     return std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
   }

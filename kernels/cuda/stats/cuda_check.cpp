@@ -2,7 +2,7 @@
 
 #include <cuda_runtime.h>
 
-#include "kernels/common/error.h"
+#include "kernels/common/device_error.h"
 
 namespace qs::cuda_stats {
 
@@ -46,10 +46,8 @@ void DeviceBuffer::allocate(size_t bytes, const char* what) {
   if (err != cudaSuccess) {
     ptr_ = nullptr;
     cudaGetLastError();
-    throw Error(ErrorKind::Device,
-                "out of device memory: cudaMalloc of " + std::to_string(bytes) + " bytes for " +
-                    what + " failed (" + cudaGetErrorString(err) + ")",
-                {}, "CUDA");
+    throw outOfDeviceMemory("cudaMalloc of " + std::to_string(bytes) + " bytes for " + what,
+                            cudaGetErrorString(err));
   }
   bytes_ = bytes;
 }

@@ -1,0 +1,127 @@
+#pragma once
+// The workflow behind the Sensitivity, Plan and Run tabs: the analysis jobs on the loaded model
+// (calibrate, sensitivity, error accumulation of the plan being edited, speed), their results
+// shown live in the views, and the session (.qsession, HDF5) that keeps them, autosaved.
+//
+// Every job runs on the JobRunner's worker thread with progress and Cancel; partial results
+// (sensitivity cells, accumulation blocks) come back as queued calls, throttled so the GUI
+// thread only redraws a few times a second. Cancelling leaves the session as it was.
+//
+// The session lives in the application's data folder, one file per model content hash
+// (sessions/<hash>.qsession), so reopening a model shows what was computed before; File → Save
+// Session As… writes a copy anywhere.
+#include <QObject>
+#include <QPointer>
+#include <QString>
+#include <QTimer>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "core/model/model_graph.h"
+#include "core/session/session.h"
+#include "widgets/layer_view.h"
+
+class QWidget;
+class QSpinBox;
+class QLabel;
+class QLineEdit;
+
+namespace qs {
+class Backend;
+class ModelFile;
+}  // namespace qs
+namespace qs::widgets {
+class SensitivityView;
+class PlanEditorView;
+class RunView;
+}  // namespace qs::widgets
+
+namespace qs::app {
+
+class JobRunner;
+
+class Workspace : public QObject {
+  Q_OBJECT
+ public:
+  Workspace(JobRunner* jobs, QObject* parent = nullptr);
+  ~Workspace() override;
+
+  // The pages for the main window's tabs (created once; owned by whoever adds them).
+  QWidget* sensitivityPage() const { return sensitivityPage_; }
+  QWidget* planPage() const;
+  QWidget* runPage() const { return runPage_; }
+  widgets::SensitivityView* sensitivityView() const { return sensitivityView_; }
+  widgets::PlanEditorView* planEditor() const { return planEditor_; }
+  widgets::RunView* runView() const { return runView_; }
+
+  // A newly loaded model (null: none). Opens (or starts) its session.
+  void setModel(std::shared_ptr<ModelFile> model, const QString& path);
+  void setBackend(std::shared_ptr<Backend> backend) { backend_ = std::move(backend); }
+  const ModelGraph* graph() const { return model_ ? &graph_ : nullptr; }
+  QString modelHash() const { return QString::fromStdString(hash_); }
+
+  // The text every job evaluates on (a file; tokens = 0: all of it, capped by the job).
+  void setEvalText(const QString& path, qint64 tokens);
+  QString evalTextPath() const { return textPath_; }
+  qint64 evalTokens() const { return textTokens_; }
+
+  // Jobs (results land in the views and the session).
+  void calibrate();
+  void runSensitivity();
+  void runPlan(const QString& runName);
+  void measureSpeed(qint64 tokens);
+
+  // The layer's input activations from the session's calibration (for the layer view).
+  std::optional<widgets::LayerActivations> activationsFor(const QString& weightName) const;
+
+  const Session& session() const { return session_; }
+  QString sessionPath() const { return sessionPath_; }
+  void setSessionPath(const QString& path) { sessionPath_ = path; }  // tests, Save As
+  bool saveSessionNow(QString* error);                                  // synchronous
+  bool saveSessionAs(const QString& path, QString* error);
+  bool autosavePending() const { return autosave_.isActive(); }
+
+  // The default folder of the text corpora (datasets/text), for the calibrate dialog.
+  static QString datasetsTextDir();
+
+ signals:
+  void calibrationChanged();
+  void sensitivityChanged();
+  void runChanged(const QString& name);
+  void speedChanged();
+  void sessionSaved(const QString& path);
+  void message(const QString& text);  // status bar
+
+ private:
+  struct Prepared;  // what a job needs, copied for the worker thread
+  std::shared_ptr<const Prepared> prepare(bool needText) const;
+  void buildPages();
+  void markDirty();
+  void autosaveNow();
+  void showSession();
+  void applyRun(const QString& name, const AccumulationResult& r, bool finished);
+
+  JobRunner* jobs_;
+  std::shared_ptr<ModelFile> model_;
+  std::shared_ptr<Backend> backend_;
+  ModelGraph graph_;
+  std::string hash_;
+  QString modelPath_, textPath_;
+  qint64 textTokens_ = 4096;
+  Session session_;
+  QString sessionPath_;
+  QTimer autosave_;
+  int saving_ = 0;  // background saves in flight
+
+  QWidget* sensitivityPage_ = nullptr;
+  QWidget* runPage_ = nullptr;
+  widgets::SensitivityView* sensitivityView_ = nullptr;
+  widgets::PlanEditorView* planEditor_ = nullptr;
+  widgets::RunView* runView_ = nullptr;
+  QLabel* textLabel_ = nullptr;
+  QLineEdit* runName_ = nullptr;
+  QSpinBox* speedTokens_ = nullptr;
+};
+
+}  // namespace qs::app
