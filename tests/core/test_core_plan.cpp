@@ -231,7 +231,7 @@ class TestCorePlan : public QObject {
         {R"({"schema": "quantscope-plan", "version": 2, "entries": [{"layers": "x", "weight": "int4-g32-sym"}]})",
          "entries[0].weight", "group size"},
         {R"({"schema": "other", "version": 2})", "schema", "not a Quantscope plan"},
-        {R"([1, 2])", "", "object"},
+        {R"([1, 2])", "plan", "object"},
     };
     for (const auto& c : cases) {
       const Error e = badInputOf([&] { planFromJson(c.json, "case.json", nullptr); });
