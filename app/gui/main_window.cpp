@@ -43,6 +43,7 @@
 #include "app/gui/job_runner.h"
 #include "app/gui/workspace.h"
 #include "app/gui/export_dialog.h"
+#include "widgets/plan_editor_view.h"
 #include "app/labs/labs_panel.h"
 #include "core/analysis/layer_analysis.h"
 #include "widgets/layer_view.h"
