@@ -241,6 +241,9 @@ PlanEditorView::PlanEditorView(QWidget* parent) : QWidget(parent) {
 
 PlanEditorView::~PlanEditorView() {
   undo_->clear();  // the commands refer to the document: drop them first
+  // The table outlives this body (QWidget deletes children later) and may still ask the model
+  // for rows while it hides: detach the document before it goes.
+  model_->setDocument(nullptr);
 }
 
 void PlanEditorView::buildUi() {

@@ -348,6 +348,7 @@ void Workspace::runPlan(const QString& runName) {
     return;
   }
   if (!planEditor_->document()) return;
+  runName_->setText(name);  // Measure speed attaches to this run
   auto resolved = std::make_shared<ResolvedPlan>(planEditor_->document()->resolved());
   auto planJson = std::make_shared<std::string>(planToJson(*planEditor_->plan()));
   QPointer<Workspace> self(this);
