@@ -62,6 +62,7 @@ ParetoPlot::ParetoPlot(QWidget* parent) : QWidget(parent) {
   l->addWidget(speed_);
   auto click = [this](QCustomPlot* p, QCPGraph* g) {
     connect(p, &QCustomPlot::mousePress, this, [this, p, g](QMouseEvent* ev) {
+      if (g->dataCount() != int(points_.size())) return;  // a partial front: indices would not match
       const int i = nearest(p, g, ev->position());
       if (i >= 0) emit pointClicked(i);
     });
@@ -80,8 +81,10 @@ void ParetoPlot::setPoints(const std::vector<FrontPoint>& points, const QString&
     const double err = std::max(p.predictedError, 1e-12);  // log axis
     bx << p.bitsPerWeight;
     by << err;
-    sx << (std::isfinite(p.predictedSpeedup) ? p.predictedSpeedup : 0.0);
-    sy << err;
+    if (std::isfinite(p.predictedSpeedup)) {  // no speed table: that front stays empty
+      sx << p.predictedSpeedup;
+      sy << err;
+    }
     lo = std::min(lo, err);
     hi = std::max(hi, err);
   }
@@ -89,6 +92,8 @@ void ParetoPlot::setPoints(const std::vector<FrontPoint>& points, const QString&
   // (points come from the planner in increasing budget).
   sizeFront_->setData(bx, by, true);
   speedFront_->setData(sx, sy, true);
+  speed_->xAxis->setLabel(sx.isEmpty() ? tr("predicted speedup (×) — measure speed (Run tab) to see this front")
+                                       : tr("predicted speedup (×)"));
   for (QCustomPlot* p : {size_, speed_}) {
     p->yAxis->setLabel(errorLabel);
     if (hi > 0) p->yAxis->setRange(lo / 2, hi * 2);
