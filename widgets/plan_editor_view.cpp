@@ -268,11 +268,15 @@ void PlanEditorView::buildUi() {
   tool(redoAct, QStringLiteral("planRedo"));
   auto* openBtn = new QPushButton(tr("Open plan…"));
   auto* saveBtn = new QPushButton(tr("Save plan…"));
+  auto* compareBtn = new QPushButton(tr("Compare with…"));
+  compareBtn->setObjectName(QStringLiteral("planCompare"));
+  compareBtn->setToolTip(tr("Another plan beside this one: the layers that differ and both plans' figures"));
   auto* autoBtn = new QPushButton(tr("Auto (thresholds)"));
   autoBtn->setObjectName(QStringLiteral("planAutoThresholds"));
   autoBtn->setToolTip(tr("Normalised sensitivity < 0.1 → INT4, < 0.3 → INT8, else FP16 (needs a sensitivity run)"));
   bar->addWidget(openBtn);
   bar->addWidget(saveBtn);
+  bar->addWidget(compareBtn);
   bar->addWidget(autoBtn);
   bar->addStretch(1);
   totals_ = new QLabel;
@@ -358,6 +362,10 @@ void PlanEditorView::buildUi() {
       emit message(err);
   });
   connect(pattern_, &QLineEdit::returnPressed, applyBtn, &QPushButton::click);
+  connect(compareBtn, &QPushButton::clicked, this, [this] {
+    const QString p = QFileDialog::getOpenFileName(this, tr("Compare with plan"), {}, tr("Plans (*.json);;All files (*)"));
+    if (!p.isEmpty()) emit compareRequested(p);
+  });
   connect(autoBtn, &QPushButton::clicked, this, [this] {
     QString err;
     if (!autoPlanThresholds(&err)) emit message(err);

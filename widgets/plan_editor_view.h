@@ -78,6 +78,8 @@ class PlanEditorView : public QWidget {
  signals:
   void planChanged();
   void message(const QString& text);  // errors and notes for the status bar
+  // "Compare with…": the user picked another plan file to compare with this one.
+  void compareRequested(const QString& path);
 
  private:
   void buildUi();

@@ -31,6 +31,7 @@
 #include "core/tokenizer/tokenizer.h"
 #include "kernels/backend/backend.h"
 #include "kernels/common/error.h"
+#include "widgets/plan_compare_view.h"
 #include "widgets/plan_editor_view.h"
 #include "widgets/run_view.h"
 #include "widgets/sensitivity_view.h"
@@ -129,6 +130,7 @@ void Workspace::buildPages() {
 
   planEditor_ = new widgets::PlanEditorView;
   connect(planEditor_, &widgets::PlanEditorView::message, this, &Workspace::message);
+  connect(planEditor_, &widgets::PlanEditorView::compareRequested, this, [this](const QString& p) { comparePlanWith(p); });
   connect(planEditor_, &widgets::PlanEditorView::planChanged, this, [this] {
     if (planEditor_->plan() && model_) {
       session_.plans["current"] = planToJson(*planEditor_->plan());
@@ -459,6 +461,33 @@ void Workspace::measureSpeed(qint64 tokens) {
       emit self->speedChanged();
     };
   });
+}
+
+QWidget* Workspace::comparePlanWith(const QString& path) {
+  if (!model_ || !planEditor_->plan()) return nullptr;
+  Plan other;
+  try {
+    other = loadPlan(path.toStdString());
+  } catch (const Error& e) {
+    emit message(QString::fromStdString(e.what()));
+    return nullptr;
+  }
+  // A run of a plan: the session's run whose plan JSON is this plan's, if any.
+  auto runOf = [this](const Plan& p) -> std::optional<widgets::PlanRunFigures> {
+    const std::string j = planToJson(p);
+    for (const auto& [name, trace] : session_.runs)
+      if (trace.planJson == j) return widgets::PlanRunFigures{trace.result.kl, trace.result.perplexity, trace.result.top1Agreement};
+    return std::nullopt;
+  };
+  auto* view = new widgets::PlanCompareView;
+  view->setAttribute(Qt::WA_DeleteOnClose);
+  view->setWindowTitle(tr("Plans side by side — %1").arg(QFileInfo(path).fileName()));
+  view->resize(1100, 700);
+  std::shared_ptr<const SensitivityTable> sens;
+  if (session_.sensitivity) sens = std::make_shared<SensitivityTable>(*session_.sensitivity);
+  view->setPlans(graph_, *planEditor_->plan(), other, sens, runOf(*planEditor_->plan()), runOf(other));
+  view->show();
+  return view;
 }
 
 std::optional<widgets::LayerActivations> Workspace::activationsFor(const QString& weightName) const {

@@ -72,6 +72,10 @@ class Workspace : public QObject {
   void runPlan(const QString& runName);
   void measureSpeed(qint64 tokens);
 
+  // The plan being edited beside the plan in `path` (a non-modal window); nullptr (and a
+  // message) when the file cannot be read.
+  QWidget* comparePlanWith(const QString& path);
+
   // The layer's input activations from the session's calibration (for the layer view).
   std::optional<widgets::LayerActivations> activationsFor(const QString& weightName) const;
 

@@ -23,6 +23,7 @@
 #include "tests/test_util.h"
 #include "widgets/layer_view.h"
 #include "widgets/histogram_plot.h"
+#include "widgets/plan_compare_view.h"
 #include "widgets/plan_editor_view.h"
 #include "widgets/run_view.h"
 #include "widgets/sensitivity_view.h"
@@ -112,6 +113,17 @@ class TestWorkflow : public QObject {
       QCOMPARE(pe->table()->model()->index(0, 2).data().toString(), QStringLiteral("int8-sym"));
       pe->undoStack()->undo();
       QCOMPARE(pe->undoStack()->index(), before);
+      // Compare with a saved variant: the hand edit is the one difference.
+      QTemporaryDir plans;
+      const QString variant = plans.filePath(QStringLiteral("variant.json"));
+      QVERIFY(pe->setField({0}, qs::PlanField::Weight, QStringLiteral("int8-sym"), &err));
+      QVERIFY(pe->savePlanFile(variant, &err));
+      pe->undoStack()->undo();
+      auto* cmp = qobject_cast<qs::widgets::PlanCompareView*>(ws->comparePlanWith(variant));
+      QVERIFY(cmp);
+      QCOMPARE(cmp->differingLayers(), 1);
+      shot(cmp, "workflow_plan_compare.png");
+      cmp->close();
       shot(&w, "workflow_plan.png");
 
       // Run the plan: error per block, KL, perplexity, top-1; then its speed.

@@ -16,7 +16,10 @@
 #include "core/plan/plan_editor.h"
 #include "tests/test_util.h"
 #include "widgets/pareto_plot.h"
+#include "widgets/plan_compare_view.h"
 #include "widgets/plan_editor_view.h"
+#include "core/plan/planner.h"
+#include <QTableWidget>
 
 using namespace qs;
 using qs::widgets::PlanEditorView;
@@ -121,6 +124,7 @@ class TestPlanEditor : public QObject {
     QVERIFY(err.contains(QStringLiteral("missing.json")));
   }
 
+  void compareTwoPlans();
   void budgetSliderAndPareto() {
     PlanEditorView v;
     v.resize(1300, 800);
@@ -166,6 +170,30 @@ class TestPlanEditor : public QObject {
     QVERIFY(v.grab().save(QS_BINARY_DIR "/screenshots/plan_editor.png"));
   }
 };
+
+void TestPlanEditor::compareTwoPlans() {
+  // Two plans differing in the mlp.down layers and one attention layer.
+  Plan a = planFromFormats(graph_, std::vector<QuantFormat>(planLayers(graph_).size(), parseQuantFormat("int8-ch-sym")));
+  a.name = "int8";
+  Plan b = a;
+  b.name = "mixed";
+  b.entries.push_back({{"blocks.*.mlp.down"}, splitFormat(parseQuantFormat("int4-ch-sym"))});
+  b.entries.push_back({{"blocks.0.attn.q"}, splitFormat(parseQuantFormat("int4-g32-sym"))});
+  qs::widgets::PlanCompareView v;
+  v.resize(1000, 600);
+  v.show();
+  qs::widgets::PlanRunFigures run{0.01, 4.8, 0.97};
+  v.setPlans(graph_, a, b, syntheticSensitivity(graph_), run, std::nullopt);
+  QCOMPARE(v.layerCount(), int(planLayers(graph_).size()));
+  QCOMPARE(v.differingLayers(), int(graph_.blocks.size()) + 1);
+  QVERIFY2(v.totalsText().contains(QStringLiteral("measured KL 0.01")), qPrintable(v.totalsText()));
+  v.setOnlyDifferences(true);
+  int shown = 0;
+  for (int r = 0; r < v.table()->rowCount(); ++r) shown += !v.table()->isRowHidden(r);
+  QCOMPARE(shown, v.differingLayers());
+  QTest::qWait(100);
+  QVERIFY(v.grab().save(QS_BINARY_DIR "/screenshots/plan_compare.png"));
+}
 
 QTEST_MAIN(TestPlanEditor)
 #include "test_plan_editor.moc"
