@@ -16,6 +16,7 @@
 #include <cmath>
 #include <fstream>
 #include <sstream>
+#include <unordered_map>
 
 #include "app/gui/job_runner.h"
 #include "core/analysis/accumulate.h"
@@ -325,17 +326,19 @@ void Workspace::runSensitivity() {
   });
 }
 
-// The plan being edited as a format per runtime linear layer (a tied head is not a plan layer:
-// it stays unquantized, as in every plan).
-static LayerFormats planFormats(const Runtime& rt, const ResolvedPlan& plan) {
+// The plan being edited as a format per layer of `layers` (runtime / speed-job order: allLinears
+// plus a tied head, which is no plan layer and stays unquantized, as in every plan).
+static std::vector<std::optional<QuantFormat>> planFormats(const std::vector<LayerRef>& layers,
+                                                          const ResolvedPlan& plan) {
   if (!plan.valid())
     throw Error(ErrorKind::BadInput, plan.problems[0].message, "plan", plan.problems[0].field);
   requireRtnOnly(plan, "the GUI's run");
-  LayerFormats out;
-  out.formats.assign(rt.linears().size(), std::nullopt);
-  for (size_t i = 0; i < rt.linears().size(); ++i)
-    for (const LayerAssignment& a : plan.layers)
-      if (a.weightName == rt.linears()[i]->weightName && a.format.weight.kind != QuantKind::F32) out.formats[i] = a.format;
+  std::unordered_map<std::string, const QuantFormat*> byWeight;
+  for (const LayerAssignment& a : plan.layers)
+    if (a.format.weight.kind != QuantKind::F32) byWeight[a.weightName] = &a.format;
+  std::vector<std::optional<QuantFormat>> out(layers.size());
+  for (size_t i = 0; i < layers.size(); ++i)
+    if (auto it = byWeight.find(layers[i].weightName); it != byWeight.end()) out[i] = *it->second;
   return out;
 }
 
@@ -360,7 +363,8 @@ void Workspace::runPlan(const QString& runName) {
     ctx.progress(0, "tokenizing");
     const std::vector<int32_t> ids = p->tokenize(&bos);
     Runtime rt(*p->model, p->graph, *p->backend, {}, &ctx);
-    const LayerFormats formats = planFormats(rt, *resolved);
+    LayerFormats formats;
+    formats.formats = planFormats(runtimeLayerRefs(rt), *resolved);
     AccumulationOptions o;
     o.eval = p->eval(bos);
     auto last = std::make_shared<Clock::time_point>(Clock::now() - kLiveInterval);
@@ -421,17 +425,13 @@ void Workspace::measureSpeed(qint64 tokens) {
     return;
   }
   if (!planEditor_->document()) return;
-  const ResolvedPlan resolved = planEditor_->document()->resolved();
-  if (!resolved.valid()) {
-    emit message(tr("The plan has problems: %1").arg(QString::fromStdString(resolved.problems[0].message)));
+  std::vector<std::optional<QuantFormat>> plan;
+  try {
+    plan = planFormats(speedLayers(graph_), planEditor_->document()->resolved());
+  } catch (const Error& e) {
+    emit message(tr("The plan cannot run: %1").arg(QString::fromStdString(e.what())));
     return;
   }
-  // The plan per speed layer (speedLayers = the runtime's list: allLinears + a tied head).
-  const std::vector<LayerRef> layers = speedLayers(graph_);
-  std::vector<std::optional<QuantFormat>> plan(layers.size());
-  for (size_t i = 0; i < layers.size(); ++i)
-    for (const LayerAssignment& a : resolved.layers)
-      if (a.weightName == layers[i].weightName && a.format.weight.kind != QuantKind::F32) plan[i] = a.format;
   const QString name = runName_->text().trimmed().isEmpty() ? QStringLiteral("plan") : runName_->text().trimmed();
   QPointer<Workspace> self(this);
   jobs_->submit(QStringLiteral("speed"), tr("Measuring speed"), [p, self, plan, tokens, name](const JobContext& ctx) -> std::function<void()> {
