@@ -1,16 +1,24 @@
-// quantscope-cli accumulate MODEL (--format F | --plan PLAN.json) [--name NAME] [--stream]
+// quantscope-cli accumulate MODEL (--format F [--method M] [--smooth-alpha A] | --plan PLAN.json)
+//                                 [--calib-text FILE] [--calib-tokens N] [--name NAME] [--stream]
 //                                 [--session FILE] [--text FILE] [--tokens N] [--ctx C] [--json]
 // Runs the model with a per-layer format assignment against the unquantised reference: per
 // block the relative L2 error and cosine similarity of the residual stream, at the end KL,
 // perplexity and top-1 agreement. --stream prints one JSON line per block of every batch and
 // per finished batch as they come. The plan and the run are stored in the session.
+// --plan takes a Quantscope plan (quantscope-cli plan …: formats, rounding method and
+// smooth_alpha per layer) or a JSON map weight name → format. Layers rounded with GPTQ / AWQ /
+// SmoothQuant are calibrated on --calib-text, or else on the text's tokens after the evaluated
+// ones.
 #include <chrono>
 #include <filesystem>
+#include <map>
 
 #include "app/cli/analysis_support.h"
 #include "app/cli/text_table.h"
 #include "core/analysis/accumulate.h"
 #include "core/io/json_guard.h"
+#include "core/plan/model_hash.h"
+#include "core/plan/plan.h"
 
 namespace qs::cli {
 
@@ -25,8 +33,10 @@ std::string num(double v, int prec = 4) {
 
 void registerAccumulate(CLI::App& app, CliContext& ctx) {
   struct Args : AnalysisArgs {
-    std::string format, plan, name;
-    bool stream = false, fakeQuant = false;
+    std::string format, plan, name, method = "rtn", calibText;
+    double smoothAlpha = -1, damp = 0.01;
+    int64_t calibTokens = 2048;
+    bool stream = false, fakeQuant = false, allowOtherModel = false;
   };
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand(
@@ -39,6 +49,20 @@ void registerAccumulate(CLI::App& app, CliContext& ctx) {
                                "JSON object {\"weight name\": \"format\", \"*\": \"format for the rest\"}");
   fmt->excludes(plan);
   plan->excludes(fmt);
+  cmd->add_option("--method", a->method, "With --format: rtn, gptq or awq for every layer")
+      ->check(CLI::IsMember({"rtn", "gptq", "awq"}))
+      ->excludes(plan);
+  cmd->add_option("--smooth-alpha", a->smoothAlpha,
+                  "With --format: SmoothQuant alpha for formats with quantized activations")
+      ->check(CLI::Range(0.0, 1.0))
+      ->excludes(plan);
+  cmd->add_option("--calib-text", a->calibText,
+                  "Text to calibrate GPTQ / AWQ / SmoothQuant on (default: the tokens of --text after the evaluated ones)");
+  cmd->add_option("--calib-tokens", a->calibTokens, "Calibration tokens for GPTQ / AWQ / SmoothQuant at most (default 2048)")
+      ->check(CLI::Range(int64_t(16), int64_t(1) << 24));
+  cmd->add_option("--damp", a->damp, "GPTQ damping: fraction of mean(diag H) added to the diagonal")
+      ->check(CLI::Range(0.0, 10.0));
+  cmd->add_flag("--allow-other-model", a->allowOtherModel, "Accept a plan made for a model with another hash");
   cmd->add_option("--name", a->name, "Name of the run in the session (default: the format or the plan file's name)");
   cmd->add_flag("--stream", a->stream, "Print a JSON line per block and per batch as they finish");
   cmd->add_flag("--fake-quant", a->fakeQuant,
@@ -50,6 +74,7 @@ void registerAccumulate(CLI::App& app, CliContext& ctx) {
     AnalysisSetup s = setUpAnalysis(ctx, *a, progress);
     Runtime& rt = *s.run.runtime;
     LayerFormats plan;
+    std::string planText;  // what the session stores
     if (!a->format.empty()) {
       QuantFormat f;
       try {
@@ -58,9 +83,24 @@ void registerAccumulate(CLI::App& app, CliContext& ctx) {
         throw Error(ErrorKind::BadInput, e.message(), {}, "--format");
       }
       plan = uniformAssignment(rt, f);
+      plan.rounding.assign(plan.formats.size(), {parseRoundingMethod(a->method), a->smoothAlpha});
     } else {
       const std::string text = readTextFile(a->plan);
-      plan = assignmentFromJson(rt, parseJsonGuarded(a->plan, "plan", text), a->plan);
+      const auto j = parseJsonGuarded(a->plan, "plan", text);
+      if (j.is_object() && (j.contains("schema") || j.contains("quantscope_plan"))) {  // a Quantscope plan
+        PlanReadInfo info;
+        const Plan p = planFromJson(text, a->plan, &info);
+        for (const auto& n : info.notes) ctx.err << a->plan << ": " << n << '\n';
+        ResolveOptions ro;
+        ro.source = a->plan;
+        ro.modelName = modelIdentity(*s.run.model.file, s.run.model.graph).name;
+        ro.modelHash = sampledModelHash(*s.run.model.file);
+        ro.allowOtherModel = a->allowOtherModel;
+        plan = layerFormatsFromPlan(rt, resolvePlanStrict(p, s.run.model.graph, ro));
+        planText = planToJson(p);
+      } else {
+        plan = assignmentFromJson(rt, j, a->plan);
+      }
     }
     const std::string name = !a->name.empty() ? a->name
                              : !a->format.empty() ? a->format
@@ -76,6 +116,20 @@ void registerAccumulate(CLI::App& app, CliContext& ctx) {
     AccumulationOptions o;
     o.eval = s.eval;
     o.mode = a->fakeQuant ? LinearMode::FakeQuant : LinearMode::Kernel;
+    std::vector<int32_t> calibIds;
+    if (plan.needsRounding()) {
+      if (!a->calibText.empty()) {
+        calibIds = s.run.model.tokenizer->encode(readTextFile(a->calibText), {});
+        if (int64_t(calibIds.size()) > a->calibTokens) calibIds.resize(size_t(a->calibTokens));
+        o.rounding.calibration = calibIds;
+      } else {
+        o.rounding.calibration = calibrationAfterEvaluation(s.tokens, s.eval, rt.maxSeq(), a->calibTokens);
+      }
+      o.rounding.gptq = &ctx.backend().gptq();
+      o.rounding.options.bos = s.eval.bos;
+      o.rounding.options.context = std::min<int64_t>(s.eval.context > 0 ? s.eval.context : 512, rt.maxSeq());
+      o.rounding.options.gptq.damping = a->damp;
+    }
     JobContext job = progressContext(progress);
     AccumulationCallback onUpdate;
     if (a->stream)
@@ -100,9 +154,10 @@ void registerAccumulate(CLI::App& app, CliContext& ctx) {
     const AccumulationResult r = runAccumulation(rt, s.tokens, plan, calib, o, job, onUpdate);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const nlohmann::ordered_json planJson = assignmentToJson(rt, plan);
+    if (planText.empty()) planText = planJson.dump(2);
     if (s.session) {
-      s.session->plans[name] = planJson.dump(2);
-      s.session->runs[name] = RunTrace{planJson.dump(2), r};
+      s.session->plans[name] = planText;
+      s.session->runs[name] = RunTrace{planText, r};
     }
     saveIfSession(*a, s);
 
@@ -119,6 +174,17 @@ void registerAccumulate(CLI::App& app, CliContext& ctx) {
       j["skipped"] = plan.skipped;
       j["mode"] = a->fakeQuant ? "fake-quant" : "kernel";
       j["layer_kernels"] = r.layerKernels;
+      j["layer_methods"] = r.layerMethods;
+      if (r.rounding) {
+        j["rounding"] = {{"calibration_tokens", r.rounding->calibTokens},
+                         {"calibration_windows", r.rounding->calibWindows},
+                         {"gram_bytes_peak", r.rounding->gramBytesPeak},
+                         {"seconds", r.rounding->seconds}};
+        auto notes = nlohmann::ordered_json::array();
+        for (const auto& l : r.rounding->layers)
+          if (!l.note.empty()) notes.push_back(l.name + ": " + l.note);
+        j["rounding"]["notes"] = notes;
+      }
       auto blocks = nlohmann::ordered_json::array();
       for (size_t b = 0; b < r.blocks.size(); ++b)
         blocks.push_back({{"block", b}, {"rel_l2", jsonNumber(r.blocks[b].relL2)}, {"cosine", jsonNumber(r.blocks[b].cosine)}});
@@ -139,6 +205,18 @@ void registerAccumulate(CLI::App& app, CliContext& ctx) {
     }
     ctx.out << "run '" << name << "': " << r.protocol << "\n"
             << "text: " << s.textSource << "\n";
+    if (r.rounding) {
+      std::map<std::string, int> methods;
+      for (const auto& m : r.layerMethods)
+        if (!m.empty()) ++methods[m];
+      ctx.out << "rounding:";
+      for (const auto& [m, n] : methods) ctx.out << " " << n << "× " << m;
+      ctx.out << "; calibrated on " << r.rounding->calibTokens << " tokens ("
+              << (a->calibText.empty() ? "the text after the evaluated tokens" : a->calibText) << ") in "
+              << num(r.rounding->seconds, 3) << " s, Gram matrices " << r.rounding->gramBytesPeak << " bytes at most\n";
+      for (const auto& l : r.rounding->layers)
+        if (!l.note.empty()) ctx.out << "  " << l.name << ": " << l.note << "\n";
+    }
     TextTable t({"block", "relative L2", "cosine"}, {true, true, true});
     for (size_t b = 0; b < r.blocks.size(); ++b)
       t.addRow({std::to_string(b), num(r.blocks[b].relL2), num(r.blocks[b].cosine, 6)});

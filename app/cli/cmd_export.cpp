@@ -1,11 +1,13 @@
 // quantscope-cli export MODEL --plan PLAN --to gguf|safetensors|hdf5 -o OUT [--force] [--nearest]
 //                         [--dry-run] [--calib-text FILE [--calib-tokens N]] [--tokenizer T] [--json]
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "app/cli/commands.h"
 #include "app/cli/run_support.h"
 #include "core/export/model_export.h"
 #include "core/plan/model_hash.h"
+#include "core/rounding/quantize_model.h"
 #include "kernels/common/error.h"
 #include "kernels/ops/cpu_transformer_ops.h"
 
@@ -28,7 +30,8 @@ void registerModelExport(CLI::App& app, CliContext& ctx) {
                 "Map plan layers the target cannot express to the nearest type it has (a warning each) instead of refusing");
   cmd->add_flag("--dry-run", a->dryRun, "Print what would be written and the warnings; write nothing");
   cmd->add_option("--calib-text", a->calibText,
-                  "Text to calibrate activations on (statistics in the HDF5 archive, static scales in safetensors)");
+                  "Text to calibrate on: GPTQ / AWQ / SmoothQuant layers of the plan (needed then), statistics in the "
+                  "HDF5 archive, static scales in safetensors");
   cmd->add_option("--calib-tokens", a->calibTokens, "Calibration tokens at most (default 512)")->check(CLI::PositiveNumber);
   cmd->add_option("--tokenizer", a->tokenizer, "Tokenizer file (default: the model's own, or one next to it)");
   cmd->add_flag("--allow-other-model", a->allowOtherModel, "Accept a plan made for a model with another hash");
@@ -68,7 +71,27 @@ void registerModelExport(CLI::App& app, CliContext& ctx) {
       o.calibration = &calib;
     }
 
-    const ExportSource src{*m.file, m.graph, m.tokenizer.get(), plan, resolved};
+    // GPTQ / AWQ / SmoothQuant layers: calibrate and round on the calibration text first; the
+    // export writes what that produced (core/rounding/rounded_tensors.h).
+    std::optional<QuantizeReport> rounding;
+    if (needsRounding(resolved) && !a->dryRun) {
+      if (a->calibText.empty())
+        throwBadInput(a->plan, "method",
+                      "the plan rounds layers with GPTQ, AWQ or SmoothQuant: give the text to calibrate them on "
+                      "(--calib-text FILE)");
+      if (!m.tokenizer) throwBadInput(a->model, "tokenizer", "calibration needs a tokenizer (--tokenizer)");
+      std::vector<int32_t> ids = m.tokenizer->encode(readTextFile(a->calibText), {});
+      if (int64_t(ids.size()) > a->calibTokens) ids.resize(size_t(a->calibTokens));
+      Runtime rt(*m.file, m.graph, ctx.backend(), {}, &job);
+      QuantizeOptions qo;
+      qo.bos = m.tokenizer->bos() >= 0 ? m.tokenizer->bos() : m.tokenizer->eos();
+      qo.context = std::min<int64_t>(256, rt.maxSeq());
+      rounding = quantizeModel(rt, ctx.backend().gptq(), quantizationPlan(rt, resolved), ids, qo, &job);
+      for (const auto& l : rounding->layers)
+        if (!l.note.empty()) ctx.err << "note: " << l.name << ": " << l.note << '\n';
+    }
+    const ExportSource src{*m.file, m.graph, m.tokenizer.get(), plan, resolved,
+                           rounding ? &rounding->rounded : nullptr};
     ModelExportResult r;
     if (a->dryRun) r.preview = previewModelExport(src, a->out, o);
     else r = exportModel(src, a->out, o, &job);

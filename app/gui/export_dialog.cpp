@@ -14,6 +14,8 @@
 #include <QTextBrowser>
 #include <QVBoxLayout>
 
+#include <optional>
+
 #include "app/gui/job_runner.h"
 #include "core/analysis/calibrate.h"
 #include "core/io/atomic_file.h"
@@ -22,6 +24,8 @@
 #include "core/model/model_graph.h"
 #include "core/plan/plan.h"
 #include "core/plan/plan_export.h"
+#include "core/rounding/quantize_model.h"
+#include "kernels/backend/backend.h"
 #include "core/runtime/loaded_model.h"
 #include "kernels/common/error.h"
 
@@ -41,7 +45,15 @@ struct ExportDialog::State {
   std::shared_ptr<Tokenizer> tokenizer;
   std::shared_ptr<CalibrationStats> calibration;  // the session's calibration, as export takes it
   QString modelPath;
+  std::shared_ptr<Backend> roundingBackend;  // GPTQ / AWQ / SmoothQuant layers (setRounding)
+  std::function<std::vector<int32_t>(int32_t*)> roundingTokens;
 };
+
+void ExportDialog::setRounding(std::shared_ptr<Backend> backend,
+                               std::function<std::vector<int32_t>(int32_t* bos)> calibrationTokens) {
+  s_->roundingBackend = std::move(backend);
+  s_->roundingTokens = std::move(calibrationTokens);
+}
 
 ExportDialog::ExportDialog(JobRunner* jobs, std::shared_ptr<const ModelFile> model, const ModelGraph& graph,
                            const Plan& plan, const CalibrationResult* calibration, const QString& modelPath,
@@ -229,6 +241,8 @@ bool ExportDialog::exportNow() {
   auto plan = std::make_shared<Plan>(s_->plan);
   auto resolved = std::make_shared<ResolvedPlan>(s_->resolved);
   auto tok = s_->tokenizer;
+  auto roundingBackend = s_->roundingBackend;
+  auto roundingTokens = s_->roundingTokens;
   QPointer<ExportDialog> self(this);
   // The job owns copies of everything it reads: closing the dialog does not stop it.
   const QString title = tr("Exporting %1").arg(QFileInfo(out).fileName());
@@ -244,7 +258,23 @@ bool ExportDialog::exportNow() {
                 [=](const JobContext& ctx) -> std::function<void()> {
                   ModelExportOptions opt = o;
                   opt.calibration = calib.get();
-                  const ExportSource src{*model, *graph, tok.get(), *plan, *resolved};
+                  // GPTQ / AWQ / SmoothQuant: round on the calibration tokens first, then write that.
+                  std::optional<QuantizeReport> rounding;
+                  if (needsRounding(*resolved)) {
+                    if (!roundingBackend || !roundingTokens)
+                      throw Error(ErrorKind::BadInput, "the plan rounds layers with GPTQ, AWQ or SmoothQuant and no "
+                                                       "calibration text is set (Sensitivity tab)", opt.planSource, "method");
+                    int32_t bos = -1;
+                    ctx.progress(0, "tokenizing the calibration text");
+                    const std::vector<int32_t> ids = roundingTokens(&bos);
+                    Runtime rt(*model, *graph, *roundingBackend, {}, &ctx);
+                    QuantizeOptions qo;
+                    qo.bos = bos;
+                    qo.context = std::min<int64_t>(256, rt.maxSeq());
+                    rounding = quantizeModel(rt, roundingBackend->gptq(), quantizationPlan(rt, *resolved), ids, qo, &ctx);
+                  }
+                  const ExportSource src{*model, *graph, tok.get(), *plan, *resolved,
+                                         rounding ? &rounding->rounded : nullptr};
                   const ModelExportResult r = exportModel(src, out.toStdString(), opt, &ctx);
                   const uint64_t bytes = r.bytes;
                   return [self, out, bytes] {

@@ -6,6 +6,7 @@
 // refused or mapped to the nearest type. Weights are written as a job with progress and Cancel;
 // every write is atomic (temporary file, then rename), an existing file needs "Overwrite".
 #include <QDialog>
+#include <functional>
 #include <memory>
 
 class QCheckBox;
@@ -20,6 +21,7 @@ class ModelFile;
 struct ModelGraph;
 struct Plan;
 struct ResolvedPlan;
+class Backend;
 struct CalibrationResult;
 }  // namespace qs
 
@@ -45,6 +47,11 @@ class ExportDialog : public QDialog {
   bool canWrite() const { return canWrite_; }
   // Writes (plan targets at once, weights as a job). False (and the reason shown) when refused.
   bool exportNow();
+  // For plans with GPTQ / AWQ / SmoothQuant layers: the backend the export job rounds them on and
+  // the calibration tokens (made inside the job; Workspace::roundingSource). Without it such a
+  // plan's weight export fails with a message.
+  void setRounding(std::shared_ptr<Backend> backend,
+                   std::function<std::vector<int32_t>(int32_t* bos)> calibrationTokens);
 
  signals:
   void exported(const QString& path);

@@ -315,6 +315,12 @@ ExportDialog* MainWindow::openExportDialog() {
   auto* d = new ExportDialog(jobs_, model_, *workspace_->graph(), *workspace_->planEditor()->plan(),
                              s.calibration ? &*s.calibration : nullptr, modelPath_, this);
   d->setAttribute(Qt::WA_DeleteOnClose);
+  try {  // GPTQ / AWQ / SmoothQuant layers are rounded on the evaluation text's spare tokens
+    Workspace::RoundingSource rs = workspace_->roundingSource();
+    d->setRounding(rs.backend, rs.calibrationTokens);
+  } catch (const Error&) {
+    // no backend or text yet: a plan that needs rounding says so when exported
+  }
   connect(d, &ExportDialog::exported, this, [this](const QString& p) { statusBar()->showMessage(tr("Exported %1").arg(p), 10000); });
   d->open();
   return d;

@@ -43,6 +43,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 // Partial results reach the GUI at most this often (the views redraw whole plots).
 constexpr auto kLiveInterval = std::chrono::milliseconds(250);
+// Calibration tokens for plans with GPTQ / AWQ / SmoothQuant layers (run and export jobs).
+constexpr int64_t kRoundingCalibrationTokens = 2048;
 
 std::string readText(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -328,11 +330,11 @@ void Workspace::runSensitivity() {
 
 // The plan being edited as a format per layer of `layers` (runtime / speed-job order: allLinears
 // plus a tied head, which is no plan layer and stays unquantized, as in every plan).
+// (The rounding method does not change which kernel runs a layer: the speed job ignores it.)
 static std::vector<std::optional<QuantFormat>> planFormats(const std::vector<LayerRef>& layers,
                                                           const ResolvedPlan& plan) {
   if (!plan.valid())
     throw Error(ErrorKind::BadInput, plan.problems[0].message, "plan", plan.problems[0].field);
-  requireRtnOnly(plan, "the GUI's run");
   std::unordered_map<std::string, const QuantFormat*> byWeight;
   for (const LayerAssignment& a : plan.layers)
     if (a.format.weight.kind != QuantKind::F32) byWeight[a.weightName] = &a.format;
@@ -340,6 +342,20 @@ static std::vector<std::optional<QuantFormat>> planFormats(const std::vector<Lay
   for (size_t i = 0; i < layers.size(); ++i)
     if (auto it = byWeight.find(layers[i].weightName); it != byWeight.end()) out[i] = *it->second;
   return out;
+}
+
+Workspace::RoundingSource Workspace::roundingSource() const {
+  std::shared_ptr<const Prepared> p = prepare(true);
+  RoundingSource r;
+  r.backend = p->backend;
+  r.calibrationTokens = [p](int32_t* bos) {
+    const std::vector<int32_t> ids = p->tokenize(bos);
+    const ModelConfig& c = p->model->config();
+    const int64_t maxSeq = c.maxSeqLen > 0 ? std::min<int64_t>(c.maxSeqLen, 4096) : 4096;
+    const auto cal = calibrationAfterEvaluation(ids, p->eval(*bos), maxSeq, kRoundingCalibrationTokens);
+    return std::vector<int32_t>(cal.begin(), cal.end());
+  };
+  return r;
 }
 
 void Workspace::runPlan(const QString& runName) {
@@ -363,10 +379,15 @@ void Workspace::runPlan(const QString& runName) {
     ctx.progress(0, "tokenizing");
     const std::vector<int32_t> ids = p->tokenize(&bos);
     Runtime rt(*p->model, p->graph, *p->backend, {}, &ctx);
-    LayerFormats formats;
-    formats.formats = planFormats(runtimeLayerRefs(rt), *resolved);
+    const LayerFormats formats = layerFormatsFromPlan(rt, *resolved);
     AccumulationOptions o;
     o.eval = p->eval(bos);
+    if (formats.needsRounding()) {  // GPTQ / AWQ / SmoothQuant: calibrated on the text after the evaluated part
+      o.rounding.calibration = calibrationAfterEvaluation(ids, o.eval, rt.maxSeq(), kRoundingCalibrationTokens);
+      o.rounding.gptq = &p->backend->gptq();
+      o.rounding.options.bos = bos;
+      o.rounding.options.context = std::min<int64_t>(256, rt.maxSeq());
+    }
     auto last = std::make_shared<Clock::time_point>(Clock::now() - kLiveInterval);
     auto r = std::make_shared<AccumulationResult>(runAccumulation(
         rt, ids, formats, p->calibration.get(), o, ctx,

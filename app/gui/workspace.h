@@ -14,6 +14,7 @@
 #include <QPointer>
 #include <QString>
 #include <QTimer>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -75,6 +76,16 @@ class Workspace : public QObject {
   // The plan being edited beside the plan in `path` (a non-modal window); nullptr (and a
   // message) when the file cannot be read.
   QWidget* comparePlanWith(const QString& path);
+
+  // What exporting a plan with GPTQ / AWQ / SmoothQuant layers needs to round them off the GUI
+  // thread: the compute backend and the calibration tokens — the evaluation text's tokens after
+  // the evaluated ones, as the run job uses (tokenized inside the job). BadInput (message) when
+  // no model or text is ready.
+  struct RoundingSource {
+    std::shared_ptr<Backend> backend;
+    std::function<std::vector<int32_t>(int32_t* bos)> calibrationTokens;
+  };
+  RoundingSource roundingSource() const;
 
   // The layer's input activations from the session's calibration (for the layer view).
   std::optional<widgets::LayerActivations> activationsFor(const QString& weightName) const;

@@ -1,6 +1,8 @@
 #include "core/analysis/accumulate.h"
 
 #include <cmath>
+#include <cstdio>
+#include <unordered_map>
 
 #include "core/analysis/layer_format.h"
 #include "core/analysis/reference_pass.h"
@@ -109,6 +111,47 @@ nlohmann::ordered_json assignmentToJson(const Runtime& rt, const LayerFormats& a
   return j;
 }
 
+LayerFormats layerFormatsFromPlan(const Runtime& rt, const ResolvedPlan& plan) {
+  if (!plan.valid())
+    throw Error(ErrorKind::BadInput, plan.problems[0].message, "plan", plan.problems[0].field);
+  const size_t L = rt.linears().size();
+  LayerFormats f;
+  f.formats.resize(L);
+  f.rounding.resize(L);
+  std::unordered_map<std::string, const LayerAssignment*> byWeight;
+  for (const LayerAssignment& a : plan.layers) byWeight[a.weightName] = &a;
+  for (size_t i = 0; i < L; ++i) {
+    const auto it = byWeight.find(rt.linears()[i]->weightName);
+    if (it == byWeight.end()) continue;
+    const LayerAssignment& a = *it->second;
+    const bool f32 = a.format.weight.kind == QuantKind::F32 && a.format.act.kind == QuantKind::F32;
+    if (!f32) f.formats[i] = a.format;
+    f.rounding[i].method = a.method;
+    f.rounding[i].smoothAlpha = a.smoothAlpha ? *a.smoothAlpha : -1.0;
+  }
+  return f;
+}
+
+std::span<const int32_t> calibrationAfterEvaluation(std::span<const int32_t> text,
+                                                    const EvalOptions& eval, int64_t maxSeq,
+                                                    int64_t maxTokens) {
+  const int64_t used = makeEvalWindows(text, eval, maxSeq).textTokens;
+  const int64_t left = int64_t(text.size()) - used;
+  if (left < 16)
+    throw Error(ErrorKind::BadInput,
+                "the text has " + std::to_string(text.size()) + " tokens and the evaluation uses " +
+                    std::to_string(used) + ": none left to calibrate GPTQ / AWQ / SmoothQuant on "
+                    "(use fewer evaluation tokens or a longer text)",
+                {}, "calibration");
+  return text.subspan(size_t(used), size_t(std::min(left, maxTokens)));
+}
+
+bool LayerFormats::needsRounding() const {
+  for (size_t i = 0; i < rounding.size() && i < formats.size(); ++i)
+    if (formats[i] && (rounding[i].method != QuantMethod::Rtn || rounding[i].smoothAlpha >= 0)) return true;
+  return false;
+}
+
 AccumulationResult runAccumulation(Runtime& rt, std::span<const int32_t> text,
                                    const LayerFormats& plan, const CalibrationResult* calibration,
                                    const AccumulationOptions& options, const JobContext& ctx,
@@ -129,6 +172,29 @@ AccumulationResult runAccumulation(Runtime& rt, std::span<const int32_t> text,
                       "' needs a static activation scale from a calibration of this model",
                   {}, linearAt(rt, i).weightName);
   }
+  if (!plan.rounding.empty() && plan.rounding.size() != L)
+    throw Error(ErrorKind::Internal, "the plan's rounding methods do not cover its layers");
+  const bool rounding = plan.needsRounding();
+  QuantizationPlan qplan(L);
+  if (rounding) {
+    for (size_t i = 0; i < L; ++i) {
+      qplan[i].format = plan.formats[i];
+      qplan[i].method = plan.rounding[i].method;
+      qplan[i].smoothAlpha = plan.rounding[i].smoothAlpha;
+      if (plan.formats[i] && plan.formats[i]->act.scaling == ActScaling::PerTensorStatic)
+        throw Error(ErrorKind::Unsupported,
+                    "format '" + formatToString(*plan.formats[i]) +
+                        "': static activation scales together with GPTQ / AWQ / SmoothQuant layers in one plan "
+                        "are not supported; use a per-token (-tok) format",
+                    {}, linearAt(rt, i).weightName);
+    }
+    if (!options.rounding.gptq)
+      throw Error(ErrorKind::Internal, "accumulation: rounding asked for without the backend's GPTQ op-set");
+    if (options.rounding.calibration.empty())
+      throw Error(ErrorKind::BadInput,
+                  "the plan rounds layers with GPTQ, AWQ or SmoothQuant: that needs calibration text", {},
+                  "calibration");
+  }
   const EvalWindows ew = makeEvalWindows(text, options.eval, rt.maxSeq());
   AccumulationResult r;
   r.tokens = ew.textTokens;
@@ -136,19 +202,47 @@ AccumulationResult runAccumulation(Runtime& rt, std::span<const int32_t> text,
   r.context = ew.context;
   r.protocol = ew.protocol + "; block errors over the text-token positions" +
                (ew.bos ? " (BOS position left out)" : "");
-  for (size_t i = 0; i < L; ++i)
+  for (size_t i = 0; i < L; ++i) {
     r.layerFormats.push_back(plan.formats[i] ? formatToString(*plan.formats[i]) : std::string());
+    std::string m;
+    if (plan.formats[i]) {
+      const LayerFormats::Rounding ro = i < plan.rounding.size() ? plan.rounding[i] : LayerFormats::Rounding{};
+      m = std::string(quantMethodName(ro.method));
+      if (ro.smoothAlpha >= 0) {
+        char a[32];
+        std::snprintf(a, sizeof a, "+smooth %.2f", ro.smoothAlpha);
+        m += a;
+      }
+    }
+    r.layerMethods.push_back(m);
+  }
 
   ScopedPlanReset restore(rt);
   clearAllLayerFormats(rt);  // the reference is the unquantised model
   const ReferencePass ref = runReferencePass(rt, ew, ctx, 0.0, 0.5);
   r.basePerplexity = ref.perplexity;
 
-  // Every assigned layer in its format, once.
-  for (size_t i = 0; i < L; ++i) {
-    if (!plan.formats[i]) continue;
-    ctx.checkCancelled();
-    applyLayerFormat(rt, int(i), *plan.formats[i], calibration, options.mode);
+  if (rounding) {
+    // GPTQ / AWQ / SmoothQuant: calibrate and round (every planned layer then runs in its format).
+    QuantizeOptions qo = options.rounding.options;
+    qo.mode = options.mode;
+    JobContext sub;
+    sub.cancelFlag = ctx.cancelFlag;
+    sub.onProgress = [&ctx](double f, std::string_view what) { ctx.progress(0.5 + 0.1 * f, what); };
+    r.rounding = quantizeModel(rt, *options.rounding.gptq, qplan, options.rounding.calibration, qo, &sub);
+    for (const LayerReport& l : r.rounding->layers)  // what ran (e.g. the head: rtn whatever asked)
+      if (l.linear >= 0 && size_t(l.linear) < L && !l.method.empty()) {
+        std::string& m = r.layerMethods[size_t(l.linear)];
+        const size_t plus = m.find('+');
+        m = l.method + (plus == std::string::npos ? std::string() : m.substr(plus));
+      }
+  } else {
+    // Every assigned layer in its format, once.
+    for (size_t i = 0; i < L; ++i) {
+      if (!plan.formats[i]) continue;
+      ctx.checkCancelled();
+      applyLayerFormat(rt, int(i), *plan.formats[i], calibration, options.mode);
+    }
   }
   for (size_t i = 0; i < L; ++i)
     r.layerKernels.push_back(rt.linearKernel(int(i), ew.context));
@@ -162,7 +256,8 @@ AccumulationResult runAccumulation(Runtime& rt, std::span<const int32_t> text,
   std::vector<float> xHost, refHost;  // one block's residuals, for the comparison on the host
   for (size_t w = 0; w < ref.windows.size(); ++w) {
     ctx.checkCancelled();
-    ctx.progress(0.5 + 0.5 * double(w) / double(ref.windows.size()), "quantised run");
+    const double runStart = rounding ? 0.6 : 0.5;
+    ctx.progress(runStart + (1.0 - runStart) * double(w) / double(ref.windows.size()), "quantised run");
     const ReferenceWindow& rw = ref.windows[w];
     const int64_t T = int64_t(rw.tokens.size());
     const int64_t t0 = ew.bos ? 1 : 0;  // first text-token position

@@ -29,6 +29,8 @@
 #include "core/analysis/calibrate.h"
 #include "core/analysis/eval_windows.h"
 #include "core/analysis/tables.h"
+#include "core/plan/plan.h"
+#include "core/rounding/quantize_model.h"
 #include "core/runtime/runtime.h"
 #include "core/util/progress.h"
 
@@ -39,6 +41,14 @@ namespace qs {
 struct LayerFormats {  // (core/plan has LayerAssignment: a resolved plan entry)
   std::vector<std::optional<QuantFormat>> formats;
   std::vector<std::string> skipped;  // "name: why" for layers a uniform format could not take
+  // How each layer's weights are rounded (the plan's method and smooth_alpha); empty: every
+  // layer round-to-nearest without smoothing.
+  struct Rounding {
+    QuantMethod method = QuantMethod::Rtn;
+    double smoothAlpha = -1;  // SmoothQuant α; < 0: none
+  };
+  std::vector<Rounding> rounding;
+  bool needsRounding() const;  // any GPTQ, AWQ or SmoothQuant layer
 };
 
 // Every layer in `format`; layers whose shape cannot take it stay unquantised and are listed in
@@ -51,6 +61,18 @@ LayerFormats uniformAssignment(const Runtime& rt, const QuantFormat& format);
 LayerFormats assignmentFromJson(const Runtime& rt, const nlohmann::json& j,
                                    const std::string& source);
 
+// A resolved plan (core/plan) as formats and rounding methods per Runtime::linears() entry. A
+// head tied to the embedding is no plan layer and stays unquantised. BadInput for an invalid
+// plan (its first problem).
+LayerFormats layerFormatsFromPlan(const Runtime& rt, const ResolvedPlan& plan);
+
+// Calibration tokens for GPTQ / AWQ / SmoothQuant when only one text is at hand: the tokens after
+// the ones the evaluation windows use (never the same), at most maxTokens. BadInput when the
+// text has none left.
+std::span<const int32_t> calibrationAfterEvaluation(std::span<const int32_t> text,
+                                                    const EvalOptions& eval, int64_t maxSeq,
+                                                    int64_t maxTokens);
+
 // The assignment as that JSON map (only quantised layers), for the session and --json.
 nlohmann::ordered_json assignmentToJson(const Runtime& rt, const LayerFormats& a);
 
@@ -59,9 +81,18 @@ struct BlockError {
   double cosine = kNotMeasured;
 };
 
+// Calibration for plans with GPTQ / AWQ / SmoothQuant layers (core/rounding/quantize_model.h):
+// the weights are rounded on these tokens (never the evaluation text) after the reference pass.
+struct RoundingInputs {
+  std::span<const int32_t> calibration;  // token ids without BOS
+  GptqOps* gptq = nullptr;               // the backend's (Backend::gptq())
+  QuantizeOptions options;               // context, BOS, GPTQ damping …; mode is the job's
+};
+
 struct AccumulationOptions {
   EvalOptions eval;
   LinearMode mode = LinearMode::Kernel;
+  RoundingInputs rounding;  // needed when the plan asks for more than round-to-nearest
 };
 
 struct AccumulationResult {
@@ -75,6 +106,8 @@ struct AccumulationResult {
   std::vector<std::string> layerFormats;          // per linear: canonical format or "" (none)
   std::vector<std::string> layerKernels;          // per linear: what ran it (Runtime::linearKernel
                                                   // at the window length)
+  std::vector<std::string> layerMethods;          // per linear: "rtn", "gptq", "awq" (+ "+smooth α")
+  std::optional<QuantizeReport> rounding;         // when GPTQ / AWQ / SmoothQuant ran
   std::string protocol;
 };
 

@@ -32,6 +32,9 @@ void clearLayerFormat(Runtime& rt, int i) {
 void clearAllLayerFormats(Runtime& rt) {
   rt.clearPlan();
   rt.clearAllInputQuant();
+  // Weights and norms as loaded: GPTQ / AWQ / SmoothQuant (core/rounding) replace them.
+  rt.restoreAllWeights();
+  rt.restoreNorms();
 }
 
 ScopedPlanReset::~ScopedPlanReset() {

@@ -21,7 +21,7 @@ void applyLayerFormat(Runtime& rt, int i, const QuantFormat& format,
                       const CalibrationResult* calibration, LinearMode mode);
 // The layer unquantised again (format and input quantisation cleared).
 void clearLayerFormat(Runtime& rt, int i);
-// Every layer unquantised.
+// Every layer unquantised, with the weights and norms as loaded.
 void clearAllLayerFormats(Runtime& rt);
 
 // Clears every layer's format when it goes out of scope (jobs leave the runtime as they found

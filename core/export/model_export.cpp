@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <optional>
 
 #include "core/export/export_internal.h"
 #include "core/plan/layer_names.h"
@@ -182,7 +183,22 @@ std::vector<float> loadForExport(const ExportSource& src, const ExportTensorPlan
   // Linear weights as [out, in]: the source's layout too unless it stores [in, out] (Conv1D)
   // and the output keeps that layout (t.transpose false).
   const bool outIn = l && !bias && (!l->transposed || t.transpose);
-  std::vector<float> v = outIn ? linearWeightOutIn(src.file, *l) : src.file.tensorToFloat(ti);
+  std::vector<float> v;
+  const auto over = src.rounded ? src.rounded->values.find(t.sourceTensor) : decltype(src.rounded->values.end()){};
+  if (src.rounded && over != src.rounded->values.end()) {
+    v = over->second;  // linear weights [out, in], norms and biases as stored
+    if (v.size() != size_t(ti.elements()))
+      throw Error(ErrorKind::Internal, "export: the rounded values of " + ti.name + " have the wrong size");
+    if (l && !bias && !outIn) {  // back to the source's [in, out]
+      std::vector<float> tr(v.size());
+      for (int64_t o = 0; o < l->outFeatures; ++o)
+        for (int64_t i = 0; i < l->inFeatures; ++i)
+          tr[size_t(i * l->outFeatures + o)] = v[size_t(o * l->inFeatures + i)];
+      v = std::move(tr);
+    }
+  } else {
+    v = outIn ? linearWeightOutIn(src.file, *l) : src.file.tensorToFloat(ti);
+  }
   if (t.permuteRows && l) {
     const ModelConfig& c = src.file.config();
     const int64_t heads = l->role == LinearRole::Q ? c.nHeads : c.nKvHeads;
@@ -192,14 +208,52 @@ std::vector<float> loadForExport(const ExportSource& src, const ExportTensorPlan
   return v;
 }
 
+namespace {
+// The scales GPTQ fixed for this tensor in this spec, rows permuted like the weight's.
+std::optional<WeightScales> fixedScalesFor(const ExportSource& src, const ExportTensorPlan& t,
+                                           const LayerAssignment& a) {
+  if (!src.rounded) return std::nullopt;
+  const auto it = src.rounded->scales.find(t.sourceTensor);
+  if (it == src.rounded->scales.end() ||
+      weightSpecToString(it->second.spec) != weightSpecToString(a.format.weight))
+    return std::nullopt;
+  WeightScales s = it->second.scales;
+  const int64_t rows = a.outFeatures;
+  if (t.permuteRows && rows > 0 && s.scales.size() % size_t(rows) == 0 && s.scales.size() >= size_t(rows)) {
+    // Where each row goes: permute the row numbers the way the weight's rows are permuted.
+    const LinearLayer* l = nullptr;
+    for (const LinearLayer* x : src.graph.allLinears())
+      if (x->weight == t.sourceTensor) l = x;
+    const ModelConfig& c = src.file.config();
+    std::vector<float> order(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) order[size_t(r)] = float(r);
+    permuteRopeRows(order, l && l->role == LinearRole::Q ? c.nHeads : c.nKvHeads, c.headDim(), 1,
+                    src.graph.rope == RopeLayout::Interleaved);
+    const size_t per = s.scales.size() / size_t(rows);
+    WeightScales p = s;
+    for (int64_t r = 0; r < rows; ++r) {
+      const size_t from = size_t(order[size_t(r)]);
+      std::copy_n(s.scales.begin() + from * per, per, p.scales.begin() + size_t(r) * per);
+      if (!s.zeros.empty()) std::copy_n(s.zeros.begin() + from * per, per, p.zeros.begin() + size_t(r) * per);
+    }
+    s = std::move(p);
+  }
+  return s;
+}
+}  // namespace
+
 QuantizedTensor quantizeForExport(const ExportSource& src, const ExportTensorPlan& t) {
   const LayerAssignment& a = src.resolved.layers[size_t(t.planLayer)];
   const std::vector<float> w = loadForExport(src, t);
+  if (const auto fixed = fixedScalesFor(src, t, a))  // GPTQ: its codes, exactly
+    return quantizeWeightWithScales(a.format.weight, w, a.outFeatures, a.inFeatures, *fixed, t.sourceName);
   return quantizeWeight(a.format.weight, w, a.outFeatures, a.inFeatures, t.sourceName);
 }
 
 std::vector<float> fakeQuantForExport(const ExportSource& src, const ExportTensorPlan& t) {
   const LayerAssignment& a = src.resolved.layers[size_t(t.planLayer)];
+  if (a.format.weight.kind != QuantKind::F32 && fixedScalesFor(src, t, a))
+    return dequantizeWeight(quantizeForExport(src, t));
   std::vector<float> w = loadForExport(src, t);
   if (a.format.weight.kind != QuantKind::F32)
     fakeQuantWeight(a.format.weight, w, w, a.outFeatures, a.inFeatures, t.sourceName);
@@ -223,11 +277,12 @@ ExportPreview previewModelExport(const ExportSource& src, const std::string& out
   if (outPath.empty()) throwBadInput({}, "-o", "no output path given");
   ExportPreview p;
   p.format = o.format;
-  for (const auto& a : src.resolved.layers)
-    if (a.method != QuantMethod::Rtn || a.smoothAlpha)
-      p.refusals.push_back(planWord(a) + ": method " + std::string(quantMethodName(a.method)) +
-                           (a.smoothAlpha ? " with SmoothQuant" : "") +
-                           " is not implemented yet ([rounding]); export rounds to nearest only");
+  if (!src.rounded)
+    for (const auto& a : src.resolved.layers)
+      if (a.method != QuantMethod::Rtn || a.smoothAlpha)
+        p.warnings.push_back(planWord(a) + ": method " + std::string(quantMethodName(a.method)) +
+                             (a.smoothAlpha ? " with SmoothQuant α " + std::to_string(*a.smoothAlpha) : "") +
+                             ": the weights are rounded on the calibration text before they are written");
   switch (o.format) {
     case ModelExportFormat::Gguf: planGguf(src, outPath, o, p); break;
     case ModelExportFormat::Safetensors: planSafetensors(src, outPath, o, p); break;
@@ -244,6 +299,10 @@ ExportPreview previewModelExport(const ExportSource& src, const std::string& out
 
 ModelExportResult exportModel(const ExportSource& src, const std::string& outPath,
                               const ModelExportOptions& o, const JobContext* ctx) {
+  if (!src.rounded && needsRounding(src.resolved))
+    throwBadInput(o.planSource, "method",
+                  "the plan rounds layers with GPTQ, AWQ or SmoothQuant: calibrate and round them first "
+                  "(quantscope-cli export --calib-text FILE)");
   ModelExportResult r;
   r.preview = previewModelExport(src, outPath, o);
   if (!r.preview.canWrite()) {

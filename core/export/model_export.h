@@ -31,6 +31,7 @@
 #include "core/model/model_file.h"
 #include "core/plan/plan.h"
 #include "core/plan/plan_export.h"
+#include "core/rounding/rounded_tensors.h"
 #include "core/tokenizer/tokenizer.h"
 #include "core/util/progress.h"
 
@@ -79,13 +80,18 @@ struct ModelExportOptions {
 };
 
 // What is exported: the model (file + graph), its tokenizer (may be null) and the plan resolved
-// against the graph (resolvePlanStrict).
+// against the graph (resolvePlanStrict). A plan whose layers use GPTQ, AWQ or SmoothQuant needs
+// `rounded`: what core/rounding's quantizeModel changed (QuantizeReport::rounded) — the written
+// tensors are then those values (GPTQ's codes with its scales, folded weights rounded to nearest,
+// norms with the inverse scales), exactly what the runtime computed with. The preview works
+// without it (a warning names what will be rounded); writing refuses.
 struct ExportSource {
   const ModelFile& file;
   const ModelGraph& graph;
   const Tokenizer* tokenizer;
   const Plan& plan;
   const ResolvedPlan& resolved;
+  const RoundedTensors* rounded = nullptr;
 };
 
 // One tensor (or, for compressed-tensors, one layer's group of tensors) of the output.

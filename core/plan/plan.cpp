@@ -408,18 +408,25 @@ ResolvedPlan resolvePlanStrict(const Plan& plan, const ModelGraph& graph, const 
   return r;
 }
 
+bool needsRounding(const ResolvedPlan& resolved) {
+  for (const auto& a : resolved.layers)
+    if (a.method != QuantMethod::Rtn || a.smoothAlpha) return true;
+  return false;
+}
+
 void requireRtnOnly(const ResolvedPlan& resolved, const std::string& what) {
   for (const auto& a : resolved.layers) {
     if (a.method != QuantMethod::Rtn)
       throw Error(ErrorKind::Unsupported,
-                  std::string(quantMethodName(a.method)) +
-                      " is not implemented yet (it arrives with [rounding]); " + what +
-                      " runs rtn only",
+                  std::string(quantMethodName(a.method)) + ": " + what +
+                      " rounds to nearest only; the accumulation job (quantscope-cli accumulate --plan, "
+                      "the GUI's Run tab) and export calibrate and round such plans",
                   {}, a.layer);
     if (a.smoothAlpha)
       throw Error(ErrorKind::Unsupported,
-                  "smooth_alpha (SmoothQuant) is not implemented yet (it arrives with [rounding]); " +
-                      what + " cannot apply it",
+                  "smooth_alpha (SmoothQuant): " + what +
+                      " rounds to nearest only; the accumulation job (quantscope-cli accumulate --plan, "
+                      "the GUI's Run tab) and export calibrate and apply it",
                   {}, a.layer);
   }
 }

@@ -196,10 +196,13 @@ ResolvedPlan resolvePlan(const Plan& plan, const ModelGraph& graph, const Resolv
 // how many more there are) unless the plan is valid.
 ResolvedPlan resolvePlanStrict(const Plan& plan, const ModelGraph& graph,
                                const ResolveOptions& options = {});
-// Unsupported naming the layer when a layer's method or smooth_alpha needs what is not
-// implemented yet (GPTQ, AWQ, SmoothQuant arrive with [rounding]); `what` names the caller
+// Unsupported naming the layer when a layer's method or smooth_alpha needs calibration (GPTQ,
+// AWQ, SmoothQuant) and the caller only rounds to nearest; `what` names the caller
 // ("fake-quantised measurement").
 void requireRtnOnly(const ResolvedPlan& resolved, const std::string& what);
+// Whether any layer asks for more than round-to-nearest (GPTQ, AWQ or SmoothQuant): its weights
+// then need calibration (core/rounding) before they can be run or exported.
+bool needsRounding(const ResolvedPlan& resolved);
 
 // A tidy plan giving exactly these per-layer fields: defaults = the most common value of each
 // field, then one entry per group of layers that differ from the defaults in the same way, named

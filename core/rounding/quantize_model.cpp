@@ -5,6 +5,8 @@
 #include <cmath>
 #include <map>
 #include <memory>
+#include <optional>
+#include <set>
 
 #include "core/rounding/awq.h"
 #include "core/runtime/evaluate.h"
@@ -28,6 +30,29 @@ RoundingMethod parseRoundingMethod(const std::string& t) {
   if (t == "awq") return RoundingMethod::Awq;
   throw Error(ErrorKind::BadInput, "unknown rounding method '" + t + "' (rtn, gptq or awq)", {},
               "method");
+}
+
+QuantizationPlan quantizationPlan(const Runtime& rt, const ResolvedPlan& plan) {
+  const auto& L = rt.linears();
+  QuantizationPlan q(L.size());
+  for (const LayerAssignment& a : plan.layers) {
+    const int i = rt.linearIndex(a.weightName);
+    if (i < 0)
+      throw Error(ErrorKind::BadInput, "the plan's layer " + a.layer + " (" + a.weightName +
+                                           ") is not a linear layer of this model", {}, "plan");
+    const bool noop = a.format.weight.kind == QuantKind::F32 && a.format.act.kind == QuantKind::F32;
+    if (noop && !a.smoothAlpha) continue;
+    q[size_t(i)].format = a.format;
+    q[size_t(i)].method = a.method;
+    q[size_t(i)].smoothAlpha = a.smoothAlpha ? *a.smoothAlpha : -1.0;
+  }
+  return q;
+}
+
+bool needsRounding(const QuantizationPlan& plan) {
+  for (const auto& e : plan)
+    if (e.format && (e.method != RoundingMethod::Rtn || e.smoothAlpha >= 0)) return true;
+  return false;
 }
 
 void resetQuantization(Runtime& rt) {
@@ -241,6 +266,7 @@ QuantizeReport quantizeModel(Runtime& rt, GptqOps& gptq, const QuantizationPlan&
         W[i].assign(w.begin(), w.end());
       }
     std::map<int, LayerReport> rep;
+    std::set<int> folded;  // linears whose float weight took AWQ / SmoothQuant scales
     std::vector<std::vector<float>> gramOf(gs.size());
     for (size_t g = 0; g < gs.size(); ++g) {
       const InputGroup& grp = gs[g];
@@ -285,7 +311,10 @@ QuantizeReport quantizeModel(Runtime& rt, GptqOps& gptq, const QuantizationPlan&
         for (int i : grp.members) rep[i].awqAlpha = alpha;
       }
       // Fold: members' columns × s; the producer ÷ s.
-      for (int i : grp.members) scaleColumns(W[i], L[size_t(i)]->outFeatures, grp.dim, sc);
+      for (int i : grp.members) {
+        scaleColumns(W[i], L[size_t(i)]->outFeatures, grp.dim, sc);
+        folded.insert(i);
+      }
       if (!gramOf[g].empty())  // the input is now x/s: H → diag(1/s) H diag(1/s)
         for (int64_t r = 0; r < grp.dim; ++r)
           for (int64_t c = 0; c < grp.dim; ++c)
@@ -298,18 +327,23 @@ QuantizeReport quantizeModel(Runtime& rt, GptqOps& gptq, const QuantizationPlan&
         std::vector<float> w(nw.begin(), nw.end()), bias(nb.begin(), nb.end());
         for (size_t k = 0; k < w.size(); ++k) w[k] /= sc[k];
         for (size_t k = 0; k < bias.size(); ++k) bias[k] /= sc[k];
+        const NormLayer& norm = ffn ? rt.graph().blocks[b].ffnNorm : rt.graph().blocks[b].attnNorm;
+        if (norm.weight >= 0) report.rounded.values[norm.weight] = w;
+        if (norm.bias >= 0 && !bias.empty()) report.rounded.values[norm.bias] = bias;
         rt.setNormWeight(int(b), ffn, std::move(w), std::move(bias));
       } else {
         const int p = grp.producerLinear;
         divideRows(W[p], L[size_t(p)]->outFeatures, L[size_t(p)]->inFeatures, sc);
+        folded.insert(p);
       }
     }
-    // Quantize.
+    // Quantize: GPTQ here (the result with its scales), round-to-nearest by the format.
     for (size_t g = 0; g < gs.size(); ++g)
       for (int i : gs[g].members) {
         const auto& e = planOf(i);
         const LinearLayer& l = *L[size_t(i)];
         std::vector<float> wq = W[i];
+        std::optional<FixedWeightScales> fixed;
         LayerReport& r = rep[i];
         r.linear = i;
         r.name = l.weightName;
@@ -318,10 +352,17 @@ QuantizeReport quantizeModel(Runtime& rt, GptqOps& gptq, const QuantizationPlan&
           r.method = roundingMethodName(e.method);
           const WeightSpec& spec = e.format->weight;
           const bool fl = quantKindTraits(spec.kind).cls == QuantClass::Float;
-          if (e.method == RoundingMethod::Gptq && !fl) {
+          // The report says what ran: AWQ without a fold and GPTQ on float weights round to nearest.
+          if (e.method == RoundingMethod::Awq && r.awqAlpha < 0) r.method = "rtn";
+          if (e.method == RoundingMethod::Gptq && (fl || spec.kind == QuantKind::F32)) {
+            r.method = "rtn";
+            if (r.note.empty()) r.note = "GPTQ rounds INT weights; float formats round to nearest";
+          }
+          if (e.method == RoundingMethod::Gptq && !fl && spec.kind != QuantKind::F32) {
             const GptqResult res = gptq.quantize(spec, W[i], l.outFeatures, l.inFeatures, gramOf[g],
                                                  o.gptq, l.weightName);
             wq = res.dequantized;
+            fixed = FixedWeightScales{spec, weightScalesOf(res.quantized)};
             r.damping = res.dampingUsed;
             if (!res.note.empty()) r.note = res.note;
             const double cost = double(l.outFeatures) * double(l.inFeatures) * double(l.inFeatures);
@@ -332,12 +373,14 @@ QuantizeReport quantizeModel(Runtime& rt, GptqOps& gptq, const QuantizationPlan&
               r.outputError = hessianWeightedError(W[i], wq, l.outFeatures, l.inFeatures, gramOf[g]) / tok;
               r.rtnOutputError = hessianWeightedError(W[i], rtn, l.outFeatures, l.inFeatures, gramOf[g]) / tok;
             }
-          } else {
-            fakeQuantWeight(spec, W[i], wq, l.outFeatures, l.inFeatures, l.weightName);
           }
-          if (e.format->act.kind != QuantKind::F32) rt.setLinearInputQuant(i, e.format->act);
         }
-        rt.setLinearWeight(i, std::move(wq));
+        if (fixed || folded.count(i)) {
+          report.rounded.values[l.weight] = wq;
+          if (fixed) report.rounded.scales[l.weight] = *fixed;
+          rt.setLinearWeight(i, std::move(wq), std::move(fixed));
+        }
+        if (e.format) rt.setLinearFormat(i, *e.format, o.mode);
         if (e.format || !r.note.empty() || r.awqAlpha >= 0) report.layers.push_back(r);
       }
     // The calibration windows go through the quantized block.
@@ -354,11 +397,7 @@ QuantizeReport quantizeModel(Runtime& rt, GptqOps& gptq, const QuantizationPlan&
         inBlock |= std::find(g.members.begin(), g.members.end(), i) != g.members.end();
     if (inBlock || !e.format) continue;
     const LinearLayer& l = *L[size_t(i)];
-    auto w0 = rt.linearWeight(i);
-    std::vector<float> wq(w0.begin(), w0.end());
-    fakeQuantWeight(e.format->weight, wq, wq, l.outFeatures, l.inFeatures, l.weightName);
-    rt.setLinearWeight(i, std::move(wq));
-    if (e.format->act.kind != QuantKind::F32) rt.setLinearInputQuant(i, e.format->act);
+    rt.setLinearFormat(i, *e.format, o.mode);
     LayerReport r;
     r.linear = i;
     r.name = l.weightName;

@@ -12,18 +12,23 @@
 // gate/up; GPT-2's c_attn is one linear) share one Gram matrix; at most one block's matrices
 // are held at a time, and the report gives the peak and per-group bytes (n_in²·4 each).
 //
-// Result in the runtime: each quantized layer's weight is replaced by its dequantized value
-// (exact grid values, computed in FP32: the codes and scales are those of the format's codec),
-// activations quantized per the format (setLinearInputQuant); AWQ/SmoothQuant scales are folded
+// Result in the runtime: every planned layer runs in its format (Runtime::setLinearFormat, in
+// QuantizeOptions::mode: FakeQuant by default, Kernel for the GEMM kernels); a GPTQ layer's
+// weight is replaced by its dequantized result together with GPTQ's scales, so the format
+// reproduces its codes exactly; AWQ/SmoothQuant scales are folded into the layers' columns and
 // into the norm before q/k/v (gate/up), into v's rows before o (when there is no grouped-query
-// sharing and no bias) and into up's rows before down. The head stays FP32 unless the plan
-// names it (then round-to-nearest: its input is the final norm's, which the model shares).
+// sharing and no bias) and into up's rows before down, and the folded weights are then rounded
+// to nearest by the format. The head stays FP32 unless the plan names it (then round-to-nearest:
+// its input is the final norm's, which the model shares). QuantizeReport::rounded lists every
+// tensor that changed, so an exporter writes what the runtime computes with.
 #include <cstdint>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "core/plan/plan.h"
+#include "core/rounding/rounded_tensors.h"
 #include "core/runtime/runtime.h"
 #include "core/util/progress.h"
 #include "kernels/rounding/gptq.h"
@@ -32,7 +37,8 @@ namespace qs {
 
 class Backend;
 
-enum class RoundingMethod { Rtn, Gptq, Awq };
+// The plan's method field (core/plan): rtn, gptq, awq.
+using RoundingMethod = QuantMethod;
 const char* roundingMethodName(RoundingMethod m);  // "rtn", "gptq", "awq"
 RoundingMethod parseRoundingMethod(const std::string& text);  // BadInput naming the text
 
@@ -49,6 +55,7 @@ struct QuantizeOptions {
   int32_t bos = -1;
   int awqGridPoints = 20;
   int64_t awqSampleRows = 512;  // calibration rows kept per input group for the AWQ loss
+  LinearMode mode = LinearMode::FakeQuant;  // how the quantized layers run afterwards
 };
 
 struct LayerReport {
@@ -69,7 +76,17 @@ struct QuantizeReport {
   uint64_t gramBytesPeak = 0;   // largest set of Gram matrices held at once (one block)
   uint64_t gramBytesTotal = 0;  // all blocks together, were they held at once
   double seconds = 0;
+  RoundedTensors rounded;       // the tensors that differ from the loaded model
 };
+
+// The plan for quantizeModel from a resolved plan (core/plan): formats, methods and smoothing
+// per Runtime::linears() entry (layers outside the plan: nullopt). Float weight formats keep
+// their method (rtn; GPTQ/AWQ apply to INT weights only).
+QuantizationPlan quantizationPlan(const Runtime& rt, const ResolvedPlan& plan);
+// Whether any layer asks for more than round-to-nearest (GPTQ, AWQ or SmoothQuant): then the
+// weights need calibration data before they can be run or exported (also for a ResolvedPlan:
+// core/plan/plan.h).
+bool needsRounding(const QuantizationPlan& plan);
 
 // Quantizes rt in place (starting from its loaded weights and norms). calibration: token ids
 // (without BOS; windows of options.context - 1 get options.bos prepended when ≥ 0).

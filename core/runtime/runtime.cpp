@@ -265,11 +265,12 @@ void Runtime::restoreNorms() {
     }
 }
 
-void Runtime::setLinearWeight(int i, std::vector<float> w) {
+void Runtime::setLinearWeight(int i, std::vector<float> w, std::optional<FixedWeightScales> scales) {
   LinearWeights& lw = weights_.at(size_t(i));
   if (w.size() != lw.original.size())
     throw Error(ErrorKind::Internal, "setLinearWeight: size mismatch for " + linears_[size_t(i)]->weightName);
   lw.replaced = std::move(w);
+  lw.fixedScales = std::move(scales);
   if (ops_.hostMemory()) {
     lw.devReplaced = toCompute(lw.replaced);
   } else {
@@ -284,6 +285,7 @@ void Runtime::restoreLinearWeight(int i) {
   if (lw.replaced.empty()) return;
   lw.replaced.clear();
   lw.replaced.shrink_to_fit();
+  lw.fixedScales.reset();
   lw.devReplaced = {};
   if (lw.format) prepareLinear(i);
 }
@@ -360,9 +362,14 @@ void Runtime::prepareLinear(int i) {
                 {}, l.weightName);
   const int64_t n = l.outFeatures, k = l.inFeatures;
   const std::span<const float> w(lw.w(), lw.original.size());
+  const bool fixed = lw.fixedScales && weightSpecToString(lw.fixedScales->spec) == weightSpecToString(f.weight);
+  auto quantized = [&] {
+    return fixed ? quantizeWeightWithScales(f.weight, w, n, k, lw.fixedScales->scales, l.weightName)
+                 : quantizeWeight(f.weight, w, n, k, l.weightName);
+  };
   if (lw.mode == LinearMode::Kernel) {
     if (const auto scheme = gemmSchemeFor(f, n, k)) {
-      const QuantizedTensor q = quantizeWeight(f.weight, w, n, k, l.weightName);
+      const QuantizedTensor q = quantized();
       lw.gemm = gemmOps().prepare(toQuantLinearWeight(q, l.weightName), scheme->activation);
       return;
     }
@@ -377,6 +384,11 @@ void Runtime::prepareLinear(int i) {
     fakePool_.erase(it);
   } else {
     lw.devFake.mem = ops_.allocate(size_t(n * k) * sizeof(float));
+  }
+  if (fixed) {  // the codec on the host with the given scales (the op-set chooses its own)
+    const std::vector<float> v = dequantizeWeight(quantized());
+    ops_.upload(lw.devFake.mem.get(), v.data(), v.size() * sizeof(float));
+    return;
   }
   ops_.fakeQuantWeight(f.weight, lw.devW(), n, k, lw.devFake.f(), l.weightName);
 }

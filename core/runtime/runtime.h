@@ -34,6 +34,7 @@
 #include "core/model/model_graph.h"
 #include "core/util/progress.h"
 #include "kernels/formats/quant_format.h"
+#include "kernels/formats/weight_codec.h"
 #include "kernels/ops/transformer_ops.h"
 
 namespace qs {
@@ -111,7 +112,11 @@ class Runtime {
   std::span<const float> linearWeight(int i) const;       // [out, in], host memory
   // Replaces the layer's FP32 weight (same size as linearWeight(i)); a format set on the layer
   // is applied to the new weight. On CUDA the layer's device copy is re-uploaded.
-  void setLinearWeight(int i, std::vector<float> w);
+  // `scales` (optional): the scales a format with that weight spec must use for this weight
+  // instead of choosing its own — GPTQ picks scales from error-updated values, so choosing them
+  // again from its dequantized result could pick smaller ones and round a second time. With
+  // them, quantizing the weight reproduces GPTQ's codes exactly (w = code·scale).
+  void setLinearWeight(int i, std::vector<float> w, std::optional<FixedWeightScales> scales = {});
   void restoreLinearWeight(int i);
   void restoreAllWeights();
   // Fake-quantises the activations entering linear i (TransformerOps::fakeQuantActivations, the
@@ -190,6 +195,7 @@ class Runtime {
   struct LinearWeights {
     std::vector<float> original;  // [out, in], host
     std::vector<float> replaced;  // empty unless setLinearWeight was called
+    std::optional<FixedWeightScales> fixedScales;  // with `replaced` (setLinearWeight)
     std::vector<float> bias;
     Buffer devOriginal, devReplaced, devBias;  // compute-memory copies
     std::optional<QuantFormat> format;

@@ -677,6 +677,16 @@ QuantizedTensor quantizeWeight(const WeightSpec& spec, std::span<const float> w,
   return quantizeImpl(spec, w, rows, cols, s, name, s.scales.empty());
 }
 
+WeightScales weightScalesOf(const QuantizedTensor& q) {
+  WeightScales s{q.scales, {}};
+  const auto& tr = quantKindTraits(q.spec.kind);
+  if (tr.cls == QuantClass::Int && !q.spec.symmetric) {
+    s.zeros.resize(q.scales.size());
+    for (size_t i = 0; i < s.zeros.size(); ++i) s.zeros[i] = uint8_t(q.zeroOf(int64_t(i)));
+  }
+  return s;
+}
+
 void dequantizeWeight(const QuantizedTensor& q, std::span<float> out) {
   validateWeightSpec(q.spec);
   const KindInfo k(q.spec);
@@ -692,11 +702,7 @@ void dequantizeWeight(const QuantizedTensor& q, std::span<float> out) {
     });
     return;
   }
-  WeightScales s{q.scales, {}};
-  if (k.cls == QuantClass::Int && !k.symmetric) {
-    s.zeros.resize(q.scales.size());
-    for (size_t i = 0; i < s.zeros.size(); ++i) s.zeros[i] = uint8_t(q.zeroOf(int64_t(i)));
-  }
+  const WeightScales s = weightScalesOf(q);
   const auto params = cellParamsOf(q.spec, q.grid, s, {});
   forEachSegment(q.grid, q.rows, q.cols, params,
                  [&](int64_t row, int64_t c0, int64_t c1, const CellParams& p) {

@@ -50,6 +50,14 @@ struct WeightScales {
   std::vector<uint8_t> zeros;
 };
 
+// Scales fixed for one weight spec (kept from GPTQ, whose scales come from error-updated values
+// and cannot be chosen again from its result): a format with exactly this spec quantizes the
+// weight with them; any other spec chooses its own.
+struct FixedWeightScales {
+  WeightSpec spec;
+  WeightScales scales;
+};
+
 WeightScales chooseWeightScales(const WeightSpec& spec, std::span<const float> w, int64_t rows,
                                 int64_t cols, std::string_view tensorName = {});
 
@@ -59,6 +67,9 @@ QuantizedTensor quantizeWeight(const WeightSpec& spec, std::span<const float> w,
 QuantizedTensor quantizeWeightWithScales(const WeightSpec& spec, std::span<const float> w,
                                          int64_t rows, int64_t cols, const WeightScales& scales,
                                          std::string_view tensorName = {});
+
+// The scales (and unpacked zero points) a quantized tensor was made with.
+WeightScales weightScalesOf(const QuantizedTensor& q);
 
 void dequantizeWeight(const QuantizedTensor& q, std::span<float> out);
 std::vector<float> dequantizeWeight(const QuantizedTensor& q);

@@ -292,6 +292,58 @@ class TestAnalysisJobs : public QObject {
     for (size_t i = 0; i < rt.linears().size(); ++i) QVERIFY(!rt.linearFormat(int(i)));
   }
 
+  // A plan with GPTQ layers (the plan's method field): the job calibrates on the tokens after the
+  // evaluated ones, rounds after the reference pass, runs the rounded weights through the formats'
+  // kernels, and reports the methods; its KL is below the same formats rounded to nearest, and
+  // the runtime is as loaded afterwards.
+  void accumulationRoundsWithGptq() {
+    Runtime rt(*m_.file, m_.graph, *cpu_);
+    AccumulationOptions o;
+    o.eval = eval(1020, 256);  // 4 windows
+    LayerFormats rtn = uniformAssignment(rt, parseQuantFormat("int4-g32-sym"));
+    LayerFormats gptq = rtn;
+    gptq.rounding.assign(gptq.formats.size(), {QuantMethod::Gptq, -1});
+    QVERIFY(!rtn.needsRounding() && gptq.needsRounding());
+    try {  // no calibration tokens
+      runAccumulation(rt, text_, gptq, nullptr, o);
+      QFAIL("no error");
+    } catch (const Error& e) {
+      QCOMPARE(e.kind(), ErrorKind::Internal);  // no GPTQ op-set given: a programming error
+    }
+    o.rounding.gptq = &cpu_->gptq();
+    try {
+      runAccumulation(rt, text_, gptq, nullptr, o);
+      QFAIL("no error");
+    } catch (const Error& e) {
+      QCOMPARE(e.kind(), ErrorKind::BadInput);
+      QVERIFY(std::string(e.what()).find("calibration") != std::string::npos);
+    }
+    const std::span<const int32_t> calib = calibrationAfterEvaluation(text_, o.eval, rt.maxSeq(), 2048);
+    QCOMPARE(calib.data(), text_.data() + 1020);  // right after the evaluated tokens
+    QCOMPARE(int64_t(calib.size()), int64_t(2048));
+    o.rounding.calibration = calib;
+    o.rounding.options.bos = m_.tokenizer->bos();
+    o.rounding.options.context = 256;
+    const AccumulationResult a = runAccumulation(rt, text_, rtn, nullptr, o);
+    const AccumulationResult b = runAccumulation(rt, text_, gptq, nullptr, o);
+    qInfo("int4-g32 kernels: RTN KL %.5f ppl %.4f | GPTQ KL %.5f ppl %.4f (reference %.4f)", a.kl, a.perplexity,
+          b.kl, b.perplexity, b.basePerplexity);
+    QVERIFY(b.rounding && !a.rounding);
+    QCOMPARE(b.rounding->calibTokens, int64_t(2048 + 9));  // 2048 tokens in 9 windows, each with BOS
+    QVERIFY(b.kl < 0.85 * a.kl);
+    QCOMPARE(a.basePerplexity, b.basePerplexity);  // the reference is the float model both times
+    int gptqLayers = 0;
+    for (size_t i = 0; i < b.layerMethods.size(); ++i) gptqLayers += b.layerMethods[i] == "gptq";
+    QCOMPARE(gptqLayers, 30);  // int4 g32 fits every layer but down (K = 172)
+    QVERIFY(b.layerKernels[0].find("fake-quant") == std::string::npos);  // the format's kernel ran it
+    for (size_t i = 0; i < rt.linears().size(); ++i) {
+      QVERIFY(!rt.linearFormat(int(i)));
+      const auto w = rt.linearWeight(int(i));
+      const auto w0 = m_.file->tensorToFloat(m_.file->tensors()[size_t(rt.linears()[i]->weight)]);
+      if (!rt.linears()[i]->transposed) QVERIFY(std::equal(w.begin(), w.end(), w0.begin()));
+    }
+  }
+
   void cancellationStopsAndRestores() {
     Runtime rt(*m_.file, m_.graph, *cpu_);
     std::atomic<bool> cancel{false};

@@ -17,6 +17,8 @@
 #include "core/export/model_export.h"
 #include "core/model/safetensors_reader.h"
 #include "core/plan/layer_names.h"
+#include "core/rounding/quantize_model.h"
+#include "kernels/rounding/gptq.h"
 #include "core/runtime/evaluate.h"
 #include "core/runtime/loaded_model.h"
 #include "core/runtime/runtime.h"
@@ -559,6 +561,76 @@ class TestCoreExport : public QObject {
     QCOMPARE(decodeCompressedTensorsWeight(*f, cfg["quantization_config"], m), ref);
   }
 
+  // GPTQ and AWQ layers: the export writes what quantizeModel produced — GPTQ's codes with its
+  // own scales (a second rounding from its dequantized values could pick smaller scales), the
+  // AWQ-folded weights rounded to nearest, the norms that took the inverse scales —
+  // so the GGUF computes what the runtime computed. From the llama2.c file (no row permutation)
+  // and from a Hugging Face copy (q/k rows and their scales permuted for llama.cpp).
+  void ggufWritesGptqAndAwq() {
+    const char* plan = R"({"schema": "quantscope-plan", "version": 2, "defaults": {"weight": "fp16"},
+      "entries": [
+        {"layers": ["blocks.*.attn.*"], "weight": "int4-sym", "group_size": 32, "method": "gptq"},
+        {"layers": ["blocks.*.mlp.gate", "blocks.*.mlp.up"], "weight": "int4-sym", "group_size": 32, "method": "awq"}]})";
+    QTemporaryDir dir;
+    const Source orig(qs::test::stories260K(), plan);
+    QVERIFY(needsRounding(orig.resolved));
+    // Without the rounded tensors: the preview warns, writing refuses (naming the method).
+    const ExportPreview pv = previewModelExport(orig.src(), dir.filePath("no.gguf").toStdString(), {});
+    QVERIFY(pv.canWrite());
+    QCOMPARE(int(pv.warnings.size()), 30);  // q, k, v, o, gate, up of 5 blocks
+    try {
+      exportModel(orig.src(), dir.filePath("no.gguf").toStdString(), {});
+      QFAIL("no error");
+    } catch (const Error& e) {
+      QCOMPARE(e.kind(), ErrorKind::BadInput);
+      QVERIFY(std::string(e.what()).find("method") != std::string::npos);
+    }
+    QVERIFY(!QFile::exists(dir.filePath("no.gguf")));
+
+    // A Hugging Face copy of the model (half-split RoPE rows: the GGUF gets them permuted).
+    const char* f32Plan = R"({"schema": "quantscope-plan", "version": 2, "defaults": {"weight": "f32"}})";
+    const Source f32(qs::test::stories260K(), f32Plan);
+    ModelExportOptions so;
+    so.format = ModelExportFormat::Safetensors;
+    const std::string hfDir = dir.filePath("hf").toStdString();
+    exportModel(f32.src(), hfDir, so);
+    std::ofstream(hfDir + "/tokenizer_config.json") << "{}";
+    const Source hf(QString::fromStdString(hfDir + "/model.safetensors"), plan);
+
+    for (const Source* s : {&orig, &hf}) {
+      std::unique_ptr<TransformerOps> o1, o2;
+      auto rt = runtimeOf(s->m, o1);
+      auto gptq = createCpuGptqOps();
+      const std::vector<int32_t> calib = textTokens(*orig.m.tokenizer, 6000);
+      QuantizeOptions qo;
+      qo.bos = orig.m.tokenizer->bos();
+      qo.context = 128;
+      const QuantizeReport rep = quantizeModel(*rt, *gptq, quantizationPlan(*rt, s->resolved), calib, qo);
+      QCOMPARE(int(rep.rounded.scales.size()), 20);        // GPTQ: 5 blocks × q, k, v, o
+      QCOMPARE(int(rep.rounded.values.size()), 20 + 10 + 5);  // + AWQ-folded gate, up and the ffn norms
+      // GPTQ's values quantize back to themselves with its scales.
+      for (const auto& [tensor, fixed] : rep.rounded.scales) {
+        const auto& v = rep.rounded.values.at(tensor);
+        const TensorInfo& ti = s->m.file->tensors()[size_t(tensor)];
+        const int64_t rows = ti.shape[0], cols = int64_t(v.size()) / ti.shape[0];
+        QCOMPARE(dequantizeWeight(quantizeWeightWithScales(fixed.spec, v, rows, cols, fixed.scales)), v);
+      }
+      const double pRuntime = perplexity(*rt, *orig.m.tokenizer);
+      const ExportSource src{*s->m.file, s->m.graph, s->m.tokenizer.get(), s->plan, s->resolved, &rep.rounded};
+      const std::string out = dir.filePath(s == &orig ? "l2c.gguf" : "hf.gguf").toStdString();
+      exportModel(src, out, {});
+      LoadedModel g = loadModel(out);
+      auto back = runtimeOf(g, o2);
+      const double pFile = perplexity(*back, *orig.m.tokenizer);
+      qInfo("%s: GPTQ/AWQ runtime perplexity %.5f, exported GGUF %.5f", s == &orig ? "llama2.c" : "HF", pRuntime, pFile);
+      QVERIFY2(std::fabs(pFile - pRuntime) / pRuntime < 1e-3, qPrintable(QString("%1 vs %2").arg(pFile).arg(pRuntime)));
+      if (s == &orig) {  // the GPTQ layer's stored values are GPTQ's, bit for bit
+        const int q0 = s->m.graph.blocks[0].find(LinearRole::Q)->weight;
+        QCOMPARE(g.file->tensorToFloat(*g.file->findTensor("blk.0.attn_q.weight")), rep.rounded.values.at(q0));
+      }
+    }
+  }
+
   // The CLI: exit 0 and the file; 2 for an existing output without --force and for refusals.
   void cliExport() {
     QTemporaryDir dir;
@@ -597,6 +669,20 @@ class TestCoreExport : public QObject {
     p.waitForFinished(60'000);
     QCOMPARE(p.exitCode(), 0);
     QCOMPARE(QString(p.readAllStandardError()).count("warning:"), 35);
+    // A GPTQ plan: refused without calibration text (exit 2, naming the field), written with it.
+    const QString gptq = qs::test::writeFile(dir, "gptq.json",
+        R"({"schema": "quantscope-plan", "version": 2, "defaults": {"weight": "fp16"},
+            "entries": [{"layers": ["blocks.*.attn.*"], "weight": "int4-sym", "group_size": 32, "method": "gptq"}]})");
+    p.start(QS_CLI_EXE, {"export", qs::test::stories260K(), "--plan", gptq, "--to", "gguf", "-o", dir.filePath("g.gguf")});
+    p.waitForFinished(60'000);
+    QCOMPARE(p.exitCode(), 2);
+    QVERIFY(QString(p.readAllStandardError()).contains("--calib-text"));
+    p.start(QS_CLI_EXE, {"--backend", "cpu", "export", qs::test::stories260K(), "--plan", gptq, "--to", "gguf", "-o",
+                         dir.filePath("g.gguf"), "--calib-text", qs::test::datasetPath("text/tinystories_validation_head.txt"),
+                         "--calib-tokens", "1024"});
+    p.waitForFinished(120'000);
+    QCOMPARE(p.exitCode(), 0);
+    QVERIFY(QFile::exists(dir.filePath("g.gguf")));
   }
 };
 
