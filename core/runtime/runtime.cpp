@@ -104,6 +104,14 @@ float* Runtime::scratch(int slot, size_t floats) {
     buf.mem.reset();  // free first: on a device, memory is the scarce thing
     buf.mem = ops_.allocate(want * sizeof(float));
     cap = want;
+    if (!ops_.hostMemory()) {
+      // Zeroed once when (re)allocated. compute-sanitizer's initcheck does not see the stores of
+      // cuBLAS / cuBLASLt's sm_90 kernels and reports every later read of their output as
+      // uninitialized (the NaN-poison sweeps of test_gemm_gpu show each element is written);
+      // with the buffer initialized, initcheck stays meaningful for our own kernels.
+      const std::vector<float> zeros(want, 0.0f);
+      ops_.upload(buf.mem.get(), zeros.data(), want * sizeof(float));
+    }
   }
   return buf.f();
 }

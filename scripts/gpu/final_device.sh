@@ -4,6 +4,8 @@
 # and libraries travel as .carry/pack.tar.xz (bin/ + libs/; see docs/reliability.md). Writes
 # $OUT/summary.txt and $OUT/logs.tar.xz (every log).
 # Usage on the device machine, in the repository root: bash scripts/gpu/final_device.sh SOURCE_ROOT [TOOL…]
+# Environment: QS_SKIP_FULL=1 skips the full-size runs; QS_SANITIZE_ONLY="test_a test_b" limits
+# the sanitizer runs to those programs; QS_SANITIZE_STEP_S the time limit of each (default 120).
 set -uo pipefail
 src=$1; shift
 tools=("$@")
@@ -21,6 +23,7 @@ summary=$out/summary.txt
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$summary"
 cd /tmp/pack/bin
 for t in test_*; do
+  [[ ${QS_SKIP_FULL:-0} == 1 ]] && break
   start=$(date +%s)
   timeout 240 "./$t" >"$logs/$t.log" 2>&1
   rc=$?
@@ -29,7 +32,8 @@ for t in test_*; do
 done
 export QS_TEST_QUICK=1 QS_GEMM_TEST_QUICK=1
 for tool in "${tools[@]}"; do
-  for t in test_*; do
+  [[ $tool == none ]] && continue
+  for t in ${QS_SANITIZE_ONLY:-test_*}; do
     start=$(date +%s)
     extra=()
     [[ $tool == memcheck ]] && extra=(--leak-check full)

@@ -234,6 +234,9 @@ class CudaGemmOps final : public GemmOps {
       throw Error(ErrorKind::Internal, "GEMM workspace would grow during graph capture: run once before capturing");
     QS_CUDA_CHECK(cudaStreamSynchronize(stream_));
     buf.allocate(bytes + bytes / 4);
+    // Zeroed once (see Runtime::scratch): cuBLASLt writes some of these buffers, and initcheck
+    // does not see those stores.
+    QS_CUDA_CHECK(cudaMemsetAsync(buf.get(), 0, buf.bytes(), stream_));
   }
 
   cuda_gemm::SplitWorkspace splitWorkspace(const cuda_gemm::LaunchPlan& plan) {
