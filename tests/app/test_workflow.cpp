@@ -13,6 +13,7 @@
 #include <QTableWidget>
 #include <QUndoStack>
 #include <QtTest>
+#include <numeric>
 
 #include "app/gui/gui_main.h"
 #include "app/gui/export_dialog.h"
@@ -142,6 +143,18 @@ class TestWorkflow : public QObject {
       QVERIFY(waitJobs(w, 120'000));
       QVERIFY(ws->session().speed.has_value());
       QVERIFY(ws->runView()->metricsTable()->item(0, 7)->text().endsWith(QStringLiteral("×")));
+      // The same plan with GPTQ on every layer (the plan's method field): the run calibrates on
+      // the text after the evaluated tokens, rounds, and lands beside the first run.
+      std::vector<int> allRows(pe->document()->resolved().layers.size());
+      std::iota(allRows.begin(), allRows.end(), 0);
+      QVERIFY2(pe->setField(allRows, qs::PlanField::Method, QStringLiteral("gptq"), &err), qPrintable(err));
+      ws->runPlan(QStringLiteral("budget6-gptq"));
+      QVERIFY(waitJobs(w, 180'000));
+      const qs::widgets::RunCurve* gptqRun = ws->runView()->run(QStringLiteral("budget6-gptq"));
+      QVERIFY(gptqRun);
+      QVERIFY(gptqRun->kl > 0 && gptqRun->kl < 1.5 * measuredKl);
+      QCOMPARE(gptqRun->basePerplexity, ws->runView()->run(QStringLiteral("budget6"))->basePerplexity);
+      qInfo("budget6: KL %.5f rtn, %.5f gptq", measuredKl, gptqRun->kl);
       shot(&w, "workflow_run.png");
 
       // Export: the plan for llama-quantize and the weights as GGUF. stories260K's mlp.down
@@ -163,8 +176,9 @@ class TestWorkflow : public QObject {
       QVERIFY2(d->canWrite(), qPrintable(d->previewText()));
       QVERIFY(d->previewText().contains(QStringLiteral("Warnings")));
       shot(d, "workflow_export_dialog.png");
+      QVERIFY(d->previewText().contains(QStringLiteral("rounded on the calibration text")));  // GPTQ
       QVERIFY(d->exportNow());
-      QVERIFY(waitJobs(w, 120'000));
+      QVERIFY(waitJobs(w, 180'000));
       QVERIFY(QFileInfo(out.filePath(QStringLiteral("m.gguf"))).size() > 100'000);
       d->close();
 
