@@ -22,7 +22,8 @@ std::unique_ptr<Tokenizer> findTokenizer(const ModelFile& model, const std::stri
     return tok;
   }
   if (auto tok = tokenizerForModel(model)) {
-    if (foundAt) *foundAt = "(model metadata)";
+    if (foundAt)  // GGUF carries its vocabulary; other formats: the tokenizer.json beside the file
+      *foundAt = model.format() == ModelFormat::Gguf ? "(model metadata)" : "(tokenizer.json beside the model)";
     return tok;
   }
   if (model.format() == ModelFormat::Llama2c) {
