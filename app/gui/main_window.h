@@ -84,6 +84,8 @@ class MainWindow : public QMainWindow {
   void updateMemoryLabel();
   void requestLayerAnalysis();
   void offerCpuBackend(const QString& title, const QString& message);
+  // The non-blocking error dialog (errorDialog()): bad model, plan or session files.
+  void showErrorDialog(const QString& title, const QString& text, const QString& details);
   void saveLayerSettings();
 
   std::shared_ptr<ModelFile> model_;
