@@ -274,13 +274,16 @@ ModelExportResult exportModel(const ExportSource& src, const std::string& outPat
       stagingDir = stagingDir.parent_path();
   }
   struct RemoveIfFailed {
-    fs::path dir;
+    fs::path dir, existing;  // the new folder, the nearest one that existed before
     bool created = false, done = false;
     ~RemoveIfFailed() {
       std::error_code ec;
-      if (created && !done) fs::remove(dir, ec);  // only when empty
+      if (!created || done) return;
+      // The folders create_directories made (none of them existed), each only while empty.
+      for (fs::path d = dir; !d.empty() && d != existing && d != d.parent_path(); d = d.parent_path())
+        if (!fs::remove(d, ec)) break;
     }
-  } cleanup{newDir};
+  } cleanup{newDir, stagingDir};
   OutputFiles files(stagingDir.string());
   Progress progress(ctx, r.preview.estimatedBytes);
   progress.check();
