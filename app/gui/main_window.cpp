@@ -432,7 +432,6 @@ void MainWindow::showErrorDialog(const QString& title, const QString& text, cons
   errorDialog_->setObjectName(QStringLiteral("openErrorDialog"));
   errorDialog_->setInformativeText(details);
   errorDialog_->setAttribute(Qt::WA_DeleteOnClose);
-  connect(errorDialog_, &QObject::destroyed, this, [this] { errorDialog_ = nullptr; });
   errorDialog_->open();  // window-modal sheet, no nested event loop: the caller goes on
 }
 
@@ -447,7 +446,6 @@ void MainWindow::offerCpuBackend(const QString& title, const QString& message) {
   cpu->setObjectName(QStringLiteral("useCpuButton"));
   connect(cpu, &QPushButton::clicked, this, &MainWindow::useCpuBackend);
   deviceMemoryDialog_->setAttribute(Qt::WA_DeleteOnClose);
-  connect(deviceMemoryDialog_, &QObject::destroyed, this, [this] { deviceMemoryDialog_ = nullptr; });
   deviceMemoryDialog_->open();  // non-blocking, like every error dialog here
 }
 
