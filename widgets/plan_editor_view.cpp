@@ -372,8 +372,7 @@ void PlanEditorView::buildUi() {
   });
   connect(openBtn, &QPushButton::clicked, this, [this] {
     const QString p = QFileDialog::getOpenFileName(this, tr("Open plan"), {}, tr("Plans (*.json);;All files (*)"));
-    QString err;
-    if (!p.isEmpty() && !openPlanFile(p, &err)) emit message(err);
+    if (!p.isEmpty()) openPlanFromUser(p);
   });
   connect(saveBtn, &QPushButton::clicked, this, [this] {
     const QString p = QFileDialog::getSaveFileName(this, tr("Save plan"), QStringLiteral("plan.json"),
@@ -610,6 +609,14 @@ bool PlanEditorView::openPlanFile(const QString& path, QString* error) {
   if (!doc_) return false;
   try {
     Plan p = loadPlan(path.toStdString());
+    // A plan made for another model is refused here as the CLI refuses it (without
+    // --allow-other-model): its layer choices were made for other weights.
+    ResolveOptions ro;
+    ro.source = path.toStdString();
+    ro.modelName = modelName_;
+    ro.modelHash = modelHash_;
+    for (const PlanProblem& pr : resolvePlan(p, *graph_, ro).problems)
+      if (pr.field == "model.hash") throwBadInput(path.toStdString(), pr.field, pr.message);
     pushCommand(makeReplacePlanCommand(*doc_, std::move(p), "open " + path.toStdString()));
     const auto& probs = doc_->resolved().problems;
     if (!probs.empty()) {
@@ -623,6 +630,11 @@ bool PlanEditorView::openPlanFile(const QString& path, QString* error) {
     if (error) *error = QString::fromStdString(e.what());
     return false;
   }
+}
+
+void PlanEditorView::openPlanFromUser(const QString& path) {
+  QString err;
+  if (!openPlanFile(path, &err)) emit openFailed(path, err);
 }
 
 bool PlanEditorView::savePlanFile(const QString& path, QString* error) {

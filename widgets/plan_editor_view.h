@@ -63,7 +63,13 @@ class PlanEditorView : public QWidget {
   bool autoPlanBudgetBits(double bitsPerWeight, QString* error = nullptr, uint64_t mergeKey = 0);
   bool loadParetoPoint(int index, QString* error = nullptr);
 
+  // Replaces the plan by the file's (one undo step). A file that cannot be read, is not a valid
+  // plan or was made for another model (model.hash) is refused: false, *error names the file and
+  // the field, and the plan stays as it was.
   bool openPlanFile(const QString& path, QString* error);
+  // What Open… does with the file the user chose: openPlanFile, and on failure openFailed (the
+  // main window shows it in a non-blocking dialog).
+  void openPlanFromUser(const QString& path);
   bool savePlanFile(const QString& path, QString* error);
 
   // For tests and the status line.
@@ -78,6 +84,7 @@ class PlanEditorView : public QWidget {
  signals:
   void planChanged();
   void message(const QString& text);  // errors and notes for the status bar
+  void openFailed(const QString& path, const QString& error);  // Open… refused the file
   // "Compare with…": the user picked another plan file to compare with this one.
   void compareRequested(const QString& path);
 

@@ -222,6 +222,20 @@ void MainWindow::buildUi() {
   tabs_->addTab(workspace_->planPage(), tr("Plan"));
   tabs_->addTab(workspace_->runPage(), tr("Run"));
   connect(workspace_, &Workspace::message, this, [this](const QString& m) { statusBar()->showMessage(m, 10000); });
+  // Bad plan and session files: the same non-blocking dialog as a bad model (docs/reliability.md).
+  connect(workspace_->planEditor(), &widgets::PlanEditorView::openFailed, this,
+          [this](const QString& path, const QString& error) {
+            showErrorDialog(tr("Cannot open plan"), tr("Quantscope could not open the plan\n%1\nThe plan being edited is unchanged.").arg(path), error);
+          });
+  connect(workspace_, &Workspace::sessionUnreadable, this, [this](const QString& error, const QString& keptAs) {
+    showErrorDialog(tr("Session not restored"),
+                    keptAs.isEmpty()
+                        ? tr("The saved session of this model could not be read, nor moved aside; a new session was started "
+                             "and autosave is off for this model.")
+                        : tr("The saved session of this model could not be read. It was kept as\n%1\nand a new session "
+                             "was started.").arg(keptAs),
+                    error);
+  });
   connect(workspace_, &Workspace::calibrationChanged, this, [this] {
     if (!layerView_->tensor().isEmpty()) layerView_->setActivations(workspace_->activationsFor(layerView_->tensor()));
   });
@@ -368,15 +382,7 @@ void MainWindow::onLoadFinished() {
   statusBar()->clearMessage();
   if (!r.model) {
     // Non-blocking dialog: the app stays usable and the previous model stays loaded.
-    if (errorDialog_) errorDialog_->deleteLater();
-    errorDialog_ = new QMessageBox(QMessageBox::Warning, tr("Cannot open model"),
-                                   tr("Quantscope could not open\n%1").arg(path), QMessageBox::Ok,
-                                   this);
-    errorDialog_->setObjectName(QStringLiteral("openErrorDialog"));
-    errorDialog_->setInformativeText(r.error);
-    errorDialog_->setAttribute(Qt::WA_DeleteOnClose);
-    connect(errorDialog_, &QObject::destroyed, this, [this] { errorDialog_ = nullptr; });
-    errorDialog_->open();
+    showErrorDialog(tr("Cannot open model"), tr("Quantscope could not open\n%1").arg(path), r.error);
     emit modelLoadFailed(path, r.error);
     return;
   }
@@ -426,6 +432,15 @@ void MainWindow::showSummary() {
   summary_->setHtml(html);
 }
 
+void MainWindow::showErrorDialog(const QString& title, const QString& text, const QString& details) {
+  if (errorDialog_) errorDialog_->deleteLater();
+  errorDialog_ = new QMessageBox(QMessageBox::Warning, title, text, QMessageBox::Ok, this);
+  errorDialog_->setObjectName(QStringLiteral("openErrorDialog"));
+  errorDialog_->setInformativeText(details);
+  errorDialog_->setAttribute(Qt::WA_DeleteOnClose);
+  errorDialog_->open();  // window-modal sheet, no nested event loop: the caller goes on
+}
+
 void MainWindow::offerCpuBackend(const QString& title, const QString& message) {
   if (deviceMemoryDialog_) deviceMemoryDialog_->deleteLater();
   deviceMemoryDialog_ = new QMessageBox(QMessageBox::Warning, tr("Out of GPU memory"),
@@ -437,7 +452,6 @@ void MainWindow::offerCpuBackend(const QString& title, const QString& message) {
   cpu->setObjectName(QStringLiteral("useCpuButton"));
   connect(cpu, &QPushButton::clicked, this, &MainWindow::useCpuBackend);
   deviceMemoryDialog_->setAttribute(Qt::WA_DeleteOnClose);
-  connect(deviceMemoryDialog_, &QObject::destroyed, this, [this] { deviceMemoryDialog_ = nullptr; });
   deviceMemoryDialog_->open();  // non-blocking, like every error dialog here
 }
 

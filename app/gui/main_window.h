@@ -3,6 +3,8 @@
 // centre, backend and memory in the status bar. Models load off the GUI thread.
 #include <QFutureWatcher>
 #include <QMainWindow>
+#include <QMessageBox>  // complete type for QPointer
+#include <QPointer>
 #include <memory>
 
 class QLabel;
@@ -84,6 +86,8 @@ class MainWindow : public QMainWindow {
   void updateMemoryLabel();
   void requestLayerAnalysis();
   void offerCpuBackend(const QString& title, const QString& message);
+  // The non-blocking error dialog (errorDialog()): bad model, plan or session files.
+  void showErrorDialog(const QString& title, const QString& text, const QString& details);
   void saveLayerSettings();
 
   std::shared_ptr<ModelFile> model_;
@@ -105,8 +109,10 @@ class MainWindow : public QMainWindow {
   QLabel* backendLabel_ = nullptr;
   QLabel* memoryLabel_ = nullptr;
   QMenu* recentMenu_ = nullptr;
-  QMessageBox* errorDialog_ = nullptr;
-  QMessageBox* deviceMemoryDialog_ = nullptr;
+  // QPointer: cleared when the dialog closes (WA_DeleteOnClose) or is deleted with the window; a
+  // destroyed() handler writing a member would run after ~MainWindow (UBSan).
+  QPointer<QMessageBox> errorDialog_;
+  QPointer<QMessageBox> deviceMemoryDialog_;
 };
 
 // Resident memory of this process in bytes (from /proc/self/statm), 0 if unknown.

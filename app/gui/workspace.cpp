@@ -12,6 +12,10 @@
 #include <QStandardPaths>
 #include <QVBoxLayout>
 #include <QtConcurrent>
+#include <fcntl.h>
+#include <stdio.h>
+
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -210,10 +214,26 @@ void Workspace::setModel(std::shared_ptr<ModelFile> model, const QString& path) 
   try {
     session_ = openSessionFor(sessionPath_.toStdString(), path.toStdString(), hash_);
   } catch (const Error& e) {
-    emit message(tr("Session not restored: %1").arg(QString::fromStdString(e.what())));
+    // The model opens with a fresh session; the unreadable file is kept aside, never overwritten
+    // by the next autosave: renamed to NAME.corrupt-N (docs/reliability.md).
+    const QString error = QString::fromStdString(e.what());
     session_ = Session{};
     session_.modelPath = path.toStdString();
     session_.modelHash = hash_;
+    QString aside;
+    for (int n = 1; n < 1000 && aside.isEmpty(); ++n) {
+      const QString candidate = sessionPath_ + QStringLiteral(".corrupt-%1").arg(n);
+      if (QFileInfo::exists(candidate)) continue;
+      // RENAME_NOREPLACE: never replace a file of that name created in the meantime (plain rename
+      // where the file system cannot do that).
+      const QByteArray from = QFile::encodeName(sessionPath_), to = QFile::encodeName(candidate);
+      int rc = ::renameat2(AT_FDCWD, from.constData(), AT_FDCWD, to.constData(), RENAME_NOREPLACE);
+      if (rc != 0 && errno == EINVAL) rc = ::rename(from.constData(), to.constData());
+      if (rc == 0) aside = candidate;
+      else if (errno != EEXIST) break;
+    }
+    if (aside.isEmpty()) sessionPath_.clear();  // could not move it: no autosave over it either
+    emit sessionUnreadable(error, aside);
   }
   std::optional<Plan> plan;
   if (auto it = session_.plans.find("current"); it != session_.plans.end()) {

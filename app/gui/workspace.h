@@ -9,7 +9,9 @@
 //
 // The session lives in the application's data folder, one file per model content hash
 // (sessions/<hash>.qsession), so reopening a model shows what was computed before; File → Save
-// Session As… writes a copy anywhere.
+// Session As… writes a copy anywhere. An autosaved session that cannot be read is renamed to
+// <hash>.qsession.corrupt-N (kept for the user, not overwritten) and the model opens with a fresh
+// one (sessionUnreadable).
 #include <QObject>
 #include <QPointer>
 #include <QString>
@@ -107,6 +109,10 @@ class Workspace : public QObject {
   void speedChanged();
   void sessionSaved(const QString& path);
   void message(const QString& text);  // status bar
+  // The model's autosaved session could not be read (`error` names the file and the field): a
+  // fresh session was started and the file kept as `keptAs` (empty: it could not be moved, so
+  // autosave is off for this model until it is reopened).
+  void sessionUnreadable(const QString& error, const QString& keptAs);
 
  private:
   struct Prepared;  // what a job needs, copied for the worker thread

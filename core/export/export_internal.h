@@ -25,14 +25,19 @@ struct SourceTensor {
 // head); tensors outside the graph (buffers such as llama2.c's RoPE tables) are left out.
 std::vector<SourceTensor> walkGraph(const ExportSource& src);
 
-// Files written together: each to a temporary, all renamed by commitAll().
+// Files written together: each to a temporary, all renamed by commitAll() once every one is
+// complete and synced (the renames then follow back to back).
 class OutputFiles {
  public:
+  // `tempFolder`: where the temporaries go when the targets' folder does not exist yet (see
+  // AtomicFile); empty: beside the targets.
+  explicit OutputFiles(std::string tempFolder = {}) : tempFolder_(std::move(tempFolder)) {}
   AtomicFile& open(const std::string& path);
   void commitAll();
   uint64_t totalBytes() const;
 
  private:
+  std::string tempFolder_;
   std::vector<std::unique_ptr<AtomicFile>> files_;
   std::vector<std::string> paths_;
 };

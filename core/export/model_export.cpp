@@ -132,12 +132,16 @@ bool needsRopePermutation(const ExportSource& src, const SourceTensor& s, RopeLa
 }
 
 AtomicFile& OutputFiles::open(const std::string& path) {
-  files_.push_back(std::make_unique<AtomicFile>(path));
+  files_.push_back(std::make_unique<AtomicFile>(path, tempFolder_));
   paths_.push_back(path);
   return *files_.back();
 }
 
 void OutputFiles::commitAll() {
+  // Every file's data on disk first, so that the renames follow one another with no fsync in
+  // between: the window in which a crash can leave a mix of new and old files (model.safetensors
+  // new, config.json old) is as short as it can be without replacing the whole folder.
+  for (auto& f : files_) f->sync();
   for (auto& f : files_) f->commit();
 }
 
@@ -316,24 +320,30 @@ ModelExportResult exportModel(const ExportSource& src, const std::string& outPat
              }() + ")";
     throwBadInput(outPath, std::string(modelExportFormatName(o.format)) + " export", msg);
   }
-  // A safetensors export writes into a folder: create it when missing, and remove it again
-  // when the export does not complete.
-  std::filesystem::path createdDir;
-  if (o.format == ModelExportFormat::Safetensors && !std::filesystem::exists(outPath)) {
-    std::error_code ec;
-    std::filesystem::create_directories(outPath, ec);
-    if (ec) throwBadInput(outPath, "", "cannot create the output folder: " + ec.message());
-    createdDir = outPath;
+  // A safetensors export writes into a folder. When it is missing, the files are written to
+  // unnamed temporaries in the nearest folder that exists (same file system) and the folder is
+  // created only just before they are renamed into it, so a kill while writing leaves no empty
+  // folder behind; an error after creating it removes it again (docs/reliability.md).
+  namespace fs = std::filesystem;
+  fs::path newDir, stagingDir;
+  if (o.format == ModelExportFormat::Safetensors && !fs::exists(outPath)) {
+    newDir = fs::absolute(outPath);
+    stagingDir = newDir.parent_path();
+    while (!stagingDir.empty() && !fs::exists(stagingDir) && stagingDir != stagingDir.parent_path())
+      stagingDir = stagingDir.parent_path();
   }
   struct RemoveIfFailed {
-    std::filesystem::path dir;
-    bool done = false;
+    fs::path dir, existing;  // the new folder, the nearest one that existed before
+    bool created = false, done = false;
     ~RemoveIfFailed() {
       std::error_code ec;
-      if (!done && !dir.empty()) std::filesystem::remove(dir, ec);  // only when empty
+      if (!created || done) return;
+      // The folders create_directories made (none of them existed), each only while empty.
+      for (fs::path d = dir; !d.empty() && d != existing && d != d.parent_path(); d = d.parent_path())
+        if (!fs::remove(d, ec)) break;
     }
-  } cleanup{createdDir};
-  OutputFiles files;
+  } cleanup{newDir, stagingDir};
+  OutputFiles files(stagingDir.string());
   Progress progress(ctx, r.preview.estimatedBytes);
   progress.check();
   switch (o.format) {
@@ -342,6 +352,12 @@ ModelExportResult exportModel(const ExportSource& src, const std::string& outPat
     case ModelExportFormat::Hdf5: writeHdf5(src, r.preview, o, files, progress); break;
   }
   progress.check();  // the last chance to cancel: after this every file is renamed into place
+  if (!newDir.empty()) {
+    std::error_code ec;
+    fs::create_directories(newDir, ec);
+    if (ec) throwBadInput(outPath, "", "cannot create the output folder: " + ec.message());
+    cleanup.created = true;
+  }
   files.commitAll();
   cleanup.done = true;
   r.files = r.preview.files;

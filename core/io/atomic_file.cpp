@@ -27,10 +27,14 @@ std::string folderOf(const std::string& path) {
 // Test hook (docs/reliability.md): QS_TEST_PAUSE_WRITE_AFTER_BYTES=N makes the first atomic
 // write that reaches N bytes stop there — after writing exactly N bytes of its temporary file —
 // print one line on stderr and sleep until killed, so a test can SIGKILL the process in the
-// middle of a write deterministically. Unset (always, outside tests) it costs one getenv per file.
-int64_t pauseAfterBytes() {
+// middle of a write deterministically. QS_TEST_PAUSE_WRITE_FILE=NAME (optional) limits it to
+// files named NAME, to stop in the second file of an export that writes several. Unset (always,
+// outside tests) it costs one getenv per file.
+int64_t pauseAfterBytes(const std::string& path) {
   const char* v = std::getenv("QS_TEST_PAUSE_WRITE_AFTER_BYTES");
   if (!v || !*v) return -1;
+  const char* only = std::getenv("QS_TEST_PAUSE_WRITE_FILE");
+  if (only && *only && std::filesystem::path(path).filename() != only) return -1;
   char* end = nullptr;
   const long long n = std::strtoll(v, &end, 10);
   return end && *end == '\0' && n >= 0 ? int64_t(n) : -1;
@@ -45,17 +49,21 @@ int64_t pauseAfterBytes() {
 
 }  // namespace
 
-AtomicFile::AtomicFile(std::string path) : path_(std::move(path)), pauseAfter_(pauseAfterBytes()) {
+AtomicFile::AtomicFile(std::string path, const std::string& tempFolder)
+    : path_(std::move(path)), pauseAfter_(pauseAfterBytes(path_)) {
+  const std::string folder = tempFolder.empty() ? folderOf(path_) : tempFolder;
   // An unnamed file in the target's folder (O_TMPFILE): a crash or SIGKILL before commit()
   // leaves nothing behind, not even a temporary name. File systems without O_TMPFILE get a
   // named temporary (mkstemp), which a SIGKILL can leave behind.
-  fd_ = ::open(folderOf(path_).c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0644);
+  fd_ = ::open(folder.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0644);
   if (fd_ >= 0) {
     temp_ = "/proc/self/fd/" + std::to_string(fd_);
     anonymous_ = true;
     return;
   }
-  std::vector<char> tmpl(path_.begin(), path_.end());
+  const std::string base =
+      tempFolder.empty() ? path_ : (std::filesystem::path(folder) / std::filesystem::path(path_).filename()).string();
+  std::vector<char> tmpl(base.begin(), base.end());
   const std::string suffix = ".tmp-XXXXXX";
   tmpl.insert(tmpl.end(), suffix.begin(), suffix.end());
   tmpl.push_back('\0');
@@ -99,9 +107,13 @@ void AtomicFile::writeAt(uint64_t offset, std::span<const std::byte> data) {
   if (pauseHere) pauseForever(path_, uint64_t(pauseAfter_));
 }
 
-void AtomicFile::commit() {
+void AtomicFile::sync() {
   if (::fsync(fd_) != 0)
     throw Error(ErrorKind::Internal, std::string("fsync failed: ") + std::strerror(errno), path_);
+}
+
+void AtomicFile::commit() {
+  sync();
   if (anonymous_) {
     // linkat cannot replace a file: give the data a unique name beside the target, then rename
     // that over it (the name exists only for the two system calls in between).

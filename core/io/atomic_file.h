@@ -18,7 +18,11 @@ class AtomicFile {
  public:
   // Creates the temporary in the target's folder (unnamed, or "<path>.tmp-XXXXXX"). Throws
   // BadInput when the folder is not writable (naming the path and the system error).
-  explicit AtomicFile(std::string path);
+  // `tempFolder` (optional) holds the temporary instead: for a target whose folder does not
+  // exist yet (an export into a new folder), so that a kill before commit() leaves no folder
+  // behind either. It must be on the target's file system; the caller creates the target's
+  // folder before commit().
+  explicit AtomicFile(std::string path, const std::string& tempFolder = {});
   ~AtomicFile();
   AtomicFile(const AtomicFile&) = delete;
   AtomicFile& operator=(const AtomicFile&) = delete;
@@ -32,6 +36,9 @@ class AtomicFile {
   void resize(uint64_t bytes);
   // Positioned write of all of `data` (thread-safe: pwrite). Throws Internal on I/O errors.
   void writeAt(uint64_t offset, std::span<const std::byte> data);
+  // fsync: the data on disk (commit() does it too; several files committed together sync first
+  // so that their renames follow one another closely).
+  void sync();
   // fsync, then rename over the target (and fsync the folder).
   void commit();
 

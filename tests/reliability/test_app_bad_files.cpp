@@ -3,6 +3,10 @@
 // naming the file, the app keeps running, and stories260K stays loaded and usable (its tree and
 // a layer analysis work afterwards). A model with a NaN weight opens (it is a valid file), and
 // analysing that layer reports the NaN in the layer view instead of crashing.
+// Plans and sessions are also opened where the GUI opens them: every bad plan of the corpus
+// through the Plan tab's Open… path (a dialog naming the file and the field, the plan being
+// edited unchanged), and every bad session as the model's autosaved session (a dialog, the model
+// opens with a fresh session, the bad file kept as NAME.corrupt-N, byte for byte).
 #include <QFileInfo>
 #include <QJsonArray>
 #include <QJsonDocument>
@@ -11,6 +15,7 @@
 #include <QMessageBox>
 #include <QPushButton>
 #include <QSettings>
+#include <QUndoStack>
 #include <QTreeView>
 #include <QtTest>
 #include <memory>
@@ -18,16 +23,39 @@
 #include "app/gui/gui_main.h"
 #include "app/gui/main_window.h"
 #include "app/gui/job_runner.h"
+#include "app/gui/workspace.h"
+#include "core/plan/plan.h"
 #include "core/model/model_file.h"
 #include "kernels/backend/backend.h"
 #include "kernels/common/device_error.h"
 #include "tests/test_util.h"
 #include "widgets/layer_view.h"
+#include "widgets/plan_editor_view.h"
 
 using qs::app::MainWindow;
+using qs::app::Workspace;
+namespace widgets = qs::widgets;
 
 namespace {
 QString corpusDir() { return QStringLiteral(QS_SOURCE_DIR "/tests/data/bad"); }
+
+QJsonArray corpusCases() {
+  QFile f(corpusDir() + "/manifest.json");
+  if (!f.open(QIODevice::ReadOnly)) return {};
+  return QJsonDocument::fromJson(f.readAll()).object().value("cases").toArray();
+}
+
+// The model a corpus case runs on: its --model argument, else the first {bad}/… model argument.
+QString caseModel(const QJsonObject& c) {
+  const QStringList args = c.value("args").toVariant().toStringList();
+  QString m;
+  const int i = args.indexOf("--model");
+  if (i >= 0) m = args.value(i + 1);
+  for (const QString& a : args)
+    if (m.isEmpty() && a.startsWith("{bad}/") && a.endsWith(".bin")) m = a;
+  if (m.isEmpty()) return qs::test::stories260K();
+  return QString(m).replace("{bad}", corpusDir());
+}
 }  // namespace
 
 class TestAppBadFiles : public QObject {
@@ -44,6 +72,8 @@ class TestAppBadFiles : public QObject {
  private slots:
   void initTestCase() {
     QSettings::setPath(QSettings::NativeFormat, QSettings::UserScope, settingsDir_.path());
+    // The app data folder (autosaved sessions) inside the temporary folder too.
+    qputenv("XDG_DATA_HOME", settingsDir_.filePath("data").toUtf8());
     qs::app::setApplicationIdentity();
     w_ = std::make_unique<MainWindow>();
     w_->layerView()->setFormatText("int4-g32-sym");  // what the layer analyses quantize to
@@ -94,8 +124,124 @@ class TestAppBadFiles : public QObject {
     w_->errorDialog()->accept();
   }
 
+  // Plan tab → Open… with a bad plan: a non-blocking dialog naming the file and the field; the
+  // plan being edited and its undo history stay as they were; a good plan opens afterwards.
+  void badPlanGivesDialogAndKeepsPlan_data() {
+    QTest::addColumn<QString>("file");
+    QTest::addColumn<QString>("model");
+    QTest::addColumn<QStringList>("expect");
+    int n = 0;
+    for (const QJsonValue& v : corpusCases()) {
+      const QJsonObject c = v.toObject();
+      const QString file = c.value("file").toString();
+      if (!file.endsWith(".json") || c.value("exit").toInt() != 2) continue;
+      QTest::newRow(qPrintable(c.value("case").toString()))
+          << file << caseModel(c) << c.value("expect").toVariant().toStringList();
+      ++n;
+    }
+    QVERIFY(n >= 8);
+  }
+  void badPlanGivesDialogAndKeepsPlan() {
+    QFETCH(QString, file);
+    QFETCH(QString, model);
+    QFETCH(QStringList, expect);
+    if (w_->modelPath() != model) openGood(model);
+    widgets::PlanEditorView* editor = w_->workspace()->planEditor();
+    QVERIFY(editor->plan());
+    // An edit, so that "unchanged" means more than the defaults.
+    QString err;
+    QVERIFY2(editor->applyPattern("blocks.0.attn.q", qs::PlanField::Note, QString("before ") + QTest::currentDataTag(), &err),
+             qPrintable(err));
+    const std::string planBefore = qs::planToJson(*editor->plan());
+    const int undoBefore = editor->undoStack()->count();
+
+    QSignalSpy failed(editor, &widgets::PlanEditorView::openFailed);
+    editor->openPlanFromUser(corpusDir() + "/" + file);  // what Open… does with the chosen file
+    QCOMPARE(failed.size(), 1);
+    QVERIFY(w_->errorDialog() && w_->errorDialog()->isVisible());
+    const QString message = w_->errorDialog()->informativeText();
+    for (const QString& e : expect) QVERIFY2(message.contains(e), qPrintable(e + " not in: " + message));
+    QVERIFY(!message.contains('\n'));
+    QCOMPARE(qs::planToJson(*editor->plan()), planBefore);
+    QCOMPARE(editor->undoStack()->count(), undoBefore);
+    w_->errorDialog()->accept();
+
+    // Still usable: the plan saves and opens again, and the model is the one that was open.
+    QTemporaryDir dir;
+    QVERIFY2(editor->savePlanFile(dir.filePath("good.json"), &err), qPrintable(err));
+    editor->openPlanFromUser(dir.filePath("good.json"));
+    QCOMPARE(failed.size(), 1);
+    QCOMPARE(qs::planToJson(*editor->plan()), planBefore);
+    QCOMPARE(w_->modelPath(), model);
+  }
+
+  // A corrupt autosaved session: opening the model gives the dialog (naming the session file and
+  // the field), the model opens with a fresh session, and the bad file is kept aside as
+  // NAME.corrupt-N, byte for byte, not overwritten by the next save.
+  void corruptSessionGivesDialogAndFreshSession_data() {
+    QTest::addColumn<QString>("file");
+    QTest::addColumn<QString>("model");
+    QTest::addColumn<QStringList>("expect");
+    QSet<QString> seen;
+    for (const QJsonValue& v : corpusCases()) {
+      const QJsonObject c = v.toObject();
+      const QString file = c.value("file").toString();
+      if (!file.endsWith(".qsession") || c.value("exit").toInt() != 2 || seen.contains(file)) continue;
+      seen.insert(file);
+      // The case's first expectation is the corpus file's name; here the file is the model's
+      // session, so the fields are what the message must name.
+      QTest::newRow(qPrintable(c.value("case").toString()))
+          << file << caseModel(c) << c.value("expect").toVariant().toStringList().mid(1);
+    }
+    QVERIFY(seen.size() >= 8);
+  }
+  void corruptSessionGivesDialogAndFreshSession() {
+    QFETCH(QString, file);
+    QFETCH(QString, model);
+    QFETCH(QStringList, expect);
+    Workspace* ws = w_->workspace();
+    if (w_->modelPath() != model) openGood(model);
+    const QString sessionPath = ws->sessionPath();
+    QVERIFY(!sessionPath.isEmpty());
+    QString err;
+    QVERIFY2(ws->saveSessionNow(&err), qPrintable(err));  // nothing pending for it in the background
+    openGood(qs::test::stories260K());
+    const QByteArray bad = qs::test::readAll(corpusDir() + "/" + file);
+    QFile::remove(sessionPath);
+    QVERIFY(QFile::copy(corpusDir() + "/" + file, sessionPath));
+    const QStringList before = QDir(QFileInfo(sessionPath).path()).entryList(QDir::Files, QDir::Name);
+
+    QSignalSpy unreadable(ws, &Workspace::sessionUnreadable);
+    openGood(model);
+    QCOMPARE(unreadable.size(), 1);
+    QVERIFY(w_->errorDialog() && w_->errorDialog()->isVisible());
+    const QString message = w_->errorDialog()->informativeText();
+    QVERIFY2(message.contains(QFileInfo(sessionPath).fileName()), qPrintable(message));
+    for (const QString& e : expect) QVERIFY2(message.contains(e), qPrintable(e + " not in: " + message));
+    // Kept aside, byte for byte, under a new name the dialog gives.
+    const QString keptAs = unreadable.first().at(1).toString();
+    QVERIFY2(keptAs.startsWith(sessionPath + ".corrupt-"), qPrintable(keptAs));
+    QVERIFY(!before.contains(QFileInfo(keptAs).fileName()));
+    QCOMPARE(qs::test::readAll(keptAs), bad);
+    QVERIFY(w_->errorDialog()->text().contains(keptAs));
+    w_->errorDialog()->accept();
+    // The model is open with a fresh session, which saves to the usual place and leaves the
+    // kept file alone.
+    QCOMPARE(w_->modelPath(), model);
+    QVERIFY(w_->model());
+    QVERIFY(!ws->session().calibration && !ws->session().sensitivity && ws->session().runs.empty());
+    QCOMPARE(ws->sessionPath(), sessionPath);
+    QVERIFY2(ws->saveSessionNow(&err), qPrintable(err));
+    QCOMPARE(qs::test::readAll(keptAs), bad);
+    QVERIFY(qs::test::readAll(sessionPath) != bad);
+    // And the app works on it: its tree and a plan to edit.
+    QVERIFY(w_->modelTree()->model()->rowCount() > 0);
+    QVERIFY(ws->planEditor()->plan());
+  }
+
   // After every bad file: the model tree and a layer analysis of stories260K still work.
   void previousModelStaysUsable() {
+    if (w_->modelPath() != qs::test::stories260K()) openGood(qs::test::stories260K());
     QCOMPARE(w_->modelPath(), qs::test::stories260K());
     QCOMPARE(w_->modelTree()->model()->rowCount(), 8);
     QSignalSpy analysed(w_.get(), &MainWindow::layerAnalysed);

@@ -1,11 +1,12 @@
 // Data safety and fault messages (issue 14, docs/reliability.md):
 //  - every write is atomic: quantscope-cli is SIGKILLed in the middle of a session save, a plan
-//    save and a large model write (synth, the exporter-sized write), paused there by the test
-//    hook QS_TEST_PAUSE_WRITE_AFTER_BYTES; the previous file must be byte-identical afterwards
-//    and no partial or temporary file may be left in the folder;
+//    save, a model write (synth) and an export (GGUF, the safetensors folder, HDF5), paused there
+//    by the test hook QS_TEST_PAUSE_WRITE_AFTER_BYTES; the previous files must be byte-identical
+//    afterwards and no partial or temporary file or folder may be left;
 //  - AtomicFile itself: commit replaces, an abandoned write leaves nothing;
 //  - out of device memory becomes a Device error (exit code 1) that offers the CPU backend.
 #include <QDir>
+#include <QDirIterator>
 #include <QProcess>
 #include <QRegularExpression>
 #include <QtTest>
@@ -28,6 +29,29 @@ QStringList listing(const QString& dir) {
   for (const QFileInfo& fi : infos) out << fi.fileName();
   return out;
 }
+
+// Every file and folder under `dir` (relative paths, hidden ones included) with the bytes of
+// each file: the whole state a killed export could have touched.
+QMap<QString, QByteArray> snapshot(const QString& dir) {
+  QMap<QString, QByteArray> out;
+  QDirIterator it(dir, QDir::AllEntries | QDir::NoDotAndDotDot | QDir::Hidden | QDir::System,
+                  QDirIterator::Subdirectories);
+  while (it.hasNext()) {
+    const QString path = it.next();
+    const QFileInfo fi = it.fileInfo();
+    out[QDir(dir).relativeFilePath(path) + (fi.isDir() ? "/" : "")] = fi.isDir() ? QByteArray() : qs::test::readAll(path);
+  }
+  return out;
+}
+
+// Two small plans for stories260K that every export target can write (dim 64: groups of 32 fit
+// every layer they name; the MLP's down projection, 172 wide, stays FP16).
+const char* kExportPlanA = R"({"schema": "quantscope-plan", "version": 2, "defaults": {"weight": "fp16"},
+  "entries": [{"layers": ["blocks.*.attn.q", "blocks.*.attn.k", "blocks.*.attn.v", "blocks.*.attn.o",
+                          "blocks.*.mlp.gate", "blocks.*.mlp.up"], "weight": "int8-sym", "group_size": 32}]})";
+const char* kExportPlanB = R"({"schema": "quantscope-plan", "version": 2, "defaults": {"weight": "fp16"},
+  "entries": [{"layers": ["blocks.*.attn.q", "blocks.*.attn.k", "blocks.*.attn.v", "blocks.*.attn.o",
+                          "blocks.*.mlp.gate", "blocks.*.mlp.up"], "weight": "int4-sym", "group_size": 32}]})";
 
 int runCli(const QStringList& args, QString* err = nullptr) {
   QProcess p;
@@ -52,6 +76,7 @@ class TestReliability : public QObject {
     QTest::addColumn<QStringList>("first");
     QTest::addColumn<QStringList>("second");  // writes other bytes to the same target
     QTest::addColumn<int>("pauseAfter");      // bytes of the second write before the kill
+    QTest::addColumn<QString>("pauseFile");   // only in the file of this name (empty: the first)
     const QString tok = qs::test::datasetPath("models/stories260K/tok512.bin");
     const QString tiny = corpus("l2c_tiny.bin");
     // {dir} is the temporary folder.
@@ -59,38 +84,64 @@ class TestReliability : public QObject {
         << "s.qsession"
         << QStringList{"--backend", "cpu", "calibrate", tiny, "--tokenizer", tok, "--tokens", "16", "--session", "{dir}/s.qsession"}
         << QStringList{"--backend", "cpu", "calibrate", tiny, "--tokenizer", tok, "--tokens", "40", "--session", "{dir}/s.qsession"}
-        << 3000;
+        << 3000 << QString();
     QTest::newRow("plan save")
         << "plan.json"
         << QStringList{"plan", "auto", tiny, "--budget-bits", "6", "--tokenizer", tok, "--tokens", "16", "-o", "{dir}/plan.json"}
         << QStringList{"plan", "auto", tiny, "--budget-bits", "9", "--tokenizer", tok, "--tokens", "16", "-o", "{dir}/plan.json"}
-        << 200;
-    QTest::newRow("model write (synth, exporter-sized)")
+        << 200 << QString();
+    QTest::newRow("model write (synth)")
         << "m.safetensors"
         << QStringList{"synth", "--arch", "llama", "--preset", "tiny", "--seed", "1", "-o", "{dir}/m.safetensors"}
         << QStringList{"synth", "--arch", "llama", "--preset", "tiny", "--seed", "2", "-o", "{dir}/m.safetensors"}
-        << 100'000;
+        << 100'000 << QString();
+    // quantscope-cli export of stories260K with plan A, then with plan B (--force), killed while
+    // writing. {a} and {b} are the two plans. The safetensors export writes a folder of two
+    // files: killed in the middle of the weights, and killed in config.json after the whole of
+    // model.safetensors was written (not yet renamed): both old files must stay as they were.
+    const QString model = qs::test::stories260K();
+    auto exportArgs = [&](const char* to, const QString& out, const char* plan, bool force) {
+      QStringList a{"export", model, "--plan", plan, "--to", to, "-o", out};
+      if (force) a << "--force";
+      return a;
+    };
+    QTest::newRow("export gguf")
+        << "m.gguf" << exportArgs("gguf", "{dir}/m.gguf", "{a}", false)
+        << exportArgs("gguf", "{dir}/m.gguf", "{b}", true) << 100'000 << QString();
+    QTest::newRow("export safetensors (weights)")
+        << "ct/model.safetensors" << exportArgs("safetensors", "{dir}/ct", "{a}", false)
+        << exportArgs("safetensors", "{dir}/ct", "{b}", true) << 100'000 << QString();
+    QTest::newRow("export safetensors (config.json)")
+        << "ct/config.json" << exportArgs("safetensors", "{dir}/ct", "{a}", false)
+        << exportArgs("safetensors", "{dir}/ct", "{b}", true) << 500 << QString("config.json");
+    QTest::newRow("export hdf5")
+        << "m.h5" << exportArgs("hdf5", "{dir}/m.h5", "{a}", false)
+        << exportArgs("hdf5", "{dir}/m.h5", "{b}", true) << 100'000 << QString();
   }
   void killMidWriteLeavesPreviousFile() {
     QFETCH(QString, target);
     QFETCH(QStringList, first);
     QFETCH(QStringList, second);
     QFETCH(int, pauseAfter);
+    QFETCH(QString, pauseFile);
     QTemporaryDir dir;
-    for (QString& a : first) a.replace("{dir}", dir.path());
-    for (QString& a : second) a.replace("{dir}", dir.path());
+    const QString planA = qs::test::writeFile(dir, "a.json", kExportPlanA);
+    const QString planB = qs::test::writeFile(dir, "b.json", kExportPlanB);
+    for (QStringList* args : {&first, &second})
+      for (QString& a : *args) a.replace("{dir}", dir.path()).replace("{a}", planA).replace("{b}", planB);
     const QString path = dir.filePath(target);
 
     QString err;
     QCOMPARE(runCli(first, &err), 0);
     const QByteArray before = qs::test::readAll(path);
     QVERIFY2(before.size() > pauseAfter, qPrintable(QString::number(before.size())));
-    const QStringList filesBefore = listing(dir.path());
+    const QMap<QString, QByteArray> filesBefore = snapshot(dir.path());
 
     // The second write, stopped after `pauseAfter` bytes of its temporary file, then killed.
     QProcess p;
     QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
     env.insert("QS_TEST_PAUSE_WRITE_AFTER_BYTES", QString::number(pauseAfter));
+    if (!pauseFile.isEmpty()) env.insert("QS_TEST_PAUSE_WRITE_FILE", pauseFile);
     p.setProcessEnvironment(env);
     p.start(cli(), second);
     QVERIFY(p.waitForStarted());
@@ -107,13 +158,50 @@ class TestReliability : public QObject {
     QVERIFY(p.waitForFinished(10'000));
     QCOMPARE(p.exitStatus(), QProcess::CrashExit);
 
-    QCOMPARE(qs::test::readAll(path), before);         // the previous file, byte for byte
-    QCOMPARE(listing(dir.path()), filesBefore);        // no partial or temporary file
+    QCOMPARE(qs::test::readAll(path), before);  // the previous file, byte for byte
+    // Every file as it was (the other files of a folder export too), no partial or temporary
+    // file or folder anywhere.
+    const QMap<QString, QByteArray> filesAfter = snapshot(dir.path());
+    QCOMPARE(filesAfter.keys(), filesBefore.keys());
+    QVERIFY(filesAfter == filesBefore);
 
     // Not a test that cannot fail: left alone, the second write does change the file.
     QCOMPARE(runCli(second, &err), 0);
     QVERIFY(qs::test::readAll(path) != before);
-    QCOMPARE(listing(dir.path()), filesBefore);
+    QCOMPARE(snapshot(dir.path()).keys(), filesBefore.keys());
+  }
+
+  // An export into a folder that does not exist yet, killed while writing: no folder (empty or
+  // not) and no file is left; left alone, the same export creates the folder with its files.
+  void killMidExportToNewFolderLeavesNothing() {
+    QTemporaryDir dir;
+    const QString plan = qs::test::writeFile(dir, "a.json", kExportPlanA);
+    const QStringList args{"export", qs::test::stories260K(), "--plan", plan, "--to", "safetensors",
+                           "-o", dir.filePath("new/ct")};
+    const QMap<QString, QByteArray> filesBefore = snapshot(dir.path());
+    QProcess p;
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert("QS_TEST_PAUSE_WRITE_AFTER_BYTES", "100000");
+    p.setProcessEnvironment(env);
+    p.start(cli(), args);
+    QVERIFY(p.waitForStarted());
+    QByteArray stderrText;
+    QElapsedTimer clock;
+    clock.start();
+    while (!stderrText.contains("qs-test: paused writing") && clock.elapsed() < 120'000 &&
+           p.state() == QProcess::Running) {
+      p.waitForReadyRead(500);
+      stderrText += p.readAllStandardError();
+    }
+    QVERIFY2(stderrText.contains("qs-test: paused writing " + dir.filePath("new/ct/model.safetensors").toUtf8()),
+             stderrText.constData());
+    p.kill();
+    QVERIFY(p.waitForFinished(10'000));
+    QCOMPARE(snapshot(dir.path()).keys(), filesBefore.keys());
+    QString err;
+    QCOMPARE(runCli(args, &err), 0);
+    QVERIFY(QFile::exists(dir.filePath("new/ct/model.safetensors")));
+    QVERIFY(QFile::exists(dir.filePath("new/ct/config.json")));
   }
 
   void atomicFileCommitReplacesAbandonLeavesNothing() {
