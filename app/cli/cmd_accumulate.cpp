@@ -127,7 +127,7 @@ void registerAccumulate(CLI::App& app, CliContext& ctx) {
       }
       o.rounding.gptq = &ctx.backend().gptq();
       o.rounding.options.bos = s.eval.bos;
-      o.rounding.options.context = std::min<int64_t>(s.eval.context > 0 ? s.eval.context : 512, rt.maxSeq());
+      if (s.eval.context > 0) o.rounding.options.context = s.eval.context;  // else 256 (clamped to the model)
       o.rounding.options.gptq.damping = a->damp;
     }
     JobContext job = progressContext(progress);

@@ -85,7 +85,6 @@ void registerModelExport(CLI::App& app, CliContext& ctx) {
       Runtime rt(*m.file, m.graph, ctx.backend(), {}, &job);
       QuantizeOptions qo;
       qo.bos = m.tokenizer->bos() >= 0 ? m.tokenizer->bos() : m.tokenizer->eos();
-      qo.context = std::min<int64_t>(256, rt.maxSeq());
       rounding = quantizeModel(rt, ctx.backend().gptq(), quantizationPlan(rt, resolved), ids, qo, &job);
       for (const auto& l : rounding->layers)
         if (!l.note.empty()) ctx.err << "note: " << l.name << ": " << l.note << '\n';

@@ -46,11 +46,11 @@ struct ExportDialog::State {
   std::shared_ptr<CalibrationStats> calibration;  // the session's calibration, as export takes it
   QString modelPath;
   std::shared_ptr<Backend> roundingBackend;  // GPTQ / AWQ / SmoothQuant layers (setRounding)
-  std::function<std::vector<int32_t>(int32_t*)> roundingTokens;
+  std::function<std::vector<int32_t>(int32_t*, int64_t)> roundingTokens;
 };
 
 void ExportDialog::setRounding(std::shared_ptr<Backend> backend,
-                               std::function<std::vector<int32_t>(int32_t* bos)> calibrationTokens) {
+                               std::function<std::vector<int32_t>(int32_t* bos, int64_t maxSeq)> calibrationTokens) {
   s_->roundingBackend = std::move(backend);
   s_->roundingTokens = std::move(calibrationTokens);
 }
@@ -264,13 +264,12 @@ bool ExportDialog::exportNow() {
                     if (!roundingBackend || !roundingTokens)
                       throw Error(ErrorKind::BadInput, "the plan rounds layers with GPTQ, AWQ or SmoothQuant and no "
                                                        "calibration text is set (Sensitivity tab)", opt.planSource, "method");
+                    Runtime rt(*model, *graph, *roundingBackend, {}, &ctx);
                     int32_t bos = -1;
                     ctx.progress(0, "tokenizing the calibration text");
-                    const std::vector<int32_t> ids = roundingTokens(&bos);
-                    Runtime rt(*model, *graph, *roundingBackend, {}, &ctx);
+                    const std::vector<int32_t> ids = roundingTokens(&bos, rt.maxSeq());
                     QuantizeOptions qo;
                     qo.bos = bos;
-                    qo.context = std::min<int64_t>(256, rt.maxSeq());
                     rounding = quantizeModel(rt, roundingBackend->gptq(), quantizationPlan(rt, *resolved), ids, qo, &ctx);
                   }
                   const ExportSource src{*model, *graph, tok.get(), *plan, *resolved,

@@ -51,7 +51,7 @@ class ExportDialog : public QDialog {
   // the calibration tokens (made inside the job; Workspace::roundingSource). Without it such a
   // plan's weight export fails with a message.
   void setRounding(std::shared_ptr<Backend> backend,
-                   std::function<std::vector<int32_t>(int32_t* bos)> calibrationTokens);
+                   std::function<std::vector<int32_t>(int32_t* bos, int64_t maxSeq)> calibrationTokens);
 
  signals:
   void exported(const QString& path);

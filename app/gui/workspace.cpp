@@ -279,14 +279,18 @@ std::shared_ptr<const Workspace::Prepared> Workspace::prepare(bool needText) con
   return p;
 }
 
-void Workspace::calibrate() {
-  std::shared_ptr<const Prepared> p;
+std::shared_ptr<const Workspace::Prepared> Workspace::prepareOrSay(bool needText) {
   try {
-    p = prepare(true);
+    return prepare(needText);
   } catch (const Error& e) {
     emit message(QString::fromStdString(e.what()));
-    return;
+    return nullptr;
   }
+}
+
+void Workspace::calibrate() {
+  const std::shared_ptr<const Prepared> p = prepareOrSay(true);
+  if (!p) return;
   jobs_->submit(QStringLiteral("calibrate"), tr("Calibrating"), [p, this](const JobContext& ctx) -> std::function<void()> {
     int32_t bos = -1;
     ctx.progress(0, "tokenizing");
@@ -306,13 +310,8 @@ void Workspace::calibrate() {
 }
 
 void Workspace::runSensitivity() {
-  std::shared_ptr<const Prepared> p;
-  try {
-    p = prepare(true);
-  } catch (const Error& e) {
-    emit message(QString::fromStdString(e.what()));
-    return;
-  }
+  const std::shared_ptr<const Prepared> p = prepareOrSay(true);
+  if (!p) return;
   QPointer<Workspace> self(this);
   jobs_->submit(QStringLiteral("sensitivity"), tr("Sensitivity sweep"), [p, self](const JobContext& ctx) -> std::function<void()> {
     int32_t bos = -1;
@@ -368,10 +367,8 @@ Workspace::RoundingSource Workspace::roundingSource() const {
   std::shared_ptr<const Prepared> p = prepare(true);
   RoundingSource r;
   r.backend = p->backend;
-  r.calibrationTokens = [p](int32_t* bos) {
+  r.calibrationTokens = [p](int32_t* bos, int64_t maxSeq) {
     const std::vector<int32_t> ids = p->tokenize(bos);
-    const ModelConfig& c = p->model->config();
-    const int64_t maxSeq = c.maxSeqLen > 0 ? std::min<int64_t>(c.maxSeqLen, 4096) : 4096;
     const auto cal = calibrationAfterEvaluation(ids, p->eval(*bos), maxSeq, kRoundingCalibrationTokens);
     return std::vector<int32_t>(cal.begin(), cal.end());
   };
@@ -406,7 +403,6 @@ void Workspace::runPlan(const QString& runName) {
       o.rounding.calibration = calibrationAfterEvaluation(ids, o.eval, rt.maxSeq(), kRoundingCalibrationTokens);
       o.rounding.gptq = &p->backend->gptq();
       o.rounding.options.bos = bos;
-      o.rounding.options.context = std::min<int64_t>(256, rt.maxSeq());
     }
     auto last = std::make_shared<Clock::time_point>(Clock::now() - kLiveInterval);
     auto r = std::make_shared<AccumulationResult>(runAccumulation(
@@ -458,13 +454,8 @@ void Workspace::applyRun(const QString& name, const AccumulationResult& r, bool 
 }
 
 void Workspace::measureSpeed(qint64 tokens) {
-  std::shared_ptr<const Prepared> p;
-  try {
-    p = prepare(false);
-  } catch (const Error& e) {
-    emit message(QString::fromStdString(e.what()));
-    return;
-  }
+  const std::shared_ptr<const Prepared> p = prepareOrSay(false);
+  if (!p) return;
   if (!planEditor_->document()) return;
   std::vector<std::optional<QuantFormat>> plan;
   try {

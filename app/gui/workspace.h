@@ -81,11 +81,11 @@ class Workspace : public QObject {
 
   // What exporting a plan with GPTQ / AWQ / SmoothQuant layers needs to round them off the GUI
   // thread: the compute backend and the calibration tokens — the evaluation text's tokens after
-  // the evaluated ones, as the run job uses (tokenized inside the job). BadInput (message) when
-  // no model or text is ready.
+  // the evaluated ones, as the run job uses (tokenized inside the job, for a runtime of maxSeq).
+  // BadInput (message) when no model or text is ready.
   struct RoundingSource {
     std::shared_ptr<Backend> backend;
-    std::function<std::vector<int32_t>(int32_t* bos)> calibrationTokens;
+    std::function<std::vector<int32_t>(int32_t* bos, int64_t maxSeq)> calibrationTokens;
   };
   RoundingSource roundingSource() const;
 
@@ -117,6 +117,7 @@ class Workspace : public QObject {
  private:
   struct Prepared;  // what a job needs, copied for the worker thread
   std::shared_ptr<const Prepared> prepare(bool needText) const;
+  std::shared_ptr<const Prepared> prepareOrSay(bool needText);  // null after showing why
   void buildPages();
   void markDirty();
   void autosaveNow();

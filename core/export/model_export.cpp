@@ -225,9 +225,8 @@ std::optional<WeightScales> fixedScalesFor(const ExportSource& src, const Export
   const int64_t rows = a.outFeatures;
   if (t.permuteRows && rows > 0 && s.scales.size() % size_t(rows) == 0 && s.scales.size() >= size_t(rows)) {
     // Where each row goes: permute the row numbers the way the weight's rows are permuted.
-    const LinearLayer* l = nullptr;
-    for (const LinearLayer* x : src.graph.allLinears())
-      if (x->weight == t.sourceTensor) l = x;
+    bool bias = false;
+    const LinearLayer* l = linearOf(src, t.sourceTensor, &bias);
     const ModelConfig& c = src.file.config();
     std::vector<float> order(static_cast<size_t>(rows));
     for (int64_t r = 0; r < rows; ++r) order[size_t(r)] = float(r);

@@ -181,7 +181,7 @@ QuantizeReport quantizeModel(Runtime& rt, GptqOps& gptq, const QuantizationPlan&
   std::vector<std::vector<int32_t>> windows;
   std::vector<std::vector<float>> xs;  // residual streams, host
   if (needCalib) {
-    windows = splitWindows(calibration, o.context, o.bos);
+    windows = splitWindows(calibration, std::min(o.context, rt.maxSeq()), o.bos);
     if (windows.empty())
       throw Error(ErrorKind::BadInput, "no calibration tokens", {}, "calibration");
     for (auto& w : windows) {

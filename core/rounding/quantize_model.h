@@ -51,7 +51,7 @@ using QuantizationPlan = std::vector<LayerQuantization>;  // one per Runtime::li
 
 struct QuantizeOptions {
   GptqOptions gptq;
-  int64_t context = 256;   // calibration window length, BOS included
+  int64_t context = 256;   // calibration window length, BOS included (at most the runtime's)
   int32_t bos = -1;
   int awqGridPoints = 20;
   int64_t awqSampleRows = 512;  // calibration rows kept per input group for the AWQ loss

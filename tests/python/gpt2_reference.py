@@ -15,15 +15,7 @@ import os
 import numpy as np
 from safetensors.numpy import save_file
 
-
-def gelu_tanh(x):
-    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3)))
-
-
-def layer_norm(x, w, b, eps):
-    mu = x.mean(-1, keepdims=True)
-    var = ((x - mu) ** 2).mean(-1, keepdims=True)
-    return (x - mu) / np.sqrt(var + eps) * w + b
+from gpt2_numpy_forward import forward  # the same float64 forward the trained-model test uses
 
 
 def main():
@@ -64,29 +56,8 @@ def main():
         json.dump(cfg, fh, indent=1)
 
     tokens = rng.integers(0, V, size=a.tokens)
-    T = len(tokens)
     g = {k: v.astype(np.float64) for k, v in t.items()}
-    x = g["wte.weight"][tokens] + g["wpe.weight"][np.arange(T)]
-    hd = d // H
-    mask = np.triu(np.full((T, T), -np.inf), 1)
-    for i in range(L):
-        p = f"h.{i}."
-        h = layer_norm(x, g[p + "ln_1.weight"], g[p + "ln_1.bias"], eps)
-        qkv = h @ g[p + "attn.c_attn.weight"] + g[p + "attn.c_attn.bias"]
-        q, k, v = np.split(qkv, 3, axis=-1)
-        heads = []
-        for j in range(H):
-            s = slice(j * hd, (j + 1) * hd)
-            sc = q[:, s] @ k[:, s].T / np.sqrt(hd) + mask
-            sc = np.exp(sc - sc.max(-1, keepdims=True))
-            sc /= sc.sum(-1, keepdims=True)
-            heads.append(sc @ v[:, s])
-        x = x + np.concatenate(heads, -1) @ g[p + "attn.c_proj.weight"] + g[p + "attn.c_proj.bias"]
-        h = layer_norm(x, g[p + "ln_2.weight"], g[p + "ln_2.bias"], eps)
-        x = x + gelu_tanh(h @ g[p + "mlp.c_fc.weight"] + g[p + "mlp.c_fc.bias"]) @ g[p + "mlp.c_proj.weight"] \
-            + g[p + "mlp.c_proj.bias"]
-    x = layer_norm(x, g["ln_f.weight"], g["ln_f.bias"], eps)
-    logits = x @ g["wte.weight"].T
+    logits = forward(g, cfg, tokens)
     logits.astype("<f8").tofile(os.path.join(a.out, "logits.f64"))
     tokens.astype("<i4").tofile(os.path.join(a.out, "tokens.i32"))
 
