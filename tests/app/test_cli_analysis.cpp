@@ -10,22 +10,15 @@
 #include "app/cli/cli.h"
 #include "core/session/session.h"
 #include "core/util/datasets.h"
+#include "tests/cli_in_process.h"
 #include "tests/test_util.h"
 
 namespace {
 
-struct Run {
-  int code;
-  std::string out, err;
-};
-Run runCli(std::vector<std::string> args) {
-  args.insert(args.begin(), "quantscope-cli");
-  args.insert(args.begin() + 1, {"--backend", "cpu"});
-  std::vector<const char*> argv;
-  for (auto& a : args) argv.push_back(a.c_str());
-  std::ostringstream out, err;
-  const int code = qs::cli::runCli(int(argv.size()), argv.data(), out, err);
-  return {code, out.str(), err.str()};
+using Run = qs::test::CliRun;
+Run runCli(std::vector<std::string> args) {  // on the CPU backend
+  args.insert(args.begin(), {"--backend", "cpu"});
+  return qs::test::runCliInProcess(std::move(args));
 }
 
 int lines(const std::string& s) { return int(std::count(s.begin(), s.end(), '\n')); }

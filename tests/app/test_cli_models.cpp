@@ -8,21 +8,12 @@
 #include "core/model/model_file.h"
 #include "core/model/tensor_stats.h"
 #include "kernels/stats/stats_ops.h"
+#include "tests/cli_in_process.h"
 #include "tests/test_util.h"
 
 namespace {
-struct Run {
-  int code;
-  std::string out, err;
-};
-Run cli(std::vector<std::string> args) {
-  args.insert(args.begin(), "quantscope-cli");
-  std::vector<const char*> argv;
-  for (auto& a : args) argv.push_back(a.c_str());
-  std::ostringstream out, err;
-  const int code = qs::cli::runCli(int(argv.size()), argv.data(), out, err);
-  return {code, out.str(), err.str()};
-}
+using Run = qs::test::CliRun;
+Run cli(std::vector<std::string> args) { return qs::test::runCliInProcess(std::move(args)); }
 int lines(const std::string& s) { return int(std::count(s.begin(), s.end(), '\n')); }
 }  // namespace
 

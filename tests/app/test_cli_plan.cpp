@@ -11,21 +11,12 @@
 #include "core/analysis/tables_json.h"
 #include "core/plan/plan.h"
 #include "core/plan/plan_figures.h"
+#include "tests/cli_in_process.h"
 #include "tests/test_util.h"
 
 namespace {
-struct Run {
-  int code;
-  std::string out, err;
-};
-Run cli(std::vector<std::string> args) {
-  args.insert(args.begin(), "quantscope-cli");
-  std::vector<const char*> argv;
-  for (auto& a : args) argv.push_back(a.c_str());
-  std::ostringstream out, err;
-  const int code = qs::cli::runCli(int(argv.size()), argv.data(), out, err);
-  return {code, out.str(), err.str()};
-}
+using Run = qs::test::CliRun;
+Run cli(std::vector<std::string> args) { return qs::test::runCliInProcess(std::move(args)); }
 int lines(const std::string& s) { return int(std::count(s.begin(), s.end(), '\n')); }
 bool contains(const std::string& s, const std::string& n) { return s.find(n) != std::string::npos; }
 using json = nlohmann::json;

@@ -5,21 +5,12 @@
 #include <sstream>
 
 #include "app/cli/cli.h"
+#include "tests/cli_in_process.h"
 #include "tests/test_util.h"
 
 namespace {
-struct Run {
-  int code;
-  std::string out, err;
-};
-Run runCli(std::vector<std::string> args) {
-  args.insert(args.begin(), "quantscope-cli");
-  std::vector<const char*> argv;
-  for (auto& a : args) argv.push_back(a.c_str());
-  std::ostringstream out, err;
-  const int code = qs::cli::runCli(int(argv.size()), argv.data(), out, err);
-  return {code, out.str(), err.str()};
-}
+using Run = qs::test::CliRun;
+Run runCli(std::vector<std::string> args) { return qs::test::runCliInProcess(std::move(args)); }
 // Lines on stderr other than the "backend: …" line a computing command prints first.
 int lines(const std::string& s) {
   int n = 0;

@@ -24,6 +24,7 @@
 #include "kernels/gemm/gemm_reference.h"
 #include "kernels/ops/cpu_transformer_ops.h"
 #include "kernels/ops/linear_formats.h"
+#include "tests/cli_in_process.h"
 #include "tests/test_util.h"
 
 using namespace qs;
@@ -48,18 +49,8 @@ bool bitEqual(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
 }
 
-struct Run {
-  int code;
-  std::string out, err;
-};
-Run runCli(std::vector<std::string> args) {
-  args.insert(args.begin(), "quantscope-cli");
-  std::vector<const char*> argv;
-  for (auto& a : args) argv.push_back(a.c_str());
-  std::ostringstream out, err;
-  const int code = qs::cli::runCli(int(argv.size()), argv.data(), out, err);
-  return {code, out.str(), err.str()};
-}
+using Run = qs::test::CliRun;
+Run runCli(std::vector<std::string> args) { return qs::test::runCliInProcess(std::move(args)); }
 
 struct Model {
   std::unique_ptr<ModelFile> file = openModel(qs::test::stories260K().toStdString());

@@ -8,23 +8,14 @@
 #include <random>
 
 #include "app/cli/cli.h"
+#include "tests/cli_in_process.h"
 #include "core/model/tensor_stats.h"
 #include "kernels/device/device_info.h"
 #include "kernels/stats/stats_ops.h"
 
 namespace {
-struct Run {
-  int code;
-  std::string out, err;
-};
-Run runCli(std::vector<std::string> args) {
-  args.insert(args.begin(), "quantscope-cli");
-  std::vector<const char*> argv;
-  for (auto& a : args) argv.push_back(a.c_str());
-  std::ostringstream out, err;
-  const int code = qs::cli::runCli(int(argv.size()), argv.data(), out, err);
-  return {code, out.str(), err.str()};
-}
+using Run = qs::test::CliRun;
+Run runCli(std::vector<std::string> args) { return qs::test::runCliInProcess(std::move(args)); }
 std::string lastLine(const std::string& s) {
   std::string t = s;
   while (!t.empty() && t.back() == '\n') t.pop_back();
