@@ -120,7 +120,11 @@ class Harness {
         cases.push_back({203, 384, m});                    // odd n, k a multiple of 128
         if (!quick()) cases.push_back({96, 96, m});        // k = 96: not a multiple of 64 (padding)
       }
+      // Many row tiles and a long k: each warp of the skinny kernel streams 18 chunks, so the
+      // bulk path's ring of shared-memory slots wraps and ends on a partial slot.
+      cases.push_back({2064, 8192, 1});
       if (!quick()) {
+        cases.push_back({2064, 8192, 16});
         cases.push_back({40, 4096, 1});    // few rows, long k: skinny split-K
         cases.push_back({40, 4096, 13});
         cases.push_back({72, 8192, 5});
@@ -163,6 +167,24 @@ class TestGemmGpu : public QObject {
   void w8a8Int8() { h_->sweep({"w8a8-int8"}); }
   void w8a8Fp8() { h_->sweep({"w8a8-fp8", "w8a8-fp8-tensor", "w8a8-e5m2"}); }
   void fp16Cublas() { h_->sweep({"fp16"}); }
+
+  // The skinny kernel has two ways to move the weight (sm_90: bulk-copy rings in shared memory,
+  // else register prefetch) and picks per shape; force each way for every A16 kind so both are
+  // checked whatever the device picks (QS_GEMM_BULK is read when the op-set is created).
+  void skinnyWeightPaths_data() {
+    QTest::addColumn<QByteArray>("mode");
+    QTest::newRow("bulk rings everywhere") << QByteArray("1");
+    QTest::newRow("register prefetch everywhere") << QByteArray("0");
+  }
+  void skinnyWeightPaths() {
+    QFETCH(QByteArray, mode);
+    const QByteArray before = qgetenv("QS_GEMM_BULK");
+    qputenv("QS_GEMM_BULK", mode);
+    Harness forced;
+    if (before.isNull()) qunsetenv("QS_GEMM_BULK");
+    else qputenv("QS_GEMM_BULK", before);
+    forced.sweep({"w4a16-g128", "w4a16-g32-asym", "w4a16-ch", "w8a16-int8-g64", "w8a16-fp8", "w8a16-e5m2"}, false);
+  }
 
   // cuBLASLt shapes (multiples of 16) so the large-m W8A8 path runs the cuBLASLt core, not the
   // fallback; and a large skinny/wide problem with split-K.

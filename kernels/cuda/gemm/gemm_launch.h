@@ -35,10 +35,22 @@ struct LaunchPlan {
   size_t partialFloats = 0;
   size_t counters = 0;
   size_t smemBytes = 0;
+  int bulkStages = 0;         // skinny: > 0 streams the weight with bulk copies (sm_90, A16)
+  bool earlyTrigger = false;  // skinny: the next PDL kernel may launch once the stream is issued
+};
+
+// Choices the device (and tuning runs) make for the skinny path.
+struct SkinnyOptions {
+  // sm_90+: cp.async.bulk weight rings instead of register prefetch: never, where measured to
+  // be faster (planSkinny), or for every A16 call (tuning and tests).
+  enum class Bulk { Off, Auto, Always } bulk = Bulk::Off;
+  // Launched with PDL: griddepcontrol.launch_dependents once the weight stream is issued (the
+  // next kernel may start while this one finishes): never, with the bulk rings, or always.
+  enum class Trigger { Never, WithBulk, Always } trigger = Trigger::Never;
 };
 
 // ---- skinny path: m <= 16, every weight kind, A16 and A8 ---------------------------------
-LaunchPlan planSkinny(const DeviceQuantWeight& w, int m, int multiprocessors);
+LaunchPlan planSkinny(const DeviceQuantWeight& w, int m, int multiprocessors, const SkinnyOptions& opt);
 // x: FP16 [m, k] (A16) or 8-bit codes [m, k] (A8, with tokenScales [m]); y: FP16 [m, n].
 // pdl: launch with programmatic stream serialization (sm_90): the weight stream starts while the
 // previous kernel in the stream is still finishing.

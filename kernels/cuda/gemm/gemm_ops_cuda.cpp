@@ -84,6 +84,19 @@ class CudaGemmOps final : public GemmOps {
     // Programmatic dependent launch for the skinny kernels on sm_90+ (QS_GEMM_PDL=0 turns it off).
     const char* pdl = std::getenv("QS_GEMM_PDL");
     pdl_ = info_.computeMajor >= 9 && !(pdl && std::string(pdl) == "0");
+    // sm_90+: the A16 skinny kernels stream weights with bulk copies where that is faster
+    // (QS_GEMM_BULK=0: never, =1: always), and under PDL those let the next kernel launch as
+    // soon as their weight stream is issued (QS_GEMM_PDL_TRIGGER=0: never, =1: every skinny
+    // kernel). Choices and measurements: planSkinny() and docs/gemm.md.
+    auto env = [](const char* name) { const char* v = std::getenv(name); return std::string(v ? v : ""); };
+    using Opt = cuda_gemm::SkinnyOptions;
+    const std::string bulk = env("QS_GEMM_BULK"), trigger = env("QS_GEMM_PDL_TRIGGER");
+    skinnyOpt_.bulk = info_.computeMajor < 9 || bulk == "0" ? Opt::Bulk::Off
+                      : bulk == "1"                         ? Opt::Bulk::Always
+                                                            : Opt::Bulk::Auto;
+    skinnyOpt_.trigger = !pdl_ || trigger == "0" ? Opt::Trigger::Never
+                         : trigger == "1"        ? Opt::Trigger::Always
+                                                 : Opt::Trigger::WithBulk;
     QS_CUDA_CHECK(cudaGetLastError());
   }
   ~CudaGemmOps() override {
@@ -138,11 +151,15 @@ class CudaGemmOps final : public GemmOps {
   std::string kernelName(const GemmWeight& weight, int64_t m) const override {
     const auto& w = checkedWeight(weight);
     switch (w.scheme.activation) {
-      case GemmActivationType::F16:
+      case GemmActivationType::F16: {
         if (w.scheme.weight == GemmWeightType::F16) return "cublasGemmEx-f16";
-        return m <= 16 ? (pdl_ ? "skinny-mma+pdl" : "skinny-mma") : "wide-mma";
+        if (m > 16) return "wide-mma";
+        const auto& plan = skinnyPlan(w, int(m));
+        return std::string(plan.bulkStages > 0 ? "skinny-bulk" : "skinny-mma") +
+               (pdl_ ? (plan.earlyTrigger ? "+pdl-early" : "+pdl") : "");
+      }
       default: {
-        if (m <= 16) return pdl_ ? "quant+skinny-mma+pdl" : "quant+skinny-mma";
+        if (m <= 16) return std::string("quant+skinny-mma") + (pdl_ ? (skinnyPlan(w, int(m)).earlyTrigger ? "+pdl-early" : "+pdl") : "");
         const LtMatmul* lt = ltFor(w, int(m));
         if (!lt) return "quant+skinny-mma-slices";
         const bool fp8 = w.scheme.activation == GemmActivationType::Fp8E4M3PerToken;
@@ -258,7 +275,7 @@ class CudaGemmOps final : public GemmOps {
   const cuda_gemm::LaunchPlan& skinnyPlan(const CudaGemmWeight& w, int m) const {
     auto it = w.skinnyPlans.find(m);
     if (it == w.skinnyPlans.end())
-      it = w.skinnyPlans.emplace(m, cuda_gemm::planSkinny(w.dev, m, info_.multiprocessors)).first;
+      it = w.skinnyPlans.emplace(m, cuda_gemm::planSkinny(w.dev, m, info_.multiprocessors, skinnyOpt_)).first;
     return it->second;
   }
 
@@ -279,6 +296,7 @@ class CudaGemmOps final : public GemmOps {
 
   DeviceInfo info_;
   bool pdl_ = false;
+  cuda_gemm::SkinnyOptions skinnyOpt_;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<cuda_gemm::CublasContext> blas_;
   DeviceBuffer partials_, counters_, actCodes_, tokenScales_, ltOut_;

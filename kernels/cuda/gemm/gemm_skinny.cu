@@ -30,9 +30,10 @@
 // A8 (W8A8): the weight is plain row-major (shared with cuBLASLt); the codes go into INT8/FP8
 // m16n8k32 mma as they are, with per-channel x per-token scales in the epilogue.
 //
-// Shared memory: the activations x[0 .. 8*NT)[split's K range] (rows >= m zero, so ldmatrix can
-// read whole 8x8 tiles), row stride padded by 16 bytes (conflict-free ldmatrix), then the
-// block's scale pairs and zero-point pairs for its groups.
+// Shared memory: a 128-byte zero block (what lanes standing for tokens >= m read), the
+// activations x[0 .. m)[split's K range], row stride padded by 16 bytes (conflict-free
+// ldmatrix), the block's scale pairs and zero-point pairs for its groups; on the bulk path then
+// the barriers and the weight rings.
 #include <algorithm>
 #include <cstdlib>
 #include <stdexcept>
@@ -50,6 +51,14 @@ constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kPrefetch = 6;            // 16-byte weight loads in flight per lane (A8: 3 chunks x 2 rows)
 constexpr int kSmemBudget = 64 * 1024;  // activation tile + scales of one block
+// Bulk path (sm_90, A16): each warp streams its row tile's chunks through a ring of `stages`
+// slots of kStageChunks chunks (2 KB) in shared memory, filled by cp.async.bulk. 6 slots keep
+// 12 KB per warp in flight (96 KB per block, 2 blocks per SM) without a register for them.
+constexpr int kChunkBytes = 512;   // one packed A16 chunk: 32 lanes x 16 bytes
+constexpr int kStageChunks = 4;
+constexpr int kStageBytes = kStageChunks * kChunkBytes;
+constexpr int kMaxStages = 8;
+constexpr int kZeroBlock = 128;  // zeros that lanes of absent tokens (>= m) read (ldmatrix / lds64)
 
 struct SkinnyArgs {
   const uint4* codes;
@@ -67,10 +76,13 @@ struct SkinnyArgs {
   int chunksPerSplit, splits;
   int xStrideBytes;       // shared-memory row stride of the activation tile
   int groupSlots;         // scale/zero slots per warp in shared memory
+  int stages;             // bulk path: ring slots per warp
+  int earlyTrigger;       // let the next (PDL) kernel launch once the weight stream is issued
 };
 
-template <WKind K, bool A8, int NT>
+template <WKind K, bool A8, int NT, bool kBulk>
 __global__ void __launch_bounds__(kThreads, 3) skinnyKernel(const SkinnyArgs p) {
+  static_assert(!(kBulk && A8), "the bulk path streams the packed A16 layout");
   constexpr int kChunkK = K == WKind::Int4 || A8 ? 64 : 32;
   constexpr int kElemBytes = A8 ? 1 : 2;
   extern __shared__ __align__(16) uint8_t smem[];
@@ -107,24 +119,47 @@ __global__ void __launch_bounds__(kThreads, 3) skinnyKernel(const SkinnyArgs p) 
     dst[0] = loadWeightOnce(ptr, policy);
     if constexpr (A8) dst[1] = loadWeightOnce(ptr + rowStep, policy);
   };
-  uint4 buf[kDepth][kLoads];
+  uint4 buf[kBulk ? 1 : kDepth][kLoads];
 #pragma unroll
-  for (int i = 0; i < kDepth; ++i) {
+  for (int i = 0; i < (kBulk ? 1 : kDepth); ++i) {
 #pragma unroll
     for (int j = 0; j < kLoads; ++j) buf[i][j] = make_uint4(0, 0, 0, 0);
-    if (active && i < nChunks) loadAt(wp + i * kStride, buf[i]);
+    if (!kBulk && active && i < nChunks) loadAt(wp + i * kStride, buf[i]);
   }
+  // Bulk path: shared layout after the activation tile, scales and zero points (step 2):
+  // barriers [kWarps][stages] (8 bytes each), then the rings [kWarps][stages][kStageBytes].
+  const int nStages = (nChunks + kStageChunks - 1) / kStageChunks;
+  const uint32_t barBase = smemAddress(smem) + kZeroBlock + p.m * p.xStrideBytes + kWarps * p.groupSlots * 8 * (4 + 2);
+  const uint32_t myBars = barBase + warp * p.stages * 8;
+  const uint32_t myRing = barBase + kWarps * p.stages * 8 + warp * p.stages * kStageBytes;
+  const uint8_t* stageSrc = reinterpret_cast<const uint8_t*>(wp - lane);  // the warp's first chunk
+  auto issueStage = [&](int slot, int st) {
+    const int cnt = min(kStageChunks, nChunks - st * kStageChunks);
+    mbarArriveExpectBytes(myBars + 8 * slot, cnt * kChunkBytes);
+    bulkCopyToShared(myRing + slot * kStageBytes, stageSrc + size_t(st) * kStageBytes, cnt * kChunkBytes,
+                     myBars + 8 * slot, policy);
+  };
+  if constexpr (kBulk) {
+    if (active && lane == 0) {
+      for (int s = 0; s < p.stages; ++s) mbarInit(myBars + 8 * s, 1);
+      fenceBarrierInit();
+      for (int s = 0; s < min(p.stages, nStages); ++s) issueStage(s, s);
+    }
+    __syncwarp();
+  }
+  if (p.earlyTrigger) allowDependentLaunch();
 
   // 2. Stage (cp.async, one round trip): the scale / zero-point pairs of the split's groups,
   //    then (after the previous kernel is done with them: programmatic dependent launch) the
-  //    activations x[0 .. 8NT)[split's K range], zero rows past m and columns past k.
-  const uint32_t xs = smemAddress(smem);
-  const uint32_t ss = xs + 8 * NT * p.xStrideBytes;       // [kWarps][groupSlots][8] half2 scale pairs
+  //    activations x[0 .. m)[split's K range], zeros past k.
+  const uint32_t zeroBlock = smemAddress(smem);            // kZeroBlock bytes of zeros
+  const uint32_t xs = zeroBlock + kZeroBlock;              // [m][xStrideBytes] activations
+  const uint32_t ss = xs + p.m * p.xStrideBytes;           // [kWarps][groupSlots][8] half2 scale pairs
   const uint32_t zs = ss + kWarps * p.groupSlots * 8 * 4;  // [kWarps][groupSlots][8] zero-point byte pairs
   const int gBegin = kBegin >> p.groupShift;
   if constexpr (!A8) {
     const int nGroups = ((kBegin + kLen - 1) >> p.groupShift) - gBegin + 1;
-    uint32_t* ssPtr = reinterpret_cast<uint32_t*>(smem + 8 * NT * p.xStrideBytes);
+    uint32_t* ssPtr = reinterpret_cast<uint32_t*>(smem + kZeroBlock + p.m * p.xStrideBytes);
     uint16_t* zsPtr = reinterpret_cast<uint16_t*>(ssPtr + kWarps * p.groupSlots * 8);
     // Scales: 32 bytes per (row tile, group), contiguous over groups → 2 pieces each.
     for (int i = threadIdx.x; i < kWarps * nGroups * 2; i += kThreads) {
@@ -156,11 +191,11 @@ __global__ void __launch_bounds__(kThreads, 3) skinnyKernel(const SkinnyArgs p) 
   waitForPriorGrids();
   {
     const int pieces = kLen * kElemBytes / 16;
-    for (int row = 0; row < 8 * NT; ++row) {
-      const bool rowOk = row < p.m;
+    if (threadIdx.x < kZeroBlock / 16) reinterpret_cast<uint4*>(smem)[threadIdx.x] = make_uint4(0, 0, 0, 0);
+    for (int row = 0; row < p.m; ++row) {
       const uint8_t* src = p.x + (size_t(row) * p.k + kBegin) * kElemBytes;
       for (int piece = threadIdx.x; piece < pieces; piece += kThreads) {
-        const bool ok = rowOk && kBegin + piece * (16 / kElemBytes) < p.k;
+        const bool ok = kBegin + piece * (16 / kElemBytes) < p.k;
         cpAsync16(xs + row * p.xStrideBytes + piece * 16, ok ? src + piece * 16 : p.x, ok ? 16 : 0);
       }
     }
@@ -170,12 +205,13 @@ __global__ void __launch_bounds__(kThreads, 3) skinnyKernel(const SkinnyArgs p) 
   __syncthreads();
 
   // 3. Main loop. acc: scaled sums; tmp: the current group's raw sums (A16); iacc: INT8 W8A8.
-  float acc[NT][4], tmp[NT][4];
+  // tmp / tmq: even / odd k16 steps, two independent mma chains (half the dependent latency).
+  float acc[NT][4], tmp[NT][4], tmq[NT][4];
   int iacc[NT][4];
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-    for (int i = 0; i < 4; ++i) acc[nt][i] = tmp[nt][i] = 0.0f, iacc[nt][i] = 0;
+    for (int i = 0; i < 4; ++i) acc[nt][i] = tmp[nt][i] = tmq[nt][i] = 0.0f, iacc[nt][i] = 0;
 
   if (active) {
     const uint32_t mySs = ss + warp * p.groupSlots * 8 * 4 + g * 4;
@@ -199,11 +235,12 @@ __global__ void __launch_bounds__(kThreads, 3) skinnyKernel(const SkinnyArgs p) 
       const float s0 = __low2float(asHalf2(sp)), s1 = __high2float(asHalf2(sp));
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
-        acc[nt][0] = fmaf(tmp[nt][0], s0, acc[nt][0]);
-        acc[nt][1] = fmaf(tmp[nt][1], s0, acc[nt][1]);
-        acc[nt][2] = fmaf(tmp[nt][2], s1, acc[nt][2]);
-        acc[nt][3] = fmaf(tmp[nt][3], s1, acc[nt][3]);
-        tmp[nt][0] = tmp[nt][1] = tmp[nt][2] = tmp[nt][3] = 0.0f;
+        acc[nt][0] = fmaf(tmp[nt][0] + tmq[nt][0], s0, acc[nt][0]);
+        acc[nt][1] = fmaf(tmp[nt][1] + tmq[nt][1], s0, acc[nt][1]);
+        acc[nt][2] = fmaf(tmp[nt][2] + tmq[nt][2], s1, acc[nt][2]);
+        acc[nt][3] = fmaf(tmp[nt][3] + tmq[nt][3], s1, acc[nt][3]);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) tmp[nt][i] = tmq[nt][i] = 0.0f;
       }
       ++gRel;
       if (K == WKind::Int4 && asym && more) loadZero(gRel);
@@ -213,10 +250,20 @@ __global__ void __launch_bounds__(kThreads, 3) skinnyKernel(const SkinnyArgs p) 
     const bool perChannel = p.groupShift >= 31;
     const int chunksPerGroup = perChannel ? 0x7FFFFFFF : max(1, (1 << p.groupShift) / kChunkK);
     int sinceFold = perChannel ? 0 : ((kBegin & groupMask) / kChunkK) % chunksPerGroup;
-    // ldmatrix row address of this lane: token row (lane % 8) of n8 tile nt, k offset 8*(lane/8).
-    const uint32_t xLane = xs + (lane & 7) * p.xStrideBytes + 16 * (lane >> 3);
-    // A8: this lane's 8 activation codes of step s: token g, k 16t + 8s.
-    const uint32_t xLaneA8 = xs + g * p.xStrideBytes + 16 * t;
+    // Only the m real token rows are staged; lanes that stand for a token >= m read the zero
+    // block at a fixed address instead (step 0), so the tile needs no zero rows.
+    // A16: ldmatrix row address of this lane: token (lane % 8) of n8 tile nt, k offset 8*(lane/8);
+    // address = xBase[nt] + kc * xStep[nt] (+ 64 for the second pair of k16 steps).
+    // A8: this lane's 8 activation codes of step s: token g, k 16t + 8s (+ kc * xStep + 8s).
+    uint32_t xBase[NT], xStep[NT];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const int token = nt * 8 + (A8 ? g : (lane & 7));
+      const uint32_t inRow = A8 ? 16 * t : 16 * (lane >> 3);
+      const bool real = token < p.m;
+      xBase[nt] = real ? xs + token * p.xStrideBytes + inRow : zeroBlock + inRow;
+      xStep[nt] = real ? kElemBytes : 0;
+    }
 
     // One chunk: kc = its offset inside the split.
     auto step = [&](const uint4& wv, const uint4& wv1, int kc, bool more) {
@@ -230,7 +277,7 @@ __global__ void __launch_bounds__(kThreads, 3) skinnyKernel(const SkinnyArgs p) 
           const uint32_t a[4] = {r0[2 * s], r1[2 * s], r0[2 * s + 1], r1[2 * s + 1]};
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt) {
-            const uint2 b = lds64(xLaneA8 + nt * 8 * p.xStrideBytes + kc + 8 * s);
+            const uint2 b = lds64(xBase[nt] + kc * xStep[nt] + 8 * s);
             if constexpr (K == WKind::Int8) mmaS8(iacc[nt], a, b.x, b.y);
             else mmaFp8<K == WKind::E5M2>(acc[nt], a, b.x, b.y);
           }
@@ -241,8 +288,8 @@ __global__ void __launch_bounds__(kThreads, 3) skinnyKernel(const SkinnyArgs p) 
           uint32_t b01[NT][4], b23[NT][4];
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt) {
-            ldsm4(b01[nt], xLane + nt * 8 * p.xStrideBytes + kc * 2);
-            ldsm4(b23[nt], xLane + nt * 8 * p.xStrideBytes + kc * 2 + 64);
+            ldsm4(b01[nt], xBase[nt] + kc * xStep[nt]);
+            ldsm4(b23[nt], xBase[nt] + kc * xStep[nt] + 64);
           }
           uint32_t a[4];
           dequantInt4(wv.x, zc, a);
@@ -250,26 +297,26 @@ __global__ void __launch_bounds__(kThreads, 3) skinnyKernel(const SkinnyArgs p) 
           for (int nt = 0; nt < NT; ++nt) mmaF16(tmp[nt], a, b01[nt][0], b01[nt][1]);
           dequantInt4(wv.y, zc, a);
 #pragma unroll
-          for (int nt = 0; nt < NT; ++nt) mmaF16(tmp[nt], a, b01[nt][2], b01[nt][3]);
+          for (int nt = 0; nt < NT; ++nt) mmaF16(tmq[nt], a, b01[nt][2], b01[nt][3]);
           if (foldMidChunk) fold(true);  // groups of 32: the chunk's first group ends here
           dequantInt4(wv.z, zc, a);
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt) mmaF16(tmp[nt], a, b23[nt][0], b23[nt][1]);
           dequantInt4(wv.w, zc, a);
 #pragma unroll
-          for (int nt = 0; nt < NT; ++nt) mmaF16(tmp[nt], a, b23[nt][2], b23[nt][3]);
+          for (int nt = 0; nt < NT; ++nt) mmaF16(tmq[nt], a, b23[nt][2], b23[nt][3]);
         } else {
           // 8-bit weights, FP16 activations: two k16 steps.
           uint32_t b[NT][4];
 #pragma unroll
-          for (int nt = 0; nt < NT; ++nt) ldsm4(b[nt], xLane + nt * 8 * p.xStrideBytes + kc * 2);
+          for (int nt = 0; nt < NT; ++nt) ldsm4(b[nt], xBase[nt] + kc * xStep[nt]);
           uint32_t a[4];
           dequant8<K>(wv.x, wv.y, a);
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt) mmaF16(tmp[nt], a, b[nt][0], b[nt][1]);
           dequant8<K>(wv.z, wv.w, a);
 #pragma unroll
-          for (int nt = 0; nt < NT; ++nt) mmaF16(tmp[nt], a, b[nt][2], b[nt][3]);
+          for (int nt = 0; nt < NT; ++nt) mmaF16(tmq[nt], a, b[nt][2], b[nt][3]);
         }
         if (++sinceFold == chunksPerGroup) {
           sinceFold = 0;
@@ -278,6 +325,33 @@ __global__ void __launch_bounds__(kThreads, 3) skinnyKernel(const SkinnyArgs p) 
       }
     };
 
+    if constexpr (kBulk) {
+      // Wait for a slot, read its chunks (one 16-byte shared load per lane and chunk), refill
+      // the slot with the stage `stages` ahead once every lane is done with it.
+      int slot = 0;
+      uint32_t parity = 0;
+      const uint32_t laneRing = myRing + lane * 16;
+      for (int st = 0; st < nStages; ++st) {
+        mbarWait(myBars + 8 * slot, parity);
+        const int c0 = st * kStageChunks;
+        const uint32_t src = laneRing + slot * kStageBytes;
+        if (c0 + kStageChunks <= nChunks) {
+          uint4 wv[kStageChunks];
+#pragma unroll
+          for (int i = 0; i < kStageChunks; ++i) wv[i] = lds128(src + i * kChunkBytes);
+#pragma unroll
+          for (int i = 0; i < kStageChunks; ++i) step(wv[i], wv[i], (c0 + i) * kChunkK, c0 + i + 1 < nChunks);
+        } else {
+          for (int c = c0; c < nChunks; ++c) {
+            const uint4 wv = lds128(src + (c - c0) * kChunkBytes);
+            step(wv, wv, c * kChunkK, c + 1 < nChunks);
+          }
+        }
+        __syncwarp();
+        if (lane == 0 && st + p.stages < nStages) issueStage(slot, st + p.stages);
+        if (++slot == p.stages) slot = 0, parity ^= 1u;
+      }
+    } else {
     // Steady state: every prefetch is in range, no bounds checks; then the drain.
     const uint4* next = wp + kDepth * kStride;
     int c = 0;
@@ -301,6 +375,7 @@ __global__ void __launch_bounds__(kThreads, 3) skinnyKernel(const SkinnyArgs p) 
         }
       }
     }
+    }  // register path
     if (!A8 && sinceFold != 0) fold(false);  // the split ends inside a group (or per channel)
     if constexpr (A8 && K == WKind::Int8) {
 #pragma unroll
@@ -371,18 +446,31 @@ __global__ void __launch_bounds__(kThreads, 3) skinnyKernel(const SkinnyArgs p) 
 // The whitelist of instantiations: weight kind x activation kind x n8 tiles (m <= 8 or <= 16).
 using KernelFn = void (*)(SkinnyArgs);
 template <WKind K, bool A8>
-KernelFn pick(int nt) {
-  return nt == 1 ? skinnyKernel<K, A8, 1> : skinnyKernel<K, A8, 2>;
+KernelFn pick(int nt, bool bulk) {
+  if constexpr (A8) return nt == 1 ? skinnyKernel<K, true, 1, false> : skinnyKernel<K, true, 2, false>;
+  else if (bulk) return nt == 1 ? skinnyKernel<K, false, 1, true> : skinnyKernel<K, false, 2, true>;
+  else return nt == 1 ? skinnyKernel<K, false, 1, false> : skinnyKernel<K, false, 2, false>;
 }
-KernelFn selectKernel(int kind, bool a8, int nt) {
+KernelFn selectKernel(int kind, bool a8, int nt, bool bulk) {
   switch (kind) {
-    case int(WKind::Int4): return a8 ? nullptr : pick<WKind::Int4, false>(nt);
-    case int(WKind::Int8): return a8 ? pick<WKind::Int8, true>(nt) : pick<WKind::Int8, false>(nt);
-    case int(WKind::E4M3): return a8 ? pick<WKind::E4M3, true>(nt) : pick<WKind::E4M3, false>(nt);
-    case int(WKind::E5M2): return a8 ? pick<WKind::E5M2, true>(nt) : pick<WKind::E5M2, false>(nt);
+    case int(WKind::Int4): return a8 ? nullptr : pick<WKind::Int4, false>(nt, bulk);
+    case int(WKind::Int8): return a8 ? pick<WKind::Int8, true>(nt, bulk) : pick<WKind::Int8, false>(nt, bulk);
+    case int(WKind::E4M3): return a8 ? pick<WKind::E4M3, true>(nt, bulk) : pick<WKind::E4M3, false>(nt, bulk);
+    case int(WKind::E5M2): return a8 ? pick<WKind::E5M2, true>(nt, bulk) : pick<WKind::E5M2, false>(nt, bulk);
   }
   return nullptr;
 }
+
+// Ring slots per warp of the bulk path (QS_GEMM_BULK_STAGES overrides for tuning runs).
+int bulkStages() {
+  static const int stages = [] {
+    const char* v = std::getenv("QS_GEMM_BULK_STAGES");
+    const int s = v ? std::atoi(v) : 0;
+    return s >= 2 && s <= kMaxStages ? s : 6;
+  }();
+  return stages;
+}
+size_t bulkRingBytes(int stages) { return size_t(kWarps) * stages * (kStageBytes + 8); }
 
 // Blocks per multiprocessor the split-K planner aims for (capped by what is resident), measured
 // on H200 with `bench gemm` (docs/gemm.md): 2 for m <= 8 (fewer splits: less staging and
@@ -405,18 +493,23 @@ int log2Exact(int v) {
 
 }  // namespace
 
-LaunchPlan planSkinny(const DeviceQuantWeight& w, int m, int multiprocessors) {
+namespace {
+
+LaunchPlan planSkinnyWith(const DeviceQuantWeight& w, int m, int multiprocessors, bool bulk, bool earlyTrigger) {
   const int nt = m <= 8 ? 1 : 2;
+  const int stages = bulk ? bulkStages() : 0;
   const int elem = w.a8 ? 1 : 2;
   const int rowTiles = w.nPad / 16;
   const int rowGroups = (rowTiles + kWarps - 1) / kWarps;
   const int chunks = w.kPad / w.chunkK;
-  const KernelFn fn = selectKernel(w.kind, w.a8, nt);
-  // Shared memory of one split: the activation tile plus the scale/zero slots of its groups.
+  const KernelFn fn = selectKernel(w.kind, w.a8, nt, bulk);
+  // Shared memory of one split: the activation tile plus the scale/zero slots of its groups
+  // (the budget), plus the bulk path's fixed rings and barriers.
   auto smemFor = [&](int perSplit) {
     const int groupSlots = w.a8 ? 0 : w.groupSize > 0 ? (perSplit * w.chunkK + w.groupSize - 1) / w.groupSize + 1 : 1;
-    return size_t(8 * nt) * (perSplit * w.chunkK * elem + 16) + size_t(kWarps) * groupSlots * 8 * (4 + 2);
+    return kZeroBlock + size_t(m) * (perSplit * w.chunkK * elem + 16) + size_t(kWarps) * groupSlots * 8 * (4 + 2);
   };
+  const size_t ring = bulk ? bulkRingBytes(stages) : 0;
   // The kernel is bound by instruction issue and latency, not by one block's work: an SM runs
   // its resident blocks at nearly the speed of one until its warps saturate the schedulers.
   // So split K as finely as keeps every block resident at once (one wave, no tail) and the
@@ -430,7 +523,7 @@ LaunchPlan planSkinny(const DeviceQuantWeight& w, int m, int multiprocessors) {
     const size_t smem = smemFor(perSplit);
     if (smem > size_t(kSmemBudget)) break;  // fewer splits only need more shared memory
     int resident = 0;
-    if (fn) QS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, fn, kThreads, smem));
+    if (fn) QS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, fn, kThreads, smem + ring));
     const int perSm = (rowGroups * splits + multiprocessors - 1) / multiprocessors;
     if (resident > 0 && perSm <= std::min(resident, target)) {
       best = splits, bestPer = perSplit;
@@ -448,14 +541,44 @@ LaunchPlan planSkinny(const DeviceQuantWeight& w, int m, int multiprocessors) {
     plan.partialFloats = size_t(best) * rowGroups * kThreads * 4 * nt;
     plan.counters = size_t(rowGroups);
   }
-  plan.smemBytes = smemFor(bestPer);
+  plan.smemBytes = smemFor(bestPer) + ring;
+  plan.bulkStages = stages;
+  plan.earlyTrigger = earlyTrigger;
   return plan;
+}
+
+}  // namespace
+
+// Which way the weight travels (measured on H200, docs/gemm.md "Tuning record"): the bulk rings
+// win where the kernel waits on memory: 8-bit weights (half the dequantization work per byte of
+// INT4) and INT4 when a split's whole K range fits in the ring (one round trip, e.g. 4096x4096).
+// Where the INT4 kernel is bound by its dequantization instructions (large shapes), and for
+// m > 8 (two n8 tiles, more registers and work per chunk), register prefetch with more blocks
+// per SM is faster.
+// The early PDL trigger pays only with the rings: their blocks fill the shared memory of an SM,
+// so the next kernel's blocks move in exactly as this kernel's blocks leave and start their
+// copies at once. With register prefetch, the next kernel's blocks take the free block slot of
+// every SM and compete with the running kernel for issue slots (slower, measured).
+LaunchPlan planSkinny(const DeviceQuantWeight& w, int m, int multiprocessors, const SkinnyOptions& opt) {
+  using Bulk = SkinnyOptions::Bulk;
+  using Trigger = SkinnyOptions::Trigger;
+  auto plan = [&](bool bulk) {
+    const bool early = opt.trigger == Trigger::Always || (opt.trigger == Trigger::WithBulk && bulk);
+    return planSkinnyWith(w, m, multiprocessors, bulk, early);
+  };
+  if (opt.bulk == Bulk::Always && !w.a8) return plan(true);
+  if (opt.bulk == Bulk::Auto && !w.a8 && m <= 8) {
+    LaunchPlan bulk = plan(true);
+    const int stagesPerSplit = (bulk.unitsPerSplit + kStageChunks - 1) / kStageChunks;
+    if (w.kind != int(WKind::Int4) || stagesPerSplit <= bulk.bulkStages) return bulk;
+  }
+  return plan(false);
 }
 
 void launchSkinny(const DeviceQuantWeight& w, const void* x, const float* tokenScales, int m, void* y,
                   const LaunchPlan& plan, const SplitWorkspace& ws, cudaStream_t stream, bool pdl) {
   const int nt = m <= 8 ? 1 : 2;
-  const KernelFn fn = selectKernel(w.kind, w.a8, nt);
+  const KernelFn fn = selectKernel(w.kind, w.a8, nt, plan.bulkStages > 0);
   if (!fn) throw std::invalid_argument("skinny GEMM: no kernel for this weight kind");
   if (m < 1 || m > 16) throw std::invalid_argument("skinny GEMM: m must be 1..16, got " + std::to_string(m));
   SkinnyArgs a{};
@@ -479,6 +602,8 @@ void launchSkinny(const DeviceQuantWeight& w, const void* x, const float* tokenS
   a.splits = plan.splits;
   a.xStrideBytes = plan.unitsPerSplit * w.chunkK * (w.a8 ? 1 : 2) + 16;
   a.groupSlots = w.a8 ? 0 : (w.groupSize > 0 ? (plan.unitsPerSplit * w.chunkK + w.groupSize - 1) / w.groupSize + 1 : 1);
+  a.stages = plan.bulkStages;
+  a.earlyTrigger = plan.earlyTrigger ? 1 : 0;
   if (plan.splits > 1 && (ws.partialFloats < plan.partialFloats || ws.counterCount < plan.counters))
     throw std::invalid_argument("skinny GEMM: split-K workspace too small");
   const int rowGroups = (a.rowTiles + kWarps - 1) / kWarps;
@@ -507,8 +632,11 @@ void configureSkinnyKernels() {
   for (int kind = 0; kind < 4; ++kind)
     for (bool a8 : {false, true})
       for (int nt = 1; nt <= 2; ++nt)
-        if (KernelFn fn = selectKernel(kind, a8, nt))
-          QS_CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBudget));
+        for (bool bulk : {false, true})
+          if (KernelFn fn = selectKernel(kind, a8, nt, bulk)) {
+            const size_t limit = kSmemBudget + (bulk ? bulkRingBytes(kMaxStages) : 0);
+            QS_CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(limit)));
+          }
 }
 
 }  // namespace qs::cuda_gemm
