@@ -65,6 +65,39 @@ int runCli(const QStringList& args, QString* err = nullptr) {
   return p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1;
 }
 
+// Runs the CLI with the test hook that pauses a write after `pauseAfter` bytes (of the file
+// named `pauseFile`, or of the first file written), waits until it reports the pause, then
+// kills it with SIGKILL (no destructor, no handler runs). Returns its stderr up to the pause;
+// a failed check is recorded in the running test (QTest::currentTestFailed()).
+QByteArray killWhilePaused(const QStringList& args, int pauseAfter, const QString& pauseFile = {}) {
+  QProcess p;
+  QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+  env.insert("QS_TEST_PAUSE_WRITE_AFTER_BYTES", QString::number(pauseAfter));
+  if (!pauseFile.isEmpty()) env.insert("QS_TEST_PAUSE_WRITE_FILE", pauseFile);
+  p.setProcessEnvironment(env);
+  p.start(cli(), args);
+  QByteArray stderrText;
+  [&] {
+    QVERIFY(p.waitForStarted());
+    QElapsedTimer clock;
+    clock.start();
+    while (!stderrText.contains("qs-test: paused writing") && clock.elapsed() < 120'000 &&
+           p.state() == QProcess::Running) {
+      p.waitForReadyRead(500);
+      stderrText += p.readAllStandardError();
+    }
+    QVERIFY2(stderrText.contains("qs-test: paused writing"), stderrText.constData());
+    p.kill();
+    QVERIFY(p.waitForFinished(10'000));
+    QCOMPARE(p.exitStatus(), QProcess::CrashExit);
+  }();
+  if (p.state() != QProcess::NotRunning) {
+    p.kill();
+    p.waitForFinished(10'000);
+  }
+  return stderrText;
+}
+
 }  // namespace
 
 class TestReliability : public QObject {
@@ -138,25 +171,9 @@ class TestReliability : public QObject {
     const QMap<QString, QByteArray> filesBefore = snapshot(dir.path());
 
     // The second write, stopped after `pauseAfter` bytes of its temporary file, then killed.
-    QProcess p;
-    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
-    env.insert("QS_TEST_PAUSE_WRITE_AFTER_BYTES", QString::number(pauseAfter));
-    if (!pauseFile.isEmpty()) env.insert("QS_TEST_PAUSE_WRITE_FILE", pauseFile);
-    p.setProcessEnvironment(env);
-    p.start(cli(), second);
-    QVERIFY(p.waitForStarted());
-    QByteArray stderrText;
-    QElapsedTimer clock;
-    clock.start();
-    while (!stderrText.contains("qs-test: paused writing") && clock.elapsed() < 120'000 &&
-           p.state() == QProcess::Running) {
-      p.waitForReadyRead(500);
-      stderrText += p.readAllStandardError();
-    }
+    const QByteArray stderrText = killWhilePaused(second, pauseAfter, pauseFile);
+    if (QTest::currentTestFailed()) return;
     QVERIFY2(stderrText.contains("qs-test: paused writing " + path.toUtf8()), stderrText.constData());
-    p.kill();  // SIGKILL: no destructor, no handler runs
-    QVERIFY(p.waitForFinished(10'000));
-    QCOMPARE(p.exitStatus(), QProcess::CrashExit);
 
     QCOMPARE(qs::test::readAll(path), before);  // the previous file, byte for byte
     // Every file as it was (the other files of a folder export too), no partial or temporary
@@ -179,24 +196,10 @@ class TestReliability : public QObject {
     const QStringList args{"export", qs::test::stories260K(), "--plan", plan, "--to", "safetensors",
                            "-o", dir.filePath("new/ct")};
     const QMap<QString, QByteArray> filesBefore = snapshot(dir.path());
-    QProcess p;
-    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
-    env.insert("QS_TEST_PAUSE_WRITE_AFTER_BYTES", "100000");
-    p.setProcessEnvironment(env);
-    p.start(cli(), args);
-    QVERIFY(p.waitForStarted());
-    QByteArray stderrText;
-    QElapsedTimer clock;
-    clock.start();
-    while (!stderrText.contains("qs-test: paused writing") && clock.elapsed() < 120'000 &&
-           p.state() == QProcess::Running) {
-      p.waitForReadyRead(500);
-      stderrText += p.readAllStandardError();
-    }
+    const QByteArray stderrText = killWhilePaused(args, 100'000);
+    if (QTest::currentTestFailed()) return;
     QVERIFY2(stderrText.contains("qs-test: paused writing " + dir.filePath("new/ct/model.safetensors").toUtf8()),
              stderrText.constData());
-    p.kill();
-    QVERIFY(p.waitForFinished(10'000));
     QCOMPARE(snapshot(dir.path()).keys(), filesBefore.keys());
     QString err;
     QCOMPARE(runCli(args, &err), 0);

@@ -87,47 +87,33 @@ __device__ __forceinline__ void allowDependentLaunch() {
 // ---- bulk copies (sm_90): one thread moves a contiguous block global → shared ---------------
 // The copy engine (async proxy) reports the bytes it wrote to an mbarrier; a consumer waits on
 // the barrier's phase. Used to keep many KB of weight in flight per warp without holding them
-// in registers. The device code before sm_90 only traps; the host never selects it there.
-__device__ __forceinline__ void mbarInit(uint32_t bar, uint32_t count) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+// in registers. Before sm_90 these instructions do not exist: the device code there only traps
+// (QS_SM90_ASM), and the host never selects a kernel that uses them.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#define QS_SM90_ASM(...) __trap()
 #else
-  (void)bar, (void)count;
-  __trap();
+#define QS_SM90_ASM(...) asm volatile(__VA_ARGS__)
 #endif
+__device__ __forceinline__ void mbarInit(uint32_t bar, uint32_t count) {
+  QS_SM90_ASM("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
 }
 // Makes barrier initializations visible to the async proxy (the copy engine) before first use.
-__device__ __forceinline__ void fenceBarrierInit() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-#endif
-}
+__device__ __forceinline__ void fenceBarrierInit() { QS_SM90_ASM("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
 __device__ __forceinline__ void mbarArriveExpectBytes(uint32_t bar, uint32_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-#else
-  (void)bar, (void)bytes;
-  __trap();
-#endif
+  QS_SM90_ASM("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
 }
 // Global → shared, `bytes` a multiple of 16, both addresses 16-byte aligned; completion is
 // counted on `bar`. Evict-first in L2 (the weight is read once).
 __device__ __forceinline__ void bulkCopyToShared(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar,
                                                  uint64_t policy) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile(
+  QS_SM90_ASM(
       "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;\n" ::
           "r"(dst), "l"(src), "r"(bytes), "r"(bar), "l"(policy)
       : "memory");
-#else
-  (void)dst, (void)src, (void)bytes, (void)bar, (void)policy;
-  __trap();
-#endif
 }
 // Blocks until the barrier's phase with this parity has completed.
 __device__ __forceinline__ void mbarWait(uint32_t bar, uint32_t parity) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile(
+  QS_SM90_ASM(
       "{\n"
       ".reg .pred done;\n"
       "WAIT_AGAIN:\n"
@@ -136,11 +122,8 @@ __device__ __forceinline__ void mbarWait(uint32_t bar, uint32_t parity) {
       "}\n" ::"r"(bar),
       "r"(parity)
       : "memory");
-#else
-  (void)bar, (void)parity;
-  __trap();
-#endif
 }
+#undef QS_SM90_ASM
 __device__ __forceinline__ uint4 lds128(uint32_t smemAddr) {
   uint4 r;
   asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "r"(smemAddr));
