@@ -125,12 +125,17 @@ QuantLinearWeight makeRandomQuantWeight(int64_t n, int64_t k, const GemmScheme& 
   w.scales.resize(nScales);
   for (auto& s : w.scales) s = gemmEffectiveScale(w.type, scale * around(rng));
   if (outliers) {
-    // A few scales 10..100x larger (outlier channels or groups).
+    // A few scales 10..30x larger (outlier channels or groups), each picked once: a scale drawn
+    // twice or three times would grow 900x or 27000x and push the outputs past the FP16 range
+    // (seen: a test case whose reference overflowed to -inf).
     const size_t count = std::max<size_t>(1, nScales / 64);
     std::uniform_real_distribution<float> big(10.0f, 30.0f);
+    std::vector<bool> picked(nScales, false);
     for (size_t i = 0; i < count; ++i) {
-      float& s = w.scales[size_t(rng() % nScales)];
-      s = gemmEffectiveScale(w.type, s * big(rng));
+      size_t at = size_t(rng() % nScales);
+      while (picked[at]) at = (at + 1) % nScales;
+      picked[at] = true;
+      w.scales[at] = gemmEffectiveScale(w.type, w.scales[at] * big(rng));
     }
   }
   if (w.asymmetric) {
