@@ -178,7 +178,7 @@ struct SpeedSource {
   int64_t tokens = 1;
 };
 void addSpeedOptions(CLI::App* cmd, SpeedSource& s) {
-  cmd->add_option("--speed", s.file, "Speed table (JSON, `quantscope-cli speed --json`)");
+  cmd->add_option("--speed", s.file, "Speed table (JSON, written by `quantscope-cli speed --table FILE`)");
   cmd->add_option("--speed-tokens", s.tokens, "Token count of the speed figures to use (default 1)")->check(CLI::PositiveNumber);
 }
 

@@ -1,5 +1,5 @@
 // quantscope-cli speed MODEL [--plan FILE | --format F ...] [--tokens 1,16,512] [--repeats N]
-//                            [--session FILE] [--json]
+//                            [--session FILE] [--table FILE] [--json]
 // Job 4 of [analysis] (core/analysis/speed.h): each linear layer's GEMM kernel for its format
 // against cuBLAS FP16 on the same shape, per layer and for the whole model, with weight memory.
 #include <cmath>
@@ -11,6 +11,7 @@
 #include "app/cli/terminal_progress.h"
 #include "app/cli/text_table.h"
 #include "core/analysis/speed.h"
+#include "core/analysis/tables_json.h"
 #include "core/plan/model_hash.h"
 #include "core/session/session.h"
 #include "core/runtime/linear_plan.h"
@@ -36,7 +37,7 @@ const char* const kDefaultFormats[] = {"int4-g32-sym", "int4-g64-sym", "int4-g12
 
 void registerSpeed(CLI::App& app, CliContext& ctx) {
   struct Args {
-    std::string model, plan, session;
+    std::string model, plan, session, table;
     std::vector<std::string> formats;
     std::vector<int64_t> tokens{1, 16, 512};
     int repeats = 10;
@@ -56,6 +57,8 @@ void registerSpeed(CLI::App& app, CliContext& ctx) {
   cmd->add_option("--repeats", a->repeats, "Graph replays per measurement (median)")->check(CLI::Range(1, 1000));
   cmd->add_option("--session", a->session,
                   "Session file (.qsession, HDF5) to store the speed table in; created when missing");
+  cmd->add_option("--table", a->table,
+                  "Also write the speed table as the planner's JSON to this file (plan pareto/show --speed)");
   cmd->add_flag("--json", a->json, "Print JSON on stdout");
   cmd->callback([&ctx, a] {
     LoadedModel m = loadModel(a->model);
@@ -85,6 +88,7 @@ void registerSpeed(CLI::App& app, CliContext& ctx) {
       session->speed = t;
       saveSession(*session, a->session);
     }
+    if (!a->table.empty()) saveSpeedTable(t, a->table);  // temporary file, then rename
 
     if (a->json) {
       nlohmann::ordered_json j;

@@ -250,8 +250,9 @@ SpeedResult measureSpeed(Backend& backend, const ModelGraph& graph, const SpeedO
                (res.reference ? "wall clock on the host (CPU fake-quant reference GEMM, not kernels)"
                               : "captured in one CUDA graph, replayed between events") +
                ", median of " + std::to_string(options.repeats) +
-               " rounds after a warm-up; baseline cuBLAS FP16 (cublasGemmEx, FP32 accumulation) on the same "
-               "shape in the same run";
+               " rounds after a warm-up; baseline " +
+               (res.reference ? "the reference FP16 GEMM" : "cuBLAS FP16 (cublasGemmEx, FP32 accumulation)") +
+               " on the same shape in the same run";
   ctx.progress(1.0, "timed");
   return res;
 }

@@ -84,6 +84,7 @@ std::optional<GemmScheme> gemmSchemeFor(const QuantFormat& format, int64_t n, in
   auto s = gemmSchemeFor(format);
   if (!s || n <= 0 || k <= 0) return std::nullopt;
   if (s->weight != GemmWeightType::F16 && k % 32 != 0) return std::nullopt;
+  if (s->groupSize > 0 && k % s->groupSize != 0) return std::nullopt;  // e.g. g128 on k = 64
   return s;
 }
 

@@ -27,7 +27,7 @@ namespace qs {
 // a quantization; the runtime's reference path runs it).
 std::optional<GemmScheme> gemmSchemeFor(const QuantFormat& format);
 // Same, for a weight of n rows and k columns on the GPU kernels, which need k to be a multiple
-// of 32 for every scheme but FP16. The runtime applies this rule on every backend, so a plan
+// of 32 for every scheme but FP16 (and of the group size for grouped ones). The runtime applies this rule on every backend, so a plan
 // runs the same arithmetic on the CPU and on the GPU.
 std::optional<GemmScheme> gemmSchemeFor(const QuantFormat& format, int64_t n, int64_t k);
 

@@ -63,9 +63,17 @@ class TestCliAnalysis : public QObject {
     QVERIFY2(str.code == 0, str.err.c_str());
     QVERIFY(str.out.find("\"kl_so_far\"") != std::string::npos);
 
-    const Run spd = runCli({"speed", model_, "--session", session, "--format", "int8-ch-sym", "--tokens", "1,8",
-                            "--repeats", "1", "--json"});
+    const std::string speedTable = dir.filePath("speed.json").toStdString();
+    const Run spd = runCli({"speed", model_, "--session", session, "--format", "int4-g32-sym", "--format", "int8-ch-sym",
+                            "--format", "fp16", "--tokens", "1,8", "--repeats", "1", "--table", speedTable, "--json"});
     QVERIFY2(spd.code == 0, spd.err.c_str());
+    // The two tables feed the planner: the speed front over the sensitivity table's formats.
+    const Run front = runCli({"plan", "pareto", model_, "--sensitivity", table, "--axis", "speed", "--speed", speedTable,
+                              "--speed-tokens", "8", "--json"});
+    QVERIFY2(front.code == 0, front.err.c_str());
+    const auto fj = nlohmann::json::parse(front.out);
+    QVERIFY(fj["points"].size() >= 2);
+    for (const auto& pt : fj["points"]) QVERIFY(pt["predicted_speedup"].get<double>() > 0);
 
     const qs::Session s = qs::loadSession(session);
     QVERIFY(s.calibration && s.sensitivity && s.speed);
@@ -73,6 +81,25 @@ class TestCliAnalysis : public QObject {
     QCOMPARE(s.sensitivity->formats.size(), size_t(3));
     QVERIFY(s.runs.count("int8-ch-sym") == 1 && s.plans.count("int8-ch-sym") == 1);
     QCOMPARE(s.runs.at("int8-ch-sym").result.kl, aj["kl"].get<double>());
+  }
+
+  // The default seven formats on stories260K (dim 64): int4-g128 fits no layer (a group must
+  // divide k), so every layer counts at FP16 for it instead of the command failing.
+  void speedDefaultFormatsOnTheRealModel() {
+    const Run r = runCli({"speed", model_, "--tokens", "1", "--repeats", "1", "--json"});
+    QVERIFY2(r.code == 0, r.err.c_str());
+    const auto j = nlohmann::json::parse(r.out);
+    QCOMPARE(j["formats"].size(), size_t(7));
+    bool sawG128 = false;
+    for (const auto& t : j["model_totals"]) {
+      if (t["format"] == "int4-g128-sym") {
+        sawG128 = true;
+        QCOMPARE(t["layers_with_kernel"].get<int>(), 0);
+        QCOMPARE(t["weight_bytes"].get<uint64_t>(), t["fp16_weight_bytes"].get<uint64_t>());
+      }
+      if (t["format"] == "int4-g32-sym") QVERIFY(t["layers_with_kernel"].get<int>() > 0);
+    }
+    QVERIFY(sawG128);
   }
 
   void badInputIsExitCodeTwo() {

@@ -139,6 +139,8 @@ class TestCoreRuntimePlan : public QObject {
     QCOMPARE(scheme("int4-g128-sym"), std::string("w4a16-g128"));
     QCOMPARE(scheme("int4-g32-asym:fp16"), std::string("w4a16-g32-asym"));
     QCOMPARE(scheme("int4-t-sym"), std::string("w4a16-ch"));  // one scale repeated per row
+    QCOMPARE(scheme("int4-g128-sym", 64), std::string("none"));  // the group must divide k
+    QCOMPARE(scheme("int4-g32-sym", 64), std::string("w4a16-g32"));
     QCOMPARE(scheme("int8-ch-sym"), std::string("w8a16-int8"));
     QCOMPARE(scheme("int8-ch-sym:int8-tok"), std::string("w8a8-int8"));
     QCOMPARE(scheme("fp8e4m3-ch:fp8e4m3-tok"), std::string("w8a8-fp8"));
