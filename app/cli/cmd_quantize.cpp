@@ -13,7 +13,6 @@
 #include "app/cli/run_support.h"
 #include "app/cli/text_table.h"
 #include "core/rounding/quantize_model.h"
-#include "core/runtime/linear_plan.h"
 #include "core/util/datasets.h"
 #include "kernels/rounding/gptq.h"
 
@@ -37,7 +36,7 @@ void registerQuantize(CLI::App& app, CliContext& ctx) {
     int64_t tokens = 8192, calibTokens = 8192, context = 256;
     double damp = 0.01, smoothAlpha = -1;
     int block = 128;
-    bool actOrder = false, randomCalib = false, noEval = false, json = false, head = false;
+    bool actOrder = false, randomCalib = false, noEval = false, json = false, head = false, allowOtherModel = false;
   };
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand(
@@ -45,8 +44,10 @@ void registerQuantize(CLI::App& app, CliContext& ctx) {
   cmd->add_option("MODEL", a->model, "Model file")->required();
   auto* fmt = cmd->add_option("--format", a->format, "Format of every block linear, e.g. int4-g128-sym");
   cmd->add_option("--plan", a->plan,
-                  "Plan file: JSON object tensor name → format, \"*\" for the rest, \"none\" = FP32")
+                  "Plan file (its formats; --method picks the rounding): a Quantscope plan (quantscope-cli plan …) "
+                  "or a JSON object tensor name → format, \"*\" for the rest, \"none\" = FP32")
       ->excludes(fmt);
+  cmd->add_flag("--allow-other-model", a->allowOtherModel, "Accept a plan made for a model with another hash");
   cmd->add_option("--method", a->methods, "Rounding methods to run, comma-separated: rtn, gptq, awq")
       ->delimiter(',');
   cmd->add_option("--text", a->text,
@@ -82,7 +83,7 @@ void registerQuantize(CLI::App& app, CliContext& ctx) {
     if (!a->plan.empty()) {
       std::vector<std::string> names;
       for (const auto* l : L) names.push_back(l->weightName);
-      formats = readLinearPlanFile(a->plan, names);
+      formats = planFormatsFromFile(a->plan, m.model, names, a->allowOtherModel, ctx.err);
     } else {
       const QuantFormat f = parseQuantFormat(a->format);
       for (size_t i = 0; i < L.size(); ++i) {

@@ -14,7 +14,7 @@
 #include "core/analysis/tables_json.h"
 #include "core/plan/model_hash.h"
 #include "core/session/session.h"
-#include "core/runtime/linear_plan.h"
+#include "app/cli/run_support.h"
 #include "core/runtime/loaded_model.h"
 
 namespace qs::cli {
@@ -41,14 +41,16 @@ void registerSpeed(CLI::App& app, CliContext& ctx) {
     std::vector<std::string> formats;
     std::vector<int64_t> tokens{1, 16, 512};
     int repeats = 10;
-    bool json = false;
+    bool json = false, allowOtherModel = false;
   };
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand(
       "speed", "Time each linear layer's quantized GEMM kernel against cuBLAS FP16 (per layer and whole model)");
   cmd->add_option("MODEL", a->model, "Model file")->required();
   auto* plan = cmd->add_option("--plan", a->plan,
-                               "Plan file: JSON object tensor name → format, \"*\" for the rest, \"none\" = FP16");
+                               "Plan file: a Quantscope plan (quantscope-cli plan …) or a JSON object tensor name → "
+                               "format, \"*\" for the rest, \"none\" = FP16");
+  cmd->add_flag("--allow-other-model", a->allowOtherModel, "Accept a plan made for a model with another hash");
   cmd->add_option("--format", a->formats,
                   "Format to time on every layer (repeatable; default: the seven sweep formats "
                   "int4-g32/g64/g128, int8-ch, fp8e4m3-ch, fp8e5m2-ch, fp16)")
@@ -72,7 +74,7 @@ void registerSpeed(CLI::App& app, CliContext& ctx) {
     if (!a->plan.empty()) {
       std::vector<std::string> names;
       for (const auto& l : layers) names.push_back(l.weightName);
-      o.plan = readLinearPlanFile(a->plan, names);
+      o.plan = planFormatsFromFile(a->plan, m, names, a->allowOtherModel, ctx.err);
     } else {
       if (a->formats.empty()) a->formats.assign(std::begin(kDefaultFormats), std::end(kDefaultFormats));
       for (const auto& f : a->formats) o.formats.push_back(parseQuantFormat(f));

@@ -1,5 +1,12 @@
 #include "app/cli/run_support.h"
 
+#include <unordered_map>
+
+#include "core/io/json_guard.h"
+#include "core/plan/model_hash.h"
+#include "core/plan/plan.h"
+#include "core/runtime/linear_plan.h"
+
 #include <fstream>
 #include <sstream>
 
@@ -40,6 +47,34 @@ RunnableModel loadRunnable(Backend& backend, const std::string& path, const std:
   opt.maxSeq = maxSeq;
   r.runtime = std::make_unique<Runtime>(*r.model.file, r.model.graph, backend, opt, &ctx);
   return r;
+}
+
+LinearPlan planFormatsFromFile(const std::string& path, const LoadedModel& model,
+                               const std::vector<std::string>& weightNames, bool allowOtherModel,
+                               std::ostream& notes) {
+  const std::string text = readTextFile(path);
+  const auto j = parseJsonGuarded(path, "plan", text);
+  if (!(j.is_object() && (j.contains("schema") || j.contains("quantscope_plan"))))
+    return parseLinearPlan(text, weightNames, path);
+  PlanReadInfo info;
+  const Plan p = planFromJson(text, path, &info);
+  for (const auto& n : info.notes) notes << path << ": " << n << '\n';
+  ResolveOptions ro;
+  ro.source = path;
+  ro.modelName = modelIdentity(*model.file, model.graph).name;
+  ro.modelHash = sampledModelHash(*model.file);
+  ro.allowOtherModel = allowOtherModel;
+  const ResolvedPlan resolved = resolvePlanStrict(p, model.graph, ro);
+  std::unordered_map<std::string, const LayerAssignment*> byWeight;
+  for (const LayerAssignment& a : resolved.layers) byWeight[a.weightName] = &a;
+  LinearPlan out(weightNames.size());
+  for (size_t i = 0; i < weightNames.size(); ++i) {
+    const auto it = byWeight.find(weightNames[i]);
+    if (it == byWeight.end()) continue;
+    const QuantFormat& f = it->second->format;
+    if (!(f.weight.kind == QuantKind::F32 && f.act.kind == QuantKind::F32)) out[i] = f;
+  }
+  return out;
 }
 
 }  // namespace qs::cli

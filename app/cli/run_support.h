@@ -1,7 +1,9 @@
 #pragma once
 // Helpers shared by the CLI commands that run a model (generate, perplexity, analysis jobs).
 #include <memory>
+#include <ostream>
 #include <string>
+#include <vector>
 
 #include "app/cli/terminal_progress.h"
 #include "core/runtime/loaded_model.h"
@@ -25,5 +27,14 @@ RunnableModel loadRunnable(const std::string& path, const std::string& tokenizer
                            bool requireTokenizer, TerminalProgress& progress, int64_t maxSeq = 0);
 RunnableModel loadRunnable(Backend& backend, const std::string& path, const std::string& tokenizer,
                            bool requireTokenizer, TerminalProgress& progress, int64_t maxSeq = 0);
+
+// The per-layer formats of a plan file for the layers `weightNames` (nullopt: left unquantised),
+// in either form the CLI takes: a Quantscope plan (`quantscope-cli plan …`, resolved strictly
+// against `model`: a plan made for another model is refused unless allowOtherModel; its notes
+// go to `notes`) or the simple map {"weight name": "format", "*": "format"}
+// (core/runtime/linear_plan.h). BadInput naming the file and the field otherwise.
+LinearPlan planFormatsFromFile(const std::string& path, const LoadedModel& model,
+                               const std::vector<std::string>& weightNames, bool allowOtherModel,
+                               std::ostream& notes);
 
 }  // namespace qs::cli

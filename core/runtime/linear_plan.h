@@ -1,7 +1,8 @@
 #pragma once
-// An interim plan file for the runtime and the speed job, until core/plan lands: a JSON object
-// mapping weight tensor names to format strings, "*" giving the format of every layer not
-// named, "none" (or "f32") leaving a layer unquantized:
+// The simple plan map, which the CLI takes next to Quantscope plans (core/plan; both through
+// app/cli/run_support.h planFormatsFromFile): a JSON object mapping weight tensor names to
+// format strings, "*" giving the format of every layer not named, "none" (or "f32") leaving a
+// layer unquantized:
 //
 //   { "*": "int4-g128-sym", "output.weight": "int8-ch-sym", "layers.0.feed_forward.w2.weight": "none" }
 //

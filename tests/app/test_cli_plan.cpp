@@ -170,6 +170,13 @@ class TestCliPlan : public QObject {
     const double fp16 = double(sj["figures"]["fp16_bytes"].get<uint64_t>());
     QVERIFY(std::abs(sj["figures"]["predicted_speedup"].get<double>() - fp16 / bytes) < 1e-9);
     QCOMPARE(sj["figures"]["speed_tokens"].get<int>(), 16);
+    // The same plan file drives `speed` and `quantize` (they also take the simple name → format map).
+    const Run sp2 = cli({"--backend", "cpu", "speed", model_, "--plan", plan, "--tokens", "1", "--repeats", "1", "--json"});
+    QVERIFY2(sp2.code == 0, sp2.err.c_str());
+    QCOMPARE(json::parse(sp2.out)["plan_totals"].size(), size_t(1));
+    const Run q = cli({"--backend", "cpu", "quantize", model_, "--plan", plan, "--method", "rtn", "--tokens", "256",
+                       "--calib-tokens", "128", "--json"});
+    QVERIFY2(q.code == 0, q.err.c_str());
     const Run bad = cli({"plan", "show", plan, "--model", model_, "--speed", speed, "--speed-tokens", "3"});
     QCOMPARE(bad.code, 2);
     QVERIFY(contains(bad.err, "1, 16"));
