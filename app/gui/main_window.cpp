@@ -36,6 +36,7 @@
 #include <QtConcurrent/QtConcurrentRun>
 
 #include "core/model/model_file.h"
+#include "core/util/datasets.h"
 #include "kernels/common/error.h"
 #include "kernels/backend/backend.h"
 #include "kernels/device/device_info.h"
@@ -271,6 +272,20 @@ void MainWindow::buildMenus() {
   open->setShortcut(QKeySequence::Open);
   recentMenu_ = file->addMenu(tr("Open &Recent"));
   rebuildRecentMenu();
+  // The models shipped in datasets/ (datasets/manifest.json), for a first look without a download.
+  QMenu* bundled = file->addMenu(tr("Open &Bundled Model"));
+  bundled->setObjectName(QStringLiteral("bundledModelsMenu"));
+  try {
+    for (const BundledFile& b : bundledFiles())
+      if (b.kind == "model") {
+        const QString path = QString::fromStdString(b.path);
+        QAction* a = bundled->addAction(QString::fromStdString(b.title), this, [this, path] { openModel(path); });
+        a->setToolTip(path);
+        a->setEnabled(QFileInfo::exists(path));
+      }
+  } catch (const Error& e) {
+    bundled->addAction(QString::fromStdString(e.what()))->setEnabled(false);
+  }
   file->addSeparator();
   QAction* quit = file->addAction(tr("&Quit"), this, &QWidget::close);
   quit->setShortcut(QKeySequence::Quit);
@@ -349,8 +364,16 @@ void MainWindow::chooseEvalText() {
   auto* form = new QFormLayout(d);
   auto* files = new QComboBox;
   files->setEditable(true);
-  const QDir dir(Workspace::datasetsTextDir());
-  for (const QString& f : dir.entryList({QStringLiteral("*.txt")}, QDir::Files)) files->addItem(dir.filePath(f));
+  // The bundled texts (datasets/manifest.json: kind "text"), titled; any other file by Browse….
+  try {
+    for (const BundledFile& b : bundledFiles())
+      if (b.kind == "text") files->addItem(QString::fromStdString(b.path), QString::fromStdString(b.title));
+  } catch (const Error&) {
+    const QDir dir(Workspace::datasetsTextDir());
+    for (const QString& f : dir.entryList({QStringLiteral("*.txt")}, QDir::Files)) files->addItem(dir.filePath(f));
+  }
+  for (int i = 0; i < files->count(); ++i)
+    if (const QString title = files->itemData(i).toString(); !title.isEmpty()) files->setItemData(i, title, Qt::ToolTipRole);
   files->setCurrentText(workspace_->evalTextPath());
   auto* browse = new QPushButton(tr("Browse…"));
   auto* row = new QHBoxLayout;

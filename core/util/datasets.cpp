@@ -2,6 +2,12 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "core/io/json_guard.h"
+#include "kernels/common/error.h"
 
 namespace qs {
 
@@ -22,5 +28,73 @@ std::string datasetsDir() {
 
 std::string defaultModelPath() { return datasetsDir() + "/models/stories260K/stories260K.bin"; }
 std::string defaultTokenizerPath() { return datasetsDir() + "/models/stories260K/tok512.bin"; }
+
+std::string manifestPath() { return datasetsDir() + "/manifest.json"; }
+
+std::vector<BundledFile> bundledFiles() {
+  const std::string file = manifestPath();
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw Error(ErrorKind::BadInput, "cannot open the bundled-data manifest", file);
+  std::ostringstream text;
+  text << in.rdbuf();
+  const nlohmann::json doc = parseJsonGuarded(file, "manifest", text.str());
+  auto fail = [&](const std::string& field, const std::string& why) {
+    throw Error(ErrorKind::BadInput, why, file, field);
+  };
+  if (!doc.is_object() || !doc.contains("files") || !doc["files"].is_array())
+    fail("files", "the manifest must be an object with a \"files\" array");
+  if (doc.value("schema", 0) != 1) fail("schema", "unknown manifest schema (this build reads schema 1)");
+  std::vector<BundledFile> out;
+  std::set<std::string> seen;
+  const std::string root = datasetsDir();
+  auto relativeOk = [](const std::string& r) {
+    const std::filesystem::path p(r);
+    if (r.empty() || p.is_absolute()) return false;
+    for (const auto& part : p)
+      if (part == "..") return false;
+    return true;
+  };
+  const auto& files = doc["files"];
+  for (size_t i = 0; i < files.size(); ++i) {
+    const std::string at = "files[" + std::to_string(i) + "]";
+    const nlohmann::json& f = files[i];
+    if (!f.is_object()) fail(at, "must be an object");
+    auto str = [&](const char* key, bool required) -> std::string {
+      const auto it = f.find(key);
+      if (it == f.end()) {
+        if (required) fail(at + "." + key, "is missing");
+        return {};
+      }
+      if (!it->is_string()) fail(at + "." + key, "must be a string");
+      return it->get<std::string>();
+    };
+    BundledFile b;
+    b.relative = str("path", true);
+    if (!relativeOk(b.relative)) fail(at + ".path", "must be a path inside datasets/, not '" + b.relative + "'");
+    if (!seen.insert(b.relative).second) fail(at + ".path", "'" + b.relative + "' is listed twice");
+    b.path = root + "/" + b.relative;
+    b.kind = str("kind", true);
+    b.title = str("title", true);
+    b.license = str("license", true);
+    b.role = str("role", false);
+    b.sha256 = str("sha256", true);
+    if (b.sha256.size() != 64 || b.sha256.find_first_not_of("0123456789abcdef") != std::string::npos)
+      fail(at + ".sha256", "must be 64 lower-case hex digits");
+    const std::string tok = str("tokenizer", false);
+    if (!tok.empty()) {
+      if (!relativeOk(tok)) fail(at + ".tokenizer", "must be a path inside datasets/, not '" + tok + "'");
+      b.tokenizer = root + "/" + tok;
+    }
+    const auto bytes = f.find("bytes");
+    if (bytes == f.end() || !bytes->is_number_unsigned()) fail(at + ".bytes", "must be a non-negative integer");
+    b.bytes = bytes->get<uint64_t>();
+    if (const auto d = f.find("default"); d != f.end()) {
+      if (!d->is_boolean()) fail(at + ".default", "must be true or false");
+      b.isDefault = d->get<bool>();
+    }
+    out.push_back(std::move(b));
+  }
+  return out;
+}
 
 }  // namespace qs

@@ -1,6 +1,8 @@
 // GUI smoke test: the main window opens the bundled default model, shows its tree and summary,
 // survives a bad file with a dialog, and grabs to a non-blank PNG.
+#include <QDir>
 #include <QLabel>
+#include <QMenu>
 #include <QMessageBox>
 #include <QSettings>
 #include <QTextBrowser>
@@ -43,6 +45,33 @@ class TestMainWindow : public QObject {
     QTRY_VERIFY_WITH_TIMEOUT(!backend->text().startsWith("Detecting"), 10'000);
     QVERIFY(backend->text().contains("CPU") || backend->text().contains("CUDA"));
     QVERIFY(QSettings().value("recentModels").toStringList().size() == 1);
+  }
+
+  // File → Open Bundled Model lists the manifest's models; the GPT-2 one opens from it.
+  void opensABundledModelFromTheMenu() {
+    MainWindow w;
+    QSignalSpy loaded(&w, &MainWindow::modelLoaded);
+    w.show();
+    auto* menu = w.findChild<QMenu*>("bundledModelsMenu");
+    QVERIFY(menu);
+    QStringList titles;
+    QAction* gpt2 = nullptr;
+    for (QAction* a : menu->actions()) {
+      titles << a->text();
+      QVERIFY2(a->isEnabled(), qPrintable(a->text()));
+      if (a->text().contains("shakespeare-gpt2")) gpt2 = a;
+    }
+    QVERIFY2(titles.size() >= 2 && titles.first().contains("stories260K"), qPrintable(titles.join(", ")));
+    QVERIFY(gpt2);
+    menu->popup(w.mapToGlobal(QPoint(40, 40)));
+    QTest::qWait(50);
+    QDir().mkpath(QStringLiteral(QS_BINARY_DIR) + "/screenshots");
+    QVERIFY(menu->grab().save(QStringLiteral(QS_BINARY_DIR) + "/screenshots/bundled_models_menu.png"));
+    menu->hide();
+    gpt2->trigger();
+    QVERIFY(loaded.wait(10'000));
+    QVERIFY(w.modelPath().endsWith("shakespeare-gpt2/model.safetensors"));
+    QVERIFY(w.model());
   }
 
   void badFileShowsDialogAndKeepsModel() {
