@@ -32,6 +32,23 @@ class TestCoreDatasets : public QObject {
     }
   }
 
+  // Every tracked file under datasets/ is listed, but for the three pages about the list itself.
+  void everyBundledFileIsListed() {
+    namespace fs = std::filesystem;
+    std::set<std::string> listed;
+    for (const BundledFile& b : bundledFiles()) listed.insert(b.relative);
+    const fs::path root(datasetsDir());
+    int seen = 0;
+    for (const auto& e : fs::recursive_directory_iterator(root)) {
+      if (!e.is_regular_file()) continue;
+      const std::string rel = fs::relative(e.path(), root).generic_string();
+      if (rel == "README.md" || rel == "PROVENANCE.md" || rel == "manifest.json") continue;
+      ++seen;
+      QVERIFY2(listed.count(rel), ("not in datasets/manifest.json: " + rel).c_str());
+    }
+    QCOMPARE(size_t(seen), listed.size());
+  }
+
   void oneDefaultModelAndListedTokenizers() {
     const auto files = bundledFiles();
     std::set<std::string> tokenizers;
