@@ -1,14 +1,13 @@
 #include "app/cli/run_support.h"
 
+#include <fstream>
+#include <sstream>
 #include <unordered_map>
 
 #include "core/io/json_guard.h"
 #include "core/plan/model_hash.h"
 #include "core/plan/plan.h"
 #include "core/runtime/linear_plan.h"
-
-#include <fstream>
-#include <sstream>
 
 #include "kernels/common/error.h"
 #include "kernels/ops/cpu_transformer_ops.h"

@@ -43,7 +43,9 @@ std::vector<BundledFile> bundledFiles() {
   };
   if (!doc.is_object() || !doc.contains("files") || !doc["files"].is_array())
     fail("files", "the manifest must be an object with a \"files\" array");
-  if (doc.value("schema", 0) != 1) fail("schema", "unknown manifest schema (this build reads schema 1)");
+  const auto schema = doc.find("schema");
+  if (schema == doc.end() || !schema->is_number_integer() || schema->get<int64_t>() != 1)
+    fail("schema", "unknown manifest schema (this build reads schema 1)");
   std::vector<BundledFile> out;
   std::set<std::string> seen;
   const std::string root = datasetsDir();

@@ -91,6 +91,7 @@ class TestCoreDatasets : public QObject {
     expect("{", "manifest");
     expect("{\"schema\": 1}", "files");
     expect("{\"schema\": 2, \"files\": []}", "schema");
+    expect("{\"schema\": \"1\", \"files\": []}", "schema");
     expect("{\"schema\": 1, \"files\": [" + ok + "}, " + ok + "}]}", "files[1].path");
     expect("{\"schema\": 1, \"files\": [{\"path\": \"../x\", \"kind\": \"text\"}]}", "files[0].path");
     expect("{\"schema\": 1, \"files\": [{\"path\": \"a\", \"kind\": \"text\", \"title\": \"t\", \"license\": \"l\", \"bytes\": -1, \"sha256\": \"" +
