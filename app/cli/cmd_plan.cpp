@@ -1,6 +1,6 @@
 // quantscope-cli plan — mixed-precision plans (docs/plan.md):
 //   plan auto MODEL (--budget-bits B | --budget-bytes N | --thresholds) [--sensitivity T.json] -o PLAN
-//   plan show PLAN [--model MODEL] [--sensitivity T.json] [--speed S.json --tokens N] [--json]
+//   plan show PLAN [--model MODEL] [--sensitivity T.json] [--speed S.json --speed-tokens N] [--json]
 //   plan pareto MODEL [--sensitivity T.json] [--axis size|speed] [--points N] [--emit DIR] [--json]
 //   plan export PLAN --to json|llama-quantize|llm-compressor|gptqmodel [--model MODEL] [-o OUT]
 //   plan measure MODEL [PLAN…] [--sensitivity T.json] | --sweep [FORMATS] [-o TABLE.json]

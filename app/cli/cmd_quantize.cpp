@@ -83,7 +83,7 @@ void registerQuantize(CLI::App& app, CliContext& ctx) {
     if (!a->plan.empty()) {
       std::vector<std::string> names;
       for (const auto* l : L) names.push_back(l->weightName);
-      formats = planFormatsFromFile(a->plan, m.model, names, a->allowOtherModel, ctx.err);
+      formats = planFormatsFromFile(a->plan, m.model, names, a->allowOtherModel, "quantize (it rounds with --method)", ctx.err);
     } else {
       const QuantFormat f = parseQuantFormat(a->format);
       for (size_t i = 0; i < L.size(); ++i) {

@@ -74,7 +74,7 @@ void registerSpeed(CLI::App& app, CliContext& ctx) {
     if (!a->plan.empty()) {
       std::vector<std::string> names;
       for (const auto& l : layers) names.push_back(l.weightName);
-      o.plan = planFormatsFromFile(a->plan, m, names, a->allowOtherModel, ctx.err);
+      o.plan = planFormatsFromFile(a->plan, m, names, a->allowOtherModel, "speed", ctx.err);
     } else {
       if (a->formats.empty()) a->formats.assign(std::begin(kDefaultFormats), std::end(kDefaultFormats));
       for (const auto& f : a->formats) o.formats.push_back(parseQuantFormat(f));

@@ -50,8 +50,8 @@ RunnableModel loadRunnable(Backend& backend, const std::string& path, const std:
 
 LinearPlan planFormatsFromFile(const std::string& path, const LoadedModel& model,
                                const std::vector<std::string>& weightNames, bool allowOtherModel,
-                               std::ostream& notes) {
-  const std::string text = readTextFile(path);
+                               const std::string& command, std::ostream& notes) {
+  const std::string text = readPlanFileText(path);
   const auto j = parseJsonGuarded(path, "plan", text);
   if (!(j.is_object() && (j.contains("schema") || j.contains("quantscope_plan"))))
     return parseLinearPlan(text, weightNames, path);
@@ -67,12 +67,17 @@ LinearPlan planFormatsFromFile(const std::string& path, const LoadedModel& model
   std::unordered_map<std::string, const LayerAssignment*> byWeight;
   for (const LayerAssignment& a : resolved.layers) byWeight[a.weightName] = &a;
   LinearPlan out(weightNames.size());
+  int withMethod = 0;
   for (size_t i = 0; i < weightNames.size(); ++i) {
     const auto it = byWeight.find(weightNames[i]);
     if (it == byWeight.end()) continue;
     const QuantFormat& f = it->second->format;
     if (!(f.weight.kind == QuantKind::F32 && f.act.kind == QuantKind::F32)) out[i] = f;
+    if (it->second->method != QuantMethod::Rtn || it->second->smoothAlpha) ++withMethod;
   }
+  if (withMethod)
+    notes << path << ": " << withMethod << " layers name a rounding method or smooth_alpha; " << command
+          << " takes only the formats\n";
   return out;
 }
 

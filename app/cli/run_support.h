@@ -31,10 +31,11 @@ RunnableModel loadRunnable(Backend& backend, const std::string& path, const std:
 // The per-layer formats of a plan file for the layers `weightNames` (nullopt: left unquantised),
 // in either form the CLI takes: a Quantscope plan (`quantscope-cli plan …`, resolved strictly
 // against `model`: a plan made for another model is refused unless allowOtherModel; its notes
-// go to `notes`) or the simple map {"weight name": "format", "*": "format"}
+// go to `notes`, with one line when some layers name a rounding method or smooth_alpha, which
+// `command` does not use) or the simple map {"weight name": "format", "*": "format"}
 // (core/runtime/linear_plan.h). BadInput naming the file and the field otherwise.
 LinearPlan planFormatsFromFile(const std::string& path, const LoadedModel& model,
                                const std::vector<std::string>& weightNames, bool allowOtherModel,
-                               std::ostream& notes);
+                               const std::string& command, std::ostream& notes);
 
 }  // namespace qs::cli

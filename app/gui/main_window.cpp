@@ -356,7 +356,7 @@ ExportDialog* MainWindow::openExportDialog() {
 }
 
 void MainWindow::chooseEvalText() {
-  // A small non-modal dialog: a corpus from datasets/text or any file, and a token count.
+  // A small non-modal dialog: a bundled text (datasets/manifest.json) or any file, and a token count.
   auto* d = new QDialog(this);
   d->setObjectName(QStringLiteral("evalTextDialog"));
   d->setWindowTitle(tr("Evaluation text"));
@@ -367,7 +367,9 @@ void MainWindow::chooseEvalText() {
   // The bundled texts (datasets/manifest.json: kind "text"), titled; any other file by Browse….
   try {
     for (const BundledFile& b : bundledFiles())
-      if (b.kind == "text") files->addItem(QString::fromStdString(b.path), QString::fromStdString(b.title));
+      // Not a model's own calibration slice (models/*/calib.txt: cut from its training text).
+      if (b.kind == "text" && !(b.role == "calibration" && b.relative.rfind("models/", 0) == 0))
+        files->addItem(QString::fromStdString(b.path), QString::fromStdString(b.title));
   } catch (const Error&) {
     const QDir dir(Workspace::datasetsTextDir());
     for (const QString& f : dir.entryList({QStringLiteral("*.txt")}, QDir::Files)) files->addItem(dir.filePath(f));

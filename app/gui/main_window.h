@@ -55,7 +55,7 @@ class MainWindow : public QMainWindow {
   // The analysis / plan / run workflow (Sensitivity, Plan and Run tabs) and its session.
   Workspace* workspace() const { return workspace_; }
   QTabWidget* tabs() const { return tabs_; }
-  // Analysis → Evaluation Text…: the text file (datasets/text or any) and token count.
+  // Analysis → Evaluation Text…: the text file (a bundled one or any) and token count.
   void chooseEvalText();
   // File → Export…: the plan being edited or the weights with it applied (non-modal).
   ExportDialog* openExportDialog();

@@ -145,6 +145,8 @@ struct PlanReadInfo {
 Plan planFromJson(std::string_view text, const std::string& source, PlanReadInfo* info = nullptr);
 std::string planToJson(const Plan& plan);  // canonical schema-2 JSON, 2-space indented
 Plan loadPlan(const std::string& path, PlanReadInfo* info = nullptr);
+// A plan file's bytes (either plan form), refused over 64 MiB before reading: BadInput naming it.
+std::string readPlanFileText(const std::string& path);
 void savePlan(const Plan& plan, const std::string& path);  // atomic (temporary file + rename)
 
 // ---- Resolution ------------------------------------------------------------------------------

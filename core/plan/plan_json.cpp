@@ -313,7 +313,7 @@ std::string planToJson(const Plan& plan) {
   return j.dump(2) + "\n";
 }
 
-Plan loadPlan(const std::string& path, PlanReadInfo* info) {
+std::string readPlanFileText(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throwBadInput(path, "", "cannot open the plan file");
   in.seekg(0, std::ios::end);
@@ -325,8 +325,10 @@ Plan loadPlan(const std::string& path, PlanReadInfo* info) {
   std::string text(size_t(size), '\0');
   in.read(text.data(), size);
   if (!in) throwBadInput(path, "", "cannot read the plan file");
-  return planFromJson(text, path, info);
+  return text;
 }
+
+Plan loadPlan(const std::string& path, PlanReadInfo* info) { return planFromJson(readPlanFileText(path), path, info); }
 
 void savePlan(const Plan& plan, const std::string& path) { writeFileAtomically(path, planToJson(plan)); }
 

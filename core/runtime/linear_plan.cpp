@@ -10,7 +10,6 @@
 namespace qs {
 
 namespace {
-constexpr size_t kMaxPlanFileBytes = size_t(64) << 20;
 
 std::optional<QuantFormat> formatOrNone(const std::string& text, const std::string& source,
                                         const std::string& key) {
@@ -45,16 +44,5 @@ LinearPlan parseLinearPlan(const std::string& jsonText, const std::vector<std::s
   return plan;
 }
 
-LinearPlan readLinearPlanFile(const std::string& path, const std::vector<std::string>& weightNames) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error(ErrorKind::BadInput, "cannot open plan file", path);
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  if (f.bad()) throw Error(ErrorKind::BadInput, "cannot read plan file", path);
-  std::string text = ss.str();
-  if (text.size() > kMaxPlanFileBytes)
-    throw Error(ErrorKind::BadInput, "plan file is larger than 64 MiB", path);
-  return parseLinearPlan(text, weightNames, path);
-}
 
 }  // namespace qs

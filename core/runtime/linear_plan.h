@@ -18,6 +18,5 @@ namespace qs {
 // have, or a bad format string.
 LinearPlan parseLinearPlan(const std::string& jsonText, const std::vector<std::string>& weightNames,
                            const std::string& source);
-LinearPlan readLinearPlanFile(const std::string& path, const std::vector<std::string>& weightNames);
 
 }  // namespace qs

@@ -381,11 +381,8 @@ void Runtime::prepareLinear(int i) {
       lw.gemm = gemmOps().prepare(toQuantLinearWeight(q, l.weightName), scheme->activation);
       return;
     }
-    const auto any = gemmSchemeFor(f);
-    lw.fakeReason = !any            ? "no GEMM kernel for " + formatToString(f)
-                    : k % 32 != 0 ? "k = " + std::to_string(k) + " is not a multiple of 32"
-                                  : "k = " + std::to_string(k) + " is not a multiple of the group size " +
-                                        std::to_string(any->groupSize);
+    lw.fakeReason = gemmSchemeFor(f) ? "k = " + std::to_string(k) + " is not a multiple of 32"
+                                     : "no GEMM kernel for " + formatToString(f);
   } else {
     lw.fakeReason = "fake-quant mode";
   }

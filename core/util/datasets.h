@@ -14,7 +14,7 @@ std::string datasetsDir();
 struct BundledFile {
   std::string path;       // absolute: datasetsDir() / relative
   std::string relative;   // as the manifest writes it
-  std::string kind;       // "model", "tokenizer", "text", "test-vectors"
+  std::string kind;       // "model", "tokenizer", "text", "config", "test-vectors", "provenance"
   std::string title, license;
   std::string role;       // texts: "calibration" or "evaluation" (may be empty)
   std::string tokenizer;  // models: the absolute path of their tokenizer (may be empty)

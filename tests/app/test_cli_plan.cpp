@@ -2,6 +2,7 @@
 // thresholds), show, pareto (with --emit), export to every target, measure of plans (predicted vs
 // measured), and the bad-input exits (code 2, one line on stderr).
 #include <QtTest>
+#include <map>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -173,10 +174,23 @@ class TestCliPlan : public QObject {
     // The same plan file drives `speed` and `quantize` (they also take the simple name → format map).
     const Run sp2 = cli({"--backend", "cpu", "speed", model_, "--plan", plan, "--tokens", "1", "--repeats", "1", "--json"});
     QVERIFY2(sp2.code == 0, sp2.err.c_str());
-    QCOMPARE(json::parse(sp2.out)["plan_totals"].size(), size_t(1));
+    const json spj = json::parse(sp2.out);
+    QCOMPARE(spj["plan_totals"].size(), size_t(1));
+    // Each layer was timed in the format the plan gives it (plan show's resolution).
+    std::map<std::string, std::string> planned;
+    for (const auto& l : sj["layers"]) planned[l["weight_name"].get<std::string>()] = l["format"].get<std::string>();
+    int timed = 0;
+    for (const auto& l : spj["layers"]) {
+      const auto it = planned.find(l["weight"].get<std::string>());
+      if (it == planned.end() || l["formats"].empty()) continue;
+      QCOMPARE(l["formats"][0]["format"].get<std::string>(), it->second);
+      ++timed;
+    }
+    QVERIFY2(timed >= 30, qPrintable(QString::number(timed)));
     const Run q = cli({"--backend", "cpu", "quantize", model_, "--plan", plan, "--method", "rtn", "--tokens", "256",
                        "--calib-tokens", "128", "--json"});
     QVERIFY2(q.code == 0, q.err.c_str());
+    QVERIFY(json::parse(q.out)["methods"][0]["layers"].size() >= 30);  // the plan's layers, quantized
     const Run bad = cli({"plan", "show", plan, "--model", model_, "--speed", speed, "--speed-tokens", "3"});
     QCOMPARE(bad.code, 2);
     QVERIFY(contains(bad.err, "1, 16"));

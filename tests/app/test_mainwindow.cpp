@@ -1,6 +1,8 @@
 // GUI smoke test: the main window opens the bundled default model, shows its tree and summary,
 // survives a bad file with a dialog, and grabs to a non-blank PNG.
 #include <QDir>
+#include <QDialog>
+#include <QComboBox>
 #include <QLabel>
 #include <QMenu>
 #include <QMessageBox>
@@ -72,6 +74,29 @@ class TestMainWindow : public QObject {
     QVERIFY(loaded.wait(10'000));
     QVERIFY(w.modelPath().endsWith("shakespeare-gpt2/model.safetensors"));
     QVERIFY(w.model());
+  }
+
+  // Analysis → Evaluation Text… offers the manifest's texts, titled, but not a model's own
+  // calibration slice (cut from its training text).
+  void evaluationTextDialogListsBundledTexts() {
+    MainWindow w;
+    w.show();
+    w.chooseEvalText();
+    auto* d = w.findChild<QDialog*>("evalTextDialog");
+    QVERIFY(d);
+    auto* box = d->findChild<QComboBox*>();
+    QVERIFY(box);
+    QStringList items;
+    for (int i = 0; i < box->count(); ++i) {
+      items << box->itemText(i);
+      QVERIFY2(!box->itemData(i, Qt::ToolTipRole).toString().isEmpty(), qPrintable(box->itemText(i)));
+    }
+    QVERIFY2(items.filter("tinystories_validation_head.txt").size() == 1, qPrintable(items.join("\n")));
+    QVERIFY(items.filter("shakespeare-gpt2/heldout.txt").size() == 1);
+    QVERIFY(items.filter("calib.txt").isEmpty());
+    QDir().mkpath(QStringLiteral(QS_BINARY_DIR) + "/screenshots");
+    QVERIFY(d->grab().save(QStringLiteral(QS_BINARY_DIR) + "/screenshots/eval_text_dialog.png"));
+    d->reject();
   }
 
   void badFileShowsDialogAndKeepsModel() {
