@@ -14,10 +14,9 @@
 #include <map>
 
 #include "app/cli/analysis_support.h"
+#include "app/cli/run_support.h"
 #include "app/cli/text_table.h"
 #include "core/analysis/accumulate.h"
-#include "core/io/json_guard.h"
-#include "core/plan/model_hash.h"
 #include "core/plan/plan.h"
 
 namespace qs::cli {
@@ -85,21 +84,12 @@ void registerAccumulate(CLI::App& app, CliContext& ctx) {
       plan = uniformAssignment(rt, f);
       plan.rounding.assign(plan.formats.size(), {parseRoundingMethod(a->method), a->smoothAlpha});
     } else {
-      const std::string text = readTextFile(a->plan);
-      const auto j = parseJsonGuarded(a->plan, "plan", text);
-      if (j.is_object() && (j.contains("schema") || j.contains("quantscope_plan"))) {  // a Quantscope plan
-        PlanReadInfo info;
-        const Plan p = planFromJson(text, a->plan, &info);
-        for (const auto& n : info.notes) ctx.err << a->plan << ": " << n << '\n';
-        ResolveOptions ro;
-        ro.source = a->plan;
-        ro.modelName = modelIdentity(*s.run.model.file, s.run.model.graph).name;
-        ro.modelHash = sampledModelHash(*s.run.model.file);
-        ro.allowOtherModel = a->allowOtherModel;
-        plan = layerFormatsFromPlan(rt, resolvePlanStrict(p, s.run.model.graph, ro));
-        planText = planToJson(p);
+      const PlanFile pf = readPlanFile(a->plan, s.run.model, a->allowOtherModel, ctx.err);
+      if (pf.resolved) {
+        plan = layerFormatsFromPlan(rt, *pf.resolved);
+        planText = planToJson(*pf.plan);
       } else {
-        plan = assignmentFromJson(rt, j, a->plan);
+        plan = assignmentFromJson(rt, pf.json, a->plan);
       }
     }
     const std::string name = !a->name.empty() ? a->name

@@ -6,7 +6,6 @@
 #include "app/cli/commands.h"
 #include "app/cli/run_support.h"
 #include "core/export/model_export.h"
-#include "core/plan/model_hash.h"
 #include "core/rounding/quantize_model.h"
 #include "kernels/common/error.h"
 #include "kernels/ops/cpu_transformer_ops.h"
@@ -42,12 +41,7 @@ void registerModelExport(CLI::App& app, CliContext& ctx) {
     PlanReadInfo info;
     const Plan plan = loadPlan(a->plan, &info);
     for (const auto& n : info.notes) ctx.err << a->plan << ": " << n << '\n';
-    ResolveOptions ro;
-    ro.source = a->plan;
-    ro.modelName = modelIdentity(*m.file, m.graph).name;
-    ro.modelHash = sampledModelHash(*m.file);
-    ro.allowOtherModel = a->allowOtherModel;
-    const ResolvedPlan resolved = resolvePlanStrict(plan, m.graph, ro);
+    const ResolvedPlan resolved = resolveForModel(plan, m, a->plan, a->allowOtherModel);
 
     ModelExportOptions o;
     o.format = *modelExportFormatFromName(a->to);
@@ -57,16 +51,20 @@ void registerModelExport(CLI::App& app, CliContext& ctx) {
     JobContext job;
     job.onProgress = [&progress](double f, std::string_view s) { progress.update(f, s); };
 
-    CalibrationStats calib;
+    // The calibration text, tokenized once: activation statistics and GPTQ / AWQ / SmoothQuant.
+    std::vector<int32_t> calibIds;
+    int32_t bos = -1;
     if (!a->calibText.empty()) {
       if (!m.tokenizer) throwBadInput(a->model, "tokenizer", "calibration needs a tokenizer (--tokenizer)");
-      const std::string text = readTextFile(a->calibText);
-      std::vector<int32_t> ids = m.tokenizer->encode(text, {});
-      if (int64_t(ids.size()) > a->calibTokens) ids.resize(size_t(a->calibTokens));
+      calibIds = m.tokenizer->encode(readTextFile(a->calibText), {});
+      if (int64_t(calibIds.size()) > a->calibTokens) calibIds.resize(size_t(a->calibTokens));
+      bos = m.tokenizer->bos() >= 0 ? m.tokenizer->bos() : m.tokenizer->eos();
+    }
+    CalibrationStats calib;
+    if (!a->calibText.empty()) {
       auto ops = createCpuTransformerOps();
       Runtime rt(*m.file, m.graph, *ops, {}, &job);
-      const int32_t bos = m.tokenizer->bos() >= 0 ? m.tokenizer->bos() : m.tokenizer->eos();
-      calib = collectCalibration(rt, m.graph, ids, bos, 256, &job);
+      calib = collectCalibration(rt, m.graph, calibIds, bos, 256, &job);
       calib.source = a->calibText + ": " + calib.source;
       o.calibration = &calib;
     }
@@ -79,13 +77,8 @@ void registerModelExport(CLI::App& app, CliContext& ctx) {
         throwBadInput(a->plan, "method",
                       "the plan rounds layers with GPTQ, AWQ or SmoothQuant: give the text to calibrate them on "
                       "(--calib-text FILE)");
-      if (!m.tokenizer) throwBadInput(a->model, "tokenizer", "calibration needs a tokenizer (--tokenizer)");
-      std::vector<int32_t> ids = m.tokenizer->encode(readTextFile(a->calibText), {});
-      if (int64_t(ids.size()) > a->calibTokens) ids.resize(size_t(a->calibTokens));
       Runtime rt(*m.file, m.graph, ctx.backend(), {}, &job);
-      QuantizeOptions qo;
-      qo.bos = m.tokenizer->bos() >= 0 ? m.tokenizer->bos() : m.tokenizer->eos();
-      rounding = quantizeModel(rt, ctx.backend().gptq(), quantizationPlan(rt, resolved), ids, qo, &job);
+      rounding = quantizeResolvedPlan(rt, ctx.backend(), resolved, calibIds, bos, &job);
       for (const auto& l : rounding->layers)
         if (!l.note.empty()) ctx.err << "note: " << l.name << ": " << l.note << '\n';
     }

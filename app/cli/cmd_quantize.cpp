@@ -177,7 +177,7 @@ void registerQuantize(CLI::App& app, CliContext& ctx) {
         j["float"] = {{"perplexity", floatRes.perplexity}, {"scored_tokens", floatRes.scored}};
       for (const auto& r : rows) {
         nlohmann::ordered_json m;
-        m["method"] = roundingMethodName(r.method);
+        m["method"] = std::string(quantMethodName(r.method));
         m["seconds"] = r.report.seconds;
         m["gram_bytes_peak"] = r.report.gramBytesPeak;
         m["gram_bytes_total"] = r.report.gramBytesTotal;
@@ -219,14 +219,14 @@ void registerQuantize(CLI::App& app, CliContext& ctx) {
               << "float perplexity " << num(floatRes.perplexity, 4) << "\n";
     TextTable t({"method", "perplexity", "KL (nats/token)", "top-1 agree", "seconds", "Gram peak"});
     for (const auto& r : rows)
-      t.addRow({roundingMethodName(r.method), a->noEval ? "-" : num(r.eval.perplexity, 4),
+      t.addRow({std::string(quantMethodName(r.method)), a->noEval ? "-" : num(r.eval.perplexity, 4),
                 a->noEval ? "-" : num(r.eval.meanKl, 5), a->noEval ? "-" : num(r.eval.top1Agree, 4),
                 num(r.report.seconds, 2), mib(r.report.gramBytesPeak)});
     t.print(ctx.out);
     for (const auto& r : rows)
       for (const auto& l : r.report.layers)
         if (!l.note.empty())
-          ctx.out << roundingMethodName(r.method) << " " << l.name << ": " << l.note << "\n";
+          ctx.out << quantMethodName(r.method) << " " << l.name << ": " << l.note << "\n";
   });
 }
 

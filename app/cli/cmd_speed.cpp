@@ -8,13 +8,13 @@
 #include <sstream>
 
 #include "app/cli/commands.h"
+#include "app/cli/run_support.h"
 #include "app/cli/terminal_progress.h"
 #include "app/cli/text_table.h"
 #include "core/analysis/speed.h"
 #include "core/analysis/tables_json.h"
 #include "core/plan/model_hash.h"
 #include "core/session/session.h"
-#include "app/cli/run_support.h"
 #include "core/runtime/loaded_model.h"
 
 namespace qs::cli {

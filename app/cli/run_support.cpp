@@ -2,11 +2,11 @@
 
 #include <fstream>
 #include <sstream>
-#include <unordered_map>
 
 #include "core/io/json_guard.h"
 #include "core/plan/model_hash.h"
 #include "core/plan/plan.h"
+#include "core/rounding/quantize_model.h"
 #include "core/runtime/linear_plan.h"
 
 #include "kernels/common/error.h"
@@ -48,37 +48,38 @@ RunnableModel loadRunnable(Backend& backend, const std::string& path, const std:
   return r;
 }
 
+ResolvedPlan resolveForModel(const Plan& plan, const LoadedModel& model, const std::string& source,
+                             bool allowOtherModel) {
+  const ModelIdentity id = modelIdentity(*model.file, model.graph);
+  ResolveOptions ro;
+  ro.source = source;
+  ro.modelName = id.name;
+  ro.modelHash = id.hash;
+  ro.allowOtherModel = allowOtherModel;
+  return resolvePlanStrict(plan, model.graph, ro);
+}
+
+PlanFile readPlanFile(const std::string& path, const LoadedModel& model, bool allowOtherModel,
+                      std::ostream& notes) {
+  const std::string text = readPlanFileText(path);
+  PlanFile f;
+  f.json = parseJsonGuarded(path, "plan", text);
+  if (!(f.json.is_object() && (f.json.contains("schema") || f.json.contains("quantscope_plan")))) return f;
+  PlanReadInfo info;
+  f.plan = planFromJson(text, path, &info);
+  for (const auto& n : info.notes) notes << path << ": " << n << '\n';
+  f.resolved = resolveForModel(*f.plan, model, path, allowOtherModel);
+  return f;
+}
+
 LinearPlan planFormatsFromFile(const std::string& path, const LoadedModel& model,
                                const std::vector<std::string>& weightNames, bool allowOtherModel,
                                const std::string& command, std::ostream& notes) {
-  const std::string text = readPlanFileText(path);
-  const auto j = parseJsonGuarded(path, "plan", text);
-  if (!(j.is_object() && (j.contains("schema") || j.contains("quantscope_plan"))))
-    return parseLinearPlan(text, weightNames, path);
-  PlanReadInfo info;
-  const Plan p = planFromJson(text, path, &info);
-  for (const auto& n : info.notes) notes << path << ": " << n << '\n';
-  ResolveOptions ro;
-  ro.source = path;
-  ro.modelName = modelIdentity(*model.file, model.graph).name;
-  ro.modelHash = sampledModelHash(*model.file);
-  ro.allowOtherModel = allowOtherModel;
-  const ResolvedPlan resolved = resolvePlanStrict(p, model.graph, ro);
-  std::unordered_map<std::string, const LayerAssignment*> byWeight;
-  for (const LayerAssignment& a : resolved.layers) byWeight[a.weightName] = &a;
-  LinearPlan out(weightNames.size());
-  int withMethod = 0;
-  for (size_t i = 0; i < weightNames.size(); ++i) {
-    const auto it = byWeight.find(weightNames[i]);
-    if (it == byWeight.end()) continue;
-    const QuantFormat& f = it->second->format;
-    if (!(f.weight.kind == QuantKind::F32 && f.act.kind == QuantKind::F32)) out[i] = f;
-    if (it->second->method != QuantMethod::Rtn || it->second->smoothAlpha) ++withMethod;
-  }
-  if (withMethod)
-    notes << path << ": " << withMethod << " layers name a rounding method or smooth_alpha; " << command
-          << " takes only the formats\n";
-  return out;
+  const PlanFile f = readPlanFile(path, model, allowOtherModel, notes);
+  if (!f.resolved) return parseLinearPlanJson(f.json, weightNames, path);
+  if (needsRounding(*f.resolved))
+    notes << path << ": the plan names rounding methods or smooth_alpha; " << command << " takes only its formats\n";
+  return planFormats(quantizationPlan(weightNames, *f.resolved));
 }
 
 }  // namespace qs::cli

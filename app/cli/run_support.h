@@ -1,11 +1,14 @@
 #pragma once
 // Helpers shared by the CLI commands that run a model (generate, perplexity, analysis jobs).
 #include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
 
 #include "app/cli/terminal_progress.h"
+#include "core/plan/plan.h"
 #include "core/runtime/loaded_model.h"
 #include "core/runtime/runtime.h"
 #include "kernels/backend/backend.h"
@@ -28,12 +31,25 @@ RunnableModel loadRunnable(const std::string& path, const std::string& tokenizer
 RunnableModel loadRunnable(Backend& backend, const std::string& path, const std::string& tokenizer,
                            bool requireTokenizer, TerminalProgress& progress, int64_t maxSeq = 0);
 
-// The per-layer formats of a plan file for the layers `weightNames` (nullopt: left unquantised),
-// in either form the CLI takes: a Quantscope plan (`quantscope-cli plan …`, resolved strictly
-// against `model`: a plan made for another model is refused unless allowOtherModel; its notes
-// go to `notes`, with one line when some layers name a rounding method or smooth_alpha, which
-// `command` does not use) or the simple map {"weight name": "format", "*": "format"}
-// (core/runtime/linear_plan.h). BadInput naming the file and the field otherwise.
+// A Quantscope plan resolved strictly against `model` (BadInput for its first problem; a plan made
+// for another model is refused unless allowOtherModel).
+ResolvedPlan resolveForModel(const Plan& plan, const LoadedModel& model, const std::string& source,
+                             bool allowOtherModel);
+
+// A plan file in either form the CLI takes, read once (at most 64 MiB): a Quantscope plan
+// (`quantscope-cli plan …`; its notes go to `notes`), resolved with resolveForModel, or else the
+// simple map {"weight name": "format", "*": "format"} (core/runtime/linear_plan.h) in `json`.
+struct PlanFile {
+  nlohmann::json json;
+  std::optional<Plan> plan;              // set for a Quantscope plan
+  std::optional<ResolvedPlan> resolved;  // with `plan`
+};
+PlanFile readPlanFile(const std::string& path, const LoadedModel& model, bool allowOtherModel,
+                      std::ostream& notes);
+
+// The per-layer formats of a plan file (either form) for the layers `weightNames` (nullopt: left
+// unquantised). A Quantscope plan's rounding methods and smooth_alpha are not used: one line on
+// `notes` says so when it has any (`command` names the caller).
 LinearPlan planFormatsFromFile(const std::string& path, const LoadedModel& model,
                                const std::vector<std::string>& weightNames, bool allowOtherModel,
                                const std::string& command, std::ostream& notes);

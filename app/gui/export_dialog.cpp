@@ -268,9 +268,7 @@ bool ExportDialog::exportNow() {
                     int32_t bos = -1;
                     ctx.progress(0, "tokenizing the calibration text");
                     const std::vector<int32_t> ids = roundingTokens(&bos, rt.maxSeq());
-                    QuantizeOptions qo;
-                    qo.bos = bos;
-                    rounding = quantizeModel(rt, roundingBackend->gptq(), quantizationPlan(rt, *resolved), ids, qo, &ctx);
+                    rounding = quantizeResolvedPlan(rt, *roundingBackend, *resolved, ids, bos, &ctx);
                   }
                   const ExportSource src{*model, *graph, tok.get(), *plan, *resolved,
                                          rounding ? &rounding->rounded : nullptr};

@@ -20,7 +20,6 @@
 #include <cmath>
 #include <fstream>
 #include <sstream>
-#include <unordered_map>
 
 #include "app/gui/job_runner.h"
 #include "core/analysis/accumulate.h"
@@ -350,17 +349,11 @@ void Workspace::runSensitivity() {
 // The plan being edited as a format per layer of `layers` (runtime / speed-job order: allLinears
 // plus a tied head, which is no plan layer and stays unquantized, as in every plan).
 // (The rounding method does not change which kernel runs a layer: the speed job ignores it.)
-static std::vector<std::optional<QuantFormat>> planFormats(const std::vector<LayerRef>& layers,
-                                                          const ResolvedPlan& plan) {
-  if (!plan.valid())
-    throw Error(ErrorKind::BadInput, plan.problems[0].message, "plan", plan.problems[0].field);
-  std::unordered_map<std::string, const QuantFormat*> byWeight;
-  for (const LayerAssignment& a : plan.layers)
-    if (a.format.weight.kind != QuantKind::F32) byWeight[a.weightName] = &a.format;
-  std::vector<std::optional<QuantFormat>> out(layers.size());
-  for (size_t i = 0; i < layers.size(); ++i)
-    if (auto it = byWeight.find(layers[i].weightName); it != byWeight.end()) out[i] = *it->second;
-  return out;
+static std::vector<std::optional<QuantFormat>> speedPlanFormats(const std::vector<LayerRef>& layers,
+                                                               const ResolvedPlan& plan) {
+  std::vector<std::string> names;
+  for (const LayerRef& l : layers) names.push_back(l.weightName);
+  return planFormats(quantizationPlan(names, plan));
 }
 
 Workspace::RoundingSource Workspace::roundingSource() const {
@@ -459,7 +452,7 @@ void Workspace::measureSpeed(qint64 tokens) {
   if (!planEditor_->document()) return;
   std::vector<std::optional<QuantFormat>> plan;
   try {
-    plan = planFormats(speedLayers(graph_), planEditor_->document()->resolved());
+    plan = speedPlanFormats(speedLayers(graph_), planEditor_->document()->resolved());
   } catch (const Error& e) {
     emit message(tr("The plan cannot run: %1").arg(QString::fromStdString(e.what())));
     return;

@@ -2,9 +2,9 @@
 
 #include <cmath>
 #include <cstdio>
-#include <unordered_map>
 
 #include "core/analysis/layer_format.h"
+#include "core/runtime/linear_plan.h"
 #include "core/analysis/reference_pass.h"
 #include "kernels/common/error.h"
 
@@ -67,33 +67,12 @@ LayerFormats uniformAssignment(const Runtime& rt, const QuantFormat& format) {
 
 LayerFormats assignmentFromJson(const Runtime& rt, const nlohmann::json& j,
                                    const std::string& source) {
-  if (!j.is_object())
-    throw Error(ErrorKind::BadInput, "a plan map must be a JSON object {\"weight name\": \"format\"}",
-                source);
+  std::vector<std::string> names;
+  for (const LinearLayer* l : rt.linears()) names.push_back(l->weightName);
   LayerFormats a;
-  a.formats.assign(rt.linears().size(), std::nullopt);
-  auto parse = [&](const std::string& key, const nlohmann::json& v) {
-    if (!v.is_string())
-      throw Error(ErrorKind::BadInput, "the format must be a string, not " + v.dump(), source, key);
-    try {
-      return parseQuantFormat(v.get<std::string>());
-    } catch (const Error& e) {
-      throw Error(ErrorKind::BadInput, e.message(), source, key);
-    }
-  };
-  std::optional<QuantFormat> fallback;
-  if (auto it = j.find("*"); it != j.end()) fallback = parse("*", *it);
-  for (auto it = j.begin(); it != j.end(); ++it) {
-    if (it.key() == "*") continue;
-    const int i = rt.linearIndex(it.key());
-    if (i < 0)
-      throw Error(ErrorKind::BadInput, "no linear layer of the model has this weight name", source,
-                  it.key());
-    a.formats[size_t(i)] = parse(it.key(), it.value());
-  }
+  a.formats = parseLinearPlanJson(j, names, source);
   for (size_t i = 0; i < a.formats.size(); ++i) {
     const LinearLayer& l = linearAt(rt, i);
-    if (!a.formats[i] && fallback) a.formats[i] = fallback;
     std::string why;
     if (a.formats[i] && !formatFitsShape(*a.formats[i], l.outFeatures, l.inFeatures, &why))
       throw Error(ErrorKind::BadInput,
@@ -112,23 +91,10 @@ nlohmann::ordered_json assignmentToJson(const Runtime& rt, const LayerFormats& a
 }
 
 LayerFormats layerFormatsFromPlan(const Runtime& rt, const ResolvedPlan& plan) {
-  if (!plan.valid())
-    throw Error(ErrorKind::BadInput, plan.problems[0].message, "plan", plan.problems[0].field);
-  const size_t L = rt.linears().size();
+  const QuantizationPlan q = quantizationPlan(rt, plan);
   LayerFormats f;
-  f.formats.resize(L);
-  f.rounding.resize(L);
-  std::unordered_map<std::string, const LayerAssignment*> byWeight;
-  for (const LayerAssignment& a : plan.layers) byWeight[a.weightName] = &a;
-  for (size_t i = 0; i < L; ++i) {
-    const auto it = byWeight.find(rt.linears()[i]->weightName);
-    if (it == byWeight.end()) continue;
-    const LayerAssignment& a = *it->second;
-    const bool f32 = a.format.weight.kind == QuantKind::F32 && a.format.act.kind == QuantKind::F32;
-    if (!f32) f.formats[i] = a.format;
-    f.rounding[i].method = a.method;
-    f.rounding[i].smoothAlpha = a.smoothAlpha ? *a.smoothAlpha : -1.0;
-  }
+  f.formats = planFormats(q);
+  for (const LayerQuantization& e : q) f.rounding.push_back({e.method, e.smoothAlpha});
   return f;
 }
 
@@ -146,11 +112,16 @@ std::span<const int32_t> calibrationAfterEvaluation(std::span<const int32_t> tex
   return text.subspan(size_t(used), size_t(std::min(left, maxTokens)));
 }
 
-bool LayerFormats::needsRounding() const {
-  for (size_t i = 0; i < rounding.size() && i < formats.size(); ++i)
-    if (formats[i] && (rounding[i].method != QuantMethod::Rtn || rounding[i].smoothAlpha >= 0)) return true;
-  return false;
+QuantizationPlan LayerFormats::quantization() const {
+  QuantizationPlan q(formats.size());
+  for (size_t i = 0; i < formats.size(); ++i) {
+    q[i].format = formats[i];
+    if (i < rounding.size()) q[i].method = rounding[i].method, q[i].smoothAlpha = rounding[i].smoothAlpha;
+  }
+  return q;
 }
+
+bool LayerFormats::needsRounding() const { return qs::needsRounding(quantization()); }
 
 AccumulationResult runAccumulation(Runtime& rt, std::span<const int32_t> text,
                                    const LayerFormats& plan, const CalibrationResult* calibration,
@@ -174,13 +145,10 @@ AccumulationResult runAccumulation(Runtime& rt, std::span<const int32_t> text,
   }
   if (!plan.rounding.empty() && plan.rounding.size() != L)
     throw Error(ErrorKind::Internal, "the plan's rounding methods do not cover its layers");
-  const bool rounding = plan.needsRounding();
-  QuantizationPlan qplan(L);
+  const QuantizationPlan qplan = plan.quantization();
+  const bool rounding = needsRounding(qplan);
   if (rounding) {
     for (size_t i = 0; i < L; ++i) {
-      qplan[i].format = plan.formats[i];
-      qplan[i].method = plan.rounding[i].method;
-      qplan[i].smoothAlpha = plan.rounding[i].smoothAlpha;
       if (plan.formats[i] && plan.formats[i]->act.scaling == ActScaling::PerTensorStatic)
         throw Error(ErrorKind::Unsupported,
                     "format '" + formatToString(*plan.formats[i]) +

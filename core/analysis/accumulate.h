@@ -48,16 +48,17 @@ struct LayerFormats {  // (core/plan has LayerAssignment: a resolved plan entry)
     double smoothAlpha = -1;  // SmoothQuant α; < 0: none
   };
   std::vector<Rounding> rounding;
-  bool needsRounding() const;  // any GPTQ, AWQ or SmoothQuant layer
+  QuantizationPlan quantization() const;  // formats and rounding together, for quantizeModel
+  bool needsRounding() const;             // any GPTQ, AWQ or SmoothQuant layer
 };
 
 // Every layer in `format`; layers whose shape cannot take it stay unquantised and are listed in
 // `skipped` (e.g. INT4 groups of 128 on a K = 172 projection).
 LayerFormats uniformAssignment(const Runtime& rt, const QuantFormat& format);
 
-// A JSON object mapping weight names to format strings; the key "*" (optional) gives the format
-// of every layer not named. Unknown names, bad format strings and shapes a format cannot take
-// are BadInput naming `source` and the layer.
+// The simple plan map (core/runtime/linear_plan.h: weight name → format, "*" for the rest,
+// "none" unquantised) for Runtime::linears(), with the shapes checked: unknown names, bad format
+// strings and shapes a format cannot take are BadInput naming `source` and the layer.
 LayerFormats assignmentFromJson(const Runtime& rt, const nlohmann::json& j,
                                    const std::string& source);
 

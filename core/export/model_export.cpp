@@ -218,9 +218,7 @@ std::optional<WeightScales> fixedScalesFor(const ExportSource& src, const Export
                                            const LayerAssignment& a) {
   if (!src.rounded) return std::nullopt;
   const auto it = src.rounded->scales.find(t.sourceTensor);
-  if (it == src.rounded->scales.end() ||
-      weightSpecToString(it->second.spec) != weightSpecToString(a.format.weight))
-    return std::nullopt;
+  if (it == src.rounded->scales.end() || it->second.spec != a.format.weight) return std::nullopt;
   WeightScales s = it->second.scales;
   const int64_t rows = a.outFeatures;
   if (t.permuteRows && rows > 0 && s.scales.size() % size_t(rows) == 0 && s.scales.size() >= size_t(rows)) {

@@ -76,7 +76,7 @@ double SensitivityLookup::error(const std::string& weightName, const QuantFormat
         break;
       }
   }
-  if (format.weight.kind == QuantKind::F32 && format.act.kind == QuantKind::F32) return 0.0;
+  if (isUnquantized(format)) return 0.0;
   if (isPlainFp16(format) && !hasFp16Column_) return 0.0;
   return std::numeric_limits<double>::quiet_NaN();
 }

@@ -7,46 +7,58 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <unordered_map>
 
 #include "core/rounding/awq.h"
 #include "core/runtime/evaluate.h"
+#include "kernels/backend/backend.h"
 #include "kernels/common/error.h"
 #include "kernels/formats/weight_codec.h"
 
 namespace qs {
 
-const char* roundingMethodName(RoundingMethod m) {
-  switch (m) {
-    case RoundingMethod::Rtn: return "rtn";
-    case RoundingMethod::Gptq: return "gptq";
-    case RoundingMethod::Awq: return "awq";
-  }
-  return "?";
-}
-
 RoundingMethod parseRoundingMethod(const std::string& t) {
-  if (t == "rtn") return RoundingMethod::Rtn;
-  if (t == "gptq") return RoundingMethod::Gptq;
-  if (t == "awq") return RoundingMethod::Awq;
+  if (const auto m = quantMethodFromName(t)) return *m;
   throw Error(ErrorKind::BadInput, "unknown rounding method '" + t + "' (rtn, gptq or awq)", {},
               "method");
 }
 
-QuantizationPlan quantizationPlan(const Runtime& rt, const ResolvedPlan& plan) {
-  const auto& L = rt.linears();
-  QuantizationPlan q(L.size());
-  for (const LayerAssignment& a : plan.layers) {
-    const int i = rt.linearIndex(a.weightName);
-    if (i < 0)
-      throw Error(ErrorKind::BadInput, "the plan's layer " + a.layer + " (" + a.weightName +
-                                           ") is not a linear layer of this model", {}, "plan");
-    const bool noop = a.format.weight.kind == QuantKind::F32 && a.format.act.kind == QuantKind::F32;
-    if (noop && !a.smoothAlpha) continue;
-    q[size_t(i)].format = a.format;
-    q[size_t(i)].method = a.method;
-    q[size_t(i)].smoothAlpha = a.smoothAlpha ? *a.smoothAlpha : -1.0;
+QuantizationPlan quantizationPlan(const std::vector<std::string>& weightNames, const ResolvedPlan& plan) {
+  if (!plan.valid())
+    throw Error(ErrorKind::BadInput, plan.problems[0].message, "plan", plan.problems[0].field);
+  std::unordered_map<std::string, const LayerAssignment*> byWeight;
+  for (const LayerAssignment& a : plan.layers) byWeight[a.weightName] = &a;
+  QuantizationPlan q(weightNames.size());
+  for (size_t i = 0; i < weightNames.size(); ++i) {
+    const auto it = byWeight.find(weightNames[i]);
+    if (it == byWeight.end()) continue;
+    const LayerAssignment& a = *it->second;
+    if (isUnquantized(a.format) && !a.smoothAlpha) continue;
+    q[i].format = a.format;
+    q[i].method = a.method;
+    q[i].smoothAlpha = a.smoothAlpha ? *a.smoothAlpha : -1.0;
   }
   return q;
+}
+
+QuantizationPlan quantizationPlan(const Runtime& rt, const ResolvedPlan& plan) {
+  std::vector<std::string> names;
+  for (const LinearLayer* l : rt.linears()) names.push_back(l->weightName);
+  return quantizationPlan(names, plan);
+}
+
+std::vector<std::optional<QuantFormat>> planFormats(const QuantizationPlan& plan) {
+  std::vector<std::optional<QuantFormat>> out(plan.size());
+  for (size_t i = 0; i < plan.size(); ++i)
+    if (plan[i].format && !isUnquantized(*plan[i].format)) out[i] = plan[i].format;
+  return out;
+}
+
+QuantizeReport quantizeResolvedPlan(Runtime& rt, Backend& backend, const ResolvedPlan& plan,
+                                    std::span<const int32_t> calibration, int32_t bos, const JobContext* ctx) {
+  QuantizeOptions o;
+  o.bos = bos;
+  return quantizeModel(rt, backend.gptq(), quantizationPlan(rt, plan), calibration, o, ctx);
 }
 
 bool needsRounding(const QuantizationPlan& plan) {
@@ -349,7 +361,7 @@ QuantizeReport quantizeModel(Runtime& rt, GptqOps& gptq, const QuantizationPlan&
         r.name = l.weightName;
         if (e.format) {
           r.format = formatToString(*e.format);
-          r.method = roundingMethodName(e.method);
+          r.method = quantMethodName(e.method);
           const WeightSpec& spec = e.format->weight;
           const bool fl = quantKindTraits(spec.kind).cls == QuantClass::Float;
           // The report says what ran: AWQ without a fold and GPTQ on float weights round to nearest.
@@ -404,7 +416,7 @@ QuantizeReport quantizeModel(Runtime& rt, GptqOps& gptq, const QuantizationPlan&
     r.format = formatToString(*e.format);
     r.method = "rtn";
     if (e.method != RoundingMethod::Rtn)
-      r.note = std::string(roundingMethodName(e.method)) + " asked for a layer outside the blocks: round-to-nearest";
+      r.note = std::string(quantMethodName(e.method)) + " asked for a layer outside the blocks: round-to-nearest";
     report.layers.push_back(r);
   }
   report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -37,9 +37,8 @@ namespace qs {
 
 class Backend;
 
-// The plan's method field (core/plan): rtn, gptq, awq.
+// The plan's method field (core/plan): rtn, gptq, awq (quantMethodName gives the name).
 using RoundingMethod = QuantMethod;
-const char* roundingMethodName(RoundingMethod m);  // "rtn", "gptq", "awq"
 RoundingMethod parseRoundingMethod(const std::string& text);  // BadInput naming the text
 
 struct LayerQuantization {
@@ -80,9 +79,13 @@ struct QuantizeReport {
 };
 
 // The plan for quantizeModel from a resolved plan (core/plan): formats, methods and smoothing
-// per Runtime::linears() entry (layers outside the plan: nullopt). Float weight formats keep
-// their method (rtn; GPTQ/AWQ apply to INT weights only).
-QuantizationPlan quantizationPlan(const Runtime& rt, const ResolvedPlan& plan);
+// per entry of `weightNames` (layers outside the plan, or left FP32 without smoothing: no
+// format). Float weight formats keep their method (rtn; GPTQ/AWQ apply to INT weights only).
+// BadInput for an invalid plan (its first problem).
+QuantizationPlan quantizationPlan(const std::vector<std::string>& weightNames, const ResolvedPlan& plan);
+QuantizationPlan quantizationPlan(const Runtime& rt, const ResolvedPlan& plan);  // per Runtime::linears()
+// Only the formats (nullopt: unquantized), for what ignores the rounding method (speed timing).
+std::vector<std::optional<QuantFormat>> planFormats(const QuantizationPlan& plan);
 // Whether any layer asks for more than round-to-nearest (GPTQ, AWQ or SmoothQuant): then the
 // weights need calibration data before they can be run or exported (also for a ResolvedPlan:
 // core/plan/plan.h).
@@ -93,6 +96,13 @@ bool needsRounding(const QuantizationPlan& plan);
 QuantizeReport quantizeModel(Runtime& rt, GptqOps& gptq, const QuantizationPlan& plan,
                              std::span<const int32_t> calibration, const QuantizeOptions& options,
                              const JobContext* ctx = nullptr);
+
+// rt (on `backend`) quantized with a resolved plan, GPTQ / AWQ / SmoothQuant calibrated on
+// `calibration` with BOS `bos` per window and default options: what the exporters write
+// (QuantizeReport::rounded).
+QuantizeReport quantizeResolvedPlan(Runtime& rt, Backend& backend, const ResolvedPlan& plan,
+                                    std::span<const int32_t> calibration, int32_t bos,
+                                    const JobContext* ctx = nullptr);
 
 // Puts rt back to its loaded weights and norms, no formats, no input quantization.
 void resetQuantization(Runtime& rt);

@@ -7,6 +7,7 @@
 //   { "*": "int4-g128-sym", "output.weight": "int8-ch-sym", "layers.0.feed_forward.w2.weight": "none" }
 //
 // Result: a LinearPlan with one entry per name in `weightNames` (Runtime::linears() order).
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,8 @@ namespace qs {
 // Throws BadInput naming `source` and the key for malformed JSON, a name the model does not
 // have, or a bad format string.
 LinearPlan parseLinearPlan(const std::string& jsonText, const std::vector<std::string>& weightNames,
+                           const std::string& source);
+LinearPlan parseLinearPlanJson(const nlohmann::json& j, const std::vector<std::string>& weightNames,
                            const std::string& source);
 
 }  // namespace qs

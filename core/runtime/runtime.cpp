@@ -361,7 +361,7 @@ void Runtime::prepareLinear(int i) {
   if (!lw.format) return;
   const QuantFormat& f = *lw.format;
   validateQuantFormat(f);
-  if (f.weight.kind == QuantKind::F32 && f.act.kind == QuantKind::F32) return;  // the reference
+  if (isUnquantized(f)) return;  // the reference
   if (f.act.scaling == ActScaling::PerTensorStatic)
     throw Error(ErrorKind::Unsupported,
                 "format '" + formatToString(f) +
@@ -370,7 +370,7 @@ void Runtime::prepareLinear(int i) {
                 {}, l.weightName);
   const int64_t n = l.outFeatures, k = l.inFeatures;
   const std::span<const float> w(lw.w(), lw.original.size());
-  const bool fixed = lw.fixedScales && weightSpecToString(lw.fixedScales->spec) == weightSpecToString(f.weight);
+  const bool fixed = lw.fixedScales && lw.fixedScales->spec == f.weight;
   auto quantized = [&] {
     return fixed ? quantizeWeightWithScales(f.weight, w, n, k, lw.fixedScales->scales, l.weightName)
                  : quantizeWeight(f.weight, w, n, k, l.weightName);

@@ -116,6 +116,8 @@ struct QuantFormat {
   ActSpec act;
   bool operator==(const QuantFormat&) const = default;
 };
+// FP32 weights and activations: the format changes nothing (a plan's "leave it as it is").
+inline bool isUnquantized(const QuantFormat& f) { return f.weight.kind == QuantKind::F32 && f.act.kind == QuantKind::F32; }
 
 // Canonical string; the format must be valid (validateQuantFormat).
 std::string formatToString(const QuantFormat& format);
