@@ -11,6 +11,7 @@
 #include "kernels/common/error.h"
 #include "kernels/common/half.h"
 #include "kernels/ggml/ggml_blocks.h"
+#include "kernels/ggml/ggml_kquants.h"
 #include "kernels/ggml/ggml_types.h"
 
 namespace qs::ggml {
@@ -361,11 +362,11 @@ constexpr std::array kTable = {
     GgmlTypeTraits{7, "Q5_1", DType::Q5_1, 32, 24, q5_1ToFloat, q5_1FromFloat},
     GgmlTypeTraits{8, "Q8_0", DType::Q8_0, 32, 34, q8_0ToFloat, q8_0FromFloat},
     GgmlTypeTraits{9, "Q8_1", DType::Q8_1, 32, 36, q8_1ToFloat, nullptr},
-    GgmlTypeTraits{10, "Q2_K", DType::Q2_K, 256, 84, q2_KToFloat, nullptr},
-    GgmlTypeTraits{11, "Q3_K", DType::Q3_K, 256, 110, q3_KToFloat, nullptr},
-    GgmlTypeTraits{12, "Q4_K", DType::Q4_K, 256, 144, q4_KToFloat, nullptr},
-    GgmlTypeTraits{13, "Q5_K", DType::Q5_K, 256, 176, q5_KToFloat, nullptr},
-    GgmlTypeTraits{14, "Q6_K", DType::Q6_K, 256, 210, q6_KToFloat, nullptr},
+    GgmlTypeTraits{10, "Q2_K", DType::Q2_K, 256, 84, q2_KToFloat, q2_KFromFloat},
+    GgmlTypeTraits{11, "Q3_K", DType::Q3_K, 256, 110, q3_KToFloat, q3_KFromFloat},
+    GgmlTypeTraits{12, "Q4_K", DType::Q4_K, 256, 144, q4_KToFloat, q4_KFromFloat},
+    GgmlTypeTraits{13, "Q5_K", DType::Q5_K, 256, 176, q5_KToFloat, q5_KFromFloat},
+    GgmlTypeTraits{14, "Q6_K", DType::Q6_K, 256, 210, q6_KToFloat, q6_KFromFloat},
     GgmlTypeTraits{15, "Q8_K", DType::Q8_K, 256, 292, q8_KToFloat, nullptr},
     // Sizes from ggml-common.h; decoding them needs ggml's lattice tables: listed, not decoded.
     GgmlTypeTraits{16, "IQ2_XXS", DType::Unknown, 256, 66, nullptr, nullptr},
@@ -386,6 +387,9 @@ constexpr std::array kTable = {
     GgmlTypeTraits{34, "TQ1_0", DType::Unknown, 256, 54, nullptr, nullptr},
     GgmlTypeTraits{35, "TQ2_0", DType::Unknown, 256, 66, nullptr, nullptr},
     GgmlTypeTraits{39, "MXFP4", DType::Unknown, 32, 17, nullptr, nullptr},
+    GgmlTypeTraits{40, "NVFP4", DType::Unknown, 64, 36, nullptr, nullptr},
+    GgmlTypeTraits{41, "Q1_0", DType::Unknown, 128, 18, nullptr, nullptr},
+    GgmlTypeTraits{42, "Q2_0", DType::Unknown, 64, 18, nullptr, nullptr},
 };
 
 }  // namespace
@@ -439,5 +443,38 @@ void quantizeRef(DType type, std::span<const float> in, std::span<std::byte> out
                                          std::to_string(out.size()) + " bytes");
   t->fromFloatRef(in.data(), out.data(), in.size() / t->blockElems);
 }
+
+}  // namespace qs::ggml
+
+namespace qs::ggml {
+
+void quantizeRows(DType type, std::span<const float> in, std::span<std::byte> out, int64_t nPerRow,
+                  std::span<const float> importance) {
+  const auto* t = ggmlTraitsForDType(type);
+  if (!t || !t->fromFloatRef)
+    throw Error(ErrorKind::Unsupported,
+                "no reference quantizer for " + std::string(dtypeName(type)));
+  if (nPerRow <= 0 || nPerRow % t->blockElems != 0 || in.size() % uint64_t(nPerRow) != 0 ||
+      out.size() != in.size() / t->blockElems * t->blockBytes)
+    throw Error(ErrorKind::Internal, "quantize " + std::string(t->name) + ": " +
+                                         std::to_string(in.size()) + " values in rows of " +
+                                         std::to_string(nPerRow) + " do not fit " +
+                                         std::to_string(out.size()) + " bytes");
+  const ImportanceRowFn weighted = importance.empty() ? nullptr : importanceRowQuantizer(type);
+  if (!weighted) {  // as ggml: no importance, or a type that ignores it → the reference
+    t->fromFloatRef(in.data(), out.data(), in.size() / t->blockElems);
+    return;
+  }
+  if (importance.size() != uint64_t(nPerRow))
+    throw Error(ErrorKind::Internal, "quantize " + std::string(t->name) + ": " +
+                                         std::to_string(importance.size()) +
+                                         " importance values for rows of " + std::to_string(nPerRow));
+  const uint64_t rows = in.size() / uint64_t(nPerRow);
+  const uint64_t rowBytes = uint64_t(nPerRow) / t->blockElems * t->blockBytes;
+  for (uint64_t r = 0; r < rows; ++r)
+    weighted(in.data() + r * nPerRow, out.data() + r * rowBytes, nPerRow, importance.data());
+}
+
+bool usesImportance(DType type) { return importanceRowQuantizer(type) != nullptr; }
 
 }  // namespace qs::ggml

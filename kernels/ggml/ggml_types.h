@@ -46,6 +46,14 @@ void dequantize(DType type, std::span<const std::byte> in, std::span<float> out)
 // Quantizes with the reference quantizer; `in.size()` must be a whole number of blocks and `out`
 // exactly their storage bytes. Throws Unsupported for a type without a reference quantizer.
 void quantizeRef(DType type, std::span<const float> in, std::span<std::byte> out);
+// Quantizes rows of `nPerRow` values exactly as ggml's ggml_quantize_chunk (what llama-quantize
+// runs): with `importance` (one non-negative value per column, an imatrix row) each row is fit
+// by the importance-weighted search; without it, or for types that ignore it (Q8_0), by the
+// reference quantizer. Throws Unsupported for a type without a quantizer.
+void quantizeRows(DType type, std::span<const float> in, std::span<std::byte> out, int64_t nPerRow,
+                  std::span<const float> importance = {});
+// Whether `importance` changes what quantizeRows writes for this type.
+bool usesImportance(DType type);
 bool canDequantize(DType type);
 bool canQuantize(DType type);
 
