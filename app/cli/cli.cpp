@@ -48,6 +48,7 @@ int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
   registerModelExport(app, ctx);
   registerSpeed(app, ctx);
   registerQuantize(app, ctx);
+  registerAutoquant(app, ctx);
 
   try {
     app.parse(argc, argv);

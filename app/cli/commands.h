@@ -38,6 +38,8 @@ void registerAccumulate(CLI::App& app, CliContext& ctx);
 void registerModelExport(CLI::App& app, CliContext& ctx);
 void registerSpeed(CLI::App& app, CliContext& ctx);  // cmd_speed.cpp
 void registerQuantize(CLI::App& app, CliContext& ctx);  // cmd_quantize.cpp
+// autoquant MODEL --calib-text T --target-bpw B -o OUT (cmd_autoquant.cpp)
+void registerAutoquant(CLI::App& app, CliContext& ctx);
 
 // Benchmarks, each a subcommand of `bench` (cmd_bench_*.cpp). Add yours to
 // registerBenchSubcommands in cmd_bench_list.cpp.

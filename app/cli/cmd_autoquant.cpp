@@ -1,0 +1,113 @@
+// quantscope-cli autoquant MODEL --calib-text FILE (--target-bpw B | --target-bytes N | --match GGUF)
+//                          --to gguf -o OUT [--formats LIST] [--method imatrix|rtn] [--json]
+// One command, like llama-quantize: calibration, per-layer sensitivity, the budget choice and
+// the ggml-exact rounding (core/autoquant/autoquant.h), then the file.
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "app/cli/commands.h"
+#include "app/cli/run_support.h"
+#include "app/cli/terminal_progress.h"
+#include "core/autoquant/autoquant.h"
+#include "core/io/atomic_file.h"
+#include "core/model/model_file.h"
+#include "kernels/ggml/ggml_types.h"
+#include "kernels/common/error.h"
+
+namespace qs::cli {
+
+void registerAutoquant(CLI::App& app, CliContext& ctx) {
+  struct Args {
+    std::string model, calibText, to = "gguf", out, formats, method = "imatrix", match, planOut, tokenizer;
+    double targetBpw = 0;
+    uint64_t targetBytes = 0;
+    int64_t calibTokens = 4096, context = 512, gainContext = 256, gainWindows = 1;
+    bool json = false;
+  };
+  auto a = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand(
+      "autoquant", "Mixed-precision GGUF at a target size: calibrate, measure each layer, choose, round, write");
+  cmd->add_option("MODEL", a->model, "Model file (GGUF)")->required();
+  cmd->add_option("--calib-text", a->calibText, "UTF-8 calibration text (keep it apart from evaluation text)")->required();
+  auto* bpw = cmd->add_option("--target-bpw", a->targetBpw,
+                              "Bits per weight of the whole file, as llama.cpp prints it (tensor bits / parameters)");
+  auto* bytes = cmd->add_option("--target-bytes", a->targetBytes, "Total tensor bytes of the file");
+  auto* match = cmd->add_option("--match", a->match, "Same tensor bytes as this GGUF (e.g. llama.cpp's Q4_K_M)");
+  bpw->excludes(bytes)->excludes(match);
+  bytes->excludes(match);
+  cmd->add_option("--to", a->to, "Output format (gguf)")->check(CLI::IsMember({"gguf", "safetensors"}));
+  cmd->add_option("-o,--output", a->out, "Output file")->required();
+  cmd->add_option("--formats", a->formats,
+                  "Candidate ggml types, comma-separated (default Q2_K,Q3_K,Q4_K,Q5_K,Q6_K,Q4_0,Q4_1,Q5_0,Q5_1,Q8_0,F16)");
+  cmd->add_option("--method", a->method, "Rounding: imatrix (importance-weighted, default) or rtn (ggml's reference)")
+      ->check(CLI::IsMember({"imatrix", "rtn"}));
+  cmd->add_option("--calib-tokens", a->calibTokens, "Calibration tokens used at most (default 4096)")->check(CLI::PositiveNumber);
+  cmd->add_option("--ctx", a->context, "Calibration window length, BOS included (default 512)")->check(CLI::Range(int64_t(16), int64_t(1) << 20));
+  cmd->add_option("--gain-windows", a->gainWindows, "Windows used for the exact KL probes (default 1)")->check(CLI::PositiveNumber);
+  cmd->add_option("--gain-ctx", a->gainContext, "Tokens per probe window (default 256)")->check(CLI::Range(int64_t(16), int64_t(1) << 20));
+  cmd->add_option("--plan-out", a->planOut, "Also write the chosen plan (JSON)");
+  cmd->add_option("--tokenizer", a->tokenizer, "Tokenizer file (default: the model's own)");
+  cmd->add_flag("--json", a->json, "Print the plan as JSON on stdout");
+  cmd->callback([&ctx, a] {
+    if (a->to != "gguf")
+      throw Error(ErrorKind::BadInput, "--to " + a->to + ": autoquant writes ggml block types, which only GGUF holds");
+    AutoquantOptions o;
+    if (!a->formats.empty()) o.candidates = parseGgmlTypeList(a->formats);
+    if (a->targetBpw > 0) {
+      if (!(a->targetBpw < 64)) throw Error(ErrorKind::BadInput, "--target-bpw: must be below 32 (F32)");
+      o.targetBpw = a->targetBpw;
+    } else if (a->targetBytes > 0) {
+      o.targetBytes = a->targetBytes;
+    } else if (!a->match.empty()) {
+      const auto other = openModel(a->match);
+      o.targetBytes = other->tensorDataBytes();
+    } else {
+      throw Error(ErrorKind::BadInput, "autoquant: give the size with --target-bpw, --target-bytes or --match");
+    }
+    o.importance = a->method == "imatrix";
+    o.context = a->context;
+    o.gainWindows = a->gainWindows;
+    o.gainContext = a->gainContext;
+    const std::string text = readTextFile(a->calibText);
+    TerminalProgress progress;
+    RunnableModel m = loadRunnable(ctx.backend(), a->model, a->tokenizer, true, progress);
+    if (m.model.file->format() != ModelFormat::Gguf)
+      throw Error(ErrorKind::BadInput, a->model + ": autoquant reads GGUF models (export this one to GGUF first)");
+    const Tokenizer& tok = *m.model.tokenizer;
+    std::vector<int32_t> ids = tok.encode(text, {});
+    if (int64_t(ids.size()) > a->calibTokens) ids.resize(size_t(a->calibTokens));
+    if (ids.size() < 128)
+      throw Error(ErrorKind::BadInput, "--calib-text " + a->calibText + ": " + std::to_string(ids.size()) +
+                                           " tokens; autoquant needs at least 128");
+    o.bos = tok.bos();
+    JobContext job;
+    job.onProgress = [&progress](double f, std::string_view s) { progress.update(f * 0.9, s); };
+    AutoquantPlan plan = measureAutoquant(*m.model.file, *m.runtime, ids, o, job);
+    chooseAutoquantTypes(plan, o);
+    const std::string planJson = autoquantPlanJson(plan);
+    if (!a->planOut.empty()) writeFileAtomically(a->planOut, planJson + "\n");
+    JobContext wjob;
+    wjob.onProgress = [&progress](double f, std::string_view s) { progress.update(0.9 + 0.1 * f, s); };
+    writeAutoquantGguf(*m.model.file, plan, a->out, wjob);
+    if (a->json) {
+      ctx.out << planJson << '\n';
+      return;
+    }
+    std::map<std::string, int> counts;
+    for (const auto& t : plan.tensors)
+      if (t.chosen >= 0) {
+        for (const auto& row : ggml::ggmlTypeTable())
+          if (row.dtype == t.options[size_t(t.chosen)].type) ++counts[std::string(row.name)];
+      }
+    std::ostringstream types;
+    for (const auto& [n, c] : counts) types << ' ' << n << " x" << c;
+    char line[256];
+    std::snprintf(line, sizeof line, "%.4f BPW (%llu tensor bytes, target %llu), predicted KL %.5f nats/token\n",
+                  plan.bpw(), static_cast<unsigned long long>(plan.totalBytes),
+                  static_cast<unsigned long long>(plan.targetBytes), plan.predictedKl);
+    ctx.out << "wrote " << a->out << ": " << line << "types:" << types.str() << "\n"
+            << "calibration: " << plan.calibrationTokens << " tokens of " << a->calibText << "; " << plan.basis << "\n";
+  });
+}
+
+}  // namespace qs::cli

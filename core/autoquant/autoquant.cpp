@@ -1,0 +1,506 @@
+// autoquant (autoquant.h): calibration, candidate errors, per-layer gains, the budget choice and
+// the GGUF writer.
+#include "core/autoquant/autoquant.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "core/analysis/eval_windows.h"
+#include "core/analysis/reference_pass.h"
+#include "core/io/atomic_file.h"
+#include "core/model/gguf_writer.h"
+#include "core/runtime/runtime.h"
+#include "kernels/common/error.h"
+#include "kernels/common/half.h"
+#include "kernels/ggml/ggml_types.h"
+
+namespace qs {
+namespace {
+
+const ggml::GgmlTypeTraits& traitsOf(DType t) {
+  for (const auto& row : ggml::ggmlTypeTable())
+    if (row.dtype == t) return row;
+  throw Error(ErrorKind::Internal, "autoquant: no ggml type for " + std::string(dtypeName(t)));
+}
+
+bool endsWith(const std::string& s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// The tensors llama-quantize quantizes (src/llama-quant.cpp, tensor_allows_quantization): 2-D
+// weights, not norms, not positional embeddings or token types, not expert gates.
+bool llamaQuantizable(const TensorInfo& t) {
+  if (!t.isParameter || t.shape.size() != 2) return false;
+  if (!endsWith(t.name, "weight")) return false;
+  for (const char* never : {"_norm.weight", "position_embd.weight", "token_types.weight", "ffn_gate_inp.weight"})
+    if (t.name.find(never) != std::string::npos) return false;
+  return true;
+}
+
+uint64_t typeBytes(DType type, uint64_t elements) {
+  const auto& tr = traitsOf(type);
+  return elements / tr.blockElems * tr.blockBytes;
+}
+
+// Encodes float values as `type` (rows of `cols`), quantizing rows in parallel chunks.
+std::vector<std::byte> encode(DType type, std::span<const float> x, int64_t cols,
+                              std::span<const float> importance) {
+  std::vector<std::byte> out(typeBytes(type, x.size()));
+  if (type == DType::F32) {
+    std::memcpy(out.data(), x.data(), out.size());
+    return out;
+  }
+  if (type == DType::F16 || type == DType::BF16) {
+    for (size_t i = 0; i < x.size(); ++i) {
+      const uint16_t h = type == DType::F16 ? floatToHalfBits(x[i]) : floatToBf16Bits(x[i]);
+      std::memcpy(out.data() + 2 * i, &h, 2);
+    }
+    return out;
+  }
+  const int64_t rows = int64_t(x.size()) / cols;
+  const uint64_t rowBytes = typeBytes(type, uint64_t(cols));
+  const int64_t chunk = std::max<int64_t>(1, (1 << 16) / cols);
+#pragma omp parallel for schedule(dynamic)
+  for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+    const int64_t n = std::min(chunk, rows - r0);
+    ggml::quantizeRows(type, x.subspan(size_t(r0 * cols), size_t(n * cols)),
+                       std::span(out.data() + size_t(r0) * rowBytes, size_t(n) * rowBytes), cols,
+                       importance);
+  }
+  return out;
+}
+
+std::vector<float> decode(DType type, std::span<const std::byte> bytes, size_t n) {
+  std::vector<float> y(n);
+  if (type == DType::F32) {
+    std::memcpy(y.data(), bytes.data(), n * 4);
+  } else if (type == DType::F16 || type == DType::BF16) {
+    for (size_t i = 0; i < n; ++i) {
+      uint16_t h;
+      std::memcpy(&h, bytes.data() + 2 * i, 2);
+      y[i] = type == DType::F16 ? halfBitsToFloat(h) : bf16BitsToFloat(h);
+    }
+  } else {
+    ggml::dequantize(type, bytes, y);
+  }
+  return y;
+}
+
+// Σ_c imp_c Σ_r (x − y)², in double; imp empty = 1.
+double weightedError(std::span<const float> x, std::span<const float> y, int64_t cols,
+                     std::span<const float> imp) {
+  double e = 0;
+  const int64_t rows = int64_t(x.size()) / cols;
+#pragma omp parallel for reduction(+ : e)
+  for (int64_t r = 0; r < rows; ++r) {
+    double row = 0;
+    for (int64_t c = 0; c < cols; ++c) {
+      const double d = double(x[size_t(r * cols + c)]) - y[size_t(r * cols + c)];
+      row += (imp.empty() ? 1.0 : double(imp[size_t(c)])) * d * d;
+    }
+    e += row;
+  }
+  return e;
+}
+
+bool fits(DType type, int64_t cols) { return cols % int64_t(traitsOf(type).blockElems) == 0; }
+
+// The probe for a layer's gain: a 4-bit type its rows allow (moderate error: the second-order
+// model holds), else the smallest candidate that fits.
+DType probeType(const AutoquantTensor& t, const std::vector<DType>& candidates) {
+  const int64_t cols = t.shape.back();
+  for (DType p : {DType::Q4_K, DType::Q4_0, DType::Q5_0, DType::Q8_0})
+    if (fits(p, cols)) return p;
+  for (DType c : candidates)
+    if (fits(c, cols) && c != DType::F16 && c != DType::F32 && c != DType::BF16) return c;
+  return DType::Unknown;
+}
+
+uint32_t llamaFileType(DType t) {
+  switch (t) {
+    case DType::F32: return 0;
+    case DType::F16: return 1;
+    case DType::Q4_0: return 2;
+    case DType::Q4_1: return 3;
+    case DType::Q8_0: return 7;
+    case DType::Q5_0: return 8;
+    case DType::Q5_1: return 9;
+    case DType::Q2_K: return 10;
+    case DType::Q3_K: return 12;  // Q3_K_M
+    case DType::Q4_K: return 15;  // Q4_K_M
+    case DType::Q5_K: return 17;  // Q5_K_M
+    case DType::Q6_K: return 18;
+    case DType::BF16: return 32;
+    default: return 0;
+  }
+}
+
+}  // namespace
+
+std::vector<DType> defaultAutoquantCandidates() {
+  return {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q4_0,
+          DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::F16};
+}
+
+std::vector<DType> parseGgmlTypeList(const std::string& text) {
+  std::vector<DType> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t end = std::min(text.find(',', start), text.size());
+    std::string item = text.substr(start, end - start);
+    for (char& ch : item) ch = char(std::toupper(static_cast<unsigned char>(ch)));
+    DType found = DType::Unknown;
+    for (const auto& row : ggml::ggmlTypeTable())
+      if (row.name == item && (row.fromFloatRef || row.dtype == DType::F32 || row.dtype == DType::F16 ||
+                               row.dtype == DType::BF16))
+        found = row.dtype;
+    if (found == DType::Unknown)
+      throw Error(ErrorKind::BadInput,
+                  "--formats: '" + item + "' is not a ggml type we can write (Q2_K Q3_K Q4_K Q5_K Q6_K "
+                  "Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 F16 BF16 F32)");
+    out.push_back(found);
+    start = end + 1;
+  }
+  return out;
+}
+
+AutoquantPlan measureAutoquant(const ModelFile& file, Runtime& rt, std::span<const int32_t> tokens,
+                               const AutoquantOptions& options, const JobContext& ctx) {
+  const std::vector<DType> candidates =
+      options.candidates.empty() ? defaultAutoquantCandidates() : options.candidates;
+  AutoquantPlan plan;
+  std::map<std::string, int> blockOf;
+  for (const auto& b : rt.graph().blocks)
+    for (const auto& l : b.linears) blockOf[l.weightName] = b.index;
+  for (const TensorInfo& t : file.tensors()) {
+    AutoquantTensor a;
+    a.name = t.name;
+    a.shape = t.shape;
+    a.keptBytes = t.nbytes;
+    plan.parameters += t.elements();
+    a.quantizable = llamaQuantizable(t);
+    a.linear = rt.linearIndex(t.name);
+    if (auto it = blockOf.find(t.name); it != blockOf.end()) a.block = it->second;
+    plan.tensors.push_back(std::move(a));
+  }
+
+  // 1. Calibration: importance of every linear input, then the reference windows.
+  EvalOptions eo;
+  eo.context = options.context;
+  eo.bos = options.bos;
+  const EvalWindows windows = makeEvalWindows(tokens, eo, rt.maxSeq());
+  plan.calibrationTokens = windows.textTokens;
+  const size_t nLinear = rt.linears().size();
+  std::vector<std::vector<double>> sum2(nLinear);
+  std::vector<int64_t> count(nLinear, 0);
+  const int tap = rt.addTap([&](const TapEvent& e) {
+    if (e.kind != TapKind::LinearInput || e.linear < 0) return;
+    auto& s = sum2[size_t(e.linear)];
+    if (s.empty()) s.assign(size_t(e.cols), 0.0);
+    for (int64_t r = 0; r < e.rows; ++r)
+      for (int64_t c = 0; c < e.cols; ++c) {
+        const double v = e.data[r * e.cols + c];
+        s[size_t(c)] += v * v;
+      }
+    count[size_t(e.linear)] += e.rows;
+  });
+  std::vector<float> logits;
+  for (size_t w = 0; w < windows.windows.size(); ++w) {
+    ctx.checkCancelled();
+    ctx.progress(0.25 * double(w) / double(windows.windows.size()), "calibration: importance of every input column");
+    rt.reset();
+    rt.forward(windows.windows[w], 0, logits, false);
+  }
+  rt.removeTap(tap);
+  if (options.importance) {
+    for (size_t i = 0; i < nLinear; ++i) {
+      if (sum2[i].empty() || count[i] == 0) continue;
+      std::vector<float> imp(sum2[i].size());
+      for (size_t c = 0; c < imp.size(); ++c) imp[c] = float(sum2[i][c] / double(count[i]));
+      plan.importance[rt.linears()[i]->weightName] = std::move(imp);
+    }
+  }
+  EvalOptions go = eo;
+  go.context = std::min(options.gainContext, options.context);
+  EvalWindows gainWindows = makeEvalWindows(tokens, go, rt.maxSeq());
+  gainWindows.windows.resize(size_t(std::clamp<int64_t>(options.gainWindows, 1, int64_t(gainWindows.windows.size()))));
+  JobContext sub;
+  sub.cancelFlag = ctx.cancelFlag;
+  const ReferencePass ref = runReferencePass(rt, gainWindows, sub);
+  plan.referencePerplexity = ref.perplexity;
+  plan.gainPositions = ref.scoredPositions;
+
+  // 2-3. Candidate errors and one exact KL probe per layer.
+  size_t nQuant = 0, done = 0;
+  for (const auto& t : plan.tensors) nQuant += t.quantizable;
+  std::vector<double> measuredGains;
+  RuntimeTensor x, lg;
+  for (size_t ti = 0; ti < plan.tensors.size(); ++ti) {
+    AutoquantTensor& a = plan.tensors[ti];
+    if (!a.quantizable) continue;
+    ctx.checkCancelled();
+    ctx.progress(0.25 + 0.75 * double(done++) / double(nQuant), "measuring " + a.name);
+    const TensorInfo& info = file.tensors()[ti];
+    const std::vector<float> w = file.tensorToFloat(info);
+    const int64_t cols = a.shape.back();
+    std::span<const float> imp;
+    if (auto it = plan.importance.find(a.name); it != plan.importance.end() && it->second.size() == size_t(cols))
+      imp = it->second;
+    a.probe = a.linear >= 0 ? probeType(a, candidates) : DType::Unknown;
+    bool probeIsCandidate = false;
+    for (DType c : candidates) {
+      if (!fits(c, cols)) continue;
+      AutoquantOption o;
+      o.type = c;
+      o.bytes = typeBytes(c, info.elements());
+      const auto bytes = encode(c, w, cols, imp);
+      const auto y = decode(c, bytes, w.size());
+      o.error = weightedError(w, y, cols, imp);
+      a.options.push_back(o);
+      probeIsCandidate |= c == a.probe;
+    }
+    if (a.probe != DType::Unknown) {
+      const auto y = decode(a.probe, encode(a.probe, w, cols, imp), w.size());
+      const double e = weightedError(w, y, cols, imp);
+      rt.setLinearWeight(a.linear, y);
+      DistributionStats s;
+      const int from = a.block >= 0 ? a.block : int(rt.graph().blocks.size());
+      for (const auto& win : ref.windows) {
+        resumeFromBlock(rt, win, from, x, lg);
+        compareToReference(rt, lg, win, s);
+      }
+      rt.restoreLinearWeight(a.linear);
+      a.probeKl = s.meanKl();
+      if (e > 0) {
+        a.gain = std::max(0.0, a.probeKl) / e;
+        a.gainMeasured = true;
+        measuredGains.push_back(a.gain);
+      }
+    }
+    (void)probeIsCandidate;
+  }
+  double median = 0;
+  if (!measuredGains.empty()) {
+    std::nth_element(measuredGains.begin(), measuredGains.begin() + long(measuredGains.size() / 2), measuredGains.end());
+    median = measuredGains[measuredGains.size() / 2];
+  }
+  int assumed = 0;
+  for (auto& a : plan.tensors) {
+    if (!a.quantizable) continue;
+    if (!a.gainMeasured) {
+      a.gain = median;
+      ++assumed;
+    }
+    for (auto& o : a.options) o.predictedKl = a.gain * o.error;
+  }
+  plan.basis = "KL(t) = gain x importance-weighted error; gains from one exact KL probe per layer on " +
+               std::to_string(plan.gainPositions) + " positions" +
+               (assumed ? ", median gain assumed for " + std::to_string(assumed) + " tensor(s) without a linear layer"
+                        : std::string());
+  ctx.progress(1.0, "measured");
+  return plan;
+}
+
+void chooseAutoquantTypes(AutoquantPlan& plan, const AutoquantOptions& options) {
+  uint64_t fixed = 0, minBytes = 0, maxBytes = 0;
+  for (auto& t : plan.tensors) {
+    if (!t.quantizable || t.options.empty()) {
+      t.quantizable = t.quantizable && !t.options.empty();
+      fixed += t.keptBytes;
+      continue;
+    }
+    uint64_t lo = UINT64_MAX, hi = 0;
+    for (const auto& o : t.options) lo = std::min(lo, o.bytes), hi = std::max(hi, o.bytes);
+    minBytes += lo;
+    maxBytes += hi;
+  }
+  if (options.targetBytes.has_value() == options.targetBpw.has_value())
+    throw Error(ErrorKind::BadInput, "autoquant: give exactly one of --target-bpw and --target-bytes");
+  const uint64_t target = options.targetBytes
+                              ? *options.targetBytes
+                              : uint64_t(std::floor(*options.targetBpw * double(plan.parameters) / 8.0));
+  plan.targetBytes = target;
+  const double bpwOf = 8.0 / double(std::max<uint64_t>(plan.parameters, 1));
+  if (target < fixed + minBytes || target > fixed + maxBytes) {
+    char range[160];
+    std::snprintf(range, sizeof range, "%.4f .. %.4f bits per weight (%llu .. %llu bytes)",
+                  double(fixed + minBytes) * bpwOf, double(fixed + maxBytes) * bpwOf,
+                  static_cast<unsigned long long>(fixed + minBytes), static_cast<unsigned long long>(fixed + maxBytes));
+    throw Error(ErrorKind::BadInput, std::string(options.targetBytes ? "--target-bytes" : "--target-bpw") +
+                                         ": the candidate formats reach " + range);
+  }
+  const uint64_t budget = target - fixed;
+  // Lagrangian sweep: per tensor argmin KL + λ·bytes; the smallest λ whose choice fits.
+  auto pick = [&](double lambda, std::vector<int>& choice) {
+    uint64_t total = 0;
+    for (size_t i = 0; i < plan.tensors.size(); ++i) {
+      const auto& t = plan.tensors[i];
+      if (!t.quantizable) continue;
+      int best = 0;
+      double bestCost = INFINITY;
+      for (size_t k = 0; k < t.options.size(); ++k) {
+        const double cost = t.options[k].predictedKl + lambda * double(t.options[k].bytes);
+        if (cost < bestCost || (cost == bestCost && t.options[k].bytes < t.options[size_t(best)].bytes))
+          bestCost = cost, best = int(k);
+      }
+      choice[i] = best;
+      total += t.options[size_t(best)].bytes;
+    }
+    return total;
+  };
+  std::vector<int> choice(plan.tensors.size(), -1);
+  if (pick(0, choice) > budget) {
+    // λ too small does not fit, λ large enough picks every tensor's smallest option (which fits:
+    // checked above); geometric bisection between the two.
+    double hi = 1e-15;
+    while (pick(hi, choice) > budget && hi < 1e30) hi *= 16;
+    double lo = hi / 16;
+    for (int it = 0; it < 100 && hi / lo > 1.0 + 1e-9; ++it) {
+      const double mid = std::sqrt(lo * hi);
+      if (pick(mid, choice) > budget) lo = mid;
+      else hi = mid;
+    }
+    pick(hi, choice);
+  }
+  uint64_t used = 0;
+  for (size_t i = 0; i < plan.tensors.size(); ++i)
+    if (plan.tensors[i].quantizable) used += plan.tensors[i].options[size_t(choice[i])].bytes;
+  // Greedy fill: the upgrade with the best KL saved per byte that still fits, until none does.
+  for (;;) {
+    double bestRate = 0;
+    size_t bi = 0;
+    int bk = -1;
+    for (size_t i = 0; i < plan.tensors.size(); ++i) {
+      const auto& t = plan.tensors[i];
+      if (!t.quantizable) continue;
+      const auto& cur = t.options[size_t(choice[i])];
+      for (size_t k = 0; k < t.options.size(); ++k) {
+        const auto& o = t.options[k];
+        if (o.predictedKl >= cur.predictedKl) continue;
+        const uint64_t extra = o.bytes > cur.bytes ? o.bytes - cur.bytes : 0;
+        if (used + extra > budget) continue;
+        const double rate = (cur.predictedKl - o.predictedKl) / double(std::max<uint64_t>(extra, 1));
+        if (rate > bestRate) bestRate = rate, bi = i, bk = int(k);
+      }
+    }
+    if (bk < 0) break;
+    const auto& cur = plan.tensors[bi].options[size_t(choice[bi])];
+    used = used - cur.bytes + plan.tensors[bi].options[size_t(bk)].bytes;
+    choice[bi] = bk;
+  }
+  plan.totalBytes = fixed + used;
+  plan.predictedKl = 0;
+  for (size_t i = 0; i < plan.tensors.size(); ++i) {
+    auto& t = plan.tensors[i];
+    t.chosen = t.quantizable ? choice[i] : -1;
+    if (t.chosen >= 0) plan.predictedKl += t.options[size_t(t.chosen)].predictedKl;
+  }
+}
+
+std::string autoquantPlanJson(const AutoquantPlan& plan) {
+  nlohmann::ordered_json j;
+  j["schema"] = "quantscope.autoquant/1";
+  j["parameters"] = plan.parameters;
+  j["target_bytes"] = plan.targetBytes;
+  j["tensor_bytes"] = plan.totalBytes;
+  j["bpw"] = plan.bpw();
+  j["predicted_kl"] = plan.predictedKl;
+  j["basis"] = plan.basis;
+  j["calibration_tokens"] = plan.calibrationTokens;
+  j["gain_positions"] = plan.gainPositions;
+  j["reference_perplexity"] = plan.referencePerplexity;
+  nlohmann::ordered_json counts = nlohmann::ordered_json::object();
+  auto& tensors = j["tensors"] = nlohmann::ordered_json::array();
+  for (const auto& t : plan.tensors) {
+    nlohmann::ordered_json e;
+    e["name"] = t.name;
+    e["shape"] = t.shape;
+    if (t.chosen < 0) {
+      e["type"] = "kept";
+      e["bytes"] = t.keptBytes;
+    } else {
+      const auto& o = t.options[size_t(t.chosen)];
+      const std::string name(traitsOf(o.type).name);
+      e["type"] = name;
+      e["bytes"] = o.bytes;
+      e["error"] = o.error;
+      e["predicted_kl"] = o.predictedKl;
+      e["gain"] = t.gain;
+      e["gain_measured"] = t.gainMeasured;
+      e["has_importance"] = plan.importance.count(t.name) > 0;
+      counts[name] = counts.value(name, 0) + 1;
+    }
+    tensors.push_back(std::move(e));
+  }
+  j["types"] = counts;
+  return j.dump(1);
+}
+
+void writeAutoquantGguf(const ModelFile& file, const AutoquantPlan& plan, const std::string& out,
+                        const JobContext& ctx) {
+  if (file.format() != ModelFormat::Gguf)
+    throw Error(ErrorKind::BadInput, file.path() + ": autoquant writes GGUF from GGUF sources only (this is " +
+                                         std::string(modelFormatName(file.format())) +
+                                         "); export it to GGUF first (quantscope-cli export --to gguf)");
+  if (plan.tensors.size() != file.tensors().size())
+    throw Error(ErrorKind::Internal, "autoquant: the plan was made for another file");
+  std::map<DType, uint64_t> paramsByType;
+  std::vector<DType> types;
+  for (size_t i = 0; i < plan.tensors.size(); ++i) {
+    const auto& t = plan.tensors[i];
+    const TensorInfo& info = file.tensors()[i];
+    types.push_back(t.chosen >= 0 ? t.options[size_t(t.chosen)].type : info.dtype);
+    if (t.chosen >= 0) paramsByType[types.back()] += info.elements();
+  }
+  DType main = DType::F32;
+  uint64_t most = 0;
+  for (auto [type, n] : paramsByType)
+    if (n > most) main = type, most = n;
+  std::vector<MetaEntry> meta;
+  for (const auto& e : file.metadata())
+    if (e.key != "general.file_type" && e.key != "general.quantization_version" && e.key.rfind("quantscope.", 0) != 0)
+      meta.push_back(e);
+  meta.push_back({"general.file_type", "u32", uint64_t(llamaFileType(main))});
+  meta.push_back({"general.quantization_version", "u32", uint64_t(2)});
+  meta.push_back({"quantscope.generator", "string", std::string("quantscope-cli autoquant ") + QS_VERSION});
+  meta.push_back({"quantscope.autoquant.basis", "string", plan.basis});
+  std::stable_partition(meta.begin(), meta.end(), [](const MetaEntry& e) { return e.key == "general.alignment"; });
+  uint64_t alignment = 32;
+  if (const MetaEntry* a = file.findMeta("general.alignment"); a && a->value.is_number_unsigned())
+    alignment = a->value.get<uint64_t>();
+  GgufWriter w(alignment);
+  for (const auto& e : meta) w.addMeta(e);
+  for (size_t i = 0; i < plan.tensors.size(); ++i) {
+    const TensorInfo& info = file.tensors()[i];
+    if (types[i] == DType::Unknown)
+      throw Error(ErrorKind::Unsupported, file.path() + ": tensor " + info.name + " has a type we cannot copy");
+    w.addTensor(info.name, info.shape, traitsOf(types[i]).id);
+  }
+  const std::string header = w.header();
+  AtomicFile f(out);
+  f.writeAt(0, std::as_bytes(std::span(header.data(), header.size())));
+  for (size_t i = 0; i < plan.tensors.size(); ++i) {
+    ctx.checkCancelled();
+    ctx.progress(double(i) / double(plan.tensors.size()), "writing " + plan.tensors[i].name);
+    const TensorInfo& info = file.tensors()[i];
+    const auto& t = plan.tensors[i];
+    if (t.chosen < 0) {
+      f.writeAt(header.size() + w.relativeOffset(i), file.tensorBytes(info));
+      continue;
+    }
+    const std::vector<float> x = file.tensorToFloat(info);
+    std::span<const float> imp;
+    if (auto it = plan.importance.find(t.name); it != plan.importance.end() && int64_t(it->second.size()) == info.shape.back())
+      imp = it->second;
+    const auto bytes = encode(types[i], x, info.shape.back(), imp);
+    f.writeAt(header.size() + w.relativeOffset(i), bytes);
+  }
+  f.resize(w.fileSize());
+  f.commit();
+  ctx.progress(1.0, "written");
+}
+
+}  // namespace qs

