@@ -3,20 +3,33 @@
 //
 //   scheme          m <= 16                        m > 16
 //   fp16            cublasGemmEx                   cublasGemmEx
-//   W4A16, W8A16    skinny-mma (gemm_skinny.cu)    wide-mma (gemm_wide.cu)
+//   W4A16, W8A16    skinny-mma (gemm_skinny.cu)    wide-mma (gemm_wide.cu) or dequant+cublas
+//                                                  (gemm_dequant.cu into a scratch FP16 weight,
+//                                                  then cublasGemmEx), the faster as timed
 //   W8A8 INT8       quant + skinny-mma (A8)        quant + cuBLASLt INT8 + scale epilogue
 //   W8A8 FP8        quant + skinny-mma (A8)        quant + cuBLASLt FP8 with outer-vector scales
 //                                                  (or FP32 out + scale epilogue)
 // When cuBLASLt has no algorithm for a W8A8 shape (odd n, say), the skinny kernel runs over
 // slices of 16 tokens instead: slower, never wrong.
+//
+// The A16 wide choice (as torchao's autoquant): at the first eager run() of a (n, k, scheme,
+// m bucket = next power of two >= m) both paths run on the call's own x and y, each timed three
+// times (interleaved, events, the L2 flushed before each), and the faster median is kept for
+// every weight of that shape and scheme. QS_GEMM_WIDE=fused / dequant forces one path. A
+// run() captured into a graph before any eager run of its bucket takes dequant+cublas for
+// m >= 64, else wide-mma, without caching that guess.
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <tuple>
+#include <vector>
 
 #include "kernels/common/error.h"
 #include "kernels/cuda/gemm/gemm_cublas.h"
+#include "kernels/cuda/gemm/gemm_dequant.h"
 #include "kernels/cuda/gemm/gemm_launch.h"
 #include "kernels/device/device_info.h"
 #include "kernels/gemm/gemm_ops.h"
@@ -97,9 +110,15 @@ class CudaGemmOps final : public GemmOps {
     skinnyOpt_.trigger = !pdl_ || trigger == "0" ? Opt::Trigger::Never
                          : trigger == "1"        ? Opt::Trigger::Always
                                                  : Opt::Trigger::WithBulk;
+    // A16 weights at m > 16: fused wide-mma or dequantize + cuBLAS FP16, picked by timing
+    // (QS_GEMM_WIDE=fused / dequant forces one).
+    const std::string wide = env("QS_GEMM_WIDE");
+    wideMode_ = wide == "fused" ? WideMode::Fused : wide == "dequant" ? WideMode::Dequant : WideMode::Auto;
     QS_CUDA_CHECK(cudaGetLastError());
   }
   ~CudaGemmOps() override {
+    if (timing_[0]) cudaEventDestroy(timing_[0]);
+    if (timing_[1]) cudaEventDestroy(timing_[1]);
     lt_.clear();
     blas_.reset();
     if (stream_) {
@@ -153,7 +172,7 @@ class CudaGemmOps final : public GemmOps {
     switch (w.scheme.activation) {
       case GemmActivationType::F16: {
         if (w.scheme.weight == GemmWeightType::F16) return "cublasGemmEx-f16";
-        if (m > 16) return "wide-mma";
+        if (m > 16) return wideUsesDequant(w, int(m)) ? "dequant+cublas" : "wide-mma";
         const auto& plan = skinnyPlan(w, int(m));
         return std::string(plan.bulkStages > 0 ? "skinny-bulk" : "skinny-mma") +
                (pdl_ ? (plan.earlyTrigger ? "+pdl-early" : "+pdl") : "");
@@ -183,9 +202,8 @@ class CudaGemmOps final : public GemmOps {
           const auto& plan = skinnyPlan(w, m);
           cuda_gemm::launchSkinny(d, x, nullptr, m, y, plan, splitWorkspace(plan), stream_, pdl_);
         } else {
-          auto it = w.widePlans.find(m);
-          if (it == w.widePlans.end()) it = w.widePlans.emplace(m, cuda_gemm::planWide(d, m, info_.multiprocessors)).first;
-          cuda_gemm::launchWide(d, x, m, y, it->second, splitWorkspace(it->second), stream_);
+          const WideChoice* c = pickWide(w, x, m, y);
+          runWide(w, x, m, y, c ? c->dequant : guessDequant(m));
         }
         break;
       default: {
@@ -217,6 +235,19 @@ class CudaGemmOps final : public GemmOps {
     QS_CUDA_CHECK(cudaGetLastError());
   }
 
+  std::string pathChoice(const GemmWeight& weight, int64_t m) const override {
+    const auto& w = checkedWeight(weight);
+    if (w.scheme.activation != GemmActivationType::F16 || w.scheme.weight == GemmWeightType::F16 || m <= 16) return {};
+    if (wideMode_ != WideMode::Auto)
+      return std::string("forced: QS_GEMM_WIDE=") + (wideMode_ == WideMode::Dequant ? "dequant" : "fused");
+    auto it = wideChoices_.find(wideKey(w, int(m)));
+    if (it == wideChoices_.end()) return "not picked yet (guess: " + std::string(guessDequant(int(m)) ? "dequant+cublas" : "wide-mma") + ")";
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "auto at m=%d: wide-mma %.1f us, dequant+cublas %.1f us", it->second.measuredAt,
+                  it->second.fusedUs, it->second.dequantUs);
+    return buf;
+  }
+
   std::shared_ptr<void> allocate(size_t bytes) override {
     void* p = nullptr;
     QS_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(bytes, 16)));
@@ -234,6 +265,82 @@ class CudaGemmOps final : public GemmOps {
 
  private:
   bool hasFp8TensorCores() const { return info_.computeMajor * 10 + info_.computeMinor >= 89; }
+
+  // ---- A16 wide path: fused wide-mma or dequantize-to-FP16 + cuBLAS ------------------------
+  enum class WideMode { Auto, Fused, Dequant };
+  struct WideChoice {
+    bool dequant = false;
+    double fusedUs = 0, dequantUs = 0;
+    int measuredAt = 0;  // the m it was timed at
+  };
+  using WideKey = std::tuple<int, int, std::string, int>;  // n, k, scheme, m bucket
+  static int mBucket(int m) {
+    int b = 32;
+    while (b < m && b < (1 << 24)) b <<= 1;
+    return b;
+  }
+  static WideKey wideKey(const CudaGemmWeight& w, int m) { return {int(w.n), int(w.k), w.scheme.name(), mBucket(m)}; }
+  static bool guessDequant(int m) { return m >= 64; }
+  bool wideUsesDequant(const CudaGemmWeight& w, int m) const {
+    if (wideMode_ != WideMode::Auto) return wideMode_ == WideMode::Dequant;
+    auto it = wideChoices_.find(wideKey(w, m));
+    return it != wideChoices_.end() ? it->second.dequant : guessDequant(m);
+  }
+
+  void runWide(const CudaGemmWeight& w, const void* x, int m, void* y, bool dequant) {
+    const auto& d = w.dev;
+    if (dequant) {
+      ensure(dequantScratch_, size_t(w.n) * size_t(w.k) * 2);
+      cuda_gemm::launchDequantToF16(d, dequantScratch_.get(), int(w.k), info_.multiprocessors, stream_);
+      blas_->gemmF16(dequantScratch_.get(), x, y, m, int(w.n), int(w.k));
+    } else {
+      auto it = w.widePlans.find(m);
+      if (it == w.widePlans.end()) it = w.widePlans.emplace(m, cuda_gemm::planWide(d, m, info_.multiprocessors)).first;
+      cuda_gemm::launchWide(d, x, m, y, it->second, splitWorkspace(it->second), stream_);
+    }
+  }
+
+  // The choice for (w, m): forced, cached, or measured now (an eager call only; null while the
+  // stream is being captured and nothing is cached).
+  const WideChoice* pickWide(const CudaGemmWeight& w, const void* x, int m, void* y) {
+    static const WideChoice kFused{false}, kDequant{true};
+    if (wideMode_ != WideMode::Auto) return wideMode_ == WideMode::Dequant ? &kDequant : &kFused;
+    const WideKey key = wideKey(w, m);
+    auto it = wideChoices_.find(key);
+    if (it != wideChoices_.end()) return &it->second;
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    QS_CUDA_CHECK(cudaStreamIsCapturing(stream_, &capture));
+    if (capture != cudaStreamCaptureStatusNone) return nullptr;
+    // Warm-up of both (workspaces, cuBLAS heuristics), then 3 interleaved timed calls each, the
+    // L2 flushed (a memset of 2 x L2) before each so neither finds the weight cached.
+    if (!timing_[0]) {
+      QS_CUDA_CHECK(cudaEventCreate(&timing_[0]));
+      QS_CUDA_CHECK(cudaEventCreate(&timing_[1]));
+    }
+    const size_t flushBytes = std::max<size_t>(size_t(2) * info_.l2CacheBytes, size_t(8) << 20);
+    ensure(l2Flush_, flushBytes);
+    runWide(w, x, m, y, false);
+    runWide(w, x, m, y, true);
+    std::vector<double> us[2];
+    for (int rep = 0; rep < 3; ++rep)
+      for (int path = 0; path < 2; ++path) {
+        QS_CUDA_CHECK(cudaMemsetAsync(l2Flush_.get(), rep, flushBytes, stream_));
+        QS_CUDA_CHECK(cudaEventRecord(timing_[0], stream_));
+        runWide(w, x, m, y, path == 1);
+        QS_CUDA_CHECK(cudaEventRecord(timing_[1], stream_));
+        QS_CUDA_CHECK(cudaEventSynchronize(timing_[1]));
+        float ms = 0;
+        QS_CUDA_CHECK(cudaEventElapsedTime(&ms, timing_[0], timing_[1]));
+        us[path].push_back(double(ms) * 1e3);
+      }
+    for (auto& v : us) std::sort(v.begin(), v.end());
+    WideChoice c;
+    c.fusedUs = us[0][1];
+    c.dequantUs = us[1][1];
+    c.dequant = c.dequantUs < c.fusedUs;
+    c.measuredAt = m;
+    return &wideChoices_.emplace(key, c).first->second;
+  }
 
   static const CudaGemmWeight& checkedWeight(const GemmWeight& weight) {
     const auto* w = dynamic_cast<const CudaGemmWeight*>(&weight);
@@ -299,7 +406,10 @@ class CudaGemmOps final : public GemmOps {
   cuda_gemm::SkinnyOptions skinnyOpt_;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<cuda_gemm::CublasContext> blas_;
-  DeviceBuffer partials_, counters_, actCodes_, tokenScales_, ltOut_;
+  DeviceBuffer partials_, counters_, actCodes_, tokenScales_, ltOut_, dequantScratch_, l2Flush_;
+  WideMode wideMode_ = WideMode::Auto;
+  std::map<WideKey, WideChoice> wideChoices_;
+  cudaEvent_t timing_[2] = {nullptr, nullptr};
   mutable std::map<std::tuple<bool, bool, int, int, int, int>, std::unique_ptr<LtMatmul>> lt_;
 };
 
