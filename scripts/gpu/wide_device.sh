@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The wide path's fallback (A16, m > 16: wide-mma or dequant+cublas, picked by timing) on the
+# device machine, in one call: the gpu-labelled GEMM tests, `bench gemm` with m = 512 added, and
+# the torch peers (scripts/gpu/peers.py) on the same shapes and m values. Logs under $OUT.
+#
+# Binaries: a CUDA build (e.g. build-gpu, -DCMAKE_CUDA_ARCHITECTURES=90a) staged by
+#   QS_STAGE_FROM=build-gpu QS_CARRY_DIR=<main checkout>/.carry-kern scripts/gpu/stage.sh
+# plus this script and peers.py copied to .carry-kern/scripts/ (the device tool sends the main
+# checkout and the carried folder only).
+# Usage, in the repository root there:
+#   bash .carry-kern/scripts/wide_device.sh SOURCE_ROOT ["tests bench peers"]
+# SOURCE_ROOT: the source folder recorded in the ctest files (stage.sh prints it).
+set -uo pipefail
+src=$1
+phases=${2:-tests bench peers}
+here=$(pwd)
+carry=$here/${QS_CARRY:-.carry-kern}
+out=${OUT:-/tmp/wide-out}
+mkdir -p "$out"
+if [[ "$here" != "$src" && ! -e "$src" ]]; then mkdir -p "$(dirname "$src")"; ln -s "$here" "$src"; fi
+ln -sfn "$carry/build-gpu" "$src/build-gpu"
+export LD_LIBRARY_PATH="$carry/libs:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+B=$carry/build-gpu/bin
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv,noheader | tee "$out/device.txt"
+SHAPES=${SHAPES:-8192x8192,4096x4096,14336x4096,4096x14336}
+BATCH=${BATCH:-1,16,128,512,4096}
+for phase in $phases; do
+  start=$(date +%s)
+  case $phase in
+  tests)
+    (cd "$src/build-gpu" && timeout "${TESTS_S:-170}" ctest -L gpu -R '^test_gemm' --output-on-failure) > "$out/ctest.log" 2>&1
+    echo "ctest gemm (gpu) rc=$? $(( $(date +%s) - start )) s"
+    grep -E "tests passed|tests failed|\(Failed\)|\(Timeout\)|dequantizations compared|m=512:" "$out/ctest.log" | head -30 ;;
+  bench)
+    timeout "${BENCH_S:-170}" "$B/quantscope-cli" bench gemm --shapes "$SHAPES" --batch "$BATCH" > "$out/bench.txt" 2> "$out/bench.err"
+    echo "bench gemm rc=$? $(( $(date +%s) - start )) s"
+    grep -E "cublas-fp16|w4a16|w8a16" "$out/bench.txt" | awk '$2 >= 128' | cut -c1-200 ;;
+  peers)
+    PYTHONUNBUFFERED=1 timeout "${PEERS_S:-90}" python3 "$carry/scripts/peers.py" --shapes "$SHAPES" --batch "$BATCH" \
+      --json "$out/peers.json" > "$out/peers.txt" 2>&1
+    echo "peers rc=$? $(( $(date +%s) - start )) s"
+    grep -vE "^Method" "$out/peers.txt" | head -120 ;;
+  esac
+done
