@@ -8,7 +8,7 @@
 # plus this script and peers.py copied to .carry-kern/scripts/ (the device tool sends the main
 # checkout and the carried folder only).
 # Usage, in the repository root there:
-#   bash .carry-kern/scripts/wide_device.sh SOURCE_ROOT ["tests bench peers"]
+#   bash .carry-kern/scripts/wide_device.sh SOURCE_ROOT ["tests bench slices peers"]
 # SOURCE_ROOT: the source folder recorded in the ctest files (stage.sh prints it).
 set -uo pipefail
 src=$1
@@ -35,6 +35,12 @@ for phase in $phases; do
     timeout "${BENCH_S:-170}" "$B/quantscope-cli" bench gemm --shapes "$SHAPES" --batch "$BATCH" > "$out/bench.txt" 2> "$out/bench.err"
     echo "bench gemm rc=$? $(( $(date +%s) - start )) s"
     grep -E "cublas-fp16|w4a16|w8a16" "$out/bench.txt" | awk '$2 >= 128' | cut -c1-200 ;;
+  slices)  # the sliced path's slice size, W4A16 g128 alone (the main bench uses a third of the L2)
+    for kb in ${SLICES_KB:-8192 32768}; do
+      QS_GEMM_DEQUANT_SLICE_KB=$kb timeout 60 "$B/quantscope-cli" bench gemm --shapes "$SHAPES" --batch 128,512,4096 \
+        --formats w4a16-g128 --no-cublaslt > "$out/bench_slice$kb.txt" 2>&1
+      echo "slice ${kb} KB rc=$?"; grep -E "w4a16" "$out/bench_slice$kb.txt" | cut -c1-200
+    done ;;
   peers)
     PYTHONUNBUFFERED=1 timeout "${PEERS_S:-90}" python3 "$carry/scripts/peers.py" --shapes "$SHAPES" --batch "$BATCH" \
       --json "$out/peers.json" > "$out/peers.txt" 2>&1

@@ -4,7 +4,9 @@
 //    an output pitch wider than k: error bound 0 ULP (bit-exact; both sides compute one FP32
 //    product of code value and scale and round it once to FP16, nearest even), the pitch's pad
 //    columns and guard zones untouched.
-//  - The op-set with each wide path forced (QS_GEMM_WIDE=fused / dequant) and picked by timing,
+//  - The op-set with each wide path forced (QS_GEMM_WIDE=fused / dequant / sliced, the last with
+//    slices of 24 KB so that small weights make several, a partial last one included) and picked
+//    by timing,
 //    against the CPU fake-quant GEMM reference: relative error ≤ 2e-3 (each weight rounded to
 //    FP16 once, FP32 accumulation; the same bound as the fused wide kernel in test_gemm_gpu).
 #include <cuda_runtime.h>
@@ -201,16 +203,20 @@ class TestGemmDequantGpu : public QObject {
   void forcedWidePaths_data() {
     QTest::addColumn<QByteArray>("mode");
     QTest::newRow("dequant+cublas everywhere") << QByteArray("dequant");
+    QTest::newRow("dequant+cublas-sliced everywhere") << QByteArray("sliced");
     QTest::newRow("wide-mma everywhere") << QByteArray("fused");
   }
   void forcedWidePaths() {
     QFETCH(QByteArray, mode);
-    const QByteArray before = qgetenv("QS_GEMM_WIDE");
+    const QByteArray before = qgetenv("QS_GEMM_WIDE"), beforeSlice = qgetenv("QS_GEMM_DEQUANT_SLICE_KB");
     qputenv("QS_GEMM_WIDE", mode);
+    qputenv("QS_GEMM_DEQUANT_SLICE_KB", "24");
     auto gpu = createCudaGemmOps();
     if (before.isNull()) qunsetenv("QS_GEMM_WIDE");
     else qputenv("QS_GEMM_WIDE", before);
-    const std::string expect = mode == "dequant" ? "dequant+cublas" : "wide-mma";
+    if (beforeSlice.isNull()) qunsetenv("QS_GEMM_DEQUANT_SLICE_KB");
+    else qputenv("QS_GEMM_DEQUANT_SLICE_KB", beforeSlice);
+    const std::string expect = std::string(mode == "dequant" ? "dequant+cublas" : mode == "sliced" ? "dequant+cublas-sliced" : "wide-mma") + " /";
     const uint64_t seed0 = freshSeed();
     int failures = 0, i = 0;
     QStringList report;
@@ -242,7 +248,8 @@ class TestGemmDequantGpu : public QObject {
       const QString err = checkGemm(*gpu, name, 1024, 2048, 512, true, seed, &kernel);
       QVERIFY2(err.isEmpty(), qPrintable(err));
       qInfo("%s m=512: %s", name, kernel.c_str());
-      QVERIFY2(kernel.rfind("wide-mma / auto at m=512: ", 0) == 0 || kernel.rfind("dequant+cublas / auto at m=512: ", 0) == 0,
+      QVERIFY2(kernel.rfind("wide-mma / auto at m=512: ", 0) == 0 || kernel.rfind("dequant+cublas / auto at m=512: ", 0) == 0 ||
+                   kernel.rfind("dequant+cublas-sliced / auto at m=512: ", 0) == 0,
                kernel.c_str());
     }
     // m = 16 stays on the skinny kernel: no choice there.
