@@ -5,8 +5,9 @@
 #
 # Binaries: a CUDA build (e.g. build-gpu, -DCMAKE_CUDA_ARCHITECTURES=90a) staged by
 #   QS_STAGE_FROM=build-gpu QS_CARRY_DIR=<main checkout>/.carry-kern scripts/gpu/stage.sh
-# plus this script and peers.py copied to .carry-kern/scripts/ (the device tool sends the main
-# checkout and the carried folder only).
+# (then packed: tar -cf - build-gpu libs | xz > .carry-kern/pack.tar.xz), plus this script and
+# peers.py copied to .carry-kern/scripts/ (the device tool sends the main checkout and the
+# carried folder only).
 # Usage, in the repository root there:
 #   bash .carry-kern/scripts/wide_device.sh SOURCE_ROOT ["tests bench slices peers"]
 # SOURCE_ROOT: the source folder recorded in the ctest files (stage.sh prints it).
@@ -17,6 +18,9 @@ here=$(pwd)
 carry=$here/${QS_CARRY:-.carry-kern}
 out=${OUT:-/tmp/wide-out}
 mkdir -p "$out"
+# The staged folders may travel packed (build-gpu/ + libs/ as pack.tar.xz, to stay under the
+# device tool's size limit).
+if [[ -f $carry/pack.tar.xz && ! -d $carry/build-gpu ]]; then tar -C "$carry" -xJf "$carry/pack.tar.xz"; fi
 if [[ "$here" != "$src" && ! -e "$src" ]]; then mkdir -p "$(dirname "$src")"; ln -s "$here" "$src"; fi
 ln -sfn "$carry/build-gpu" "$src/build-gpu"
 export LD_LIBRARY_PATH="$carry/libs:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
