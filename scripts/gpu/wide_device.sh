@@ -9,7 +9,7 @@
 # peers.py copied to .carry-kern/scripts/ (the device tool sends the main checkout and the
 # carried folder only).
 # Usage, in the repository root there:
-#   bash .carry-kern/scripts/wide_device.sh SOURCE_ROOT ["tests bench slices peers"]
+#   bash .carry-kern/scripts/wide_device.sh SOURCE_ROOT ["tests bench slices peers sanitize repeat"]
 # SOURCE_ROOT: the source folder recorded in the ctest files (stage.sh prints it).
 set -uo pipefail
 src=$1
@@ -45,6 +45,16 @@ for phase in $phases; do
         --formats w4a16-g128 --no-cublaslt > "$out/bench_slice$kb.txt" 2>&1
       echo "slice ${kb} KB rc=$?"; grep -E "w4a16" "$out/bench_slice$kb.txt" | cut -c1-200
     done ;;
+  sanitize)  # the dequant kernel and both wide paths under memcheck and racecheck
+    for tool in memcheck racecheck; do
+      timeout "${SAN_S:-90}" compute-sanitizer --tool $tool --error-exitcode 9 "$B/test_gemm_dequant_gpu" \
+        dequantIsBitExact forcedWidePaths > "$out/san_$tool.log" 2>&1
+      echo "sanitizer $tool rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Totals" "$out/san_$tool.log" | head -3
+    done ;;
+  repeat)  # the same binary again on W4A16 g128, m >= 128: run-to-run spread
+    timeout 90 "$B/quantscope-cli" bench gemm --shapes "$SHAPES" --batch 128,512,4096 --formats w4a16-g128 --no-cublaslt \
+      > "$out/bench_repeat.txt" 2>&1
+    echo "repeat rc=$?"; grep -E "w4a16|cublas-fp16" "$out/bench_repeat.txt" | cut -c1-120 ;;
   peers)
     PYTHONUNBUFFERED=1 timeout "${PEERS_S:-90}" python3 "$carry/scripts/peers.py" --shapes "$SHAPES" --batch "$BATCH" \
       --json "$out/peers.json" > "$out/peers.txt" 2>&1
