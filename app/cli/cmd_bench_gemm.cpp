@@ -126,7 +126,7 @@ void registerBenchGemm(CLI::App& bench, CliContext& ctx) {
         rows.push_back({{"kernel", row.kernel}, {"impl", row.impl}, {"n", row.n}, {"k", row.k}, {"m", row.m},
                         {"us", row.us}, {"tflops", row.tflops}, {"gbps", row.gbps}, {"pct_copy", row.pctCopy},
                         {"speedup_vs_cublas_fp16", row.speedup}, {"weight_bytes", row.weightBytes},
-                        {"copies", row.copies}});
+                        {"copies", row.copies}, {"path", row.path}});
       j["headline"] = headline(r, o);
       ctx.out << j.dump(2) << '\n';
       return;
@@ -135,13 +135,13 @@ void registerBenchGemm(CLI::App& bench, CliContext& ctx) {
     ctx.out << "Copy bandwidth:  " << fixed(r.copyGBps, 0) << " GB/s (device-to-device, read + write)\n";
     ctx.out << "Method:          " << r.method << "\n\n";
     TextTable t({"shape NxK", "m", "kernel", "implementation", "us", "TFLOPS", "GB/s", "% copy", "x fp16",
-                 "copies"},
-                {false, true, false, false, true, true, true, true, true, true});
+                 "copies", "path"},
+                {false, true, false, false, true, true, true, true, true, true, false});
     for (const auto& row : r.rows)
       t.addRow({std::to_string(row.n) + "x" + std::to_string(row.k), std::to_string(row.m), row.kernel, row.impl,
                 row.us > 0 ? fixed(row.us, 1) : "-", row.us > 0 ? fixed(row.tflops, 1) : "-",
                 row.us > 0 ? fixed(row.gbps, 0) : "-", row.us > 0 ? fixed(row.pctCopy, 0) : "-",
-                row.speedup > 0 ? fixed(row.speedup, 2) : "-", std::to_string(row.copies)});
+                row.speedup > 0 ? fixed(row.speedup, 2) : "-", std::to_string(row.copies), row.path});
     t.print(ctx.out);
     ctx.out << headline(r, o) << '\n';
   });

@@ -174,10 +174,12 @@ SpeedResult measureSpeed(Backend& backend, const ModelGraph& graph, const SpeedO
     for (int64_t m : t.tokenCounts) {
       ctx.checkCancelled();
       Measured& r = measured[{key, m}];
-      r.kernel = gemm.kernelName(*w[0], m);
       r.bytes = w[0]->bytes;
       r.micros = ops.timeCalls(std::max(options.minLaunches, copies), options.repeats,
                                [&](int i) { gemm.run(*w[size_t(i % copies)], x.get(), m, y.get()); });
+      // After the calls: where the op-set picks a path by timing (A16, m > 16), its first eager
+      // call picked it, and the name says which ("wide-mma" or "dequant+cublas").
+      r.kernel = gemm.kernelName(*w[0], m);
     }
   }
   res.measuredShapes = int(shapes.size());

@@ -31,6 +31,7 @@ struct GemmBenchOptions {
 struct GemmBenchRow {
   std::string kernel;  // "cublas-fp16", "cublasLt-fp8", "cublasLt-int8", or a scheme name
   std::string impl;    // what ran (GemmOps::kernelName or the cuBLASLt mode)
+  std::string path;    // how it was chosen (GemmOps::pathChoice): "" = the only path
   int64_t n = 0, k = 0, m = 0;
   double us = 0;        // median time per GEMM
   double tflops = 0;    // 2 m n k / time

@@ -43,9 +43,16 @@ class GemmOps {
   // y[m, n] = act(x)[m, k] · W[n, k]^T. Throws ErrorKind::BadInput for m < 1, misaligned
   // pointers (x and y must be 16-byte aligned), a weight from another op-set.
   virtual void run(const GemmWeight& w, const void* x, int64_t m, void* y) = 0;
-  // What run() uses for (w, m), e.g. "skinny-mma", "wide-mma", "cublasLt-fp8+quant", "cublas",
-  // "eigen".
+  // What run() uses for (w, m), e.g. "skinny-mma", "wide-mma", "dequant+cublas",
+  // "cublasLt-fp8+quant", "cublas", "eigen". Where run() picks its path by measurement (see
+  // pathChoice) this is the path picked by the last run() for (w, m).
   virtual std::string kernelName(const GemmWeight& w, int64_t m) const = 0;
+  // Where run() chose between paths by timing them (CUDA, A16 weights, m > 16: the fused
+  // wide-mma kernel or dequantize-to-FP16 + cuBLAS, picked per (shape, scheme, m bucket) at the
+  // first eager run, as torchao's autoquant does), what it measured, e.g.
+  // "auto: wide-mma 112.0 us, dequant+cublas 95.1 us"; "forced: ..." when an environment switch
+  // (QS_GEMM_WIDE) decided; empty where there is one path or run() has not picked yet.
+  virtual std::string pathChoice(const GemmWeight& /*w*/, int64_t /*m*/) const { return {}; }
 
   // Backend memory for x and y; freed when the last shared_ptr goes.
   virtual std::shared_ptr<void> allocate(size_t bytes) = 0;

@@ -65,6 +65,13 @@ std::vector<float> dequantizeReference(const QuantLinearWeight& w) {
   return out;
 }
 
+std::vector<uint16_t> dequantizeToF16Reference(const QuantLinearWeight& w) {
+  std::vector<uint16_t> out(size_t(w.n * w.k));
+  for (int64_t r = 0; r < w.n; ++r)
+    for (int64_t c = 0; c < w.k; ++c) out[size_t(r * w.k + c)] = floatToHalfBits(w.dequantized(r, c));
+  return out;
+}
+
 void gemmReference(const float* wDeq, int64_t n, int64_t k, GemmActivationType activation,
                    const uint16_t* x, int64_t m, uint16_t* y) {
   using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;

@@ -29,6 +29,10 @@ std::vector<float> fakeQuantActivations(const uint16_t* x, int64_t m, int64_t k,
 
 // w as floats [n, k] (row-major).
 std::vector<float> dequantizeReference(const QuantLinearWeight& w);
+// w as FP16 bits [n, k] (row-major): each element's float value (QuantLinearWeight::dequantized,
+// one FP32 product of code and scale) rounded once to FP16 (nearest even). What the CUDA
+// dequantize-to-FP16 kernel of the wide path's fallback must produce, bit for bit.
+std::vector<uint16_t> dequantizeToF16Reference(const QuantLinearWeight& w);
 
 // y [m, n] (FP16 bits) = fakeQuant(x) [m, k] · wDeq [n, k]^T, FP32 GEMM, one FP16 rounding.
 void gemmReference(const float* wDeq, int64_t n, int64_t k, GemmActivationType activation,

@@ -113,7 +113,9 @@ class Bench {
         std::to_string(info_.l2CacheBytes >> 20) + " MiB), captured identically for cuBLAS and ours; 2 warm-up " +
         "replays, median of " + std::to_string(opt_.repeats) +
         " timed replays / launches per graph. Copy bandwidth: median device-to-device cudaMemcpy of 1 GiB, "
-        "read + write bytes. W8A8 times include the activation quantization kernel.";
+        "read + write bytes. W8A8 times include the activation quantization kernel. A16 at m > 16: the op-set "
+        "times wide-mma and dequant+cublas (dequantize to a scratch FP16 weight, then cublasGemmEx) at its first "
+        "eager call and keeps the faster (column 'path'); the row times the kept path, dequantization included.";
     int64_t maxM = 1;
     for (int64_t m : opt_.batches) maxM = std::max(maxM, m);
     for (const auto& [n, k] : opt_.shapes) {
@@ -187,6 +189,7 @@ class Bench {
       ops_->synchronize();
       const double ms = timeGraph(stream_, launches, opt_.repeats, [&](int i) { ops_->run(*ws[size_t(i % copies)], x, m, y); });
       std::string impl = ops_->kernelName(*ws[0], m);
+      const std::string path = ops_->pathChoice(*ws[0], m);
       if (size_t(m * n) <= (size_t(1) << 22)) {  // sanity: the output is finite
         std::vector<uint16_t> yh(size_t(m * n));
         ops_->download(yh.data(), y, yh.size() * 2);
@@ -197,6 +200,7 @@ class Bench {
           }
       }
       addRow(res, label, impl, n, k, m, ms, packed.bytes(), copies);
+      res.rows.back().path = path;
     }
   }
 

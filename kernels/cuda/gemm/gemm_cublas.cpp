@@ -21,10 +21,10 @@ CublasContext::~CublasContext() {
   if (workspace_) cudaFree(workspace_);
 }
 
-void CublasContext::gemmF16(const void* w, const void* x, void* y, int m, int n, int k) {
+void CublasContext::gemmF16(const void* w, const void* x, void* y, int m, int n, int k, int ldy) {
   const float alpha = 1.0f, beta = 0.0f;
   QS_CUBLAS_CHECK(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w, CUDA_R_16F, k, x, CUDA_R_16F,
-                               k, &beta, y, CUDA_R_16F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                               k, &beta, y, CUDA_R_16F, ldy > 0 ? ldy : n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 std::unique_ptr<LtMatmul> LtMatmul::create(const CublasContext& ctx, Kind kind, bool weightE5M2, int n, int m,

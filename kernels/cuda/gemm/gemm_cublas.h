@@ -28,8 +28,9 @@ class CublasContext {
   CublasContext(const CublasContext&) = delete;
   CublasContext& operator=(const CublasContext&) = delete;
 
-  // y[m, n] = x[m, k] · w[n, k]^T: FP16 in and out, FP32 accumulation.
-  void gemmF16(const void* w, const void* x, void* y, int m, int n, int k);
+  // y[m, n] = x[m, k] · w[n, k]^T: FP16 in and out, FP32 accumulation. ldy (>= n): the row
+  // pitch of y in elements (0: n), so that a slice of w's rows writes a slice of y's columns.
+  void gemmF16(const void* w, const void* x, void* y, int m, int n, int k, int ldy = 0);
 
   cublasLtHandle_t lt() const { return lt_; }
   void* workspace() const { return workspace_; }

@@ -3,20 +3,35 @@
 //
 //   scheme          m <= 16                        m > 16
 //   fp16            cublasGemmEx                   cublasGemmEx
-//   W4A16, W8A16    skinny-mma (gemm_skinny.cu)    wide-mma (gemm_wide.cu)
+//   W4A16, W8A16    skinny-mma (gemm_skinny.cu)    wide-mma (gemm_wide.cu) or dequant+cublas
+//                                                  (gemm_dequant.cu into a scratch FP16 weight,
+//                                                  then cublasGemmEx), the faster as timed
 //   W8A8 INT8       quant + skinny-mma (A8)        quant + cuBLASLt INT8 + scale epilogue
 //   W8A8 FP8        quant + skinny-mma (A8)        quant + cuBLASLt FP8 with outer-vector scales
 //                                                  (or FP32 out + scale epilogue)
 // When cuBLASLt has no algorithm for a W8A8 shape (odd n, say), the skinny kernel runs over
 // slices of 16 tokens instead: slower, never wrong.
+//
+// The A16 wide choice (as torchao's autoquant): at the first eager run() of a (n, k, scheme,
+// m bucket = next power of two >= m) every path runs on the call's own x and y — wide-mma,
+// dequant+cublas, and dequant+cublas-sliced where the weight makes two slices of a third of the
+// L2 or more — each timed three times (interleaved, events, the L2 flushed before each), and the
+// fastest median is kept for every weight of that shape and scheme. QS_GEMM_WIDE=fused /
+// dequant / sliced forces one path (QS_GEMM_DEQUANT_SLICE_KB sets the slice). A run() captured
+// into a graph before any eager run of its bucket takes dequant+cublas for m >= 64, else
+// wide-mma, without caching that guess.
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <tuple>
+#include <vector>
 
 #include "kernels/common/error.h"
 #include "kernels/cuda/gemm/gemm_cublas.h"
+#include "kernels/cuda/gemm/gemm_dequant.h"
 #include "kernels/cuda/gemm/gemm_launch.h"
 #include "kernels/device/device_info.h"
 #include "kernels/gemm/gemm_ops.h"
@@ -97,9 +112,22 @@ class CudaGemmOps final : public GemmOps {
     skinnyOpt_.trigger = !pdl_ || trigger == "0" ? Opt::Trigger::Never
                          : trigger == "1"        ? Opt::Trigger::Always
                                                  : Opt::Trigger::WithBulk;
+    // A16 weights at m > 16: fused wide-mma or dequantize + cuBLAS FP16, picked by timing
+    // (QS_GEMM_WIDE=fused / dequant forces one).
+    const std::string wide = env("QS_GEMM_WIDE");
+    wideMode_ = wide == "fused"     ? WideMode::Fused
+                : wide == "dequant" ? WideMode::Dequant
+                : wide == "sliced"  ? WideMode::Sliced
+                                    : WideMode::Auto;
+    // The sliced path's FP16 slice: a third of the L2 (QS_GEMM_DEQUANT_SLICE_KB overrides).
+    const std::string slice = env("QS_GEMM_DEQUANT_SLICE_KB");
+    sliceBytes_ = slice.empty() ? std::max<size_t>(info_.l2CacheBytes / 3, size_t(1) << 20)
+                                : size_t(std::max(1L, std::atol(slice.c_str()))) << 10;
     QS_CUDA_CHECK(cudaGetLastError());
   }
   ~CudaGemmOps() override {
+    if (timing_[0]) cudaEventDestroy(timing_[0]);
+    if (timing_[1]) cudaEventDestroy(timing_[1]);
     lt_.clear();
     blas_.reset();
     if (stream_) {
@@ -153,7 +181,7 @@ class CudaGemmOps final : public GemmOps {
     switch (w.scheme.activation) {
       case GemmActivationType::F16: {
         if (w.scheme.weight == GemmWeightType::F16) return "cublasGemmEx-f16";
-        if (m > 16) return "wide-mma";
+        if (m > 16) return pathName(widePath(w, int(m)));
         const auto& plan = skinnyPlan(w, int(m));
         return std::string(plan.bulkStages > 0 ? "skinny-bulk" : "skinny-mma") +
                (pdl_ ? (plan.earlyTrigger ? "+pdl-early" : "+pdl") : "");
@@ -183,9 +211,8 @@ class CudaGemmOps final : public GemmOps {
           const auto& plan = skinnyPlan(w, m);
           cuda_gemm::launchSkinny(d, x, nullptr, m, y, plan, splitWorkspace(plan), stream_, pdl_);
         } else {
-          auto it = w.widePlans.find(m);
-          if (it == w.widePlans.end()) it = w.widePlans.emplace(m, cuda_gemm::planWide(d, m, info_.multiprocessors)).first;
-          cuda_gemm::launchWide(d, x, m, y, it->second, splitWorkspace(it->second), stream_);
+          const WideChoice* c = pickWide(w, x, m, y);
+          runWide(w, x, m, y, c ? c->path : guessPath(m));
         }
         break;
       default: {
@@ -217,6 +244,24 @@ class CudaGemmOps final : public GemmOps {
     QS_CUDA_CHECK(cudaGetLastError());
   }
 
+  std::string pathChoice(const GemmWeight& weight, int64_t m) const override {
+    const auto& w = checkedWeight(weight);
+    if (w.scheme.activation != GemmActivationType::F16 || w.scheme.weight == GemmWeightType::F16 || m <= 16) return {};
+    if (forcedPath() >= 0) return std::string("forced (QS_GEMM_WIDE): ") + pathName(forcedPath());
+    auto it = wideChoices_.find(wideKey(w, int(m)));
+    if (it == wideChoices_.end()) return std::string("not picked yet (guess: ") + pathName(guessPath(int(m))) + ")";
+    std::string text = "auto at m=" + std::to_string(it->second.measuredAt) + ":";
+    for (int path = 0; path < kPaths; ++path)
+      if (it->second.us[path] > 0) {
+        char buf[64];
+        std::snprintf(buf, sizeof buf, "%s %s %.1f us", path ? "," : "", path == 0 ? "wide" : path == 1 ? "dequant" : "sliced",
+                      it->second.us[path]);
+        text += buf;
+      }
+    if (it->second.us[2] > 0) text += " (" + std::to_string(sliceRows(w)) + " rows/slice)";
+    return text;
+  }
+
   std::shared_ptr<void> allocate(size_t bytes) override {
     void* p = nullptr;
     QS_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(bytes, 16)));
@@ -234,6 +279,113 @@ class CudaGemmOps final : public GemmOps {
 
  private:
   bool hasFp8TensorCores() const { return info_.computeMajor * 10 + info_.computeMinor >= 89; }
+
+  // ---- A16 wide path: fused wide-mma or dequantize-to-FP16 + cuBLAS ------------------------
+  // Paths: 0 wide-mma; 1 dequant+cublas (the whole weight into a scratch FP16 weight, one
+  // cublasGemmEx); 2 dequant+cublas-sliced (slices of sliceRows rows, each dequantized into an
+  // L2-sized scratch and multiplied at once, writing its columns of y: the FP16 slice is read
+  // back from L2 instead of device memory).
+  enum class WideMode { Auto, Fused, Dequant, Sliced };
+  static constexpr int kPaths = 3;
+  static const char* pathName(int path) {
+    return path == 0 ? "wide-mma" : path == 1 ? "dequant+cublas" : "dequant+cublas-sliced";
+  }
+  struct WideChoice {
+    int path = 0;
+    double us[kPaths] = {0, 0, 0};  // 0: not timed
+    int measuredAt = 0;             // the m it was timed at
+  };
+  using WideKey = std::tuple<int, int, std::string, int>;  // n, k, scheme, m bucket
+  static int mBucket(int m) {
+    int b = 32;
+    while (b < m && b < (1 << 24)) b <<= 1;
+    return b;
+  }
+  static WideKey wideKey(const CudaGemmWeight& w, int m) { return {int(w.n), int(w.k), w.scheme.name(), mBucket(m)}; }
+  static int guessPath(int m) { return m >= 64 ? 1 : 0; }
+  int forcedPath() const {
+    return wideMode_ == WideMode::Fused ? 0 : wideMode_ == WideMode::Dequant ? 1 : wideMode_ == WideMode::Sliced ? 2 : -1;
+  }
+  int widePath(const CudaGemmWeight& w, int m) const {
+    if (forcedPath() >= 0) return forcedPath();
+    auto it = wideChoices_.find(wideKey(w, m));
+    return it != wideChoices_.end() ? it->second.path : guessPath(m);
+  }
+  // Rows per slice of the sliced path: about sliceBytes_ of FP16 weight, a multiple of 16.
+  int sliceRows(const CudaGemmWeight& w) const {
+    const size_t rows = sliceBytes_ / (size_t(w.k) * 2);
+    return int(std::max<size_t>(16, rows / 16 * 16));
+  }
+
+  void runWide(const CudaGemmWeight& w, const void* x, int m, void* y, int path) {
+    const auto& d = w.dev;
+    if (path == 0) {
+      auto it = w.widePlans.find(m);
+      if (it == w.widePlans.end()) it = w.widePlans.emplace(m, cuda_gemm::planWide(d, m, info_.multiprocessors)).first;
+      cuda_gemm::launchWide(d, x, m, y, it->second, splitWorkspace(it->second), stream_);
+      return;
+    }
+    const int rows = path == 2 ? std::min(sliceRows(w), d.nPad) : d.nPad;
+    ensure(dequantScratch_, size_t(std::min(rows, d.n)) * size_t(w.k) * 2);
+    for (int row0 = 0; row0 < d.n; row0 += rows) {
+      // The rows [row0, row0 + rows) of the packed weight: whole row tiles, so the packed
+      // arrays of the slice start at row tile row0 / 16.
+      cuda_gemm::DeviceQuantWeight s = d;
+      const size_t rt0 = size_t(row0 / 16);
+      s.codes = static_cast<const uint8_t*>(d.codes) + rt0 * size_t(d.kPad / d.chunkK) * 512;
+      if (d.groupScales) s.groupScales = d.groupScales + rt0 * size_t(d.groupsPad) * 8;
+      if (d.groupZeros) s.groupZeros = d.groupZeros + rt0 * size_t(d.groupsPad) * 8;
+      if (d.channelScales) s.channelScales = d.channelScales + rt0 * 16;
+      s.n = std::min(rows, d.n - row0);
+      s.nPad = std::min(rows, d.nPad - row0);
+      cuda_gemm::launchDequantToF16(s, dequantScratch_.get(), int(w.k), info_.multiprocessors, stream_);
+      blas_->gemmF16(dequantScratch_.get(), x, static_cast<uint16_t*>(y) + row0, m, s.n, int(w.k), int(w.n));
+    }
+  }
+
+  // The choice for (w, m): forced, cached, or measured now (an eager call only; null while the
+  // stream is being captured and nothing is cached).
+  const WideChoice* pickWide(const CudaGemmWeight& w, const void* x, int m, void* y) {
+    static const WideChoice kForced[kPaths] = {{0}, {1}, {2}};
+    if (forcedPath() >= 0) return &kForced[forcedPath()];
+    const WideKey key = wideKey(w, m);
+    auto it = wideChoices_.find(key);
+    if (it != wideChoices_.end()) return &it->second;
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    QS_CUDA_CHECK(cudaStreamIsCapturing(stream_, &capture));
+    if (capture != cudaStreamCaptureStatusNone) return nullptr;
+    // The sliced path only where it makes two slices or more.
+    const int paths = sliceRows(w) < w.dev.n ? 3 : 2;
+    // Warm-up of each (workspaces, cuBLAS heuristics), then 3 interleaved timed calls each, the
+    // L2 flushed (a memset of 2 x L2) before each so that none finds the weight cached.
+    if (!timing_[0]) {
+      QS_CUDA_CHECK(cudaEventCreate(&timing_[0]));
+      QS_CUDA_CHECK(cudaEventCreate(&timing_[1]));
+    }
+    const size_t flushBytes = std::max<size_t>(size_t(2) * info_.l2CacheBytes, size_t(8) << 20);
+    ensure(l2Flush_, flushBytes);
+    for (int path = 0; path < paths; ++path) runWide(w, x, m, y, path);
+    std::vector<double> us[kPaths];
+    for (int rep = 0; rep < 3; ++rep)
+      for (int path = 0; path < paths; ++path) {
+        QS_CUDA_CHECK(cudaMemsetAsync(l2Flush_.get(), rep, flushBytes, stream_));
+        QS_CUDA_CHECK(cudaEventRecord(timing_[0], stream_));
+        runWide(w, x, m, y, path);
+        QS_CUDA_CHECK(cudaEventRecord(timing_[1], stream_));
+        QS_CUDA_CHECK(cudaEventSynchronize(timing_[1]));
+        float ms = 0;
+        QS_CUDA_CHECK(cudaEventElapsedTime(&ms, timing_[0], timing_[1]));
+        us[path].push_back(double(ms) * 1e3);
+      }
+    WideChoice c;
+    c.measuredAt = m;
+    for (int path = 0; path < paths; ++path) {
+      std::sort(us[path].begin(), us[path].end());
+      c.us[path] = us[path][1];
+      if (c.us[path] < c.us[c.path]) c.path = path;
+    }
+    return &wideChoices_.emplace(key, c).first->second;
+  }
 
   static const CudaGemmWeight& checkedWeight(const GemmWeight& weight) {
     const auto* w = dynamic_cast<const CudaGemmWeight*>(&weight);
@@ -299,7 +451,11 @@ class CudaGemmOps final : public GemmOps {
   cuda_gemm::SkinnyOptions skinnyOpt_;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<cuda_gemm::CublasContext> blas_;
-  DeviceBuffer partials_, counters_, actCodes_, tokenScales_, ltOut_;
+  DeviceBuffer partials_, counters_, actCodes_, tokenScales_, ltOut_, dequantScratch_, l2Flush_;
+  WideMode wideMode_ = WideMode::Auto;
+  size_t sliceBytes_ = size_t(16) << 20;
+  std::map<WideKey, WideChoice> wideChoices_;
+  cudaEvent_t timing_[2] = {nullptr, nullptr};
   mutable std::map<std::tuple<bool, bool, int, int, int, int>, std::unique_ptr<LtMatmul>> lt_;
 };
 

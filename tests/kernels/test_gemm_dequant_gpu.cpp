@@ -1,0 +1,263 @@
+// GPU (label gpu): the wide path's fallback for A16 weights (docs/gemm.md, "dequant+cublas").
+//  - The dequantize-to-FP16 kernel against dequantizeToF16Reference() (CPU) on fresh random and
+//    outlier-heavy weights, every A16 weight kind and group size, odd n, k not a multiple of 64,
+//    an output pitch wider than k: error bound 0 ULP (bit-exact; both sides compute one FP32
+//    product of code value and scale and round it once to FP16, nearest even), the pitch's pad
+//    columns and guard zones untouched.
+//  - The op-set with each wide path forced (QS_GEMM_WIDE=fused / dequant / sliced, the last with
+//    slices of 24 KB so that small weights make several, a partial last one included) and picked
+//    by timing,
+//    against the CPU fake-quant GEMM reference: relative error ≤ 2e-3 (each weight rounded to
+//    FP16 once, FP32 accumulation; the same bound as the fused wide kernel in test_gemm_gpu).
+#include <cuda_runtime.h>
+
+#include <QtTest>
+#include <cmath>
+#include <cstdlib>
+#include <random>
+
+#include "kernels/common/half.h"
+#include "kernels/cuda/gemm/gemm_dequant.h"
+#include "kernels/gemm/gemm_layout.h"
+#include "kernels/gemm/gemm_ops.h"
+#include "kernels/gemm/gemm_reference.h"
+
+using namespace qs;
+
+namespace {
+
+constexpr uint16_t kPoison = 0xFFFF;  // NaN: never a dequantized finite weight
+constexpr size_t kGuard = 64;         // halves of guard on each side (keeps 16-byte alignment)
+
+uint64_t freshSeed() {
+  static std::random_device rd;
+  return (uint64_t(rd()) << 32) | rd();
+}
+
+const std::vector<const char*> kA16Schemes = {
+    "w4a16-g32",      "w4a16-g64",      "w4a16-g128", "w4a16-ch",        "w4a16-g32-asym",
+    "w4a16-g64-asym", "w4a16-g128-asym", "w4a16-ch-asym", "w8a16-int8",   "w8a16-int8-g32",
+    "w8a16-int8-g64", "w8a16-int8-g128", "w8a16-fp8",  "w8a16-fp8-tensor", "w8a16-e5m2"};
+
+int multiprocessors() {
+  int dev = 0, sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+    return 1;
+  return sms;
+}
+
+// Device copy of a packed A16 weight, as the op-set lays it out.
+struct DeviceWeight {
+  std::vector<void*> buffers;
+  cuda_gemm::DeviceQuantWeight dev;
+  template <typename T>
+  const T* upload(const std::vector<T>& v) {
+    if (v.empty()) return nullptr;
+    void* p = nullptr;
+    if (cudaMalloc(&p, v.size() * sizeof(T)) != cudaSuccess) return nullptr;
+    cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice);
+    buffers.push_back(p);
+    return static_cast<const T*>(p);
+  }
+  explicit DeviceWeight(const PackedGemmWeight& p) {
+    dev.codes = upload(p.codes);
+    dev.groupScales = reinterpret_cast<const uint32_t*>(upload(p.groupScales));
+    dev.groupZeros = reinterpret_cast<const uint16_t*>(upload(p.groupZeros));
+    dev.channelScales = upload(p.channelScales);
+    switch (p.scheme.weight) {
+      case GemmWeightType::Int4: dev.kind = 0; break;
+      case GemmWeightType::Int8: dev.kind = 1; break;
+      case GemmWeightType::Fp8E4M3: dev.kind = 2; break;
+      default: dev.kind = 3; break;
+    }
+    dev.a8 = false;
+    dev.groupSize = std::max(0, p.scheme.groupSize);
+    dev.n = int(p.n), dev.k = int(p.k), dev.nPad = int(p.nPad), dev.kPad = int(p.kPad);
+    dev.chunkK = p.chunkK, dev.groupsPad = int(p.groupsPad);
+  }
+  ~DeviceWeight() {
+    for (void* p : buffers) cudaFree(p);
+  }
+};
+
+// One dequantization, compared element by element; returns "" or the failure.
+QString checkDequant(const char* name, int64_t n, int64_t k, bool outliers, uint64_t seed) {
+  const GemmScheme s = GemmScheme::parse(name);
+  const QuantLinearWeight w = makeRandomQuantWeight(n, k, s, seed, outliers);
+  const std::vector<uint16_t> want = dequantizeToF16Reference(w);
+  const PackedGemmWeight packed = packWeightForKernel(w, GemmActivationType::F16);
+  DeviceWeight dw(packed);
+  const QString what = QString("%1 n=%2 k=%3%4 seed=%5").arg(name).arg(n).arg(k).arg(outliers ? " outliers" : "").arg(seed);
+  const int ld = int(k + 8);  // a pitch wider than k: the pad columns must stay untouched
+  const size_t total = size_t(n) * size_t(ld) + 2 * kGuard;
+  std::vector<uint16_t> buf(total, kPoison);
+  void* out = nullptr;
+  if (cudaMalloc(&out, total * 2) != cudaSuccess) return what + ": cudaMalloc failed";
+  cudaMemcpy(out, buf.data(), total * 2, cudaMemcpyHostToDevice);
+  try {
+    cuda_gemm::launchDequantToF16(dw.dev, static_cast<uint16_t*>(out) + kGuard, ld, multiprocessors(), nullptr);
+  } catch (const std::exception& e) {
+    cudaFree(out);
+    return what + ": " + e.what();
+  }
+  const cudaError_t err = cudaDeviceSynchronize();
+  cudaMemcpy(buf.data(), out, total * 2, cudaMemcpyDeviceToHost);
+  cudaFree(out);
+  if (err != cudaSuccess) return what + ": " + cudaGetErrorString(err);
+  for (size_t i = 0; i < kGuard; ++i)
+    if (buf[i] != kPoison || buf[total - 1 - i] != kPoison) return what + ": write outside the output";
+  int64_t mismatches = 0, firstR = -1, firstC = -1;
+  double maxUlp = 0;
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t c = ld - 8; c < ld; ++c)
+      if (buf[kGuard + size_t(r * ld + c)] != kPoison) return what + QString(": pad column %1 of row %2 written").arg(c).arg(r);
+    for (int64_t c = 0; c < k; ++c) {
+      const uint16_t got = buf[kGuard + size_t(r * ld + c)], ref = want[size_t(r * k + c)];
+      if (got == ref) continue;
+      if (mismatches++ == 0) firstR = r, firstC = c;
+      // ULP distance on the sign-magnitude FP16 encoding (poison counts as huge).
+      auto ordered = [](uint16_t h) { return (h & 0x8000) ? -int(h & 0x7FFF) : int(h); };
+      maxUlp = std::max(maxUlp, double(std::abs(ordered(got) - ordered(ref))));
+    }
+  }
+  if (mismatches)
+    return what + QString(": %1 of %2 elements differ from the CPU reference (max %3 ULP; first [%4, %5])")
+                      .arg(mismatches)
+                      .arg(n * k)
+                      .arg(maxUlp)
+                      .arg(firstR)
+                      .arg(firstC);
+  return {};
+}
+
+// y = x · W^T through the op-set vs the CPU reference: relative L2 error, or a failure text.
+QString checkGemm(GemmOps& gpu, const char* name, int64_t n, int64_t k, int64_t m, bool outliers, uint64_t seed,
+                  std::string* kernel = nullptr) {
+  const GemmScheme s = GemmScheme::parse(name);
+  const QuantLinearWeight w = makeRandomQuantWeight(n, k, s, seed, outliers);
+  const std::vector<uint16_t> xh = makeRandomActivations(m, k, seed ^ 0x9E3779B97F4A7C15ull, outliers);
+  const QString what = QString("%1 n=%2 k=%3 m=%4%5 seed=%6").arg(name).arg(n).arg(k).arg(m).arg(outliers ? " outliers" : "").arg(seed);
+  std::vector<uint16_t> ref(size_t(m * n));
+  {
+    auto cpu = createCpuGemmOps();
+    const auto wc = cpu->prepare(w, s.activation);
+    cpu->run(*wc, xh.data(), m, ref.data());
+  }
+  const auto wg = gpu.prepare(w, s.activation);
+  auto x = gpu.allocate(xh.size() * 2);
+  gpu.upload(x.get(), xh.data(), xh.size() * 2);
+  const size_t total = size_t(m * n) + 2 * 256;
+  std::vector<uint16_t> buf(total, kPoison);
+  auto y = gpu.allocate(total * 2);
+  gpu.upload(y.get(), buf.data(), total * 2);
+  gpu.run(*wg, x.get(), m, static_cast<uint16_t*>(y.get()) + 256);
+  gpu.synchronize();
+  gpu.download(buf.data(), y.get(), total * 2);
+  if (kernel) *kernel = gpu.kernelName(*wg, m) + " / " + gpu.pathChoice(*wg, m);
+  for (size_t i = 0; i < 256; ++i)
+    if (buf[i] != kPoison || buf[total - 1 - i] != kPoison) return what + ": write outside the output";
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const uint16_t g = buf[256 + i];
+    if ((g & 0x7C00) == 0x7C00) return what + QString(": non-finite output at %1 (poison = unwritten)").arg(i);
+    const double r = halfBitsToFloat(ref[i]), d = double(halfBitsToFloat(g)) - r;
+    num += d * d;
+    den += r * r;
+  }
+  const double err = std::sqrt(num / std::max(den, 1e-30));
+  if (!(err <= 2e-3))
+    return what + QString(": relative error %1 > 2e-3 (%2)").arg(err).arg(QString::fromStdString(gpu.kernelName(*wg, m)));
+  return {};
+}
+
+}  // namespace
+
+class TestGemmDequantGpu : public QObject {
+  Q_OBJECT
+
+ private slots:
+  void dequantIsBitExact() {
+    const uint64_t seed0 = freshSeed();
+    // Odd n (partial row tiles), k = 32 and 96 (not multiples of 64: half-empty items), a long k
+    // for the grid-stride loop, a single row.
+    const std::vector<std::pair<int64_t, int64_t>> shapes = {{203, 384}, {17, 96}, {5, 32}, {1, 128},
+                                                             {2064, 4096}, {129, 1024}};
+    int failures = 0, cases = 0;
+    QStringList report;
+    for (const char* name : kA16Schemes) {
+      const GemmScheme s = GemmScheme::parse(name);
+      for (const auto& [n, k] : shapes) {
+        if (s.groupSize > 0 && k % s.groupSize) continue;
+        for (bool outliers : {false, true}) {
+          ++cases;
+          const QString err = checkDequant(name, n, k, outliers, seed0 + uint64_t(cases) * 7919);
+          if (!err.isEmpty() && failures++ < 12) report << err;
+        }
+      }
+    }
+    qInfo("%d dequantizations compared bit for bit", cases);
+    QVERIFY2(failures == 0, qPrintable(QString::number(failures) + " failures:\n" + report.join('\n')));
+  }
+
+  // Both wide paths forced, on every A16 kind, odd m and n, split-K shapes.
+  void forcedWidePaths_data() {
+    QTest::addColumn<QByteArray>("mode");
+    QTest::newRow("dequant+cublas everywhere") << QByteArray("dequant");
+    QTest::newRow("dequant+cublas-sliced everywhere") << QByteArray("sliced");
+    QTest::newRow("wide-mma everywhere") << QByteArray("fused");
+  }
+  void forcedWidePaths() {
+    QFETCH(QByteArray, mode);
+    const QByteArray before = qgetenv("QS_GEMM_WIDE"), beforeSlice = qgetenv("QS_GEMM_DEQUANT_SLICE_KB");
+    qputenv("QS_GEMM_WIDE", mode);
+    qputenv("QS_GEMM_DEQUANT_SLICE_KB", "24");
+    auto gpu = createCudaGemmOps();
+    if (before.isNull()) qunsetenv("QS_GEMM_WIDE");
+    else qputenv("QS_GEMM_WIDE", before);
+    if (beforeSlice.isNull()) qunsetenv("QS_GEMM_DEQUANT_SLICE_KB");
+    else qputenv("QS_GEMM_DEQUANT_SLICE_KB", beforeSlice);
+    const std::string expect = std::string(mode == "dequant" ? "dequant+cublas" : mode == "sliced" ? "dequant+cublas-sliced" : "wide-mma") + " /";
+    const uint64_t seed0 = freshSeed();
+    int failures = 0, i = 0;
+    QStringList report;
+    for (const char* name : kA16Schemes) {
+      const GemmScheme s = GemmScheme::parse(name);
+      for (const auto& [n, k, m] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+               {203, 384, 17}, {203, 384, 130}, {96, 96, 64}, {64, 2048, 96}, {136, 4096, 257}}) {
+        if (s.groupSize > 0 && k % s.groupSize) continue;
+        ++i;
+        std::string kernel;
+        QString err = checkGemm(*gpu, name, n, k, m, i % 2 == 0, seed0 + uint64_t(i) * 7919, &kernel);
+        if (err.isEmpty() && kernel.rfind(expect, 0) != 0)
+          err = QString("%1 m=%2: ran %3, expected %4").arg(name).arg(m).arg(QString::fromStdString(kernel)).arg(QString::fromStdString(expect));
+        if (!err.isEmpty() && failures++ < 12) report << err;
+      }
+    }
+    QVERIFY2(failures == 0, qPrintable(QString::number(failures) + " failures:\n" + report.join('\n')));
+  }
+
+  // Picked by timing: the first call measures both, says so, and the result is right either way.
+  void pickedByTiming() {
+    const QByteArray before = qgetenv("QS_GEMM_WIDE");
+    qunsetenv("QS_GEMM_WIDE");
+    auto gpu = createCudaGemmOps();
+    if (!before.isNull()) qputenv("QS_GEMM_WIDE", before);
+    const uint64_t seed = freshSeed();
+    for (const char* name : {"w4a16-g128", "w8a16-fp8"}) {
+      std::string kernel;
+      const QString err = checkGemm(*gpu, name, 1024, 2048, 512, true, seed, &kernel);
+      QVERIFY2(err.isEmpty(), qPrintable(err));
+      qInfo("%s m=512: %s", name, kernel.c_str());
+      QVERIFY2(kernel.rfind("wide-mma / auto at m=512: ", 0) == 0 || kernel.rfind("dequant+cublas / auto at m=512: ", 0) == 0 ||
+                   kernel.rfind("dequant+cublas-sliced / auto at m=512: ", 0) == 0,
+               kernel.c_str());
+    }
+    // m = 16 stays on the skinny kernel: no choice there.
+    const GemmScheme s = GemmScheme::parse("w4a16-g128");
+    const auto w = gpu->prepare(makeRandomQuantWeight(64, 256, s, seed), s.activation);
+    QCOMPARE(QString::fromStdString(gpu->pathChoice(*w, 16)), QString());
+  }
+};
+
+QTEST_GUILESS_MAIN(TestGemmDequantGpu)
+#include "test_gemm_dequant_gpu.moc"
