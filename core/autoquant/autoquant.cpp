@@ -108,15 +108,22 @@ double weightedError(std::span<const float> x, std::span<const float> y, int64_t
 
 bool fits(DType type, int64_t cols) { return cols % int64_t(traitsOf(type).blockElems) == 0; }
 
-// The probe for a layer's gain: a 4-bit type its rows allow (moderate error: the second-order
-// model holds), else the smallest candidate that fits.
-DType probeType(const AutoquantTensor& t, const std::vector<DType>& candidates) {
+// Probe types for a layer's gain, in order of preference: 4-bit types first (moderate error, where
+// the second-order model holds), then the rest. A weight that already lies on a type's grid (a
+// model dequantized from Q4_1 and requantized to Q4_1) has no error under it, and tells nothing:
+// the first type with an error is used.
+std::vector<DType> probeTypes(const AutoquantTensor& t, const std::vector<DType>& candidates) {
+  std::vector<DType> order;
   const int64_t cols = t.shape.back();
-  for (DType p : {DType::Q4_K, DType::Q4_0, DType::Q5_0, DType::Q8_0})
-    if (fits(p, cols)) return p;
+  auto add = [&](DType p) {
+    if (fits(p, cols) && std::find(order.begin(), order.end(), p) == order.end()) order.push_back(p);
+  };
+  for (DType p : {DType::Q4_K, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q3_K, DType::Q5_K, DType::Q5_1,
+                  DType::Q2_K, DType::Q6_K, DType::Q8_0})
+    add(p);
   for (DType c : candidates)
-    if (fits(c, cols) && c != DType::F16 && c != DType::F32 && c != DType::BF16) return c;
-  return DType::Unknown;
+    if (c != DType::F16 && c != DType::F32 && c != DType::BF16) add(c);
+  return order;
 }
 
 uint32_t llamaFileType(DType t) {
@@ -249,8 +256,6 @@ AutoquantPlan measureAutoquant(const ModelFile& file, Runtime& rt, std::span<con
     std::span<const float> imp;
     if (auto it = plan.importance.find(a.name); it != plan.importance.end() && it->second.size() == size_t(cols))
       imp = it->second;
-    a.probe = a.linear >= 0 ? probeType(a, candidates) : DType::Unknown;
-    bool probeIsCandidate = false;
     for (DType c : candidates) {
       if (!fits(c, cols)) continue;
       AutoquantOption o;
@@ -260,11 +265,13 @@ AutoquantPlan measureAutoquant(const ModelFile& file, Runtime& rt, std::span<con
       const auto y = decode(c, bytes, w.size());
       o.error = weightedError(w, y, cols, imp);
       a.options.push_back(o);
-      probeIsCandidate |= c == a.probe;
     }
-    if (a.probe != DType::Unknown) {
-      const auto y = decode(a.probe, encode(a.probe, w, cols, imp), w.size());
+    if (a.linear < 0) continue;
+    for (DType p : probeTypes(a, candidates)) {
+      const auto y = decode(p, encode(p, w, cols, imp), w.size());
       const double e = weightedError(w, y, cols, imp);
+      if (!(e > 0)) continue;
+      a.probe = p;
       rt.setLinearWeight(a.linear, y);
       DistributionStats s;
       const int from = a.block >= 0 ? a.block : int(rt.graph().blocks.size());
@@ -274,13 +281,11 @@ AutoquantPlan measureAutoquant(const ModelFile& file, Runtime& rt, std::span<con
       }
       rt.restoreLinearWeight(a.linear);
       a.probeKl = s.meanKl();
-      if (e > 0) {
-        a.gain = std::max(0.0, a.probeKl) / e;
-        a.gainMeasured = true;
-        measuredGains.push_back(a.gain);
-      }
+      a.gain = std::max(0.0, a.probeKl) / e;
+      a.gainMeasured = true;
+      measuredGains.push_back(a.gain);
+      break;
     }
-    (void)probeIsCandidate;
   }
   double median = 0;
   if (!measuredGains.empty()) {

@@ -16,6 +16,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 name=${1:?usage: $0 smollm2|gemma3 [WORK_DIR]}
 work=${2:-${QS_CACHE:-$HOME/.cache/quantscope}/quality/$name}
 cli=${QS_BUILD_DIR:-$root/build}/bin/quantscope-cli
+py=${QS_PYTHON:-$root/.venv/bin/python}  # has gguf-py (tests/requirements.txt)
 threads=${QS_THREADS:-$(nproc)}
 chunks=${QS_CHUNKS:-20}
 calib_chunks=${QS_CALIB_CHUNKS:-8}
@@ -60,18 +61,18 @@ done
 
 results=$work/results.md
 {
-  echo "| file | BPW (llama.cpp) | size MiB | mean KL | top-1 agree | PPL | predicted KL |"
+  echo "| file | BPW (tensor bits / parameters) | tensor MiB | mean KL | top-1 agree | PPL | predicted KL |"
   echo "|---|---|---|---|---|---|---|"
 } >"$results"
 for f in "${files[@]}"; do
   log=$f.kld.log
   [[ -s $log ]] || "$bin/llama-perplexity" -m "$f" -f "$work/eval.txt" -c 512 --chunks "$chunks" -t "$threads" \
       --kl-divergence-base "$work/base.kld" --kl-divergence >"$log" 2>&1
-  bpw=$(grep -oE 'file size += [0-9.]+ [KMG]iB \([0-9.]+ BPW\)' "$log" | head -1 | grep -oE '[0-9.]+ BPW' | cut -d' ' -f1)
-  mib=$(grep -oE 'file size += [0-9.]+ MiB' "$log" | head -1 | grep -oE '[0-9.]+ MiB' | cut -d' ' -f1)
-  kl=$(grep -E '^Mean +KLD:' "$log" | awk '{print $3 " ± " $5}')
-  top=$(grep -E '^Same top p:' "$log" | awk '{print $4 " ± " $6}')
-  ppl=$(grep -E '^Mean PPL\(Q\) ' "$log" | awk '{print $4 " ± " $6}')
+  # BPW as llama.cpp's loader counts it: tensor bytes x 8 / elements of every tensor.
+  read -r bpw mib < <("$py" -c "import gguf,sys; r=gguf.GGUFReader(sys.argv[1]); b=sum(int(t.n_bytes) for t in r.tensors); n=sum(int(t.n_elements) for t in r.tensors); print('%.4f %.2f' % (8*b/n, b/2**20))" "$f")
+  kl=$(grep -E 'Mean +KLD:' "$log" | sed -E 's/.*Mean +KLD: *//' | awk '{print $1 " ± " $3}')
+  top=$(grep -E 'Same top p:' "$log" | sed -E 's/.*Same top p: *//' | awk '{print $1 " ± " $3}')
+  ppl=$(grep -E 'Mean PPL\(Q\) ' "$log" | sed -E 's/.*Mean PPL\(Q\) *: *//' | awk '{print $1 " ± " $3}')
   pred=""
   [[ -f $f.plan.json ]] && pred=$(python3 -c "import json,sys; print('%.4f' % json.load(open(sys.argv[1]))['predicted_kl'])" "$f.plan.json")
   echo "| $(basename "$f" .gguf) | $bpw | $mib | $kl | $top | $ppl | $pred |" >>"$results"
