@@ -323,16 +323,31 @@ class GgufParser {
     const int64_t window = integer(p + "attention.sliding_window");
     if (window > 0) {
       c.slidingWindow = window;
-      if (arch == "gemma3") {  // llama.cpp: every 6th layer global, the others windowed
+      const MetaEntry* pat = m_.findMeta(p + "attention.sliding_window_pattern");
+      if (pat && pat->value.is_array()) {  // one flag per layer
+        if (int64_t(pat->value.size()) != c.nLayers)
+          throwBadInput(m_.path_, pat->key, "has " + std::to_string(pat->value.size()) +
+                                                " entries for " + std::to_string(c.nLayers) + " layers");
+        c.slidingLayers.assign(size_t(c.nLayers), 0);
+        for (size_t l = 0; l < pat->value.size(); ++l)
+          c.slidingLayers[l] = pat->value[l].is_boolean() ? pat->value[l].get<bool>()
+                                                          : pat->value[l].is_number() && pat->value[l].get<double>() != 0;
+      } else if (arch == "gemma3") {  // llama.cpp: every 6th layer global, the others windowed
         int64_t pattern = integer(p + "attention.sliding_window_pattern");
         if (pattern <= 0) pattern = 6;
         c.slidingLayers.assign(size_t(c.nLayers), 0);
-        for (int64_t l = 0; l < c.nLayers; ++l) c.slidingLayers[size_t(l)] = (l + 1) % pattern != 0;
-        c.ropeLocalTheta = 10000.0;  // llama.cpp's rope_freq_base_train_swa for gemma3
+        for (int64_t l = 0; l < c.nLayers; ++l) c.slidingLayers[size_t(l)] = (l % pattern) < pattern - 1;
       } else if (arch == "gemma2") {  // even layers windowed
         c.slidingLayers.assign(size_t(c.nLayers), 0);
         for (int64_t l = 0; l < c.nLayers; l += 2) c.slidingLayers[size_t(l)] = 1;
       }
+    }
+    if (arch == "gemma3" && c.slidingWindow > 0) {
+      // llama.cpp: the windowed layers rotate with rope.freq_base_swa (default 10000), unscaled.
+      c.ropeLocalTheta = real(p + "rope.freq_base_swa");
+      if (c.ropeLocalTheta == 0) c.ropeLocalTheta = 10000.0;
+    } else if (real(p + "rope.freq_base_swa") > 0) {
+      throwBadInput(m_.path_, p + "rope.freq_base_swa", "is not implemented for " + arch);
     }
     if (gemma) {
       c.embeddingScale = std::sqrt(double(c.dim));
