@@ -71,19 +71,56 @@ void readRope(const std::string& path, const std::string& where, const nlohmann:
                   "value " + o["partial_rotary_factor"].dump() + " is not implemented (only 1)");
   if (type == "default") return;
   const std::string key = where + "." + (o.contains("rope_type") ? "rope_type" : "type");
-  if (type != "linear" && type != "llama3")
+  if (type != "linear" && type != "llama3" && type != "yarn" && type != "dynamic" && type != "longrope")
     throwBadInput(path, key,
-                  "RoPE type \"" + type + "\" is not implemented (default, linear, llama3 are)");
+                  "RoPE type \"" + type + "\" is not implemented (default, linear, llama3, yarn, "
+                  "dynamic, longrope are)");
   if (!theta)  // only the global layers' RoPE may be scaled here
     throwBadInput(path, key, "RoPE type \"" + type + "\" on sliding-window layers is not implemented");
   c.ropeType = type;
+  c.ropeOriginalContext = o.contains("original_max_position_embeddings") && !o["original_max_position_embeddings"].is_null()
+                              ? r.integer("original_max_position_embeddings") : 0;
+  if (type == "yarn" || type == "longrope") {
+    if (c.ropeOriginalContext <= 0) c.ropeOriginalContext = c.maxSeqLen;
+    if (c.ropeOriginalContext <= 0)
+      throwBadInput(path, where + ".original_max_position_embeddings", "a " + type + " RoPE needs it");
+    c.ropeFactor = o.contains("factor") && !o["factor"].is_null()
+                       ? r.real("factor") : double(c.maxSeqLen) / double(c.ropeOriginalContext);
+    c.ropeAttentionFactor = r.real("attention_factor");
+    if (type == "yarn") {
+      if (o.contains("beta_fast") && !o["beta_fast"].is_null()) c.ropeBetaFast = r.real("beta_fast");
+      if (o.contains("beta_slow") && !o["beta_slow"].is_null()) c.ropeBetaSlow = r.real("beta_slow");
+      c.ropeMscale = r.real("mscale");
+      c.ropeMscaleAllDim = r.real("mscale_all_dim");
+      c.ropeTruncate = r.boolean("truncate", true);
+    } else {
+      // Within the original context transformers uses the short factors; beyond it the long
+      // ones for every position, so the runtime stops there.
+      auto sf = o.find("short_factor");
+      if (sf == o.end() || !sf->is_array())
+        throwBadInput(path, where + ".short_factor", "a longrope RoPE needs the short_factor list");
+      for (const auto& x : *sf) {
+        if (!x.is_number() || !(x.get<double>() > 0))
+          throwBadInput(path, where + ".short_factor", "holds " + x.dump() + ", not a positive number");
+        c.ropeShortFactor.push_back(x.get<double>());
+      }
+      c.ropeContextCap = c.ropeOriginalContext;
+    }
+    if (!(c.ropeFactor > 0)) throwBadInput(path, where + ".factor", "a " + type + " RoPE needs a positive factor");
+    return;
+  }
   c.ropeFactor = r.real("factor");
   if (c.ropeFactor <= 0)
     throwBadInput(path, where + ".factor", "a " + type + " RoPE needs a positive factor");
+  if (type == "dynamic") {
+    // Dynamic NTK equals the default RoPE up to max_position_embeddings; beyond it the base
+    // grows with the sequence length (every position changes), so the runtime stops there.
+    c.ropeContextCap = c.maxSeqLen;
+    return;
+  }
   if (type == "llama3") {
     c.ropeLowFreqFactor = r.real("low_freq_factor");
     c.ropeHighFreqFactor = r.real("high_freq_factor");
-    c.ropeOriginalContext = Reader(path, o).integer("original_max_position_embeddings");
     if (c.ropeLowFreqFactor <= 0 || c.ropeHighFreqFactor <= c.ropeLowFreqFactor ||
         c.ropeOriginalContext <= 0)
       throwBadInput(path, where,

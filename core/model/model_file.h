@@ -56,12 +56,21 @@ struct ModelConfig {
   // The readers fill these from config.json / GGUF metadata and refuse (BadInput naming the key
   // and value) whatever changes the computation and is not implemented.
   std::string activation;  // MLP activation: "silu", "gelu", "gelu_tanh", "relu"; empty = family default
-  // RoPE scaling of the (global) attention layers: type "default", "linear" or "llama3".
+  // RoPE scaling of the (global) attention layers: type "default", "linear", "llama3", "yarn",
+  // "dynamic" or "longrope" (Hugging Face's _compute_*_parameters).
   std::string ropeType = "default";
-  double ropeFactor = 1.0;              // linear, llama3
+  double ropeFactor = 1.0;              // linear, llama3, yarn, dynamic, longrope
   double ropeLowFreqFactor = 0.0;       // llama3
   double ropeHighFreqFactor = 0.0;      // llama3
-  int64_t ropeOriginalContext = 0;      // llama3: original_max_position_embeddings
+  int64_t ropeOriginalContext = 0;      // llama3, yarn, longrope: original_max_position_embeddings
+  double ropeAttentionFactor = 0.0;     // yarn, longrope: cos/sin multiplier (0: derived as HF does)
+  double ropeBetaFast = 32.0, ropeBetaSlow = 1.0;  // yarn
+  double ropeMscale = 0.0, ropeMscaleAllDim = 0.0; // yarn
+  bool ropeTruncate = true;             // yarn
+  std::vector<double> ropeShortFactor;  // longrope (the long factors apply beyond the original context)
+  // dynamic / longrope change the frequencies of every position once a sequence outgrows the
+  // original context; the runtime caps its context there (0: no cap).
+  int64_t ropeContextCap = 0;
   double ropeLocalTheta = 0.0;          // Gemma 3: the sliding layers' base (default RoPE); 0 = ropeTheta
   int64_t slidingWindow = 0;            // 0: every layer attends to the whole context
   std::vector<uint8_t> slidingLayers;   // per layer, 1 = windowed; empty with a window = all layers

@@ -136,6 +136,17 @@ void Runtime::init(const ModelFile& file, const JobContext* ctx) {
   maxSeq_ = requested > 0 ? requested
                           : std::min<int64_t>(config_.maxSeqLen > 0 ? config_.maxSeqLen : kDefaultMaxSeqCap,
                                               kDefaultMaxSeqCap);
+  if (config_.ropeContextCap > 0 && maxSeq_ > config_.ropeContextCap) {
+    // dynamic / longrope RoPE: past this length transformers changes every position's
+    // frequencies; we run up to it, exactly.
+    if (requested > 0)
+      throw Error(ErrorKind::BadInput,
+                  "a context of " + std::to_string(requested) + " exceeds the " +
+                      std::to_string(config_.ropeContextCap) + " positions a " + config_.ropeType +
+                      " RoPE runs without rescaling (beyond it is not implemented)",
+                  file.path());
+    maxSeq_ = config_.ropeContextCap;
+  }
   attn_.maxSeq = int(maxSeq_);
   normEps_ = float(config_.normEps > 0 ? config_.normEps : 1e-5);
   ropeTheta_ = float(config_.ropeTheta > 0 ? config_.ropeTheta : 10000.0);
@@ -274,6 +285,50 @@ void Runtime::setupArchitecture(const ModelFile& file) {
         }
         f = v;
       }
+    } else if (c.ropeType == "yarn") {
+      // transformers' _compute_yarn_parameters: a ramp between interpolated (/ factor) and
+      // extrapolated frequencies over the correction range, cos / sin times attention_factor.
+      scaled = true;
+      const double factor = c.ropeFactor, base = ropeTheta_, dim = double(attn_.headDim);
+      auto mscaleOf = [](double scale, double m) { return scale <= 1 ? 1.0 : 0.1 * m * std::log(scale) + 1.0; };
+      ropeMscale_ = float(c.ropeAttentionFactor > 0 ? c.ropeAttentionFactor
+                          : (c.ropeMscale != 0 && c.ropeMscaleAllDim != 0)
+                              ? mscaleOf(factor, c.ropeMscale) / mscaleOf(factor, c.ropeMscaleAllDim)
+                              : mscaleOf(factor, 1.0));
+      auto corrDim = [&](double rotations) {
+        return dim * std::log(double(c.ropeOriginalContext) / (rotations * 2 * M_PI)) / (2 * std::log(base));
+      };
+      double lo = corrDim(c.ropeBetaFast), hi = corrDim(c.ropeBetaSlow);
+      if (c.ropeTruncate) {
+        lo = std::floor(lo);
+        hi = std::ceil(hi);
+      }
+      lo = std::max(lo, 0.0);
+      hi = std::min(hi, dim - 1);
+      if (lo == hi) hi += 0.001;
+      for (int i = 0; i < half; ++i) {
+        const float posFreq = std::pow(float(base), float(2 * i) / float(attn_.headDim));
+        const float extra = 1.0f / posFreq, inter = 1.0f / (float(factor) * posFreq);
+        const float ramp = std::clamp((float(i) - float(lo)) / (float(hi) - float(lo)), 0.0f, 1.0f);
+        const float extraFactor = 1.0f - ramp;
+        scaledInvFreq_[size_t(i)] = inter * (1.0f - extraFactor) + extra * extraFactor;
+      }
+    } else if (c.ropeType == "longrope") {
+      // Within the original context (the runtime's context is capped there): short factors.
+      scaled = true;
+      if (int64_t(c.ropeShortFactor.size()) != half)
+        throw Error(ErrorKind::BadInput, "longrope short_factor has " + std::to_string(c.ropeShortFactor.size()) +
+                                             " values for " + std::to_string(half) + " frequencies", file.path());
+      for (int i = 0; i < half; ++i) {
+        const float shape = float(2 * i) / float(attn_.headDim);
+        scaledInvFreq_[size_t(i)] = 1.0f / (float(c.ropeShortFactor[size_t(i)]) * std::pow(ropeTheta_, shape));
+      }
+      const double factor = c.ropeFactor;
+      ropeMscale_ = float(c.ropeAttentionFactor > 0 ? c.ropeAttentionFactor
+                          : factor <= 1 ? 1.0
+                                        : std::sqrt(1 + std::log(factor) / std::log(double(c.ropeOriginalContext))));
+    } else if (c.ropeType == "dynamic") {
+      // Up to the capped context: the default frequencies.
     } else if (c.ropeType != "default") {
       throw Error(ErrorKind::BadInput, "RoPE type \"" + c.ropeType + "\" is not implemented", file.path());
     }
@@ -625,7 +680,7 @@ void Runtime::runLlamaBlock(int b, float* x, int64_t T, int32_t startPos) {
     k = kn;
   }
   if (blockScaledRope_[size_t(b)])
-    ops_.ropeFrequencies(q, k, pos, T, shape, scaledInvFreq_.data(), 1.0f, ropeMode_);
+    ops_.ropeFrequencies(q, k, pos, T, shape, scaledInvFreq_.data(), ropeMscale_, ropeMode_);
   else
     ops_.rope(q, k, pos, T, shape, blockTheta_[size_t(b)], ropeMode_);
   if (shape.plain() || ops_.attentionExtras())

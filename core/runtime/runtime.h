@@ -243,6 +243,7 @@ class Runtime {
   std::vector<float> scaledInvFreq_;  // [headDim/2], host
   Activation act_ = Activation::Silu;
   float embedScale_ = 0.0f, finalSoftcap_ = 0.0f;
+  float ropeMscale_ = 1.0f;  // yarn / longrope attention factor on cos and sin
   void setupArchitecture(const ModelFile& file);
 
   std::vector<const LinearLayer*> linears_;

@@ -39,6 +39,18 @@ def cases():
                                         high_freq_factor=4.0, original_max_position_embeddings=16))))
     c.append(("llama_rope_linear", "llama",
               dict(rope_parameters=dict(rope_type="linear", rope_theta=10000.0, factor=4.0))))
+    c.append(("llama_rope_yarn", "llama",
+              dict(rope_parameters=dict(rope_type="yarn", rope_theta=10000.0, factor=4.0,
+                                        original_max_position_embeddings=16))))
+    c.append(("llama_rope_yarn_mscale", "llama",
+              dict(rope_parameters=dict(rope_type="yarn", rope_theta=10000.0, factor=8.0, beta_fast=16.0,
+                                        beta_slow=2.0, mscale=1.0, mscale_all_dim=0.5,
+                                        original_max_position_embeddings=32))))
+    c.append(("llama_rope_dynamic", "llama",
+              dict(rope_parameters=dict(rope_type="dynamic", rope_theta=10000.0, factor=2.0))))
+    c.append(("llama_rope_longrope", "llama",
+              dict(rope_parameters=dict(rope_type="longrope", rope_theta=10000.0, short_factor=[1.0, 1.5, 2.0, 3.0],
+                                        long_factor=[2.0, 3.0, 5.0, 9.0], original_max_position_embeddings=16))))
     c.append(("llama_gelu_mlp_bias", "llama", dict(hidden_act="gelu", mlp_bias=True, attention_bias=True)))
     c.append(("llama_relu", "llama", dict(hidden_act="relu")))
     c.append(("llama_gelu_tanh_headdim", "llama", dict(hidden_act="gelu_pytorch_tanh", head_dim=16)))
@@ -66,15 +78,16 @@ def cases():
 
 REFUSALS = [
     # (name, base case, config edits, key the message must name)
-    ("refuse_rope_yarn", "llama_gqa",
-     dict(rope_parameters=dict(rope_type="yarn", rope_theta=10000.0, factor=4.0, original_max_position_embeddings=16)),
+    ("refuse_rope_proportional", "llama_gqa",
+     dict(rope_parameters=dict(rope_type="proportional", rope_theta=10000.0, factor=4.0)),
      "rope_parameters.rope_type"),
-    ("refuse_rope_dynamic_t4", "llama_gqa",
-     dict(rope_parameters=None, rope_theta=10000.0, rope_scaling=dict(type="dynamic", factor=2.0)),
+    ("refuse_rope_unknown_t4", "llama_gqa",
+     dict(rope_parameters=None, rope_theta=10000.0, rope_scaling=dict(type="ntk-by-parts", factor=2.0)),
      "rope_scaling.type"),
-    ("refuse_rope_longrope", "llama_gqa",
-     dict(rope_parameters=dict(rope_type="longrope", rope_theta=10000.0, short_factor=[1.0] * 4,
-                               long_factor=[1.0] * 4)), "rope_parameters.rope_type"),
+    ("refuse_gemma3_scaled_local_rope", "gemma3_text",
+     dict(rope_parameters={"full_attention": dict(rope_type="default", rope_theta=1000000.0),
+                           "sliding_attention": dict(rope_type="linear", rope_theta=10000.0, factor=2.0)}),
+     "rope_parameters.sliding_attention.rope_type"),
     ("refuse_hidden_act", "llama_gqa", dict(hidden_act="gelu_10"), "hidden_act"),
     ("refuse_gpt2_act", "gpt2", dict(activation_function="quick_gelu"), "activation_function"),
     ("refuse_partial_rotary", "llama_gqa", dict(partial_rotary_factor=0.5), "partial_rotary_factor"),
