@@ -152,6 +152,7 @@ ModelConfig parseHfConfig(const std::string& path, const std::string& text,
       else if (cls.rfind("Mistral", 0) == 0) type = "mistral";
       else if (cls.rfind("Qwen2", 0) == 0) type = "qwen2";
       else if (cls.rfind("Qwen3", 0) == 0) type = "qwen3";
+      else if (cls.rfind("Phi3", 0) == 0) type = "phi3";
       else if (cls.rfind("GPT2", 0) == 0) type = "gpt2";
       else type = cls;
     }
@@ -185,7 +186,7 @@ ModelConfig parseHfConfig(const std::string& path, const std::string& text,
     // gemma3_text is Gemma 3's text model (Gemma3ForCausalLM).
     const std::string arch = type == "gemma3_text" ? "gemma3" : type;
     const bool gemma = arch == "gemma" || arch == "gemma2" || arch == "gemma3";
-    if (arch == "llama" || arch == "mistral" || arch == "qwen2" || arch == "qwen3" || gemma)
+    if (arch == "llama" || arch == "mistral" || arch == "qwen2" || arch == "qwen3" || arch == "phi3" || gemma)
       c.architecture = arch;
     c.dim = r.integer("hidden_size");
     c.hiddenDim = r.integer("intermediate_size");
@@ -245,9 +246,9 @@ ModelConfig parseHfConfig(const std::string& path, const std::string& text,
       // use_sliding_window, from max_window_layers on; Gemma 2/3: alternating; transformers 5
       // names each layer's kind in layer_types.
       const int64_t window = r.integer("sliding_window");
-      if (arch == "mistral") {
-        // transformers' Mistral windows every layer whenever sliding_window is set (it warns
-        // about and ignores layer_types).
+      if (arch == "mistral" || arch == "phi3") {
+        // transformers' Mistral and Phi-3 window every layer whenever sliding_window is set
+        // (Mistral warns about and ignores layer_types).
         if (window > 0) c.slidingWindow = window;
       } else if (auto it = j.find("layer_types"); it != j.end() && !it->is_null()) {
         if (!it->is_array() || int64_t(it->size()) != c.nLayers)

@@ -44,6 +44,7 @@ std::string_view linearRoleName(LinearRole r) {
     case LinearRole::MlpOut: return "c_proj";
     case LinearRole::Head: return "head";
     case LinearRole::Generic: return "linear";
+    case LinearRole::GateUpFused: return "gate_up";
   }
   return "linear";
 }
@@ -97,7 +98,7 @@ bool usesQkNorm(const std::string& a) { return a == "qwen3" || a == "gemma3"; }
 bool usesPostNorms(const std::string& a) { return a == "gemma2" || a == "gemma3"; }
 bool isLlamaFamily(const std::string& a) {
   return a == "llama" || a == "mistral" || a == "qwen2" || a == "qwen3" || a == "gemma" ||
-         a == "gemma2" || a == "gemma3";
+         a == "gemma2" || a == "gemma3" || a == "phi3";
 }
 
 const std::vector<Scheme>& schemes() {
@@ -138,6 +139,13 @@ const std::vector<Scheme>& schemes() {
        "model.norm.weight", "lm_head.weight", false, {},
        "self_attn.q_norm.weight", "self_attn.k_norm.weight", "post_attention_layernorm.weight",
        "post_feedforward_layernorm.weight", {"gemma2", "gemma3"}},
+      {"Hugging Face Phi-3", GraphFamily::Llama, "model.embed_tokens.weight", nullptr,
+       "model.layers.", "input_layernorm.weight", "post_attention_layernorm.weight",
+       {{LinearRole::QkvFused, "self_attn.qkv_proj.weight", "self_attn.qkv_proj.bias"},
+        {LinearRole::O, "self_attn.o_proj.weight", "self_attn.o_proj.bias"},
+        {LinearRole::GateUpFused, "mlp.gate_up_proj.weight", nullptr},
+        {LinearRole::Down, "mlp.down_proj.weight", nullptr}},
+       "model.norm.weight", "lm_head.weight", false, {}, nullptr, nullptr, nullptr, nullptr, {"phi3"}},
       {"GGUF", GraphFamily::Llama, "token_embd.weight", nullptr, "blk.", "attn_norm.weight",
        "ffn_norm.weight",
        {{LinearRole::Q, "attn_q.weight", "attn_q.bias"},
@@ -365,7 +373,8 @@ class Builder {
           case LinearRole::MlpIn: out = ff, in = d; break;
           case LinearRole::Down:
           case LinearRole::MlpOut: out = d, in = ff; break;
-          case LinearRole::QkvFused: out = 3 * d, in = d; break;
+          case LinearRole::QkvFused: out = qDim + 2 * kvDim, in = d; break;
+          case LinearRole::GateUpFused: out = 2 * ff, in = d; break;
           case LinearRole::AttnOut: out = d, in = d; break;
           default: break;
         }

@@ -11,7 +11,7 @@
 //
 // Families (GraphFamily):
 //   Llama     llama2.c, Meta / HF Llama 1-3, TinyLlama, SmolLM, Mistral, Qwen2 (q/k/v biases),
-//             Qwen3 (QK norm), Gemma 1-3 (post norms, QK norm; ModelConfig says how they
+//             Qwen3 (QK norm), Phi-3 (fused qkv and gate_up), Gemma 1-3 (post norms, QK norm; ModelConfig says how they
 //             differ: activation, embedding scale, windows, soft-capping);
 //             RMSNorm, gated MLP (down(act(gate x) * up x)), RoPE, grouped-query attention.
 //   Gpt2      GPT-2: LayerNorm with bias, fused qkv (c_attn), GELU MLP (c_fc, c_proj), learned
@@ -48,12 +48,13 @@ std::string_view ropeLayoutName(RopeLayout r);  // "none", "interleaved", "half-
 enum class LinearRole {
   Q, K, V, O,            // attention projections (Llama family)
   Gate, Up, Down,        // SwiGLU MLP: down(silu(gate x) * up x)
-  QkvFused,              // GPT-2 attn.c_attn: [3*dim, dim], rows q, k, v
+  QkvFused,              // GPT-2 attn.c_attn, Phi-3 qkv_proj: [qDim + 2*kvDim, dim], rows q, k, v
   AttnOut,               // GPT-2 attn.c_proj
   MlpIn,                 // GPT-2 mlp.c_fc
   MlpOut,                // GPT-2 mlp.c_proj
   Head,                  // the output projection to vocabulary logits
   Generic,               // weights-only: a 2-D tensor of unknown purpose
+  GateUpFused,           // Phi-3 mlp.gate_up_proj: [2*ff, dim], rows gate then up
 };
 std::string_view linearRoleName(LinearRole r);  // "q", "k", …, "c_attn", "c_proj", "c_fc", "head"
 

@@ -655,7 +655,9 @@ void Runtime::runLlamaBlock(int b, float* x, int64_t T, int32_t startPos) {
   const int iq = findRole(ids, linears_, LinearRole::Q), ik = findRole(ids, linears_, LinearRole::K),
             iv = findRole(ids, linears_, LinearRole::V), io = findRole(ids, linears_, LinearRole::O),
             ig = findRole(ids, linears_, LinearRole::Gate), iu = findRole(ids, linears_, LinearRole::Up),
-            id = findRole(ids, linears_, LinearRole::Down);
+            id = findRole(ids, linears_, LinearRole::Down),
+            iqkv = findRole(ids, linears_, LinearRole::QkvFused),
+            igu = findRole(ids, linears_, LinearRole::GateUpFused);
   float* h = scratch(kH, size_t(T * dim_));
   float* q = scratch(kQ, size_t(T * qDim_));
   float* k = scratch(kK, size_t(T * kvDim_));
@@ -668,9 +670,18 @@ void Runtime::runLlamaBlock(int b, float* x, int64_t T, int32_t startPos) {
   const int64_t hd = shape.headDim;
 
   ops_.rmsNorm(x, attnNorms_[size_t(b)].dw.f(), T, dim_, normEps_, h);
-  linear(iq, h, T, q, b);
-  linear(ik, h, T, k, b);
-  linear(iv, h, T, v, b);
+  if (iqkv >= 0) {  // Phi-3: one projection, output columns [q | k | v]
+    const int64_t row = qDim_ + 2 * kvDim_;
+    float* qkv = scratch(kQkv, size_t(T * row));
+    linear(iqkv, h, T, qkv, b);
+    ops_.copyColumns(qkv, row, 0, T, qDim_, q);
+    ops_.copyColumns(qkv, row, qDim_, T, kvDim_, k);
+    ops_.copyColumns(qkv, row, qDim_ + kvDim_, T, kvDim_, v);
+  } else {
+    linear(iq, h, T, q, b);
+    linear(ik, h, T, k, b);
+    linear(iv, h, T, v, b);
+  }
   if (!qNorms_[size_t(b)].w.empty()) {  // Qwen3 / Gemma 3: RMSNorm over each head
     float* qn = scratch(kQn, size_t(T * qDim_));
     float* kn = scratch(kKn, size_t(T * kvDim_));
@@ -698,8 +709,15 @@ void Runtime::runLlamaBlock(int b, float* x, int64_t T, int32_t startPos) {
   float* g = scratch(kG, size_t(T * hidden_));
   float* u = scratch(kU, size_t(T * hidden_));
   ops_.rmsNorm(x, ffnNorms_[size_t(b)].dw.f(), T, dim_, normEps_, h);
-  linear(ig, h, T, g, b);
-  linear(iu, h, T, u, b);
+  if (igu >= 0) {  // Phi-3: one projection, output columns [gate | up]
+    float* gu = scratch(kF, size_t(T * 2 * hidden_));
+    linear(igu, h, T, gu, b);
+    ops_.copyColumns(gu, 2 * hidden_, 0, T, hidden_, g);
+    ops_.copyColumns(gu, 2 * hidden_, hidden_, T, hidden_, u);
+  } else {
+    linear(ig, h, T, g, b);
+    linear(iu, h, T, u, b);
+  }
   if (act_ == Activation::Silu) {
     ops_.swiglu(g, u, T * hidden_, g);
   } else {

@@ -71,6 +71,11 @@ def cases():
                    layer_types=["sliding_attention", "full_attention"], tie_word_embeddings=True,
                    rope_parameters={"full_attention": dict(rope_type="linear", rope_theta=1000000.0, factor=8.0),
                                     "sliding_attention": dict(rope_type="default", rope_theta=10000.0)})))
+    c.append(("phi3_window5", "phi3", dict(sliding_window=5, pad_token_id=0, bos_token_id=1, eos_token_id=2)))
+    c.append(("phi3_longrope", "phi3",
+              dict(pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                   rope_parameters=dict(rope_type="longrope", rope_theta=10000.0, short_factor=[1.0, 1.2, 2.5, 4.0],
+                                        long_factor=[2.0, 3.0, 5.0, 9.0], original_max_position_embeddings=16))))
     c.append(("gpt2", "gpt2", dict()))
     c.append(("gpt2_relu", "gpt2", dict(activation_function="relu")))
     return c
