@@ -44,7 +44,7 @@ void ModelTreeModel::setModel(std::shared_ptr<const ModelFile> model) {
       for (const LinearLayer& l : b.linears) {
         const bool mlp = l.role == LinearRole::Gate || l.role == LinearRole::Up ||
                          l.role == LinearRole::Down || l.role == LinearRole::MlpIn ||
-                         l.role == LinearRole::MlpOut;
+                         l.role == LinearRole::MlpOut || l.role == LinearRole::GateUpFused;
         if (mlp && !mlpNormDone) {
           norm(b.ffnNorm);
           mlpNormDone = true;

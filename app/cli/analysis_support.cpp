@@ -51,7 +51,7 @@ AnalysisSetup setUpAnalysis(CliContext& ctx, const AnalysisArgs& a, TerminalProg
   s.tokens = tok.encode(text, {});
   s.eval.context = a.context;
   s.eval.maxTokens = a.tokens;
-  s.eval.bos = tok.bos() >= 0 ? tok.bos() : tok.eos();
+  s.eval.bos = tok.sequenceStart();
   return s;
 }
 

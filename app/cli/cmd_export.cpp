@@ -58,7 +58,7 @@ void registerModelExport(CLI::App& app, CliContext& ctx) {
       if (!m.tokenizer) throwBadInput(a->model, "tokenizer", "calibration needs a tokenizer (--tokenizer)");
       calibIds = m.tokenizer->encode(readTextFile(a->calibText), {});
       if (int64_t(calibIds.size()) > a->calibTokens) calibIds.resize(size_t(a->calibTokens));
-      bos = m.tokenizer->bos() >= 0 ? m.tokenizer->bos() : m.tokenizer->eos();
+      bos = m.tokenizer->sequenceStart();
     }
     CalibrationStats calib;
     if (!a->calibText.empty()) {

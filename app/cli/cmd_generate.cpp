@@ -15,6 +15,7 @@ void registerGenerate(CLI::App& app, CliContext& ctx) {
     std::string model, tokenizer, prompt;
     int tokens = 128;
     bool json = false;
+    bool plainSpecial = false;
   };
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("generate", "Generate text greedily (deterministic) from a prompt");
@@ -23,19 +24,27 @@ void registerGenerate(CLI::App& app, CliContext& ctx) {
   cmd->add_option("--prompt", a->prompt, "Prompt text (default: empty, i.e. BOS only)");
   cmd->add_option("--tokens", a->tokens, "New tokens to generate")->check(CLI::Range(1, 1 << 20));
   cmd->add_flag("--json", a->json, "Print JSON on stdout");
+  cmd->add_flag("--plain-special", a->plainSpecial,
+                "Treat special tokens written in the prompt (<bos>, <|im_start|>) as plain text");
   cmd->callback([&ctx, a] {
     TerminalProgress progress;
     RunnableModel m = loadRunnable(ctx.backend(), a->model, a->tokenizer, true, progress);
     const Tokenizer& tok = *m.model.tokenizer;
+    // BOS as the tokenizer's files say (add_bos_token); special tokens written in the prompt
+    // are matched, as llama.cpp's tools do, unless --plain-special.
     EncodeOptions eo;
-    eo.addBos = tok.bos() >= 0;
+    eo.addBos = tok.addsBosByDefault();
+    eo.parseSpecial = !a->plainSpecial;
     std::vector<int32_t> prompt = tok.encode(a->prompt, eo);
-    if (prompt.empty()) {  // GPT-2 style vocabularies have no BOS: start from end-of-text
-      if (tok.eos() < 0) throw Error(ErrorKind::BadInput, "empty prompt and the tokenizer has no BOS/EOS", a->model);
-      prompt.push_back(tok.eos());
+    if (prompt.empty()) {  // empty prompt: BOS, or end-of-text for vocabularies without BOS
+      const int32_t start = tok.bos() >= 0 ? tok.bos() : tok.eos();
+      if (start < 0) throw Error(ErrorKind::BadInput, "empty prompt and the tokenizer has no BOS/EOS", a->model);
+      prompt.push_back(start);
     }
-    // llama2.c's run.c stops when the model emits BOS (a new story); EOS stops everywhere.
-    const int32_t stop = tok.eos() >= 0 ? tok.eos() : tok.bos();
+    // Every end-of-sequence id stops (eos, eot, a config's eos_token_id list); llama2.c's run.c
+    // also stops when the model emits BOS (a new story).
+    std::vector<int32_t> stops = tok.stopIds();
+    if (stops.empty() && tok.bos() >= 0) stops.push_back(tok.bos());
     const int32_t stop2 = tok.bos();
     std::string text = a->prompt;
     int32_t prev = prompt.back();
@@ -43,7 +52,7 @@ void registerGenerate(CLI::App& app, CliContext& ctx) {
     if (!a->json) ctx.out << a->prompt << std::flush;
     const auto t0 = std::chrono::steady_clock::now();
     bool stopped = false;
-    generateGreedy(*m.runtime, prompt, a->tokens, stop, [&](int32_t id) {
+    generateGreedy(*m.runtime, prompt, a->tokens, std::span<const int32_t>(stops), [&](int32_t id) {
       if (stopped || id == stop2) {
         stopped = true;
         return;

@@ -31,7 +31,7 @@ void registerPerplexity(CLI::App& app, CliContext& ctx) {
     PerplexityOptions o;
     o.context = a->context;
     o.maxTokens = a->tokens;
-    o.bos = tok.bos() >= 0 ? tok.bos() : tok.eos();
+    o.bos = tok.sequenceStart();
     JobContext job;
     job.onProgress = [&progress](double f, std::string_view s) { progress.update(f, s); };
     const PerplexityResult r = evaluatePerplexity(*m.runtime, ids, o, &job);

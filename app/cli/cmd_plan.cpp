@@ -115,7 +115,7 @@ Measurement prepareMeasurement(const std::string& model, const MeasureText& t, T
   m.run = loadRunnable(model, t.tokenizer, true, progress);
   const Tokenizer& tok = *m.run.model.tokenizer;
   const std::vector<int32_t> ids = tok.encode(text, {});
-  const int32_t bos = tok.bos() >= 0 ? tok.bos() : tok.eos();
+  const int32_t bos = tok.sequenceStart();
   JobContext job;
   job.onProgress = [&progress](double f, std::string_view s) { progress.update(f, s); };
   m.measurer = std::make_unique<FakeQuantMeasurer>(*m.run.runtime, ids, bos, t.tokens, &job);

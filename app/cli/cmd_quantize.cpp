@@ -115,7 +115,7 @@ void registerQuantize(CLI::App& app, CliContext& ctx) {
       textName = path;
       progress.update(0, "tokenizing");
       ids = m.model.tokenizer->encode(readTextFile(path), {});
-      bos = m.model.tokenizer->bos() >= 0 ? m.model.tokenizer->bos() : m.model.tokenizer->eos();
+      bos = m.model.tokenizer->sequenceStart();
     }
     const size_t nCal = std::min(ids.size(), size_t(a->calibTokens));
     const std::span<const int32_t> calib(ids.data(), nCal);

@@ -77,7 +77,7 @@ struct Workspace::Prepared {
     if (!tok)
       throw Error(ErrorKind::BadInput, "no tokenizer found for the model (none inside it or beside it)", modelPath,
                   "tokenizer");
-    *bos = tok->bos() >= 0 ? tok->bos() : tok->eos();
+    *bos = tok->sequenceStart();
     return tok->encode(readText(textPath), {});
   }
   EvalOptions eval(int32_t bos) const {

@@ -106,7 +106,7 @@ std::vector<int32_t> LabEnv::textTokens(const std::string& file, int64_t maxToke
   const size_t chars = size_t(std::max<int64_t>(maxTokens, 1) * 8);
   if (text.size() > chars) text = text.substr(0, chars);
   EncodeOptions opt;
-  opt.addBos = tok.bos() >= 0;
+  opt.addBos = tok.addsBosByDefault();
   std::vector<int32_t> ids = tok.encode(text, opt);
   const int64_t cap = std::min<int64_t>(maxTokens, runtime(ctx).maxSeq());
   if (int64_t(ids.size()) > cap) ids.resize(size_t(cap));

@@ -230,7 +230,9 @@ class GgufParser {
       throwBadInput(m_.path_, "general.architecture", "must be a string, is a " + archEntry->type);
     const std::string arch = archEntry->value.get<std::string>();
     c.sourceArchitecture = arch;
-    if (arch == "llama" || arch == "qwen2" || arch == "gpt2") c.architecture = arch;
+    if (arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "gpt2" || arch == "gemma" ||
+        arch == "gemma2" || arch == "gemma3")
+      c.architecture = arch;
     // Integers must be scalars within int32 so that shape arithmetic can never overflow.
     auto integer = [&](const std::string& key) -> int64_t {
       const MetaEntry* e = m_.findMeta(key);
@@ -272,6 +274,93 @@ class GgufParser {
     const int64_t keyLength = integer(p + "attention.key_length");
     if (keyLength > 0 && c.nHeads > 0 && keyLength != c.dim / c.nHeads) c.explicitHeadDim = keyLength;
     c.tiedEmbeddings = m_.findTensor("output.weight") == nullptr;
+    if (c.architecture.empty()) return;
+    fillComputation(c, arch, integer, real);
+  }
+
+  // What changes the computation beyond the shapes (llama.cpp's LLM_KV names and the
+  // per-architecture constants of its llama-model.cpp); what we do not implement is refused
+  // naming the key and value.
+  template <class Int, class Real>
+  void fillComputation(ModelConfig& c, const std::string& arch, Int& integer, Real& real) {
+    const std::string p = arch + ".";
+    const bool gemma = arch == "gemma" || arch == "gemma2" || arch == "gemma3";
+    if (c.ropeTheta == 0 && (arch == "qwen3" || gemma)) c.ropeTheta = 10000.0;
+    auto str = [&](const std::string& key) -> std::string {
+      const MetaEntry* e = m_.findMeta(key);
+      return e && e->value.is_string() ? e->value.get<std::string>() : std::string();
+    };
+    if (arch == "gpt2") {
+      c.activation = "gelu_tanh";
+    } else {
+      c.activation = gemma ? "gelu_tanh" : "silu";
+    }
+    const std::string scaling = str(p + "rope.scaling.type");
+    if (!scaling.empty() && scaling != "none") {
+      const double factor = real(p + "rope.scaling.factor");
+      if (scaling != "linear")
+        throwBadInput(m_.path_, p + "rope.scaling.type",
+                      "RoPE scaling \"" + scaling + "\" is not implemented (none, linear are; llama3 "
+                      "comes as the rope_freqs.weight tensor)");
+      if (factor <= 0) throwBadInput(m_.path_, p + "rope.scaling.factor", "a linear RoPE needs a positive factor");
+      if (factor != 1.0) {
+        c.ropeType = "linear";
+        c.ropeFactor = factor;
+      }
+    }
+    if (const double f = real(p + "rope.scale_linear"); f > 0 && f != 1.0) {  // older key
+      c.ropeType = "linear";
+      c.ropeFactor = f;
+    }
+    if (const double a = real(p + "rope.scaling.attn_factor"); a > 0 && a != 1.0)
+      throwBadInput(m_.path_, p + "rope.scaling.attn_factor",
+                    "value " + std::to_string(a) + " is not implemented (only 1)");
+    if (const int64_t dimCount = integer(p + "rope.dimension_count");
+        dimCount > 0 && dimCount != c.headDim())
+      throwBadInput(m_.path_, p + "rope.dimension_count",
+                    "partial RoPE (" + std::to_string(dimCount) + " of " + std::to_string(c.headDim()) +
+                        " dimensions) is not implemented");
+    const int64_t window = integer(p + "attention.sliding_window");
+    if (window > 0) {
+      c.slidingWindow = window;
+      const MetaEntry* pat = m_.findMeta(p + "attention.sliding_window_pattern");
+      if (pat && pat->value.is_array()) {  // one flag per layer
+        if (int64_t(pat->value.size()) != c.nLayers)
+          throwBadInput(m_.path_, pat->key, "has " + std::to_string(pat->value.size()) +
+                                                " entries for " + std::to_string(c.nLayers) + " layers");
+        c.slidingLayers.assign(size_t(c.nLayers), 0);
+        for (size_t l = 0; l < pat->value.size(); ++l)
+          c.slidingLayers[l] = pat->value[l].is_boolean() ? pat->value[l].get<bool>()
+                                                          : pat->value[l].is_number() && pat->value[l].get<double>() != 0;
+      } else if (arch == "gemma3") {  // llama.cpp: every 6th layer global, the others windowed
+        int64_t pattern = integer(p + "attention.sliding_window_pattern");
+        if (pattern <= 0) pattern = 6;
+        c.slidingLayers.assign(size_t(c.nLayers), 0);
+        for (int64_t l = 0; l < c.nLayers; ++l) c.slidingLayers[size_t(l)] = (l % pattern) < pattern - 1;
+      } else if (arch == "gemma2") {  // even layers windowed
+        c.slidingLayers.assign(size_t(c.nLayers), 0);
+        for (int64_t l = 0; l < c.nLayers; l += 2) c.slidingLayers[size_t(l)] = 1;
+      }
+    }
+    if (arch == "gemma3" && c.slidingWindow > 0) {
+      // llama.cpp: the windowed layers rotate with rope.freq_base_swa (default 10000), unscaled.
+      c.ropeLocalTheta = real(p + "rope.freq_base_swa");
+      if (c.ropeLocalTheta == 0) c.ropeLocalTheta = 10000.0;
+    } else if (real(p + "rope.freq_base_swa") > 0) {
+      throwBadInput(m_.path_, p + "rope.freq_base_swa", "is not implemented for " + arch);
+    }
+    if (gemma) {
+      c.embeddingScale = std::sqrt(double(c.dim));
+      // llama.cpp: 1/sqrt(head_dim), except Gemma 2/3 27B (query_pre_attn_scalar = dim / heads).
+      const bool big = (arch == "gemma3" && c.nLayers == 62) || (arch == "gemma2" && c.nLayers == 46);
+      if (big && c.nHeads > 0) c.attentionScale = 1.0 / std::sqrt(double(c.dim / c.nHeads));
+      c.attnSoftcap = real(p + "attn_logit_softcapping");
+      c.finalSoftcap = real(p + "final_logit_softcapping");
+    } else {
+      for (const char* k : {"attn_logit_softcapping", "final_logit_softcapping"})
+        if (real(p + k) > 0)
+          throwBadInput(m_.path_, p + k, "soft-capping is not implemented for " + arch);
+    }
   }
 
   uint64_t readCount(const char* field) {

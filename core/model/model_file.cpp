@@ -49,6 +49,29 @@ nlohmann::ordered_json ModelConfig::toJson() const {
   if (normEps > 0) j["norm_eps"] = normEps;
   if (ropeTheta > 0) j["rope_theta"] = ropeTheta;
   if (!architecture.empty()) j["tied_embeddings"] = tiedEmbeddings;
+  if (!activation.empty()) j["activation"] = activation;
+  if (ropeType != "default") {
+    j["rope_type"] = ropeType;
+    j["rope_factor"] = ropeFactor;
+    if (ropeType == "llama3") {
+      j["rope_low_freq_factor"] = ropeLowFreqFactor;
+      j["rope_high_freq_factor"] = ropeHighFreqFactor;
+      j["rope_original_context"] = ropeOriginalContext;
+    }
+  }
+  if (ropeLocalTheta > 0) j["rope_local_theta"] = ropeLocalTheta;
+  if (slidingWindow > 0) {
+    j["sliding_window"] = slidingWindow;
+    if (!slidingLayers.empty()) {
+      int64_t n = 0;
+      for (uint8_t v : slidingLayers) n += v;
+      j["sliding_layers"] = n;
+    }
+  }
+  if (attentionScale > 0) j["attention_scale"] = attentionScale;
+  if (attnSoftcap > 0) j["attn_softcap"] = attnSoftcap;
+  if (finalSoftcap > 0) j["final_softcap"] = finalSoftcap;
+  if (embeddingScale > 0) j["embedding_scale"] = embeddingScale;
   return j;
 }
 

@@ -52,6 +52,38 @@ struct ModelConfig {
   bool tiedEmbeddings = false;
   int64_t explicitHeadDim = 0;  // set when the file names it (head_dim, <arch>.attention.key_length)
 
+  // ---- what the forward pass must honour beyond the family's defaults (docs/model-files.md).
+  // The readers fill these from config.json / GGUF metadata and refuse (BadInput naming the key
+  // and value) whatever changes the computation and is not implemented.
+  std::string activation;  // MLP activation: "silu", "gelu", "gelu_tanh", "relu"; empty = family default
+  // RoPE scaling of the (global) attention layers: type "default", "linear", "llama3", "yarn",
+  // "dynamic" or "longrope" (Hugging Face's _compute_*_parameters).
+  std::string ropeType = "default";
+  double ropeFactor = 1.0;              // linear, llama3, yarn, dynamic, longrope
+  double ropeLowFreqFactor = 0.0;       // llama3
+  double ropeHighFreqFactor = 0.0;      // llama3
+  int64_t ropeOriginalContext = 0;      // llama3, yarn, longrope: original_max_position_embeddings
+  double ropeAttentionFactor = 0.0;     // yarn, longrope: cos/sin multiplier (0: derived as HF does)
+  double ropeBetaFast = 32.0, ropeBetaSlow = 1.0;  // yarn
+  double ropeMscale = 0.0, ropeMscaleAllDim = 0.0; // yarn
+  bool ropeTruncate = true;             // yarn
+  std::vector<double> ropeShortFactor;  // longrope (the long factors apply beyond the original context)
+  // dynamic / longrope change the frequencies of every position once a sequence outgrows the
+  // original context; the runtime caps its context there (0: no cap).
+  int64_t ropeContextCap = 0;
+  double ropeLocalTheta = 0.0;          // Gemma 3: the sliding layers' base (default RoPE); 0 = ropeTheta
+  int64_t slidingWindow = 0;            // 0: every layer attends to the whole context
+  std::vector<uint8_t> slidingLayers;   // per layer, 1 = windowed; empty with a window = all layers
+  double attentionScale = 0.0;          // scores · this; 0 = 1/sqrt(head_dim) (Gemma: query_pre_attn_scalar^-0.5)
+  double attnSoftcap = 0.0;             // Gemma 2: attn_logit_softcapping
+  double finalSoftcap = 0.0;            // Gemma 2: final_logit_softcapping
+  double embeddingScale = 0.0;          // Gemma: sqrt(hidden); 0 = none
+  bool normAddOne = false;              // HF Gemma RMSNorm: x·(1 + w) (GGUF files have the 1 added)
+  bool layerSliding(int64_t layer) const {
+    return slidingWindow > 0 &&
+           (slidingLayers.empty() || (layer < int64_t(slidingLayers.size()) && slidingLayers[size_t(layer)]));
+  }
+
   int64_t headDim() const {
     return explicitHeadDim > 0 ? explicitHeadDim : nHeads > 0 ? dim / nHeads : 0;
   }

@@ -44,6 +44,7 @@ std::string_view linearRoleName(LinearRole r) {
     case LinearRole::MlpOut: return "c_proj";
     case LinearRole::Head: return "head";
     case LinearRole::Generic: return "linear";
+    case LinearRole::GateUpFused: return "gate_up";
   }
   return "linear";
 }
@@ -84,7 +85,21 @@ struct Scheme {
   const char* head;
   bool conv1d;  // HF GPT-2: linear weights stored [in, out]
   std::vector<const char*> buffers;  // per-block non-parameter tensors (suffixes)
+  // Optional per-block norms (nullptr: the scheme has none): q/k head norms, post-attention and
+  // post-MLP norms; `archs` limits the scheme to those architectures (empty: any of the family).
+  const char* qNorm = nullptr;
+  const char* kNorm = nullptr;
+  const char* postAttnNorm = nullptr;
+  const char* postFfnNorm = nullptr;
+  std::vector<std::string> archs = {};
 };
+
+bool usesQkNorm(const std::string& a) { return a == "qwen3" || a == "gemma3"; }
+bool usesPostNorms(const std::string& a) { return a == "gemma2" || a == "gemma3"; }
+bool isLlamaFamily(const std::string& a) {
+  return a == "llama" || a == "mistral" || a == "qwen2" || a == "qwen3" || a == "gemma" ||
+         a == "gemma2" || a == "gemma3" || a == "phi3";
+}
 
 const std::vector<Scheme>& schemes() {
   static const std::vector<Scheme> s = {
@@ -104,20 +119,45 @@ const std::vector<Scheme>& schemes() {
         {LinearRole::K, "self_attn.k_proj.weight", "self_attn.k_proj.bias"},
         {LinearRole::V, "self_attn.v_proj.weight", "self_attn.v_proj.bias"},
         {LinearRole::O, "self_attn.o_proj.weight", "self_attn.o_proj.bias"},
+        {LinearRole::Gate, "mlp.gate_proj.weight", "mlp.gate_proj.bias"},
+        {LinearRole::Up, "mlp.up_proj.weight", "mlp.up_proj.bias"},
+        {LinearRole::Down, "mlp.down_proj.weight", "mlp.down_proj.bias"}},
+       "model.norm.weight", "lm_head.weight", false, {"self_attn.rotary_emb.inv_freq"},
+       "self_attn.q_norm.weight", "self_attn.k_norm.weight", nullptr, nullptr,
+       {"llama", "mistral", "qwen2", "qwen3", "gemma"}},
+      // Gemma 2 / 3: post_attention_layernorm is the norm *after* attention; the MLP's input
+      // norm is pre_feedforward_layernorm.
+      {"Hugging Face Gemma 2/3", GraphFamily::Llama, "model.embed_tokens.weight", nullptr,
+       "model.layers.", "input_layernorm.weight", "pre_feedforward_layernorm.weight",
+       {{LinearRole::Q, "self_attn.q_proj.weight", "self_attn.q_proj.bias"},
+        {LinearRole::K, "self_attn.k_proj.weight", "self_attn.k_proj.bias"},
+        {LinearRole::V, "self_attn.v_proj.weight", "self_attn.v_proj.bias"},
+        {LinearRole::O, "self_attn.o_proj.weight", "self_attn.o_proj.bias"},
         {LinearRole::Gate, "mlp.gate_proj.weight", nullptr},
         {LinearRole::Up, "mlp.up_proj.weight", nullptr},
         {LinearRole::Down, "mlp.down_proj.weight", nullptr}},
-       "model.norm.weight", "lm_head.weight", false, {"self_attn.rotary_emb.inv_freq"}},
+       "model.norm.weight", "lm_head.weight", false, {},
+       "self_attn.q_norm.weight", "self_attn.k_norm.weight", "post_attention_layernorm.weight",
+       "post_feedforward_layernorm.weight", {"gemma2", "gemma3"}},
+      {"Hugging Face Phi-3", GraphFamily::Llama, "model.embed_tokens.weight", nullptr,
+       "model.layers.", "input_layernorm.weight", "post_attention_layernorm.weight",
+       {{LinearRole::QkvFused, "self_attn.qkv_proj.weight", "self_attn.qkv_proj.bias"},
+        {LinearRole::O, "self_attn.o_proj.weight", "self_attn.o_proj.bias"},
+        {LinearRole::GateUpFused, "mlp.gate_up_proj.weight", nullptr},
+        {LinearRole::Down, "mlp.down_proj.weight", nullptr}},
+       "model.norm.weight", "lm_head.weight", false, {}, nullptr, nullptr, nullptr, nullptr, {"phi3"}},
       {"GGUF", GraphFamily::Llama, "token_embd.weight", nullptr, "blk.", "attn_norm.weight",
        "ffn_norm.weight",
        {{LinearRole::Q, "attn_q.weight", "attn_q.bias"},
         {LinearRole::K, "attn_k.weight", "attn_k.bias"},
         {LinearRole::V, "attn_v.weight", "attn_v.bias"},
         {LinearRole::O, "attn_output.weight", "attn_output.bias"},
-        {LinearRole::Gate, "ffn_gate.weight", nullptr},
-        {LinearRole::Up, "ffn_up.weight", nullptr},
-        {LinearRole::Down, "ffn_down.weight", nullptr}},
-       "output_norm.weight", "output.weight", false, {}},
+        {LinearRole::Gate, "ffn_gate.weight", "ffn_gate.bias"},
+        {LinearRole::Up, "ffn_up.weight", "ffn_up.bias"},
+        {LinearRole::Down, "ffn_down.weight", "ffn_down.bias"}},
+       "output_norm.weight", "output.weight", false, {},
+       "attn_q_norm.weight", "attn_k_norm.weight", "post_attention_norm.weight",
+       "post_ffw_norm.weight"},
       {"Hugging Face GPT-2", GraphFamily::Gpt2, "wte.weight", "wpe.weight", "h.", "ln_1.weight",
        "ln_2.weight",
        {{LinearRole::QkvFused, "attn.c_attn.weight", "attn.c_attn.bias"},
@@ -163,7 +203,7 @@ class Builder {
     const ModelConfig& c = m_.config();
     GraphFamily family = GraphFamily::WeightsOnly;
     const std::string& a = c.architecture;
-    if (a == "llama" || a == "mistral" || a == "qwen2") family = GraphFamily::Llama;
+    if (isLlamaFamily(a)) family = GraphFamily::Llama;
     if (a == "gpt2") family = GraphFamily::Gpt2;
     g_.architecture = a.empty() ? c.sourceArchitecture : a;
     // A vocabulary-only file (llama.cpp's ggml-vocab-*.gguf) has nothing to check.
@@ -172,6 +212,7 @@ class Builder {
     // The scheme whose token embedding the file has; HF GPT-2 may carry a "transformer." prefix.
     for (const auto& s : schemes()) {
       if (s.family != family) continue;
+      if (!s.archs.empty() && std::find(s.archs.begin(), s.archs.end(), a) == s.archs.end()) continue;
       for (const char* pre : {"", "transformer."}) {
         if (find(std::string(pre) + s.tokenEmbedding) >= 0) return known(s, pre);
       }
@@ -309,6 +350,17 @@ class Builder {
       blk.index = int(b);
       blk.attnNorm = norm(p + s.attnNorm, nk, "attn_norm", d);
       blk.ffnNorm = norm(p + s.ffnNorm, nk, "ffn_norm", d);
+      const std::string& arch = c.architecture;
+      if (usesQkNorm(arch)) {
+        if (!s.qNorm) throwBadInput(m_.path(), "tensors", "no q/k norm names for " + arch + " in " + s.id);
+        blk.qNorm = norm(p + s.qNorm, nk, "q_norm", hd);
+        blk.kNorm = norm(p + s.kNorm, nk, "k_norm", hd);
+      }
+      if (usesPostNorms(arch)) {
+        if (!s.postAttnNorm) throwBadInput(m_.path(), "tensors", "no post-norm names for " + arch + " in " + s.id);
+        blk.postAttnNorm = norm(p + s.postAttnNorm, nk, "post_attn_norm", d);
+        blk.postFfnNorm = norm(p + s.postFfnNorm, nk, "post_ffn_norm", d);
+      }
       for (const auto& ln : s.linears) {
         int64_t out = 0, in = 0;
         switch (ln.role) {
@@ -321,7 +373,8 @@ class Builder {
           case LinearRole::MlpIn: out = ff, in = d; break;
           case LinearRole::Down:
           case LinearRole::MlpOut: out = d, in = ff; break;
-          case LinearRole::QkvFused: out = 3 * d, in = d; break;
+          case LinearRole::QkvFused: out = qDim + 2 * kvDim, in = d; break;
+          case LinearRole::GateUpFused: out = 2 * ff, in = d; break;
           case LinearRole::AttnOut: out = d, in = d; break;
           default: break;
         }
@@ -374,8 +427,13 @@ class Builder {
       // and GGUF "qwen2" rotate (i, i + d/2).
       const bool gguf = m_.format() == ModelFormat::Gguf;
       const bool meta = std::string(s.id) == "llama2.c / Meta";
-      g_.rope = (meta || (gguf && c.architecture != "qwen2")) ? RopeLayout::Interleaved
-                                                              : RopeLayout::HalfSplit;
+      // llama.cpp runs NEOX RoPE (not permuted at conversion) for qwen2, qwen3 and gemma*.
+      const bool ggufNorm = gguf && c.architecture == "llama";
+      g_.rope = (meta || ggufNorm) ? RopeLayout::Interleaved : RopeLayout::HalfSplit;
+      if (gguf) {
+        g_.ropeFreqs = optional("rope_freqs.weight");
+        if (g_.ropeFreqs >= 0) expectShape(g_.ropeFreqs, {hd / 2}, "[head_dim / 2]");
+      }
     }
     finish();
     return std::move(g_);
@@ -470,7 +528,8 @@ class Builder {
     for (int i = 0; i < int(used_.size()); ++i)
       if (!used_[size_t(i)]) g_.unassigned.push_back(i);
     for (auto& blk : g_.blocks) {
-      blk.parameters = blk.attnNorm.parameters + blk.ffnNorm.parameters;
+      blk.parameters = blk.attnNorm.parameters + blk.ffnNorm.parameters + blk.qNorm.parameters +
+                       blk.kNorm.parameters + blk.postAttnNorm.parameters + blk.postFfnNorm.parameters;
       for (const auto& l : blk.linears) blk.parameters += l.parameters;
       for (int i : blk.otherTensors) blk.parameters += params(i);
     }

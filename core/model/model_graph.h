@@ -10,8 +10,10 @@
 // [in, out]) `transposed` is set and the runtime must read W^T.
 //
 // Families (GraphFamily):
-//   Llama     llama2.c, Meta / HF Llama 1-3, TinyLlama, SmolLM, Mistral, Qwen2 (q/k/v biases);
-//             RMSNorm, SwiGLU MLP (down(silu(gate x) * up x)), RoPE, grouped-query attention.
+//   Llama     llama2.c, Meta / HF Llama 1-3, TinyLlama, SmolLM, Mistral, Qwen2 (q/k/v biases),
+//             Qwen3 (QK norm), Phi-3 (fused qkv and gate_up), Gemma 1-3 (post norms, QK norm; ModelConfig says how they
+//             differ: activation, embedding scale, windows, soft-capping);
+//             RMSNorm, gated MLP (down(act(gate x) * up x)), RoPE, grouped-query attention.
 //   Gpt2      GPT-2: LayerNorm with bias, fused qkv (c_attn), GELU MLP (c_fc, c_proj), learned
 //             position embeddings, tied head.
 //   WeightsOnly  any other model: blocks are grouped by name where a block index is visible,
@@ -46,12 +48,13 @@ std::string_view ropeLayoutName(RopeLayout r);  // "none", "interleaved", "half-
 enum class LinearRole {
   Q, K, V, O,            // attention projections (Llama family)
   Gate, Up, Down,        // SwiGLU MLP: down(silu(gate x) * up x)
-  QkvFused,              // GPT-2 attn.c_attn: [3*dim, dim], rows q, k, v
+  QkvFused,              // GPT-2 attn.c_attn, Phi-3 qkv_proj: [qDim + 2*kvDim, dim], rows q, k, v
   AttnOut,               // GPT-2 attn.c_proj
   MlpIn,                 // GPT-2 mlp.c_fc
   MlpOut,                // GPT-2 mlp.c_proj
   Head,                  // the output projection to vocabulary logits
   Generic,               // weights-only: a 2-D tensor of unknown purpose
+  GateUpFused,           // Phi-3 mlp.gate_up_proj: [2*ff, dim], rows gate then up
 };
 std::string_view linearRoleName(LinearRole r);  // "q", "k", …, "c_attn", "c_proj", "c_fc", "head"
 
@@ -92,6 +95,10 @@ struct Embedding {
 struct GraphBlock {
   int index = 0;
   NormLayer attnNorm, ffnNorm;       // empty (weight == -1) in weights-only graphs
+  // Optional norms (weight == -1 when the architecture has none): Qwen3 / Gemma 3 normalise
+  // each head of q and k ([headDim]) before RoPE; Gemma 2 / 3 normalise the attention and MLP
+  // outputs before the residual add.
+  NormLayer qNorm, kNorm, postAttnNorm, postFfnNorm;
   std::vector<LinearLayer> linears;  // in execution order
   std::vector<int> otherTensors;     // block tensors that are neither norms nor linears
   uint64_t parameters = 0;           // all parameter tensors of the block
@@ -111,6 +118,7 @@ struct ModelGraph {
   NormLayer finalNorm;
   LinearLayer head;             // for a tied head: weight == tokenEmbedding.weight, `tiedHead`
   bool tiedHead = false;
+  int ropeFreqs = -1;  // GGUF rope_freqs.weight ([headDim/2], llama3 RoPE): frequencies divided by it
   std::vector<int> unassigned;  // tensors outside every group (buffers, extras)
   std::vector<LinearLayer> looseLinears;  // weights-only: 2-D tensors outside any block
 

@@ -35,6 +35,7 @@ std::string_view canonicalRoleName(LinearRole role) {
     case LinearRole::MlpOut: return "mlp.down";
     case LinearRole::Head: return "head";
     case LinearRole::Generic: return "";
+    case LinearRole::GateUpFused: return "mlp.gate_up";
   }
   return "";
 }
@@ -82,6 +83,8 @@ std::string hfModuleName(const ModelGraph& graph, const PlanLayer& layer) {
       case LinearRole::Gate: return p + "mlp.gate_proj";
       case LinearRole::Up: return p + "mlp.up_proj";
       case LinearRole::Down: return p + "mlp.down_proj";
+      case LinearRole::QkvFused: return p + "self_attn.qkv_proj";
+      case LinearRole::GateUpFused: return p + "mlp.gate_up_proj";
       default: break;
     }
   }
@@ -113,6 +116,7 @@ std::string ggufTensorName(const ModelGraph& graph, const PlanLayer& layer) {
     case LinearRole::Gate: return p + "ffn_gate.weight";
     case LinearRole::Up: return p + "ffn_up.weight";
     case LinearRole::MlpIn: return p + "ffn_up.weight";
+    case LinearRole::GateUpFused: return p + "ffn_up.weight";  // llama.cpp's phi3 keeps gate|up there
     case LinearRole::Down: return p + "ffn_down.weight";
     case LinearRole::MlpOut: return p + "ffn_down.weight";
     default: return l.weightName;

@@ -121,11 +121,11 @@ std::vector<std::vector<InputGroup>> blockGroups(const Runtime& rt) {
       const LinearLayer& t = *L[size_t(byRole[to])];
       return f.outFeatures == t.inFeatures && f.bias < 0 ? byRole[from] : -1;
     };
-    if (has(LinearRole::QkvFused)) {
+    if (has(LinearRole::QkvFused)) {  // GPT-2; Phi-3 (o, gate_up, down)
       add({LinearRole::QkvFused}, P::AttnNorm, -1);
-      add({LinearRole::AttnOut}, P::None, -1);
-      add({LinearRole::MlpIn}, P::FfnNorm, -1);
-      add({LinearRole::MlpOut}, P::None, -1);
+      add({LinearRole::AttnOut, LinearRole::O}, P::None, -1);
+      add({LinearRole::MlpIn, LinearRole::GateUpFused}, P::FfnNorm, -1);
+      add({LinearRole::MlpOut, LinearRole::Down}, P::None, -1);
     } else {
       add({LinearRole::Q, LinearRole::K, LinearRole::V}, P::AttnNorm, -1);
       const int v = foldable(LinearRole::V, LinearRole::O);

@@ -26,6 +26,13 @@ int32_t argmax(const std::vector<float>& v) {
 std::vector<int32_t> generateGreedy(Runtime& rt, std::span<const int32_t> prompt, int maxNewTokens,
                                     int32_t stopToken, const std::function<void(int32_t)>& onToken,
                                     const JobContext* ctx) {
+  return generateGreedy(rt, prompt, maxNewTokens, std::span<const int32_t>(&stopToken, 1), onToken, ctx);
+}
+
+std::vector<int32_t> generateGreedy(Runtime& rt, std::span<const int32_t> prompt, int maxNewTokens,
+                                    std::span<const int32_t> stopTokens,
+                                    const std::function<void(int32_t)>& onToken,
+                                    const JobContext* ctx) {
   if (prompt.empty()) throw Error(ErrorKind::BadInput, "generation needs at least one prompt token (BOS)");
   if (int64_t(prompt.size()) >= rt.maxSeq())
     throw Error(ErrorKind::BadInput, "the prompt (" + std::to_string(prompt.size()) +
@@ -41,7 +48,7 @@ std::vector<int32_t> generateGreedy(Runtime& rt, std::span<const int32_t> prompt
       ctx->progress(double(i) / maxNewTokens, "generating");
     }
     const int32_t next = argmax(logits);
-    if (next == stopToken) break;
+    if (std::find(stopTokens.begin(), stopTokens.end(), next) != stopTokens.end()) break;
     out.push_back(next);
     if (onToken) onToken(next);
     if (pos >= rt.maxSeq() || i + 1 == maxNewTokens) break;

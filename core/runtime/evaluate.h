@@ -18,6 +18,11 @@ std::vector<int32_t> generateGreedy(Runtime& rt, std::span<const int32_t> prompt
                                     int maxNewTokens, int32_t stopToken,
                                     const std::function<void(int32_t)>& onToken = {},
                                     const JobContext* ctx = nullptr);
+// The same, stopping at any of `stopTokens` (a model's list of end-of-sequence ids).
+std::vector<int32_t> generateGreedy(Runtime& rt, std::span<const int32_t> prompt,
+                                    int maxNewTokens, std::span<const int32_t> stopTokens,
+                                    const std::function<void(int32_t)>& onToken = {},
+                                    const JobContext* ctx = nullptr);
 
 struct PerplexityOptions {
   int64_t context = 0;    // window length including BOS; 0 = min(model context, 512)

@@ -22,6 +22,7 @@ enum Slot {
   kXHalf, kYHalf, kActFq,                      // around the GEMMs
   kHeadH, kTokens, kFwdX, kFwdLogits,          // embed / head / forward
   kIoX, kIoOut,                                // host API on device memory
+  kQn, kKn,                                    // q / k after the QK norm
   kSlotCount
 };
 
@@ -135,6 +136,17 @@ void Runtime::init(const ModelFile& file, const JobContext* ctx) {
   maxSeq_ = requested > 0 ? requested
                           : std::min<int64_t>(config_.maxSeqLen > 0 ? config_.maxSeqLen : kDefaultMaxSeqCap,
                                               kDefaultMaxSeqCap);
+  if (config_.ropeContextCap > 0 && maxSeq_ > config_.ropeContextCap) {
+    // dynamic / longrope RoPE: past this length transformers changes every position's
+    // frequencies; we run up to it, exactly.
+    if (requested > 0)
+      throw Error(ErrorKind::BadInput,
+                  "a context of " + std::to_string(requested) + " exceeds the " +
+                      std::to_string(config_.ropeContextCap) + " positions a " + config_.ropeType +
+                      " RoPE runs without rescaling (beyond it is not implemented)",
+                  file.path());
+    maxSeq_ = config_.ropeContextCap;
+  }
   attn_.maxSeq = int(maxSeq_);
   normEps_ = float(config_.normEps > 0 ? config_.normEps : 1e-5);
   ropeTheta_ = float(config_.ropeTheta > 0 ? config_.ropeTheta : 10000.0);
@@ -199,6 +211,8 @@ void Runtime::init(const ModelFile& file, const JobContext* ctx) {
 
   auto loadNorm = [&](const NormLayer& n, Norm& out) {
     if (n.weight >= 0) out.w = loadTensor(file, n.weight);
+    if (config_.normAddOne && n.kind == NormKind::RmsNorm)  // HF Gemma: x · (1 + w)
+      for (float& v : out.w) v += 1.0f;
     if (n.bias >= 0) out.b = loadTensor(file, n.bias);
     out.dw = toCompute(out.w);
     out.db = toCompute(out.b);
@@ -209,6 +223,14 @@ void Runtime::init(const ModelFile& file, const JobContext* ctx) {
     loadNorm(graph_.blocks[b].attnNorm, attnNorms_[b]);
     loadNorm(graph_.blocks[b].ffnNorm, ffnNorms_[b]);
     step("norms");
+    qNorms_.emplace_back();
+    kNorms_.emplace_back();
+    postAttnNorms_.emplace_back();
+    postFfnNorms_.emplace_back();
+    loadNorm(graph_.blocks[b].qNorm, qNorms_.back());
+    loadNorm(graph_.blocks[b].kNorm, kNorms_.back());
+    loadNorm(graph_.blocks[b].postAttnNorm, postAttnNorms_.back());
+    loadNorm(graph_.blocks[b].postFfnNorm, postFfnNorms_.back());
     step("norms");
   }
   loadNorm(graph_.finalNorm, finalNorm_);
@@ -217,11 +239,126 @@ void Runtime::init(const ModelFile& file, const JobContext* ctx) {
     kCache_.push_back({ops_.allocate(size_t(maxSeq_ * kvDim_) * sizeof(float))});
     vCache_.push_back({ops_.allocate(size_t(maxSeq_ * kvDim_) * sizeof(float))});
   }
+  setupArchitecture(file);
   std::vector<int32_t> pos(static_cast<size_t>(maxSeq_));
   for (int64_t i = 0; i < maxSeq_; ++i) pos[size_t(i)] = int32_t(i);
   positions_.mem = ops_.allocate(pos.size() * sizeof(int32_t));
   ops_.upload(positions_.mem.get(), pos.data(), pos.size() * sizeof(int32_t));
   if (ctx) ctx->progress(1.0, "model loaded");
+}
+
+void Runtime::setupArchitecture(const ModelFile& file) {
+  const ModelConfig& c = config_;
+  const std::string& a = c.activation;
+  if (a.empty()) act_ = graph_.family == GraphFamily::Gpt2 ? Activation::GeluTanh : Activation::Silu;
+  else if (a == "silu") act_ = Activation::Silu;
+  else if (a == "gelu") act_ = Activation::Gelu;
+  else if (a == "gelu_tanh") act_ = Activation::GeluTanh;
+  else if (a == "relu") act_ = Activation::Relu;
+  else throw Error(ErrorKind::BadInput, "activation \"" + a + "\" is not implemented", file.path());
+  embedScale_ = float(c.embeddingScale);
+  finalSoftcap_ = float(c.finalSoftcap);
+
+  // RoPE inverse frequencies of the global layers when they are scaled (Hugging Face's
+  // _compute_*_parameters, in float as transformers computes them).
+  const int half = attn_.headDim / 2;
+  bool scaled = false;
+  if (half > 0 && graph_.rope != RopeLayout::None) {
+    scaledInvFreq_.resize(size_t(half));
+    const float base = ropeTheta_;
+    for (int i = 0; i < half; ++i)
+      scaledInvFreq_[size_t(i)] = 1.0f / std::pow(base, float(2 * i) / float(attn_.headDim));
+    if (c.ropeType == "linear") {
+      scaled = true;
+      for (float& f : scaledInvFreq_) f = f / float(c.ropeFactor);
+    } else if (c.ropeType == "llama3") {
+      scaled = true;
+      const double factor = c.ropeFactor, lo = c.ropeLowFreqFactor, hi = c.ropeHighFreqFactor;
+      const double old = double(c.ropeOriginalContext);
+      const double loWave = old / lo, hiWave = old / hi;
+      for (float& f : scaledInvFreq_) {
+        const double wave = 2 * M_PI / double(f);
+        float v = wave > loWave ? float(f / factor) : f;
+        if (!(wave < hiWave) && !(wave > loWave)) {
+          const float smooth = float((old / wave - lo) / (hi - lo));
+          v = (1.0f - smooth) * v / float(factor) + smooth * v;
+        }
+        f = v;
+      }
+    } else if (c.ropeType == "yarn") {
+      // transformers' _compute_yarn_parameters: a ramp between interpolated (/ factor) and
+      // extrapolated frequencies over the correction range, cos / sin times attention_factor.
+      scaled = true;
+      const double factor = c.ropeFactor, base = ropeTheta_, dim = double(attn_.headDim);
+      auto mscaleOf = [](double scale, double m) { return scale <= 1 ? 1.0 : 0.1 * m * std::log(scale) + 1.0; };
+      ropeMscale_ = float(c.ropeAttentionFactor > 0 ? c.ropeAttentionFactor
+                          : (c.ropeMscale != 0 && c.ropeMscaleAllDim != 0)
+                              ? mscaleOf(factor, c.ropeMscale) / mscaleOf(factor, c.ropeMscaleAllDim)
+                              : mscaleOf(factor, 1.0));
+      auto corrDim = [&](double rotations) {
+        return dim * std::log(double(c.ropeOriginalContext) / (rotations * 2 * M_PI)) / (2 * std::log(base));
+      };
+      double lo = corrDim(c.ropeBetaFast), hi = corrDim(c.ropeBetaSlow);
+      if (c.ropeTruncate) {
+        lo = std::floor(lo);
+        hi = std::ceil(hi);
+      }
+      lo = std::max(lo, 0.0);
+      hi = std::min(hi, dim - 1);
+      if (lo == hi) hi += 0.001;
+      for (int i = 0; i < half; ++i) {
+        const float posFreq = std::pow(float(base), float(2 * i) / float(attn_.headDim));
+        const float extra = 1.0f / posFreq, inter = 1.0f / (float(factor) * posFreq);
+        const float ramp = std::clamp((float(i) - float(lo)) / (float(hi) - float(lo)), 0.0f, 1.0f);
+        const float extraFactor = 1.0f - ramp;
+        scaledInvFreq_[size_t(i)] = inter * (1.0f - extraFactor) + extra * extraFactor;
+      }
+    } else if (c.ropeType == "longrope") {
+      // Within the original context (the runtime's context is capped there): short factors.
+      scaled = true;
+      if (int64_t(c.ropeShortFactor.size()) != half)
+        throw Error(ErrorKind::BadInput, "longrope short_factor has " + std::to_string(c.ropeShortFactor.size()) +
+                                             " values for " + std::to_string(half) + " frequencies", file.path());
+      for (int i = 0; i < half; ++i) {
+        const float shape = float(2 * i) / float(attn_.headDim);
+        scaledInvFreq_[size_t(i)] = 1.0f / (float(c.ropeShortFactor[size_t(i)]) * std::pow(ropeTheta_, shape));
+      }
+      const double factor = c.ropeFactor;
+      ropeMscale_ = float(c.ropeAttentionFactor > 0 ? c.ropeAttentionFactor
+                          : factor <= 1 ? 1.0
+                                        : std::sqrt(1 + std::log(factor) / std::log(double(c.ropeOriginalContext))));
+    } else if (c.ropeType == "dynamic") {
+      // Up to the capped context: the default frequencies.
+    } else if (c.ropeType != "default") {
+      throw Error(ErrorKind::BadInput, "RoPE type \"" + c.ropeType + "\" is not implemented", file.path());
+    }
+    if (graph_.ropeFreqs >= 0) {  // GGUF (llama3 RoPE): theta_i / rope_freqs[i]
+      const std::vector<float> ff = loadTensor(file, graph_.ropeFreqs);
+      for (int i = 0; i < half; ++i) {
+        if (!(ff[size_t(i)] > 0))
+          throw Error(ErrorKind::BadInput, "rope_freqs.weight must be positive", file.path(), "rope_freqs.weight");
+        scaledInvFreq_[size_t(i)] /= ff[size_t(i)];
+      }
+      scaled = true;
+    }
+  }
+  const size_t nb = graph_.blocks.size();
+  blockAttn_.assign(nb, attn_);
+  blockTheta_.assign(nb, ropeTheta_);
+  blockScaledRope_.assign(nb, scaled ? 1 : 0);
+  for (size_t b = 0; b < nb; ++b) {
+    AttentionShape& s = blockAttn_[b];
+    s.scale = float(c.attentionScale);
+    s.softcap = float(c.attnSoftcap);
+    if (c.layerSliding(int64_t(b))) {
+      s.window = int(std::min<int64_t>(c.slidingWindow, INT32_MAX));
+      if (c.ropeLocalTheta > 0) {  // Gemma 3: local layers keep plain RoPE with their own base
+        blockTheta_[b] = float(c.ropeLocalTheta);
+        blockScaledRope_[b] = 0;
+      }
+    }
+    if (s.window >= maxSeq_) s.window = 0;  // the window covers the whole cache
+  }
 }
 
 int Runtime::linearIndex(const std::string& weightName) const {
@@ -500,6 +637,7 @@ void Runtime::embedImpl(std::span<const int32_t> tokens, int32_t startPos, float
   auto* ids = reinterpret_cast<int32_t*>(scratch(kTokens, size_t(T)));
   ops_.upload(ids, tokens.data(), size_t(T) * sizeof(int32_t));
   ops_.embedding(devTokenEmbedding_.f(), ids, T, dim_, x);
+  if (embedScale_ > 0) ops_.scale(x, T * dim_, embedScale_);
   if (devPositionEmbedding_.mem) ops_.add(x, devPositionEmbedding_.f() + int64_t(startPos) * dim_, T * dim_);
 }
 
@@ -517,7 +655,9 @@ void Runtime::runLlamaBlock(int b, float* x, int64_t T, int32_t startPos) {
   const int iq = findRole(ids, linears_, LinearRole::Q), ik = findRole(ids, linears_, LinearRole::K),
             iv = findRole(ids, linears_, LinearRole::V), io = findRole(ids, linears_, LinearRole::O),
             ig = findRole(ids, linears_, LinearRole::Gate), iu = findRole(ids, linears_, LinearRole::Up),
-            id = findRole(ids, linears_, LinearRole::Down);
+            id = findRole(ids, linears_, LinearRole::Down),
+            iqkv = findRole(ids, linears_, LinearRole::QkvFused),
+            igu = findRole(ids, linears_, LinearRole::GateUpFused);
   float* h = scratch(kH, size_t(T * dim_));
   float* q = scratch(kQ, size_t(T * qDim_));
   float* k = scratch(kK, size_t(T * kvDim_));
@@ -526,23 +666,71 @@ void Runtime::runLlamaBlock(int b, float* x, int64_t T, int32_t startPos) {
   float* o = scratch(kO, size_t(T * dim_));
   const int32_t* pos = positionsAt(startPos, T);
 
+  const AttentionShape& shape = blockAttn_[size_t(b)];
+  const int64_t hd = shape.headDim;
+
   ops_.rmsNorm(x, attnNorms_[size_t(b)].dw.f(), T, dim_, normEps_, h);
-  linear(iq, h, T, q, b);
-  linear(ik, h, T, k, b);
-  linear(iv, h, T, v, b);
-  ops_.rope(q, k, pos, T, attn_, ropeTheta_, ropeMode_);
-  ops_.attention(q, k, v, pos, T, attn_, kCache_[size_t(b)].f(), vCache_[size_t(b)].f(), att);
+  if (iqkv >= 0) {  // Phi-3: one projection, output columns [q | k | v]
+    const int64_t row = qDim_ + 2 * kvDim_;
+    float* qkv = scratch(kQkv, size_t(T * row));
+    linear(iqkv, h, T, qkv, b);
+    ops_.copyColumns(qkv, row, 0, T, qDim_, q);
+    ops_.copyColumns(qkv, row, qDim_, T, kvDim_, k);
+    ops_.copyColumns(qkv, row, qDim_ + kvDim_, T, kvDim_, v);
+  } else {
+    linear(iq, h, T, q, b);
+    linear(ik, h, T, k, b);
+    linear(iv, h, T, v, b);
+  }
+  if (!qNorms_[size_t(b)].w.empty()) {  // Qwen3 / Gemma 3: RMSNorm over each head
+    float* qn = scratch(kQn, size_t(T * qDim_));
+    float* kn = scratch(kKn, size_t(T * kvDim_));
+    ops_.rmsNorm(q, qNorms_[size_t(b)].dw.f(), T * shape.nHeads, hd, normEps_, qn);
+    ops_.rmsNorm(k, kNorms_[size_t(b)].dw.f(), T * shape.nKvHeads, hd, normEps_, kn);
+    q = qn;
+    k = kn;
+  }
+  if (blockScaledRope_[size_t(b)])
+    ops_.ropeFrequencies(q, k, pos, T, shape, scaledInvFreq_.data(), ropeMscale_, ropeMode_);
+  else
+    ops_.rope(q, k, pos, T, shape, blockTheta_[size_t(b)], ropeMode_);
+  if (shape.plain() || ops_.attentionExtras())
+    ops_.attention(q, k, v, pos, T, shape, kCache_[size_t(b)].f(), vCache_[size_t(b)].f(), att);
+  else
+    ops_.attentionReference(q, k, v, pos, T, shape, kCache_[size_t(b)].f(), vCache_[size_t(b)].f(), att);
   linear(io, att, T, o, b);
-  ops_.add(x, o, T * dim_);
+  if (!postAttnNorms_[size_t(b)].w.empty()) {  // Gemma 2 / 3: norm the output, then add
+    ops_.rmsNorm(o, postAttnNorms_[size_t(b)].dw.f(), T, dim_, normEps_, h);
+    ops_.add(x, h, T * dim_);
+  } else {
+    ops_.add(x, o, T * dim_);
+  }
 
   float* g = scratch(kG, size_t(T * hidden_));
   float* u = scratch(kU, size_t(T * hidden_));
   ops_.rmsNorm(x, ffnNorms_[size_t(b)].dw.f(), T, dim_, normEps_, h);
-  linear(ig, h, T, g, b);
-  linear(iu, h, T, u, b);
-  ops_.swiglu(g, u, T * hidden_, g);
+  if (igu >= 0) {  // Phi-3: one projection, output columns [gate | up]
+    float* gu = scratch(kF, size_t(T * 2 * hidden_));
+    linear(igu, h, T, gu, b);
+    ops_.copyColumns(gu, 2 * hidden_, 0, T, hidden_, g);
+    ops_.copyColumns(gu, 2 * hidden_, hidden_, T, hidden_, u);
+  } else {
+    linear(ig, h, T, g, b);
+    linear(iu, h, T, u, b);
+  }
+  if (act_ == Activation::Silu) {
+    ops_.swiglu(g, u, T * hidden_, g);
+  } else {
+    ops_.activate(g, T * hidden_, act_);
+    ops_.mul(g, u, T * hidden_);
+  }
   linear(id, g, T, o, b);
-  ops_.add(x, o, T * dim_);
+  if (!postFfnNorms_[size_t(b)].w.empty()) {
+    ops_.rmsNorm(o, postFfnNorms_[size_t(b)].dw.f(), T, dim_, normEps_, h);
+    ops_.add(x, h, T * dim_);
+  } else {
+    ops_.add(x, o, T * dim_);
+  }
 }
 
 void Runtime::runGpt2Block(int b, float* x, int64_t T, int32_t startPos) {
@@ -567,7 +755,11 @@ void Runtime::runGpt2Block(int b, float* x, int64_t T, int32_t startPos) {
   ops_.copyColumns(qkv, row, 0, T, qDim_, q);  // c_attn output rows are [q | k | v]
   ops_.copyColumns(qkv, row, qDim_, T, kvDim_, k);
   ops_.copyColumns(qkv, row, qDim_ + kvDim_, T, kvDim_, v);
-  ops_.attention(q, k, v, pos, T, attn_, kCache_[size_t(b)].f(), vCache_[size_t(b)].f(), att);
+  const AttentionShape& shape = blockAttn_[size_t(b)];
+  if (shape.plain() || ops_.attentionExtras())
+    ops_.attention(q, k, v, pos, T, shape, kCache_[size_t(b)].f(), vCache_[size_t(b)].f(), att);
+  else
+    ops_.attentionReference(q, k, v, pos, T, shape, kCache_[size_t(b)].f(), vCache_[size_t(b)].f(), att);
   linear(io, att, T, o, b);
   ops_.add(x, o, T * dim_);
 
@@ -575,7 +767,10 @@ void Runtime::runGpt2Block(int b, float* x, int64_t T, int32_t startPos) {
   float* f = scratch(kF, size_t(T * hidden_));
   ops_.layerNorm(x, n2.dw.f(), n2.db.f(), T, dim_, normEps_, h);
   linear(iin, h, T, f, b);
-  ops_.geluTanh(f, T * hidden_);
+  if (act_ == Activation::GeluTanh)
+    ops_.geluTanh(f, T * hidden_);
+  else
+    ops_.activate(f, T * hidden_, act_);
   linear(iout, f, T, o, b);
   ops_.add(x, o, T * dim_);
 }
@@ -587,6 +782,7 @@ void Runtime::headImpl(const float* x, int64_t T, float* logits) {
   else
     ops_.rmsNorm(x, finalNorm_.dw.f(), T, dim_, normEps_, h);
   linear(headLinear_, h, T, logits, -1);
+  if (finalSoftcap_ > 0) ops_.softcap(logits, T * vocab_, finalSoftcap_);
   fireTap(TapKind::Logits, -1, -1, logits, T, vocab_);
 }
 

@@ -234,6 +234,17 @@ class Runtime {
   AttentionShape attn_;
   float normEps_ = 1e-5f, ropeTheta_ = 10000.0f;
   RopeMode ropeMode_ = RopeMode::Interleaved;
+  // Per block: attention shape (window, scale, soft-cap), RoPE base, and whether the block uses
+  // the scaled inverse frequencies (linear / llama3 RoPE, GGUF rope_freqs) instead of the plain
+  // base-theta rotation.
+  std::vector<AttentionShape> blockAttn_;
+  std::vector<float> blockTheta_;
+  std::vector<uint8_t> blockScaledRope_;
+  std::vector<float> scaledInvFreq_;  // [headDim/2], host
+  Activation act_ = Activation::Silu;
+  float embedScale_ = 0.0f, finalSoftcap_ = 0.0f;
+  float ropeMscale_ = 1.0f;  // yarn / longrope attention factor on cos and sin
+  void setupArchitecture(const ModelFile& file);
 
   std::vector<const LinearLayer*> linears_;
   std::vector<LinearWeights> weights_;                 // by linear index
@@ -247,6 +258,7 @@ class Runtime {
     std::vector<float> w0, b0;  // as loaded, when setNormWeight replaced w / b
   };
   std::vector<Norm> attnNorms_, ffnNorms_;
+  std::vector<Norm> qNorms_, kNorms_, postAttnNorms_, postFfnNorms_;  // empty w when absent
   Norm finalNorm_;
   std::vector<Buffer> kCache_, vCache_;    // per block [maxSeq, kvDim], compute memory
   Buffer positions_;                       // 0 .. maxSeq-1 (int32), compute memory

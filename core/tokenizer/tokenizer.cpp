@@ -18,6 +18,16 @@ void Vocabulary::buildIndex() {
 
 Tokenizer::~Tokenizer() = default;
 
+std::vector<int32_t> Tokenizer::stopIds() const {
+  std::vector<int32_t> out;
+  for (int32_t id : vocab_.stopIds)
+    if (id >= 0 && id < vocab_.size() && std::find(out.begin(), out.end(), id) == out.end()) out.push_back(id);
+  if (vocab_.eos >= 0 && std::find(out.begin(), out.end(), vocab_.eos) == out.end()) out.insert(out.begin(), vocab_.eos);
+  return out;
+}
+
+void setAddsBos(Tokenizer& t, bool add) { t.addBosDefault_ = add; }
+
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool special) const {
   std::string out;
   bool atStart = true;  // until the first token that is not BOS

@@ -25,6 +25,9 @@ struct Vocabulary {
   std::vector<float> scores;        // SentencePiece merge priorities (empty for BPE)
   std::vector<TokenType> types;
   int32_t bos = -1, eos = -1, unk = -1, pad = -1;
+  // Every id that ends generation: eos, GGUF eot/eom ids, the eos_token_id list of a Hugging
+  // Face config.json / generation_config.json. Filled by the loaders; eos is added when absent.
+  std::vector<int32_t> stopIds;
 
   int32_t size() const { return int32_t(tokens.size()); }
   // text → id; for duplicate texts the last id wins (as llama.cpp's token_to_id does).
@@ -64,6 +67,15 @@ class Tokenizer {
   int32_t bos() const { return vocab_.bos; }
   int32_t eos() const { return vocab_.eos; }
   bool addsBosByDefault() const { return addBosDefault_; }
+  // The id an evaluation window (perplexity) or an empty prompt starts with: BOS when the
+  // tokenizer adds it; for a vocabulary without BOS (GPT-2) end-of-text; none (-1) when the
+  // tokenizer has a BOS but its files say not to add it (add_bos_token = false: SmolLM2).
+  int32_t sequenceStart() const {
+    if (addBosDefault_ && vocab_.bos >= 0) return vocab_.bos;
+    return vocab_.bos < 0 ? vocab_.eos : -1;
+  }
+  // The ids that end generation (Vocabulary::stopIds, eos included).
+  std::vector<int32_t> stopIds() const;
 
  protected:
   explicit Tokenizer(Vocabulary v) : vocab_(std::move(v)) { vocab_.buildIndex(); }
@@ -78,8 +90,12 @@ class Tokenizer {
   bool addBosDefault_ = false;       // what the model file asks for (tokenizer.ggml.add_bos_token)
 
   Vocabulary vocab_;
-  std::vector<int32_t> specials_;  // control / user-defined ids, longest text first
+  std::vector<int32_t> specials_;
+  friend void setAddsBos(Tokenizer& t, bool add);  // control / user-defined ids, longest text first
 };
+
+// Overrides what the tokenizer file says about BOS (tokenizer_config.json's add_bos_token).
+void setAddsBos(Tokenizer& t, bool add);
 
 // Length in bytes of the UTF-8 sequence that starts with `lead` (1 for continuation or invalid
 // bytes, so that arbitrary bytes always make progress).

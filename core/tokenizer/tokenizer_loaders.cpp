@@ -3,7 +3,9 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <sstream>
 
 #include "core/io/json_guard.h"
 #include "core/io/mapped_file.h"
@@ -147,6 +149,11 @@ std::unique_ptr<Tokenizer> tokenizerFromGguf(const ModelFile& m) {
   v.unk = id("tokenizer.ggml.unknown_token_id", spm ? 0 : -1);
   v.pad = id("tokenizer.ggml.padding_token_id", -1);
   checkSpecialId(file, "tokenizer.ggml.bos_token_id", v.bos, int32_t(n));
+  // End of generation: eos, and the end-of-turn / end-of-message ids llama.cpp also stops at.
+  for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}) {
+    const int32_t s = id(key, -1);
+    if (s >= 0 && s < int32_t(n)) v.stopIds.push_back(s);
+  }
 
   if (spm) {
     SpmOptions o;
@@ -274,9 +281,16 @@ std::unique_ptr<BpeTokenizer> loadHfTokenizerJson(const std::string& path) {
   if (pre == j.end() || !pre->is_object())
     throw Error(ErrorKind::Unsupported, "a BPE tokenizer without a ByteLevel pre-tokenizer", path, "pre_tokenizer");
   addPre(*pre);
-  // BOS: the first special token of the post-processor's single-sequence template.
-  if (auto pp = j.find("post_processor"); pp != j.end() && pp->is_object()) {
-    if (auto single = pp->find("single"); single != pp->end() && single->is_array() && !single->empty()) {
+  // BOS: the first special token of the post-processor's single-sequence template (Llama 3
+  // wraps the TemplateProcessing in a Sequence after ByteLevel).
+  std::function<void(const nlohmann::json&)> findBos = [&](const nlohmann::json& pp) {
+    if (!pp.is_object()) return;
+    if (pp.value("type", std::string()) == "Sequence") {
+      if (auto ps = pp.find("processors"); ps != pp.end() && ps->is_array())
+        for (const auto& q : *ps) findBos(q);
+      return;
+    }
+    if (auto single = pp.find("single"); single != pp.end() && single->is_array() && !single->empty()) {
       const auto& first = (*single)[0];
       if (first.is_object() && first.contains("SpecialToken") && first["SpecialToken"].is_object()) {
         const std::string id = first["SpecialToken"].value("id", std::string());
@@ -285,6 +299,42 @@ std::unique_ptr<BpeTokenizer> loadHfTokenizerJson(const std::string& path) {
         o.addBos = v.bos >= 0;
       }
     }
+  };
+  if (auto pp = j.find("post_processor"); pp != j.end()) findBos(*pp);
+  // tokenizer_config.json beside it: bos_token names BOS, add_bos_token says whether to add it
+  // (it overrides the post-processor, as transformers' tokenizers do when it is given).
+  const fs::path dir = fs::path(path).parent_path();
+  auto readJson = [&](const fs::path& p) -> nlohmann::json {
+    std::error_code ec;
+    if (!fs::is_regular_file(p, ec) || fs::file_size(p, ec) > (16u << 20)) return nullptr;
+    std::ifstream f(p, std::ios::binary);
+    std::ostringstream ss;
+    ss << f.rdbuf();
+    return parseJsonGuarded(p.string(), p.filename().string(), ss.str());
+  };
+  auto tokenId = [&](const nlohmann::json& t) -> int32_t {  // "<s>" or {"content": "<s>"}
+    const std::string s = t.is_string() ? t.get<std::string>()
+                          : t.is_object() && t.contains("content") && t["content"].is_string() ? t["content"].get<std::string>()
+                                                                                                 : std::string();
+    if (s.empty()) return -1;
+    for (size_t i = 0; i < v.tokens.size(); ++i)
+      if (v.tokens[i] == s) return int32_t(i);
+    return -1;
+  };
+  if (const nlohmann::json tc = readJson(dir / "tokenizer_config.json"); tc.is_object()) {
+    if (auto b = tc.find("bos_token"); b != tc.end() && tokenId(*b) >= 0) v.bos = tokenId(*b);
+    if (auto e = tc.find("eos_token"); e != tc.end() && tokenId(*e) >= 0) v.eos = tokenId(*e);
+    if (auto a = tc.find("add_bos_token"); a != tc.end() && a->is_boolean()) o.addBos = a->get<bool>() && v.bos >= 0;
+  }
+  // eos_token_id of generation_config.json / config.json: an id or a list of ids.
+  for (const char* name : {"generation_config.json", "config.json"}) {
+    const nlohmann::json c = readJson(dir / name);
+    if (!c.is_object()) continue;
+    auto e = c.find("eos_token_id");
+    if (e == c.end()) continue;
+    for (const auto& x : e->is_array() ? *e : nlohmann::json::array({*e}))
+      if (x.is_number_integer() && x.get<int64_t>() >= 0 && x.get<int64_t>() < int64_t(v.tokens.size()))
+        v.stopIds.push_back(int32_t(x.get<int64_t>()));
   }
   for (size_t i = 0; i < v.tokens.size(); ++i)
     if (v.tokens[i] == "<|endoftext|>" || v.tokens[i] == "<|end_of_text|>" || v.tokens[i] == "</s>")

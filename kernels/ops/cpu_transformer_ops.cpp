@@ -128,7 +128,8 @@ class CpuTransformerOps final : public TransformerOps {
       std::copy_n(v + t * kvDim, kvDim, vCache + int64_t(positions[t]) * kvDim);
     }
     const int group = s.nHeads / s.nKvHeads;
-    const float scale = 1.0f / std::sqrt(float(s.headDim));
+    const float scale = s.scale > 0.0f ? s.scale : 1.0f / std::sqrt(float(s.headDim));
+    const float cap = s.softcap;
     const int64_t work = T * s.nHeads;
     const int64_t flops = work * (int64_t(positions[T - 1]) + 1) * s.headDim;
 #pragma omp parallel if (flops >= kParallelMinWork)
@@ -140,23 +141,27 @@ class CpuTransformerOps final : public TransformerOps {
         const int h = int(w % s.nHeads);
         const int kvh = h / group;
         const int64_t len = int64_t(positions[t]) + 1;  // causal: attend to 0..pos
+        // Sliding window: only the last `window` positions (this one included).
+        const int64_t first = s.window > 0 ? std::max<int64_t>(0, len - s.window) : 0;
         const float* qv = q + t * qDim + int64_t(h) * s.headDim;
         float maxScore = -INFINITY;
-        for (int64_t p = 0; p < len; ++p) {
+        for (int64_t p = first; p < len; ++p) {
           const float* kv = kCache + p * kvDim + int64_t(kvh) * s.headDim;
           float dot = 0;
           for (int i = 0; i < s.headDim; ++i) dot += qv[i] * kv[i];
-          scores[size_t(p)] = dot * scale;
+          float sc = dot * scale;
+          if (cap > 0.0f) sc = cap * std::tanh(sc / cap);
+          scores[size_t(p)] = sc;
           maxScore = std::max(maxScore, scores[size_t(p)]);
         }
         float sum = 0;
-        for (int64_t p = 0; p < len; ++p) {
+        for (int64_t p = first; p < len; ++p) {
           scores[size_t(p)] = std::exp(scores[size_t(p)] - maxScore);
           sum += scores[size_t(p)];
         }
         float* o = out + t * qDim + int64_t(h) * s.headDim;
         std::fill_n(o, s.headDim, 0.0f);
-        for (int64_t p = 0; p < len; ++p) {
+        for (int64_t p = first; p < len; ++p) {
           const float a = scores[size_t(p)] / sum;
           const float* vv = vCache + p * kvDim + int64_t(kvh) * s.headDim;
           for (int i = 0; i < s.headDim; ++i) o[i] += a * vv[i];

@@ -14,8 +14,132 @@
 #include "kernels/common/half.h"
 #include "kernels/formats/activation_codec.h"
 #include "kernels/formats/weight_codec.h"
+#include "kernels/ops/cpu_transformer_ops.h"
 
 namespace qs {
+
+std::string_view activationName(Activation a) {
+  switch (a) {
+    case Activation::Silu: return "silu";
+    case Activation::Gelu: return "gelu";
+    case Activation::GeluTanh: return "gelu_tanh";
+    case Activation::Relu: return "relu";
+  }
+  return "silu";
+}
+
+namespace {
+// The CPU reference op-set the defaults below run on host memory.
+TransformerOps& hostReference() {
+  static const std::unique_ptr<TransformerOps> ops = createCpuTransformerOps();
+  return *ops;
+}
+
+// A host copy of n elements of op-set memory (written back by `put`). On a host op-set the
+// pointer itself is used.
+template <class T>
+struct HostView {
+  TransformerOps& ops;
+  T* dev;
+  size_t n;
+  std::vector<T> copy;
+  HostView(TransformerOps& o, const T* p, size_t count) : ops(o), dev(const_cast<T*>(p)), n(count) {
+    if (!ops.hostMemory() && p) {
+      copy.resize(n);
+      ops.download(copy.data(), p, n * sizeof(T));
+    }
+  }
+  T* get() { return ops.hostMemory() ? dev : copy.data(); }
+  void put() {
+    if (!ops.hostMemory() && dev) ops.upload(dev, copy.data(), n * sizeof(T));
+  }
+};
+}  // namespace
+
+void TransformerOps::attentionReference(const float* q, const float* k, const float* v,
+                                        const int32_t* positions, int64_t T, const AttentionShape& s,
+                                        float* kCache, float* vCache, float* out) {
+  const size_t kvDim = size_t(s.nKvHeads) * size_t(s.headDim), qDim = size_t(s.nHeads) * size_t(s.headDim);
+  HostView<int32_t> pos(*this, positions, size_t(T));
+  const size_t used = size_t(pos.get()[T - 1] + 1) * kvDim;  // positions are consecutive
+  HostView<float> hq(*this, q, size_t(T) * qDim), hk(*this, k, size_t(T) * kvDim),
+      hv(*this, v, size_t(T) * kvDim), kc(*this, kCache, used), vc(*this, vCache, used),
+      ho(*this, out, size_t(T) * qDim);
+  hostReference().attention(hq.get(), hk.get(), hv.get(), pos.get(), T, s, kc.get(), vc.get(), ho.get());
+  kc.put();
+  vc.put();
+  ho.put();
+}
+
+void TransformerOps::ropeFrequencies(float* q, float* k, const int32_t* positions, int64_t T,
+                                     const AttentionShape& s, const float* invFreq, float mscale,
+                                     RopeMode mode) {
+  HostView<int32_t> pos(*this, positions, size_t(T));
+  HostView<float> hq(*this, q, size_t(T) * size_t(s.nHeads) * size_t(s.headDim)),
+      hk(*this, k, size_t(T) * size_t(s.nKvHeads) * size_t(s.headDim));
+  const int hd = s.headDim, half = hd / 2;
+  std::vector<float> cosv(static_cast<size_t>(half)), sinv(static_cast<size_t>(half));
+  for (int64_t t = 0; t < T; ++t) {
+    for (int i = 0; i < half; ++i) {
+      // Hugging Face: freqs = position · inv_freq in float, then cos / sin (times the scale).
+      const float angle = float(pos.get()[t]) * invFreq[i];
+      cosv[size_t(i)] = std::cos(angle) * mscale;
+      sinv[size_t(i)] = std::sin(angle) * mscale;
+    }
+    auto rotate = [&](float* vec, int heads) {
+      for (int h = 0; h < heads; ++h) {
+        float* x = vec + int64_t(h) * hd;
+        for (int i = 0; i < half; ++i) {
+          const int a = mode == RopeMode::Interleaved ? 2 * i : i;
+          const int b = mode == RopeMode::Interleaved ? 2 * i + 1 : i + half;
+          const float x0 = x[a], x1 = x[b];
+          x[a] = x0 * cosv[size_t(i)] - x1 * sinv[size_t(i)];
+          x[b] = x0 * sinv[size_t(i)] + x1 * cosv[size_t(i)];
+        }
+      }
+    };
+    rotate(hq.get() + t * int64_t(s.nHeads) * hd, s.nHeads);
+    rotate(hk.get() + t * int64_t(s.nKvHeads) * hd, s.nKvHeads);
+  }
+  hq.put();
+  hk.put();
+}
+
+void TransformerOps::activate(float* x, int64_t n, Activation a) {
+  HostView<float> h(*this, x, size_t(n));
+  float* p = h.get();
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = p[i];
+    switch (a) {
+      case Activation::Silu: p[i] = v / (1.0f + std::exp(-v)); break;
+      case Activation::Gelu: p[i] = 0.5f * v * (1.0f + std::erf(v * 0.7071067811865476f)); break;
+      case Activation::GeluTanh:
+        p[i] = 0.5f * v * (1.0f + std::tanh(kSqrt2OverPi * (v + 0.044715f * v * v * v)));
+        break;
+      case Activation::Relu: p[i] = v > 0.0f ? v : 0.0f; break;
+    }
+  }
+  h.put();
+}
+
+void TransformerOps::mul(float* x, const float* y, int64_t n) {
+  HostView<float> hx(*this, x, size_t(n)), hy(*this, y, size_t(n));
+  for (int64_t i = 0; i < n; ++i) hx.get()[i] *= hy.get()[i];
+  hx.put();
+}
+
+void TransformerOps::scale(float* x, int64_t n, float s) {
+  HostView<float> h(*this, x, size_t(n));
+  for (int64_t i = 0; i < n; ++i) h.get()[i] *= s;
+  h.put();
+}
+
+void TransformerOps::softcap(float* x, int64_t n, float cap) {
+  HostView<float> h(*this, x, size_t(n));
+  for (int64_t i = 0; i < n; ++i) h.get()[i] = cap * std::tanh(h.get()[i] / cap);
+  h.put();
+}
 
 std::shared_ptr<void> TransformerOps::allocate(size_t bytes) {
   void* p = std::aligned_alloc(256, std::max<size_t>(256, (bytes + 255) / 256 * 256));

@@ -23,9 +23,21 @@ namespace qs {
 
 enum class RopeMode { Interleaved, HalfSplit };
 
+// Elementwise activations of the MLP. Gelu is the exact (erf) GELU, GeluTanh the tanh
+// approximation (GPT-2, Gemma's gelu_pytorch_tanh).
+enum class Activation { Silu, Gelu, GeluTanh, Relu };
+std::string_view activationName(Activation a);  // "silu", "gelu", "gelu_tanh", "relu"
+
 struct AttentionShape {
   int nHeads = 0, nKvHeads = 0, headDim = 0;
   int maxSeq = 0;  // KV cache capacity in positions
+  // Extras (Mistral, Gemma): with window > 0 a query at position p sees keys p-window+1 .. p
+  // (Hugging Face's sliding window, llama.cpp's n_swa); scores are q·k · scale (0: the usual
+  // 1/sqrt(headDim)); with softcap > 0 a score s becomes softcap · tanh(s / softcap).
+  int window = 0;
+  float scale = 0.0f;
+  float softcap = 0.0f;
+  bool plain() const { return window == 0 && scale == 0.0f && softcap == 0.0f; }
 };
 
 class TransformerOps {
@@ -60,6 +72,33 @@ class TransformerOps {
   virtual void geluTanh(float* x, int64_t n) = 0;
   // x += y over n values (the residual add)
   virtual void add(float* x, const float* y, int64_t n) = 0;
+
+  // ---- ops of the wider families (Gemma, Qwen3, scaled RoPE, other activations) -----------
+  // The defaults run the CPU reference; on an op-set whose memory is not host memory they run
+  // it on host copies (download, compute, upload): correct and slow, until the op-set
+  // overrides them with kernels of its own.
+  //
+  // Whether attention() honours AttentionShape's extras (window, scale, softcap). When it does
+  // not, the runtime calls attentionReference() for shapes that use them.
+  virtual bool attentionExtras() const { return hostMemory(); }
+  // The CPU reference of attention() with every extra (host copies on a device op-set).
+  void attentionReference(const float* q, const float* k, const float* v, const int32_t* positions,
+                          int64_t T, const AttentionShape& s, float* kCache, float* vCache,
+                          float* out);
+  // RoPE with explicit inverse frequencies (scaled RoPE: linear, llama3): pair i of each head
+  // turns by positions[t] · invFreq[i] (host memory, headDim/2 values); cos and sin are
+  // multiplied by `mscale` (1 for the types implemented).
+  virtual void ropeFrequencies(float* q, float* k, const int32_t* positions, int64_t T,
+                               const AttentionShape& s, const float* invFreq, float mscale,
+                               RopeMode mode);
+  // x = act(x) in place over n values.
+  virtual void activate(float* x, int64_t n, Activation a);
+  // x *= y over n values (the gated MLP's product).
+  virtual void mul(float* x, const float* y, int64_t n);
+  // x *= s over n values (Gemma's embedding scale).
+  virtual void scale(float* x, int64_t n, float s);
+  // x = cap · tanh(x / cap) over n values (Gemma 2's logit soft-capping).
+  virtual void softcap(float* x, int64_t n, float cap);
 
   // ---- memory ---------------------------------------------------------------------------
   // True when pointers are host memory (the CPU op-set): callers may then read them directly.

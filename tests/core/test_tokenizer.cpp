@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "core/model/gguf_writer.h"
 #include "core/model/model_file.h"
 #include "core/tokenizer/tokenizer_loaders.h"
 #include "kernels/common/error.h"
@@ -274,6 +275,66 @@ class TestTokenizer : public QObject {
     auto bpe = tokenizerForModel(*st);  // tokenizer.json beside the weights
     QVERIFY(bpe);
     QCOMPARE(bpe->kindName(), std::string_view("byte-level-bpe"));
+  }
+
+  // BOS / EOS rules of Hugging Face tokenizer files: a Llama-3 style post-processor (a Sequence
+  // holding the TemplateProcessing) names BOS; tokenizer_config.json's add_bos_token = false
+  // wins (SmolLM2); config.json's eos_token_id list ends generation; special tokens written in
+  // the text are matched only when asked.
+  void hfBosEosRules() {
+    QDir(tmp_.path()).mkpath("bos");
+    const QByteArray tokJson = R"({
+      "model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2, "<|begin_of_text|>": 3, "<|im_start|>": 4, "<|eot_id|>": 5},
+                "merges": ["a b"]},
+      "added_tokens": [{"id": 3, "content": "<|begin_of_text|>", "special": true},
+                       {"id": 4, "content": "<|im_start|>", "special": true},
+                       {"id": 5, "content": "<|eot_id|>", "special": true}],
+      "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true},
+      "post_processor": {"type": "Sequence", "processors": [
+          {"type": "ByteLevel"},
+          {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}},
+                                                    {"Sequence": {"id": "A", "type_id": 0}}]}]}
+    })";
+    const QString path = test::writeFile(tmp_, "bos/tokenizer.json", tokJson);
+    {
+      auto tok = openTokenizer(path.toStdString());
+      QCOMPARE(tok->bos(), 3);
+      QVERIFY(tok->addsBosByDefault());
+      QCOMPARE(tok->sequenceStart(), 3);
+      const auto ids = tok->encode("ab<|im_start|>", {.addBos = true, .parseSpecial = true});
+      QCOMPARE(ids, (std::vector<int32_t>{3, 2, 4}));
+      const auto plain = tok->encode("<|im_start|>", {.parseSpecial = false});
+      QVERIFY(std::find(plain.begin(), plain.end(), 4) == plain.end());  // plain text, not the id
+    }
+    test::writeFile(tmp_, "bos/tokenizer_config.json", R"({"add_bos_token": false, "bos_token": "<|im_start|>"})");
+    test::writeFile(tmp_, "bos/config.json", R"({"eos_token_id": [5, 4]})");
+    auto tok = openTokenizer(path.toStdString());
+    QCOMPARE(tok->bos(), 4);
+    QVERIFY(!tok->addsBosByDefault());
+    QCOMPARE(tok->sequenceStart(), -1);  // has a BOS, told not to add it
+    const auto stops = tok->stopIds();
+    QVERIFY(std::find(stops.begin(), stops.end(), 5) != stops.end());
+    QVERIFY(std::find(stops.begin(), stops.end(), 4) != stops.end());
+  }
+
+  void ggufAddBosFalseIsHonoured() {
+    auto gguf = openModel(test::datasetPath("tokenizers/llama2/ggml-vocab-llama-spm.gguf").toStdString());
+    auto t = tokenizerForModel(*gguf);
+    QVERIFY(t->addsBosByDefault());  // the llama vocabulary adds BOS (no key: llama.cpp's default)
+    QCOMPARE(t->sequenceStart(), t->bos());
+    // The same vocabulary with tokenizer.ggml.add_bos_token = false (and an eot id).
+    GgufWriter w;
+    for (const MetaEntry& e : gguf->metadata())
+      if (e.key != "tokenizer.ggml.add_bos_token") w.addMeta(e);
+    w.addMeta({"tokenizer.ggml.add_bos_token", "bool", false});
+    w.addMeta({"tokenizer.ggml.eot_token_id", "u32", 7});
+    const QString path = test::writeFile(tmp_, "nobos.gguf", QByteArray::fromStdString(w.header()));
+    auto nobos = openTokenizer(path.toStdString());
+    QVERIFY(!nobos->addsBosByDefault());
+    QCOMPARE(nobos->sequenceStart(), -1);
+    const auto stops = nobos->stopIds();
+    QVERIFY(std::find(stops.begin(), stops.end(), 7) != stops.end());
+    QVERIFY(std::find(stops.begin(), stops.end(), nobos->eos()) != stops.end());
   }
 
   void bpeHandlesArbitraryBytes() {
