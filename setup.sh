@@ -67,6 +67,6 @@ if [[ $mode == run ]]; then
   fi
   exec "$build/bin/quantscope" "$@"
 fi
-say "running the test suite (everything but the gpu label)"
+say "running the test suite (everything but the gpu and large labels)"
 cd "$build"
-ctest -LE gpu --output-on-failure -j "$jobs" --timeout 900
+ctest -LE 'gpu|large' --output-on-failure -j "$jobs" --timeout 900

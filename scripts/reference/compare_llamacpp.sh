@@ -8,7 +8,7 @@
 set -uo pipefail
 cli=$1
 cache=${QS_CACHE:-$HOME/.cache/quantscope}
-model=${2:-$cache/gemma3/gemma-3-270m-q4_k_m.gguf}
+model=${2:-$cache/models/gemma-3-270m-q4_k_m.gguf}
 bin=${QS_LLAMACPP_BIN:-$cache/llamacpp/11434.0.0/build/bin}
 if [[ ! -x $bin/llama-simple || ! -x $bin/llama-quantize || ! -x $bin/llama-tokenize ]]; then
   echo "SKIP: no llama.cpp tools in $bin (scripts/llamacpp/build_llamacpp.sh builds them)" >&2; exit 77
