@@ -1,7 +1,10 @@
 #pragma once
 // Hugging Face config.json → ModelConfig. Reads the Llama family (model_type llama — also
-// TinyLlama and SmolLM —, mistral, qwen2) and GPT-2; any other model_type is kept as
-// sourceArchitecture and the model opens as weights only.
+// TinyLlama and SmolLM —, mistral, qwen2, qwen3, phi3, gemma, gemma2, gemma3_text) and GPT-2,
+// in both config generations (transformers 4 rope_theta / rope_scaling, transformers 5
+// rope_parameters / layer_types); every field that changes the computation is honoured or
+// refused (BadInput naming the key and value; docs/model-files.md lists them). Any other
+// model_type is kept as sourceArchitecture and the model opens as weights only.
 #include <string>
 #include <vector>
 

@@ -492,11 +492,11 @@ class TestModelFormats : public QObject {
     writeText(fx("sc/config.json"), "{\"model_type\": \"llama\", ");
     expectError(fx("sc"), ErrorKind::BadInput, "config.json", "invalid JSON");
     // An architecture we do not know: weights only, every 2-D tensor a linear-like layer.
-    withConfig("model_type", "phi3");
+    withConfig("model_type", "starcoder2");
     auto m = openModel(fx("sc").toStdString());
     const ModelGraph& g = m->graph();
     QCOMPARE(g.family, GraphFamily::WeightsOnly);
-    QCOMPARE(g.architecture, std::string("phi3"));
+    QCOMPARE(g.architecture, std::string("starcoder2"));
     QCOMPARE(g.blocks.size(), size_t(3));
     size_t twoD = 0;
     for (const auto& t : m->tensors()) twoD += t.shape.size() == 2;

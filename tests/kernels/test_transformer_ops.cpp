@@ -120,6 +120,111 @@ class TestTransformerOps : public QObject {
     QVERIFY(q0 == q0c && k0 == k0c);
   }
 
+  // The extras against a direct formulation: a window keeps the last `window` keys, scores are
+  // scaled by `scale` and soft-capped; RoPE with explicit frequencies equals rope() for the
+  // plain ones.
+  void attentionExtrasAndRopeFrequencies() {
+    AttentionShape s{4, 2, 8, 32};
+    s.window = 3;
+    s.scale = 0.3f;
+    s.softcap = 1.5f;
+    const int T = 9;
+    std::vector<int32_t> pos(T);
+    for (int t = 0; t < T; ++t) pos[t] = t;
+    auto q = randn(T * 32, 21), k = randn(T * 16, 22), v = randn(T * 16, 23);
+    std::vector<float> kc(32 * 16, NAN), vc(32 * 16, NAN), out(T * 32);
+    ops_->attention(q.data(), k.data(), v.data(), pos.data(), T, s, kc.data(), vc.data(), out.data());
+    std::vector<double> ref(T * 32);
+    for (int t = 0; t < T; ++t)
+      for (int h = 0; h < 4; ++h) {
+        const int kvh = h / 2;
+        std::vector<double> sc;
+        const int first = std::max(0, t - s.window + 1);
+        for (int p = first; p <= t; ++p) {
+          double dot = 0;
+          for (int i = 0; i < 8; ++i) dot += double(q[t * 32 + h * 8 + i]) * k[p * 16 + kvh * 8 + i];
+          sc.push_back(1.5 * std::tanh(dot * 0.3 / 1.5));
+        }
+        double mx = -1e300, sum = 0;
+        for (double x : sc) mx = std::max(mx, x);
+        for (double& x : sc) sum += (x = std::exp(x - mx));
+        for (int i = 0; i < 8; ++i) {
+          double o = 0;
+          for (int p = first; p <= t; ++p) o += sc[size_t(p - first)] / sum * v[p * 16 + kvh * 8 + i];
+          ref[t * 32 + h * 8 + i] = o;
+        }
+      }
+    QVERIFY(relErr(out, ref) < 1e-5);
+
+    AttentionShape r{4, 2, 12, 64};
+    auto q1 = randn(3 * 48, 31), k1 = randn(3 * 24, 32);
+    auto q2 = q1, k2 = k1;
+    const int32_t rp[3] = {0, 5, 40};
+    std::vector<float> inv(6);
+    for (int i = 0; i < 6; ++i) inv[size_t(i)] = 1.0f / std::pow(10000.0f, float(2 * i) / 12.0f);
+    ops_->rope(q1.data(), k1.data(), rp, 3, r, 10000.0f, RopeMode::HalfSplit);
+    ops_->ropeFrequencies(q2.data(), k2.data(), rp, 3, r, inv.data(), 1.0f, RopeMode::HalfSplit);
+    for (size_t i = 0; i < q1.size(); ++i) QVERIFY(std::fabs(q1[i] - q2[i]) < 1e-5f);
+    for (size_t i = 0; i < k1.size(); ++i) QVERIFY(std::fabs(k1[i] - k2[i]) < 1e-5f);
+  }
+
+  // An op-set whose memory is "not host memory" (here: host memory it pretends is a device's)
+  // runs the new ops' defaults through host copies — the path the CUDA op-set takes until it has
+  // kernels for them — and must give the CPU reference's results bit for bit.
+  void defaultsWorkThroughHostCopies() {
+    struct FakeDevice final : TransformerOps {
+      TransformerOps& cpu;
+      explicit FakeDevice(TransformerOps& c) : cpu(c) {}
+      bool hostMemory() const override { return false; }
+      void linear(const float* x, int64_t T, int64_t K, const float* W, int64_t N, const float* b, float* y,
+                  bool tr) override { cpu.linear(x, T, K, W, N, b, y, tr); }
+      void rmsNorm(const float* x, const float* w, int64_t T, int64_t D, float e, float* o) override {
+        cpu.rmsNorm(x, w, T, D, e, o);
+      }
+      void layerNorm(const float* x, const float* w, const float* b, int64_t T, int64_t D, float e,
+                     float* o) override { cpu.layerNorm(x, w, b, T, D, e, o); }
+      void rope(float* q, float* k, const int32_t* p, int64_t T, const AttentionShape& s, float th,
+                RopeMode m) override { cpu.rope(q, k, p, T, s, th, m); }
+      void attention(const float*, const float*, const float*, const int32_t*, int64_t,
+                     const AttentionShape&, float*, float*, float*) override {
+        QFAIL("the plain attention must not run shapes with extras");
+      }
+      void swiglu(const float* g, const float* u, int64_t n, float* o) override { cpu.swiglu(g, u, n, o); }
+      void geluTanh(float* x, int64_t n) override { cpu.geluTanh(x, n); }
+      void add(float* x, const float* y, int64_t n) override { cpu.add(x, y, n); }
+    } dev(*ops_);
+    QVERIFY(!dev.attentionExtras());
+    AttentionShape s{4, 2, 8, 32};
+    s.window = 4;
+    s.softcap = 2.0f;
+    const int T = 7;
+    std::vector<int32_t> pos(T);
+    for (int t = 0; t < T; ++t) pos[t] = t;
+    auto q = randn(T * 32, 41), k = randn(T * 16, 42), v = randn(T * 16, 43);
+    std::vector<float> kc1(32 * 16, 0.0f), vc1(32 * 16, 0.0f), o1(T * 32), kc2 = kc1, vc2 = vc1, o2 = o1;
+    ops_->attention(q.data(), k.data(), v.data(), pos.data(), T, s, kc1.data(), vc1.data(), o1.data());
+    dev.attentionReference(q.data(), k.data(), v.data(), pos.data(), T, s, kc2.data(), vc2.data(), o2.data());
+    QVERIFY(o1 == o2 && kc1 == kc2 && vc1 == vc2);
+    auto x1 = randn(100, 44), x2 = x1, y = randn(100, 45);
+    for (Activation a : {Activation::Silu, Activation::Gelu, Activation::GeluTanh, Activation::Relu}) {
+      ops_->activate(x1.data(), 100, a);
+      dev.activate(x2.data(), 100, a);
+    }
+    ops_->mul(x1.data(), y.data(), 100);
+    dev.mul(x2.data(), y.data(), 100);
+    ops_->scale(x1.data(), 100, 1.7f);
+    dev.scale(x2.data(), 100, 1.7f);
+    ops_->softcap(x1.data(), 100, 0.9f);
+    dev.softcap(x2.data(), 100, 0.9f);
+    QVERIFY(x1 == x2);
+    const float inv[4] = {1.0f, 0.3f, 0.05f, 0.001f};
+    auto qa = randn(T * 32, 46), ka = randn(T * 16, 47);
+    auto qb = qa, kb = ka;
+    ops_->ropeFrequencies(qa.data(), ka.data(), pos.data(), T, s, inv, 1.2f, RopeMode::Interleaved);
+    dev.ropeFrequencies(qb.data(), kb.data(), pos.data(), T, s, inv, 1.2f, RopeMode::Interleaved);
+    QVERIFY(qa == qb && ka == kb);
+  }
+
   void attentionIsCausalGqaSoftmax() {
     AttentionShape s{6, 2, 8, 32};
     const int T = 11;
