@@ -63,7 +63,10 @@ int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
     err << "quantscope-cli: " << e.what() << " (see --help)\n";
     return kExitBadInput;
   } catch (const qs::Error& e) {
-    err << "quantscope-cli: " << e.what() << '\n';
+    err << "quantscope-cli: ";
+    if (auto it = ctx.fieldFiles.find(e.field()); e.file().empty() && it != ctx.fieldFiles.end())
+      err << it->second << ": ";
+    err << e.what() << '\n';
     return e.isUserError() ? kExitBadInput : kExitFailure;
   } catch (const std::bad_alloc&) {
     err << "quantscope-cli: out of memory\n";

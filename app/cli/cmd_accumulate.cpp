@@ -109,7 +109,8 @@ void registerAccumulate(CLI::App& app, CliContext& ctx) {
     std::vector<int32_t> calibIds;
     if (plan.needsRounding()) {
       if (!a->calibText.empty()) {
-        calibIds = s.run.model.tokenizer->encode(readTextFile(a->calibText), {});
+        calibIds = s.run.model.tokenizer->encode(
+            readTextFile(a->calibText, textBytesForTokens(*s.run.model.tokenizer, a->calibTokens)), {});
         if (int64_t(calibIds.size()) > a->calibTokens) calibIds.resize(size_t(a->calibTokens));
         o.rounding.calibration = calibIds;
       } else {

@@ -56,7 +56,7 @@ void registerModelExport(CLI::App& app, CliContext& ctx) {
     int32_t bos = -1;
     if (!a->calibText.empty()) {
       if (!m.tokenizer) throwBadInput(a->model, "tokenizer", "calibration needs a tokenizer (--tokenizer)");
-      calibIds = m.tokenizer->encode(readTextFile(a->calibText), {});
+      calibIds = m.tokenizer->encode(readTextFile(a->calibText, textBytesForTokens(*m.tokenizer, a->calibTokens)), {});
       if (int64_t(calibIds.size()) > a->calibTokens) calibIds.resize(size_t(a->calibTokens));
       bos = m.tokenizer->bos() >= 0 ? m.tokenizer->bos() : m.tokenizer->eos();
     }

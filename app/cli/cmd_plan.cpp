@@ -109,12 +109,10 @@ struct Measurement {
 Measurement prepareMeasurement(const std::string& model, const MeasureText& t, TerminalProgress& progress) {
   Measurement m;
   m.textPath = t.path.empty() ? datasetsDir() + "/text/tinystories_validation_head.txt" : t.path;
-  std::string text = readTextFile(m.textPath);
-  const size_t prefix = size_t(std::max<int64_t>(4096, t.tokens * 16));
-  if (text.size() > prefix) text.resize(prefix);
+  checkRegularFile(m.textPath, "text file");  // before the model loads: a bad path fails fast
   m.run = loadRunnable(model, t.tokenizer, true, progress);
   const Tokenizer& tok = *m.run.model.tokenizer;
-  const std::vector<int32_t> ids = tok.encode(text, {});
+  const std::vector<int32_t> ids = tok.encode(readTextFile(m.textPath, textBytesForTokens(tok, t.tokens)), {});
   const int32_t bos = tok.bos() >= 0 ? tok.bos() : tok.eos();
   JobContext job;
   job.onProgress = [&progress](double f, std::string_view s) { progress.update(f, s); };

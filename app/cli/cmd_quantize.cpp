@@ -114,7 +114,8 @@ void registerQuantize(CLI::App& app, CliContext& ctx) {
       const std::string path = a->text.empty() ? datasetsDir() + "/text/tinystories_validation_head.txt" : a->text;
       textName = path;
       progress.update(0, "tokenizing");
-      ids = m.model.tokenizer->encode(readTextFile(path), {});
+      ids = m.model.tokenizer->encode(
+          readTextFile(path, textBytesForTokens(*m.model.tokenizer, a->calibTokens + a->tokens)), {});
       bos = m.model.tokenizer->bos() >= 0 ? m.model.tokenizer->bos() : m.model.tokenizer->eos();
     }
     const size_t nCal = std::min(ids.size(), size_t(a->calibTokens));

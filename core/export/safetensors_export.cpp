@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/io/regular_file.h"
 #include "core/export/compressed_tensors.h"
 #include "core/export/export_internal.h"
 #include "core/plan/layer_names.h"
@@ -311,12 +312,11 @@ nlohmann::ordered_json quantizationConfig(const ExportPreview& p, const Planned&
 nlohmann::ordered_json baseConfig(const ExportSource& src, const ExportPreview& p) {
   if (src.file.format() == ModelFormat::Safetensors) {
     const fs::path cfg = fs::path(src.file.path()).parent_path() / "config.json";
-    std::ifstream in(cfg);
-    if (in) {
-      std::stringstream ss;
-      ss << in.rdbuf();
+    std::error_code ec;
+    if (fs::exists(fs::symlink_status(cfg, ec))) {
+      const std::string text = readRegularFile(cfg.string(), "config file", 16u << 20);
       try {
-        auto j = nlohmann::ordered_json::parse(ss.str());
+        auto j = nlohmann::ordered_json::parse(text);
         if (j.is_object()) return j;
       } catch (const nlohmann::json::exception&) {
       }
