@@ -69,7 +69,16 @@ struct BigramOrder {  // lowest rank on top, then leftmost (llama.cpp's llm_bigr
 
 const std::string& byteToUnicode(uint8_t b) { return table().toUnicode[b]; }
 
+// ICU's match-time limit, in its steps (~10,000 pattern operations each, roughly a millisecond):
+// a pre-tokenizer regex that backtracks catastrophically on some text ("(a|aa)+$" on "aaa…b")
+// fails with U_REGEX_TIME_OUT instead of running for hours. The shipped patterns need a few
+// steps per piece; the limit applies to each search, not to the whole text.
+constexpr int32_t kRegexTimeLimit = 2000;
+// ICU's backtracking stack, per search (its default is 8 MB as well; set so it is explicit).
+constexpr int32_t kRegexStackLimit = 8 << 20;
+
 struct BpeTokenizer::Impl {
+  std::string source;                          // the tokenizer file, for errors
   std::unordered_map<std::string, int> ranks;  // "left right" → rank
   // Compiled patterns; a URegularExpression is not thread-safe, so each use clones under a lock.
   std::vector<URegularExpression*> regexes;
@@ -83,6 +92,7 @@ BpeTokenizer::BpeTokenizer(Vocabulary v, const std::vector<std::string>& merges,
                            const std::string& source)
     : Tokenizer(std::move(v)), impl_(std::make_unique<Impl>()), opt_(std::move(o)) {
   addBosDefault_ = opt_.addBos;
+  impl_->source = source;
   impl_->ranks.reserve(merges.size());
   for (size_t i = 0; i < merges.size(); ++i) {
     const std::string& m = merges[i];
@@ -90,6 +100,15 @@ BpeTokenizer::BpeTokenizer(Vocabulary v, const std::vector<std::string>& merges,
     if (sp == std::string::npos || sp + 1 >= m.size())
       throwBadInput(source, "merges[" + std::to_string(i) + "]",
                     "\"" + m.substr(0, 40) + "\" is not two space-separated parts");
+    // Both parts and their merge must be tokens (HF tokenizers refuses the file otherwise:
+    // a merge naming non-tokens can never apply, or makes a symbol no token stands for).
+    const std::string_view left(m.data(), sp), right(m.data() + sp + 1, m.size() - sp - 1);
+    const std::string merged = std::string(left) + std::string(right);
+    const char* missing = vocab_.find(left) < 0 ? "its left part" : vocab_.find(right) < 0 ? "its right part"
+                          : vocab_.find(merged) < 0 ? "the merged token" : nullptr;
+    if (missing)
+      throwBadInput(source, "merges[" + std::to_string(i) + "]",
+                    "\"" + m.substr(0, 40) + "\": " + missing + " is not in the vocabulary");
     impl_->ranks.emplace(m, int(i));  // the first occurrence keeps its rank
   }
   for (const auto& pattern : opt_.splitRegexes) {
@@ -115,7 +134,8 @@ BpeTokenizer::~BpeTokenizer() = default;
 
 std::vector<std::string> BpeTokenizer::preTokenize(std::string_view text) const {
   std::vector<std::string> pieces{std::string(text)};
-  for (URegularExpression* proto : impl_->regexes) {
+  for (size_t ri = 0; ri < impl_->regexes.size(); ++ri) {
+    URegularExpression* proto = impl_->regexes[ri];
     UErrorCode err = U_ZERO_ERROR;
     URegularExpression* re;
     {
@@ -123,6 +143,8 @@ std::vector<std::string> BpeTokenizer::preTokenize(std::string_view text) const 
       re = uregex_clone(proto, &err);
     }
     if (U_FAILURE(err)) throw Error(ErrorKind::Internal, "ICU regex clone failed");
+    uregex_setTimeLimit(re, kRegexTimeLimit, &err);
+    uregex_setStackLimit(re, kRegexStackLimit, &err);
     std::vector<std::string> next;
     for (const std::string& p : pieces) {
       UText ut = UTEXT_INITIALIZER;
@@ -141,6 +163,12 @@ std::vector<std::string> BpeTokenizer::preTokenize(std::string_view text) const 
       utext_close(&ut);
       if (U_FAILURE(err)) {
         uregex_close(re);
+        if (err == U_REGEX_TIME_OUT || err == U_REGEX_STACK_OVERFLOW)
+          throwBadInput(impl_->source, "pre_tokenizer",
+                        std::string("a pre-tokenizer regex ") +
+                            (err == U_REGEX_TIME_OUT ? "ran past its time limit" : "overflowed its backtracking stack") +
+                            " on a piece of " + std::to_string(p.size()) +
+                            " bytes (catastrophic backtracking): " + opt_.splitRegexes[ri].substr(0, 60));
         throw Error(ErrorKind::Internal, std::string("ICU regex failed: ") + u_errorName(err));
       }
     }
