@@ -264,6 +264,10 @@ def make_hangs(out):
     case("fifo_tokenizer_json_beside", "hang", ["--backend", "cpu", "perplexity", "{tmp}/tj", "--text", TEXT],
          ["tokenizer.json", "FIFO"],
          setup=[{"copy": "hf_tiny", "to": "tj"}, {"fifo": "tj/tokenizer.json"}])
+    case("fifo_export_side_file", "hang", ["export", "{tmp}/m", "--plan", "{bad}/plan_w8.json", "--to", "safetensors",
+                                           "-o", "{tmp}/out"], ["generation_config.json", "FIFO"],
+         setup=[{"copy": "hf_tok_beside_ok", "to": "m"}, {"fifo": "m/generation_config.json"}],
+         note="the files copied beside a safetensors export (tokenizer, generation config)")
     case("chardev_model", "hang", ["inspect", "/dev/zero"], ["/dev/zero", "character device"])
     hf_llama_folder(out, "hf_tiny")
     case("hf_tiny_valid_base", "hang", ["inspect", "{bad}/hf_tiny"], [], exit_code=0)

@@ -115,7 +115,7 @@ void registerModelExport(CLI::App& app, CliContext& ctx) {
         ts.push_back(e);
       }
       j["tensors"] = ts;
-      ctx.out << j.dump(2) << '\n';
+      ctx.out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
     } else {
       for (const auto& t : p.tensors)
         ctx.out << t.outputName << "  " << t.storage << (t.layer.empty() ? "" : "  (" + t.layer + ")")

@@ -65,7 +65,7 @@ void registerGenerate(CLI::App& app, CliContext& ctx) {
       j["tokens"] = produced;
       j["text"] = text;
       j["seconds"] = secs;
-      ctx.out << j.dump(2) << '\n';
+      ctx.out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
     } else {
       ctx.out << std::endl;
       ctx.err << produced.size() << " tokens in " << secs << " s (" << (produced.size() / std::max(secs, 1e-9))

@@ -50,7 +50,7 @@ void registerPerplexity(CLI::App& app, CliContext& ctx) {
       j["windows"] = r.windows;
       j["context"] = r.context;
       j["protocol"] = r.protocol;
-      ctx.out << j.dump(2) << '\n';
+      ctx.out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
     } else {
       ctx.out << "perplexity " << r.perplexity << " (mean NLL " << r.meanNll << " nats/token)\n"
               << "protocol: " << r.protocol << "\n"

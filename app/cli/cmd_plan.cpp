@@ -320,7 +320,7 @@ void registerAuto(CLI::App& plan, CliContext& ctx) {
       ojson hist = ojson::object();
       for (const auto& l : r.layers) hist[formatToString(l.format)] = hist.value(formatToString(l.format), 0) + 1;
       summary["formats"] = hist;
-      ctx.out << summary.dump(2) << '\n';
+      ctx.out << summary.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
     } else {
       ctx.out << "plan " << a->out << " for " << m.id.name << " (" << r.layers.size() << " linear layers)\n"
               << how << "\n";
@@ -430,7 +430,7 @@ void registerShow(CLI::App& plan, CliContext& ctx) {
       ojson probs = ojson::array();
       for (const auto& pr : r.problems) probs.push_back({{"field", pr.field}, {"message", pr.message}});
       j["problems"] = probs;
-      ctx.out << j.dump(2) << '\n';
+      ctx.out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
     } else {
       TextTable t({"layer", "tensor", "format", "method", "bytes", "bits", "error", "note"},
                   {false, false, false, false, true, true, true, false});
@@ -524,7 +524,7 @@ void registerPareto(CLI::App& plan, CliContext& ctx) {
         pts.push_back(o);
       }
       j["points"] = pts;
-      ctx.out << j.dump(2) << '\n';
+      ctx.out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
       return;
     }
     ctx.out << "Pareto front of " << m.id.name << ": predicted " << errorMetricName(lookup.metric()) << " vs "
@@ -667,7 +667,7 @@ void registerMeasure(CLI::App& plan, CliContext& ctx) {
       if (lookup) j["metric"] = std::string(errorMetricName(lookup->metric()));
       if (std::isfinite(pearson)) j["pearson"] = pearson;
       if (std::isfinite(spearman)) j["spearman"] = spearman;
-      ctx.out << j.dump(2) << '\n';
+      ctx.out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
       return;
     }
     ctx.out << "measured on " << meas.measurer->tokens() << " tokens of " << meas.textPath << " (unquantised perplexity "

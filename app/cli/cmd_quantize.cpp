@@ -204,7 +204,7 @@ void registerQuantize(CLI::App& app, CliContext& ctx) {
         }
         j["methods"].push_back(m);
       }
-      ctx.out << j.dump(2) << '\n';
+      ctx.out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
       return;
     }
     ctx.out << "quantization: " << what << "  (calibration " << nCal << " tokens, windows of "

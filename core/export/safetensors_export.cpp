@@ -517,11 +517,9 @@ void writeSafetensors(const ExportSource& src, const ExportPreview& p, const Mod
   const fs::path srcDir = fs::path(src.file.path()).parent_path();
   for (size_t i = 2; i < p.files.size(); ++i) {
     const fs::path from = srcDir / fs::path(p.files[i]).filename();
-    std::ifstream in(from, std::ios::binary);
-    if (!in) throw Error(ErrorKind::Internal, "cannot read " + from.string());
-    std::stringstream ss;
-    ss << in.rdbuf();
-    const std::string s = ss.str();
+    // Copied beside the export (tokenizer.json, generation_config.json…): a regular file of a
+    // sane size, never a FIFO that would block the export.
+    const std::string s = readRegularFile(from.string(), "file to copy", uint64_t(256) << 20);
     AtomicFile& sf = files.open(p.files[i]);
     sf.writeAt(0, std::as_bytes(std::span(s.data(), s.size())));
   }
