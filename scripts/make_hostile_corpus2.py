@@ -494,6 +494,15 @@ def make_messages(out):
     write(out, "plan_version_u64max.json", b'{"schema": "quantscope-plan", "version": 18446744073709551615}\n')
     case("plan_version_unsigned", "message", ["plan", "show", "{bad}/plan_version_u64max.json"],
          ["plan_version_u64max.json", "version", "18446744073709551615"], note="was shown as schema -1")
+    def version_u64(f):
+        session_root(f)
+        f.attrs["schema_version"] = np.uint64(2 ** 64 - 1)
+    h5file(os.path.join(out, "session_version_u64max.qsession"), version_u64)
+    case("session_version_unsigned", "message",
+         ["--backend", "cpu", "calibrate", "{bad}/l2c_tiny.bin", "--tokenizer", TOK512, "--text", TEXT,
+          "--tokens", "8", "--session", "{tmp}/s.qsession"], ["s.qsession", "schema_version", "18446744073709551615"],
+         setup=[{"copy": "session_version_u64max.qsession", "to": "s.qsession"}], unchanged=["{tmp}/s.qsession"],
+         note="an unsigned 2^64-1 was read as a clipped int64")
     write(out, "plan_w8.json", json.dumps({"schema": "quantscope-plan", "version": 2,
                                            "defaults": {"weight": "int8-sym", "group_size": "channel"},
                                            "entries": []}, indent=1).encode())

@@ -36,7 +36,7 @@ AnalysisSetup setUpAnalysis(CliContext& ctx, const AnalysisArgs& a, TerminalProg
   AnalysisSetup s;
   s.textSource = a.text.empty() ? datasetsDir() + "/text/tinystories_validation_head.txt" : a.text;
   checkRegularFile(s.textSource, "text file");  // before the model loads: a bad path fails fast
-  ctx.fieldFiles = {{"tokens", s.textSource}, {"context_length", a.model}};
+  ctx.fieldFiles = {{"tokens", s.textSource}, {"context_length", a.model}, {"vocabulary", a.model}};
   Backend& backend = ctx.backend();
   s.stats = &backend.stats();
   s.backendName = backend.name();

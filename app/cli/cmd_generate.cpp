@@ -24,6 +24,7 @@ void registerGenerate(CLI::App& app, CliContext& ctx) {
   cmd->add_option("--tokens", a->tokens, "New tokens to generate")->check(CLI::Range(1, 1 << 20));
   cmd->add_flag("--json", a->json, "Print JSON on stdout");
   cmd->callback([&ctx, a] {
+    ctx.fieldFiles = {{"vocabulary", a->model}, {"context_length", a->model}};
     TerminalProgress progress;
     RunnableModel m = loadRunnable(ctx.backend(), a->model, a->tokenizer, true, progress);
     const Tokenizer& tok = *m.model.tokenizer;

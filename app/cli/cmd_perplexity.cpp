@@ -23,7 +23,7 @@ void registerPerplexity(CLI::App& app, CliContext& ctx) {
   cmd->add_flag("--json", a->json, "Print JSON on stdout");
   cmd->callback([&ctx, a] {
     checkRegularFile(a->text, "text file");  // before the model loads: a bad path fails fast
-    ctx.fieldFiles = {{"tokens", a->text}, {"context_length", a->model}};
+    ctx.fieldFiles = {{"tokens", a->text}, {"context_length", a->model}, {"vocabulary", a->model}};
     TerminalProgress progress;
     RunnableModel m = loadRunnable(ctx.backend(), a->model, a->tokenizer, true, progress);
     const Tokenizer& tok = *m.model.tokenizer;

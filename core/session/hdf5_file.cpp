@@ -284,6 +284,14 @@ double File::attrDouble(const std::string& obj, const std::string& name) const {
 int64_t File::attrInt(const std::string& obj, const std::string& name) const {
   auto l = lock();
   Handle a = openAttr(obj, name, H5T_INTEGER);
+  // An unsigned value past 2^63 would be clipped (or wrap) as int64: name it as stored.
+  Handle type(H5Aget_type(a.id()), H5Tclose);
+  if (type && H5Tget_sign(type.id()) == H5T_SGN_NONE) {
+    uint64_t u = 0;
+    if (H5Aread(a.id(), H5T_NATIVE_UINT64, &u) < 0) fail(obj + "@" + name, "cannot read the attribute");
+    if (u > uint64_t(INT64_MAX)) fail(obj + "@" + name, "value " + std::to_string(u) + " is out of range");
+    return int64_t(u);
+  }
   int64_t v = 0;
   if (H5Aread(a.id(), H5T_NATIVE_INT64, &v) < 0) fail(obj + "@" + name, "cannot read the attribute");
   return v;
