@@ -41,9 +41,12 @@ class AtomicFile {
   void sync();
   // fsync, then rename over the target (and fsync the folder).
   void commit();
+  // The file whose permissions the new one takes at commit (default: the target it replaces);
+  // also the name the test hook reports (a folder export writes into a swap folder first).
+  void keepModeOf(std::string oldPath) { modeFrom_ = std::move(oldPath); }
 
  private:
-  std::string path_, temp_;
+  std::string path_, temp_, modeFrom_;
   int fd_ = -1;
   bool committed_ = false;
   bool anonymous_ = false;  // O_TMPFILE: no name until commit()
