@@ -415,6 +415,16 @@ def make_bombs(out, tmp):
          ["sens_table_cells.json", "layers", "table cells"],
          setup=[{"gunzip": "sens_table_cells.json.gz", "to": "sens_table_cells.json"}],
          note="200,000 layers x 12 formats: the table was sized before its figures were read")
+    write(out, "sens_other_shape.json", json.dumps({
+        "schema": "quantscope-sensitivity", "version": 1, "model_hash": "", "tokens": 1, "base_perplexity": 1.0,
+        "text_source": "t", "context": 2, "formats": ["fp16"],
+        "layers": [{"weight_name": "layers.0.attention.wq.weight", "out_features": 99, "in_features": 16}]},
+        indent=1).encode())
+    case("sensitivity_table_vs_model", "accepted", ["plan", "auto", "{bad}/l2c_tiny.bin", "--budget-bits", "5",
+                                                    "--sensitivity", "{bad}/sens_other_shape.json", "-o",
+                                                    "{tmp}/p.json"],
+         ["sens_other_shape.json", "layers[0]", "[99, 16] in the table"],
+         note="a table's layer of another shape than the model's lent it its figures")
     # Texts: /dev/zero, a 2 GB sparse file (whole: refused; with --tokens: only its prefix is read).
     pp = lambda text, *extra: ["--backend", "cpu", "perplexity", "{bad}/l2c_tiny.bin", "--tokenizer", TOK512,
                                "--text", text] + list(extra)

@@ -157,6 +157,22 @@ SensitivityTable loadOrMeasure(const SensitivitySource& s, const std::string& mo
     if (!t.modelHash.empty() && !sameHashAlgorithm(t.modelHash, m.id.hash))
       ctx.err << "note: the table's model hash (" << t.modelHash << ") is of another kind than " << m.id.hash
               << ": not compared\n";
+    // The table against the model: a layer of the model must have the model's shape there (a
+    // table of another model with the same layer names would otherwise lend it its figures).
+    std::map<std::string, const LinearLayer*> byName;
+    for (const LinearLayer* l : m.graph().allLinears()) byName.emplace(l->weightName, l);
+    for (size_t i = 0; i < t.layers.size(); ++i) {
+      const LayerRef& ref = t.layers[i];
+      auto it = byName.find(ref.weightName);
+      if (it == byName.end() || s.allowOtherModel) continue;
+      if ((ref.outFeatures && ref.outFeatures != it->second->outFeatures) ||
+          (ref.inFeatures && ref.inFeatures != it->second->inFeatures))
+        throwBadInput(s.file, "layers[" + std::to_string(i) + "]",
+                      "layer '" + ref.weightName + "' is [" + std::to_string(ref.outFeatures) + ", " +
+                          std::to_string(ref.inFeatures) + "] in the table, [" +
+                          std::to_string(it->second->outFeatures) + ", " + std::to_string(it->second->inFeatures) +
+                          "] in " + modelPath);
+    }
     return t;
   }
   ctx.err << "measuring a single-layer sensitivity table on " << s.text.tokens
