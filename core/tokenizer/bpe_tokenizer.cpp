@@ -69,11 +69,12 @@ struct BigramOrder {  // lowest rank on top, then leftmost (llama.cpp's llm_bigr
 
 const std::string& byteToUnicode(uint8_t b) { return table().toUnicode[b]; }
 
-// ICU's match-time limit, in its steps (~10,000 pattern operations each, roughly a millisecond):
-// a pre-tokenizer regex that backtracks catastrophically on some text ("(a|aa)+$" on "aaa…b")
-// fails with U_REGEX_TIME_OUT instead of running for hours. The shipped patterns need a few
-// steps per piece; the limit applies to each search, not to the whole text.
-constexpr int32_t kRegexTimeLimit = 2000;
+// ICU's match-time limit, in its ticks of 10,000 pattern operations (a fraction of a millisecond
+// each): a pre-tokenizer regex that backtracks catastrophically on some text ("(a|aa)+$" on
+// "aaa…b") fails with U_REGEX_TIME_OUT after 80M operations (~2 s) instead of running for
+// hours. It bounds one search (see preTokenize); the longest legitimate search, a pattern
+// scanning a whole 8 MiB text without a match, takes ~2,500 ticks.
+constexpr int32_t kRegexTimeLimit = 8000;
 // ICU's backtracking stack, per search (its default is 8 MB as well; set so it is explicit).
 constexpr int32_t kRegexStackLimit = 8 << 20;
 
@@ -152,12 +153,22 @@ std::vector<std::string> BpeTokenizer::preTokenize(std::string_view text) const 
       utext_openUTF8(&ut, p.data(), int64_t(p.size()), &err);
       uregex_setUText(re, &ut, &err);
       int64_t last = 0;
-      while (U_SUCCESS(err) && uregex_findNext(re, &err)) {
+      // Each search starts with uregex_find64(from), which resets the matcher and with it ICU's
+      // time count: the limit bounds one search, not the whole text (findNext would add up
+      // every search of an 8 MiB text and time out on ordinary prose). An empty match moves the
+      // next search on by one character, as findNext does.
+      int64_t from = 0;
+      while (U_SUCCESS(err) && from <= int64_t(p.size()) && uregex_find64(re, from, &err)) {
         const int64_t s = uregex_start64(re, 0, &err), e = uregex_end64(re, 0, &err);
-        if (U_FAILURE(err) || e <= s) continue;
+        if (U_FAILURE(err)) break;
+        if (e <= s) {
+          from = s + int64_t(s < int64_t(p.size()) ? std::min(utf8Length(uint8_t(p[size_t(s)])), p.size() - size_t(s)) : 1);
+          continue;
+        }
         if (s > last) next.push_back(p.substr(size_t(last), size_t(s - last)));
         next.push_back(p.substr(size_t(s), size_t(e - s)));
         last = e;
+        from = e;
       }
       if (last < int64_t(p.size())) next.push_back(p.substr(size_t(last)));
       utext_close(&ut);

@@ -194,6 +194,24 @@ class TestHostileIo : public QObject {
     QVERIFY(!tok.encode("aaaa").empty());
   }
 
+  // The limit is per search, not per text: 8 MiB (the whole-text limit) through GPT-2's pattern,
+  // and a Digits split that scans 8 MiB without a single match, both finish without a time-out.
+  void regexLimitSparesLongTexts() {
+    qs::Vocabulary v;
+    for (int c = 0; c < 128; ++c) v.tokens.push_back(std::string(1, char(c)));
+    v.types.assign(v.tokens.size(), qs::TokenType::Normal);
+    std::string words;
+    while (words.size() < (size_t(8) << 20)) words += "hello world, it's 42 ";
+    qs::BpeOptions gpt2;
+    const qs::BpeTokenizer a(v, {}, gpt2, "gpt2.json");
+    // "hello", " world", ",", " it", "'s", " 42" per repetition (the space joins the next word), and the last " ".
+    QCOMPARE(a.preTokenize(words).size(), words.size() / 21 * 6 + 1);
+    qs::BpeOptions digits;
+    digits.splitRegexes = {R"(\p{N}+)"};
+    const qs::BpeTokenizer b(v, {}, digits, "digits.json");
+    QCOMPARE(b.preTokenize(std::string(size_t(8) << 20, 'x')).size(), size_t(1));
+  }
+
   void mergesMustNameTokens() {
     qs::Vocabulary v;
     v.tokens = {"a", "b", "ab"};
