@@ -40,7 +40,8 @@ class OutputFiles {
     redirectFrom_ = std::move(from);
     redirectTo_ = std::move(to);
   }
-  void commitAll();
+  void syncAll();    // every file's data on disk (commitAll does it too; a second fsync is cheap)
+  void commitAll(bool syncFolders = true);  // false: the caller syncs the (one) folder afterwards
   uint64_t totalBytes() const;
 
  private:

@@ -152,12 +152,15 @@ AtomicFile& OutputFiles::open(const std::string& path) {
   return *files_.back();
 }
 
-void OutputFiles::commitAll() {
-  // Every file's data on disk first, so that the renames follow one another with no fsync in
-  // between: the window in which a crash can leave a mix of new and old files (model.safetensors
-  // new, config.json old) is as short as it can be without replacing the whole folder.
+void OutputFiles::syncAll() {
   for (auto& f : files_) f->sync();
-  for (auto& f : files_) f->commit();
+}
+
+void OutputFiles::commitAll(bool syncFolders) {
+  // Every file's data on disk first (a file synced since its last write is not synced again), so
+  // that the renames follow one another with no fsync in between.
+  for (auto& f : files_) f->sync();
+  for (auto& f : files_) f->commit(syncFolders);
 }
 
 uint64_t OutputFiles::totalBytes() const {
@@ -339,6 +342,22 @@ void syncFolder(const fs::path& dir) {
   }
 }
 
+// Swap folders an export killed between creating one and removing it left behind. Only called
+// under the folder's lock, so no export is using them. Before its swap such a folder holds new
+// files and hard links to old ones; after it, the old folder's files — and, if the kill came
+// before they were moved over, the old folder's sub-folders, which are kept (never deleted):
+// files are removed, the folder only when nothing else is left.
+void removeStaleSwapFolders(const fs::path& parent) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(parent, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(".qs-swap-", 0) != 0 || !e.is_directory(ec) || e.is_symlink(ec)) continue;
+    for (const auto& f : fs::directory_iterator(e.path(), ec))
+      if (!f.is_directory(ec) || f.is_symlink(ec)) fs::remove(f.path(), ec);
+    fs::remove(e.path(), ec);  // fails while sub-folders remain
+  }
+}
+
 // An exclusive flock on a folder, held until destroyed; waits for another holder. Folders can be
 // flocked on Linux, so nothing is left behind (no lock file).
 class FolderLock {
@@ -382,6 +401,7 @@ ModelExportResult exportModel(const ExportSource& src, const std::string& outPat
     std::error_code ec;
     if (fs::is_symlink(finalDir, ec) && fs::is_directory(finalDir, ec)) finalDir = fs::canonical(finalDir, ec);
     lock = FolderLock(nearestExisting(finalDir.parent_path()));
+    removeStaleSwapFolders(finalDir.parent_path());
   }
   r.preview = previewModelExport(src, outPath, o);  // under the lock: what exists is what we replace
   if (!r.preview.canWrite()) {
@@ -441,6 +461,7 @@ ModelExportResult exportModel(const ExportSource& src, const std::string& outPat
       if (ec) throwBadInput(outPath, "", "cannot create the output folder: " + ec.message());
       cleanup.created = true;
     }
+    files.syncAll();  // the slow part, before the swap folder exists: the window a kill can leave it in stays short
     struct stat old{};
     const bool replacing = ::stat(finalDir.c_str(), &old) == 0;
     if (replacing && !S_ISDIR(old.st_mode)) throwBadInput(outPath, "", "is not a folder");
@@ -449,7 +470,7 @@ ModelExportResult exportModel(const ExportSource& src, const std::string& outPat
                   swapDir.string());
     if (replacing) ::chmod(swapDir.c_str(), old.st_mode & 07777);  // exactly the old mode (no umask)
     cleanup.swapMade = true;
-    files.commitAll();  // named inside the swap folder
+    files.commitAll(false);  // named inside the swap folder, synced once below
     std::vector<fs::path> later;  // entries of the old folder that cannot be hard-linked
     if (replacing) {
       for (const auto& e : fs::directory_iterator(finalDir, ec)) {

@@ -84,11 +84,13 @@ AtomicFile::~AtomicFile() {
 }
 
 void AtomicFile::resize(uint64_t bytes) {
+  synced_ = false;
   if (::ftruncate(fd_, off_t(bytes)) != 0)
     throw Error(ErrorKind::Internal, std::string("cannot size the file: ") + std::strerror(errno), path_);
 }
 
 void AtomicFile::writeAt(uint64_t offset, std::span<const std::byte> data) {
+  synced_ = false;
   const std::byte* p = data.data();
   size_t left = data.size();
   bool pauseHere = false;
@@ -115,10 +117,11 @@ void AtomicFile::writeAt(uint64_t offset, std::span<const std::byte> data) {
 void AtomicFile::sync() {
   if (::fsync(fd_) != 0)
     throw Error(ErrorKind::Internal, std::string("fsync failed: ") + std::strerror(errno), path_);
+  synced_ = true;
 }
 
-void AtomicFile::commit() {
-  sync();
+void AtomicFile::commit(bool syncFolder) {
+  if (!synced_) sync();
   if (anonymous_) {
     // linkat cannot replace a file: give the data a unique name beside the target, then rename
     // that over it (the name exists only for the two system calls in between).
@@ -143,6 +146,7 @@ void AtomicFile::commit() {
     throw Error(ErrorKind::Internal, std::string("cannot replace the file: ") + std::strerror(errno), path_);
   committed_ = true;
   // The rename itself is durable only once the folder is synced.
+  if (!syncFolder) return;
   const int dir = ::open(folderOf(path_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir >= 0) {
     ::fsync(dir);
