@@ -342,7 +342,8 @@ void syncFolder(const fs::path& dir) {
   }
 }
 
-// Swap folders an export killed between creating one and removing it left behind. Only called
+// Swap folders an export killed between creating one and removing it left behind (.qs-new-*: a
+// new folder that was never renamed into place, removed whole). Only called
 // under the folder's lock, so no export is using them. Before its swap such a folder holds new
 // files and hard links to old ones; after it, the old folder's files — and, if the kill came
 // before they were moved over, the old folder's sub-folders, which are kept (never deleted):
@@ -351,7 +352,12 @@ void removeStaleSwapFolders(const fs::path& parent) {
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(parent, ec)) {
     const std::string name = e.path().filename().string();
-    if (name.rfind(".qs-swap-", 0) != 0 || !e.is_directory(ec) || e.is_symlink(ec)) continue;
+    if (!e.is_directory(ec) || e.is_symlink(ec)) continue;
+    if (name.rfind(".qs-new-", 0) == 0) {  // a new folder never renamed into place: only ours
+      fs::remove_all(e.path(), ec);
+      continue;
+    }
+    if (name.rfind(".qs-swap-", 0) != 0) continue;
     for (const auto& f : fs::directory_iterator(e.path(), ec))
       if (!f.is_directory(ec) || f.is_symlink(ec)) fs::remove(f.path(), ec);
     fs::remove(e.path(), ec);  // fails while sub-folders remain
@@ -401,7 +407,7 @@ ModelExportResult exportModel(const ExportSource& src, const std::string& outPat
     std::error_code ec;
     if (fs::is_symlink(finalDir, ec) && fs::is_directory(finalDir, ec)) finalDir = fs::canonical(finalDir, ec);
     lock = FolderLock(nearestExisting(finalDir.parent_path()));
-    removeStaleSwapFolders(finalDir.parent_path());
+    removeStaleSwapFolders(nearestExisting(finalDir.parent_path()));
   }
   r.preview = previewModelExport(src, outPath, o);  // under the lock: what exists is what we replace
   if (!r.preview.canWrite()) {
@@ -423,27 +429,38 @@ ModelExportResult exportModel(const ExportSource& src, const std::string& outPat
   // plain rename when there was none). A kill while writing leaves nothing; a reader sees the
   // old folder or the new one, never a mix. Folders the export had to create are removed again
   // when it fails.
-  fs::path swapDir, stagingDir;
+  // The swap folder lives in the nearest existing folder (the lock's; same file system as the
+  // temporaries). Replacing: it becomes the new folder and is exchanged with the old one. A new
+  // folder (maybe under missing parents: -o a/new/ct with a/ existing): it stands for the
+  // highest missing folder (a/new), holds the path down to the output (ct/), and is renamed to
+  // it at the end, so a kill never leaves an empty or half-made folder in a/.
+  fs::path swapRoot, filesDir, stagingDir, topMissing;
+  bool replacing = false;
   if (folder) {
     stagingDir = nearestExisting(finalDir.parent_path());
+    std::error_code ec;
+    replacing = fs::exists(finalDir, ec);
+    if (!replacing) {
+      topMissing = finalDir;
+      while (!fs::exists(topMissing.parent_path(), ec) && topMissing.parent_path() != topMissing)
+        topMissing = topMissing.parent_path();
+    }
     static std::atomic<uint64_t> counter{0};
-    swapDir = finalDir.parent_path() / (".qs-swap-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+    swapRoot = stagingDir / ((replacing ? ".qs-swap-" : ".qs-new-") + std::to_string(::getpid()) + "-" +
+                             std::to_string(counter++));
+    const fs::path below = replacing ? fs::path(".") : finalDir.lexically_relative(topMissing);
+    filesDir = below == "." ? swapRoot : swapRoot / below;
   }
   struct RemoveIfFailed {
-    fs::path dir, existing, swap;  // the parent folders create_directories makes, the swap folder
-    bool created = false, swapMade = false, done = false;
+    fs::path swap;  // the swap folder: new files, links to old ones, the folders down to the output
+    bool made = false, done = false;
     ~RemoveIfFailed() {
       std::error_code ec;
-      if (done) return;
-      if (swapMade) fs::remove_all(swap, ec);  // only new files and links to old ones
-      if (!created) return;
-      // The folders create_directories made (none of them existed), each only while empty.
-      for (fs::path d = dir; !d.empty() && d != existing && d != d.parent_path(); d = d.parent_path())
-        if (!fs::remove(d, ec)) break;
+      if (made && !done) fs::remove_all(swap, ec);
     }
-  } cleanup{folder ? finalDir.parent_path() : fs::path(), stagingDir, swapDir};
+  } cleanup{swapRoot};
   OutputFiles files(stagingDir.string());
-  if (folder) files.redirect(normalFolder(outPath).string(), swapDir.string());
+  if (folder) files.redirect(normalFolder(outPath).string(), filesDir.string());
   Progress progress(ctx, r.preview.estimatedBytes);
   progress.check();
   switch (o.format) {
@@ -456,46 +473,48 @@ ModelExportResult exportModel(const ExportSource& src, const std::string& outPat
     files.commitAll();
   } else {
     std::error_code ec;
-    if (!fs::exists(finalDir.parent_path(), ec)) {
-      fs::create_directories(finalDir.parent_path(), ec);
-      if (ec) throwBadInput(outPath, "", "cannot create the output folder: " + ec.message());
-      cleanup.created = true;
-    }
     files.syncAll();  // the slow part, before the swap folder exists: the window a kill can leave it in stays short
     struct stat old{};
-    const bool replacing = ::stat(finalDir.c_str(), &old) == 0;
-    if (replacing && !S_ISDIR(old.st_mode)) throwBadInput(outPath, "", "is not a folder");
-    if (::mkdir(swapDir.c_str(), replacing ? (old.st_mode & 07777) : 0777) != 0)
+    if (replacing && (::stat(finalDir.c_str(), &old) != 0 || !S_ISDIR(old.st_mode)))
+      throwBadInput(outPath, "", "is not a folder");
+    if (::mkdir(swapRoot.c_str(), replacing ? (old.st_mode & 07777) : 0777) != 0)
       throw Error(ErrorKind::Internal, std::string("cannot create a folder beside the output: ") + std::strerror(errno),
-                  swapDir.string());
-    if (replacing) ::chmod(swapDir.c_str(), old.st_mode & 07777);  // exactly the old mode (no umask)
-    cleanup.swapMade = true;
+                  swapRoot.string());
+    cleanup.made = true;
+    if (replacing) ::chmod(swapRoot.c_str(), old.st_mode & 07777);  // exactly the old mode (no umask)
+    if (filesDir != swapRoot) {
+      fs::create_directories(filesDir, ec);
+      if (ec) throwBadInput(outPath, "", "cannot create the output folder: " + ec.message());
+    }
     files.commitAll(false);  // named inside the swap folder, synced once below
     std::vector<fs::path> later;  // entries of the old folder that cannot be hard-linked
     if (replacing) {
       for (const auto& e : fs::directory_iterator(finalDir, ec)) {
         const fs::path name = e.path().filename();
-        if (fs::exists(fs::symlink_status(swapDir / name, ec))) continue;  // written by the export
-        if (e.is_regular_file(ec) && !e.is_symlink(ec) && ::link(e.path().c_str(), (swapDir / name).c_str()) == 0)
+        if (fs::exists(fs::symlink_status(swapRoot / name, ec))) continue;  // written by the export
+        if (e.is_regular_file(ec) && !e.is_symlink(ec) && ::link(e.path().c_str(), (swapRoot / name).c_str()) == 0)
           continue;
         later.push_back(name);  // folders, links, files on which link() fails: moved after the swap
       }
     }
-    syncFolder(swapDir);
+    for (fs::path d = filesDir;; d = d.parent_path()) {  // the files' folder up to the swap folder
+      syncFolder(d);
+      if (d == swapRoot || d == d.parent_path()) break;
+    }
     if (replacing) {
-      if (::renameat2(AT_FDCWD, swapDir.c_str(), AT_FDCWD, finalDir.c_str(), RENAME_EXCHANGE) != 0)
+      if (::renameat2(AT_FDCWD, swapRoot.c_str(), AT_FDCWD, finalDir.c_str(), RENAME_EXCHANGE) != 0)
         throw Error(ErrorKind::Internal, std::string("cannot swap the new folder in: ") + std::strerror(errno),
                     finalDir.string());
       cleanup.done = true;  // the swap folder now holds the old files
       syncFolder(finalDir.parent_path());
-      for (const fs::path& name : later) fs::rename(swapDir / name, finalDir / name, ec);
-      fs::remove_all(swapDir, ec);
+      for (const fs::path& name : later) fs::rename(swapRoot / name, finalDir / name, ec);
+      fs::remove_all(swapRoot, ec);
     } else {
-      if (::rename(swapDir.c_str(), finalDir.c_str()) != 0)
+      if (::rename(swapRoot.c_str(), topMissing.c_str()) != 0)
         throw Error(ErrorKind::Internal, std::string("cannot move the new folder in: ") + std::strerror(errno),
-                    finalDir.string());
+                    topMissing.string());
       cleanup.done = true;
-      syncFolder(finalDir.parent_path());
+      syncFolder(stagingDir);
     }
   }
   cleanup.done = true;

@@ -307,6 +307,32 @@ class TestReliability : public QObject {
     QCOMPARE(runCli(exportTo(planB, out)), 0);
     QCOMPARE(snapshot(out), refB);
     QCOMPARE(listing(dir.path()), (QStringList{"a.json", "b.json", "out", "refA", "refB"}));
+    // Into folders that do not exist yet (new/ct): after a kill either nothing or the whole
+    // export is there, never an empty or half-made folder.
+    int made = 0, nothing = 0;
+    for (int round = 0; round < rounds / 2; ++round) {
+      QDir(dir.filePath("new")).removeRecursively();
+      const int killAt = int(std::uniform_int_distribution<qint64>(0, fullMs * 12 / 10)(rng));
+      QProcess p;
+      p.start(cli(), exportTo(planB, dir.filePath("new/ct")));
+      QVERIFY(p.waitForStarted());
+      if (!p.waitForFinished(killAt)) {
+        ::kill(pid_t(p.processId()), SIGKILL);
+        QVERIFY(p.waitForFinished(30'000));
+      }
+      if (QFileInfo::exists(dir.filePath("new"))) {
+        QCOMPARE(listing(dir.filePath("new")), QStringList{"ct"});
+        QVERIFY2(snapshot(dir.filePath("new/ct")) == refB, qPrintable(QString("round %1: a half-made new folder").arg(round)));
+        ++made;
+      } else {
+        ++nothing;
+      }
+      for (const QString& e : listing(dir.path()))
+        QVERIFY2(!e.startsWith(".qs-") || e.startsWith(".qs-new-") || e.startsWith(".qs-swap-"), qPrintable(e));
+    }
+    qDebug("%d kills into a missing folder: %d left nothing, %d the whole export", rounds / 2, nothing, made);
+    QCOMPARE(runCli(exportTo(planB, dir.filePath("new2/ct"))), 0);  // removes what a kill left
+    QCOMPARE(listing(dir.path()).filter(QRegularExpression("^\\.qs-")), QStringList{});
   }
 
   // A forced folder export keeps what else the folder holds, and the permissions of what it replaces.
