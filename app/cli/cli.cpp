@@ -30,7 +30,7 @@ int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
   CLI::App app{"Quantscope: mixed-precision quantization lab (command line)", "quantscope-cli"};
   app.set_version_flag("--version", std::string("quantscope-cli ") + QS_VERSION);
   app.require_subcommand(0, 1);
-  CliContext ctx{out, err, kExitOk, "auto", nullptr};
+  CliContext ctx{out, err, kExitOk, "auto", nullptr, {}};
   app.add_option("--backend", ctx.backendName,
                  "Compute backend: auto (CUDA when a device works, else CPU), cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
