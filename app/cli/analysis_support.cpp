@@ -35,7 +35,8 @@ JobContext progressContext(TerminalProgress& progress) {
 AnalysisSetup setUpAnalysis(CliContext& ctx, const AnalysisArgs& a, TerminalProgress& progress) {
   AnalysisSetup s;
   s.textSource = a.text.empty() ? datasetsDir() + "/text/tinystories_validation_head.txt" : a.text;
-  const std::string text = readTextFile(s.textSource);
+  checkRegularFile(s.textSource, "text file");  // before the model loads: a bad path fails fast
+  ctx.fieldFiles = {{"tokens", s.textSource}, {"context_length", a.model}, {"vocabulary", a.model}};
   Backend& backend = ctx.backend();
   s.stats = &backend.stats();
   s.backendName = backend.name();
@@ -48,7 +49,7 @@ AnalysisSetup setUpAnalysis(CliContext& ctx, const AnalysisArgs& a, TerminalProg
   }
   progress.update(0, "tokenizing");
   const Tokenizer& tok = *s.run.model.tokenizer;
-  s.tokens = tok.encode(text, {});
+  s.tokens = tok.encode(readTextFile(s.textSource, textBytesForTokens(tok, a.tokens)), {});
   s.eval.context = a.context;
   s.eval.maxTokens = a.tokens;
   s.eval.bos = tok.sequenceStart();

@@ -30,7 +30,7 @@ int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
   CLI::App app{"Quantscope: mixed-precision quantization lab (command line)", "quantscope-cli"};
   app.set_version_flag("--version", std::string("quantscope-cli ") + QS_VERSION);
   app.require_subcommand(0, 1);
-  CliContext ctx{out, err, kExitOk, "auto", nullptr};
+  CliContext ctx{out, err, kExitOk, "auto", nullptr, {}};
   app.add_option("--backend", ctx.backendName,
                  "Compute backend: auto (CUDA when a device works, else CPU), cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
@@ -64,7 +64,10 @@ int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
     err << "quantscope-cli: " << e.what() << " (see --help)\n";
     return kExitBadInput;
   } catch (const qs::Error& e) {
-    err << "quantscope-cli: " << e.what() << '\n';
+    err << "quantscope-cli: ";
+    if (auto it = ctx.fieldFiles.find(e.field()); e.file().empty() && it != ctx.fieldFiles.end())
+      err << it->second << ": ";
+    err << e.what() << '\n';
     return e.isUserError() ? kExitBadInput : kExitFailure;
   } catch (const std::bad_alloc&) {
     err << "quantscope-cli: out of memory\n";

@@ -109,7 +109,8 @@ void registerAccumulate(CLI::App& app, CliContext& ctx) {
     std::vector<int32_t> calibIds;
     if (plan.needsRounding()) {
       if (!a->calibText.empty()) {
-        calibIds = s.run.model.tokenizer->encode(readTextFile(a->calibText), {});
+        calibIds = s.run.model.tokenizer->encode(
+            readTextFile(a->calibText, textBytesForTokens(*s.run.model.tokenizer, a->calibTokens)), {});
         if (int64_t(calibIds.size()) > a->calibTokens) calibIds.resize(size_t(a->calibTokens));
         o.rounding.calibration = calibIds;
       } else {
@@ -137,7 +138,7 @@ void registerAccumulate(CLI::App& app, CliContext& ctx) {
           j["perplexity_so_far"] = jsonNumber(r.perplexity);
           j["top1_agreement_so_far"] = jsonNumber(r.top1Agreement);
         }
-        ctx.out << j.dump() << '\n';
+        ctx.out << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
         ctx.out.flush();
       };
     const auto t0 = std::chrono::steady_clock::now();
@@ -190,7 +191,7 @@ void registerAccumulate(CLI::App& app, CliContext& ctx) {
       j["perplexity"] = jsonNumber(r.perplexity);
       j["base_perplexity"] = jsonNumber(r.basePerplexity);
       j["top1_agreement"] = jsonNumber(r.top1Agreement);
-      ctx.out << j.dump(2) << '\n';
+      ctx.out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
       return;
     }
     ctx.out << "run '" << name << "': " << r.protocol << "\n"

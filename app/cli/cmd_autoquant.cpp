@@ -68,18 +68,19 @@ void registerAutoquant(CLI::App& app, CliContext& ctx) {
     o.context = a->context;
     o.gainWindows = a->gainWindows;
     o.gainContext = a->gainContext;
-    const std::string text = readTextFile(a->calibText);
+    checkRegularFile(a->calibText, "--calib-text");  // before the model loads: a bad path fails fast
     TerminalProgress progress;
     RunnableModel m = loadRunnable(ctx.backend(), a->model, a->tokenizer, true, progress);
     if (m.model.file->format() != ModelFormat::Gguf)
       throw Error(ErrorKind::BadInput, a->model + ": autoquant reads GGUF models (export this one to GGUF first)");
     const Tokenizer& tok = *m.model.tokenizer;
-    std::vector<int32_t> ids = tok.encode(text, {});
+    // The one bounded reader: only the bytes --calib-tokens tokens can need.
+    std::vector<int32_t> ids = tok.encode(readTextFile(a->calibText, textBytesForTokens(tok, a->calibTokens)), {});
     if (int64_t(ids.size()) > a->calibTokens) ids.resize(size_t(a->calibTokens));
     if (ids.size() < 128)
       throw Error(ErrorKind::BadInput, "--calib-text " + a->calibText + ": " + std::to_string(ids.size()) +
                                            " tokens; autoquant needs at least 128");
-    o.bos = tok.bos();
+    o.bos = tok.sequenceStart();
     JobContext job;
     job.onProgress = [&progress](double f, std::string_view s) { progress.update(f * 0.9, s); };
     AutoquantPlan plan = measureAutoquant(*m.model.file, *m.runtime, ids, o, job);

@@ -128,7 +128,7 @@ void registerBenchGemm(CLI::App& bench, CliContext& ctx) {
                         {"speedup_vs_cublas_fp16", row.speedup}, {"weight_bytes", row.weightBytes},
                         {"copies", row.copies}, {"path", row.path}});
       j["headline"] = headline(r, o);
-      ctx.out << j.dump(2) << '\n';
+      ctx.out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
       return;
     }
     ctx.out << "Device:          " << r.device << '\n';

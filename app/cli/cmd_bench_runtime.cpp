@@ -184,7 +184,7 @@ void registerBenchRuntime(CLI::App& bench, CliContext& ctx) {
                                {"prefill_linear_fraction_of_eigen", r.prefillLinearGflops / eigen},
                                {"linear_share_of_prefill_time", r.linearShare}});
       j["headline_fraction"] = frac;
-      ctx.out << j.dump(2) << '\n';
+      ctx.out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
       return;
     }
     ctx.out << "CPU reference runtime, " << Eigen::nbThreads() << " threads; baseline: Eigen 1024x1024x1024 SGEMM "

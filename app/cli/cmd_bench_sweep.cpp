@@ -183,7 +183,7 @@ void registerBenchSweep(CLI::App& bench, CliContext& ctx) {
                                 {"max_kl", s.klMax},
                                 {"mean_top1", s.measured ? s.top1Sum / s.measured : 0.0}});
       }
-      ctx.out << j.dump(2) << '\n';
+      ctx.out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
       return;
     }
     ctx.out << "sensitivity sweep work: " << a->model << ", " << backend.name() << ", mode " << a->mode << ", " << T

@@ -95,7 +95,7 @@ void registerCalibrate(CLI::App& app, CliContext& ctx) {
         layers.push_back(o);
       }
       j["layers"] = layers;
-      ctx.out << j.dump(2) << '\n';
+      ctx.out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
       return;
     }
     ctx.out << "calibration: " << r.protocol << "\n"

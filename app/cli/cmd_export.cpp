@@ -56,7 +56,7 @@ void registerModelExport(CLI::App& app, CliContext& ctx) {
     int32_t bos = -1;
     if (!a->calibText.empty()) {
       if (!m.tokenizer) throwBadInput(a->model, "tokenizer", "calibration needs a tokenizer (--tokenizer)");
-      calibIds = m.tokenizer->encode(readTextFile(a->calibText), {});
+      calibIds = m.tokenizer->encode(readTextFile(a->calibText, textBytesForTokens(*m.tokenizer, a->calibTokens)), {});
       if (int64_t(calibIds.size()) > a->calibTokens) calibIds.resize(size_t(a->calibTokens));
       bos = m.tokenizer->sequenceStart();
     }
@@ -115,7 +115,7 @@ void registerModelExport(CLI::App& app, CliContext& ctx) {
         ts.push_back(e);
       }
       j["tensors"] = ts;
-      ctx.out << j.dump(2) << '\n';
+      ctx.out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
     } else {
       for (const auto& t : p.tensors)
         ctx.out << t.outputName << "  " << t.storage << (t.layer.empty() ? "" : "  (" + t.layer + ")")

@@ -27,6 +27,7 @@ void registerGenerate(CLI::App& app, CliContext& ctx) {
   cmd->add_flag("--plain-special", a->plainSpecial,
                 "Treat special tokens written in the prompt (<bos>, <|im_start|>) as plain text");
   cmd->callback([&ctx, a] {
+    ctx.fieldFiles = {{"vocabulary", a->model}, {"context_length", a->model}};
     TerminalProgress progress;
     RunnableModel m = loadRunnable(ctx.backend(), a->model, a->tokenizer, true, progress);
     const Tokenizer& tok = *m.model.tokenizer;

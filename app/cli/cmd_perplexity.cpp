@@ -22,10 +22,12 @@ void registerPerplexity(CLI::App& app, CliContext& ctx) {
   cmd->add_option("--tokenizer", a->tokenizer, "Tokenizer file (default: the model's own, or one next to it)");
   cmd->add_flag("--json", a->json, "Print JSON on stdout");
   cmd->callback([&ctx, a] {
-    const std::string text = readTextFile(a->text);
+    checkRegularFile(a->text, "text file");  // before the model loads: a bad path fails fast
+    ctx.fieldFiles = {{"tokens", a->text}, {"context_length", a->model}, {"vocabulary", a->model}};
     TerminalProgress progress;
     RunnableModel m = loadRunnable(ctx.backend(), a->model, a->tokenizer, true, progress);
     const Tokenizer& tok = *m.model.tokenizer;
+    const std::string text = readTextFile(a->text, textBytesForTokens(tok, a->tokens));
     progress.update(0, "tokenizing");
     const std::vector<int32_t> ids = tok.encode(text, {});
     PerplexityOptions o;
@@ -48,7 +50,7 @@ void registerPerplexity(CLI::App& app, CliContext& ctx) {
       j["windows"] = r.windows;
       j["context"] = r.context;
       j["protocol"] = r.protocol;
-      ctx.out << j.dump(2) << '\n';
+      ctx.out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
     } else {
       ctx.out << "perplexity " << r.perplexity << " (mean NLL " << r.meanNll << " nats/token)\n"
               << "protocol: " << r.protocol << "\n"

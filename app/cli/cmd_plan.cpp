@@ -109,12 +109,10 @@ struct Measurement {
 Measurement prepareMeasurement(const std::string& model, const MeasureText& t, TerminalProgress& progress) {
   Measurement m;
   m.textPath = t.path.empty() ? datasetsDir() + "/text/tinystories_validation_head.txt" : t.path;
-  std::string text = readTextFile(m.textPath);
-  const size_t prefix = size_t(std::max<int64_t>(4096, t.tokens * 16));
-  if (text.size() > prefix) text.resize(prefix);
+  checkRegularFile(m.textPath, "text file");  // before the model loads: a bad path fails fast
   m.run = loadRunnable(model, t.tokenizer, true, progress);
   const Tokenizer& tok = *m.run.model.tokenizer;
-  const std::vector<int32_t> ids = tok.encode(text, {});
+  const std::vector<int32_t> ids = tok.encode(readTextFile(m.textPath, textBytesForTokens(tok, t.tokens)), {});
   const int32_t bos = tok.sequenceStart();
   JobContext job;
   job.onProgress = [&progress](double f, std::string_view s) { progress.update(f, s); };
@@ -159,6 +157,22 @@ SensitivityTable loadOrMeasure(const SensitivitySource& s, const std::string& mo
     if (!t.modelHash.empty() && !sameHashAlgorithm(t.modelHash, m.id.hash))
       ctx.err << "note: the table's model hash (" << t.modelHash << ") is of another kind than " << m.id.hash
               << ": not compared\n";
+    // The table against the model: a layer of the model must have the model's shape there (a
+    // table of another model with the same layer names would otherwise lend it its figures).
+    std::map<std::string, const LinearLayer*> byName;
+    for (const LinearLayer* l : m.graph().allLinears()) byName.emplace(l->weightName, l);
+    for (size_t i = 0; i < t.layers.size(); ++i) {
+      const LayerRef& ref = t.layers[i];
+      auto it = byName.find(ref.weightName);
+      if (it == byName.end() || s.allowOtherModel) continue;
+      if ((ref.outFeatures && ref.outFeatures != it->second->outFeatures) ||
+          (ref.inFeatures && ref.inFeatures != it->second->inFeatures))
+        throwBadInput(s.file, "layers[" + std::to_string(i) + "]",
+                      "layer '" + ref.weightName + "' is [" + std::to_string(ref.outFeatures) + ", " +
+                          std::to_string(ref.inFeatures) + "] in the table, [" +
+                          std::to_string(it->second->outFeatures) + ", " + std::to_string(it->second->inFeatures) +
+                          "] in " + modelPath);
+    }
     return t;
   }
   ctx.err << "measuring a single-layer sensitivity table on " << s.text.tokens
@@ -322,7 +336,7 @@ void registerAuto(CLI::App& plan, CliContext& ctx) {
       ojson hist = ojson::object();
       for (const auto& l : r.layers) hist[formatToString(l.format)] = hist.value(formatToString(l.format), 0) + 1;
       summary["formats"] = hist;
-      ctx.out << summary.dump(2) << '\n';
+      ctx.out << summary.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
     } else {
       ctx.out << "plan " << a->out << " for " << m.id.name << " (" << r.layers.size() << " linear layers)\n"
               << how << "\n";
@@ -432,7 +446,7 @@ void registerShow(CLI::App& plan, CliContext& ctx) {
       ojson probs = ojson::array();
       for (const auto& pr : r.problems) probs.push_back({{"field", pr.field}, {"message", pr.message}});
       j["problems"] = probs;
-      ctx.out << j.dump(2) << '\n';
+      ctx.out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
     } else {
       TextTable t({"layer", "tensor", "format", "method", "bytes", "bits", "error", "note"},
                   {false, false, false, false, true, true, true, false});
@@ -526,7 +540,7 @@ void registerPareto(CLI::App& plan, CliContext& ctx) {
         pts.push_back(o);
       }
       j["points"] = pts;
-      ctx.out << j.dump(2) << '\n';
+      ctx.out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
       return;
     }
     ctx.out << "Pareto front of " << m.id.name << ": predicted " << errorMetricName(lookup.metric()) << " vs "
@@ -669,7 +683,7 @@ void registerMeasure(CLI::App& plan, CliContext& ctx) {
       if (lookup) j["metric"] = std::string(errorMetricName(lookup->metric()));
       if (std::isfinite(pearson)) j["pearson"] = pearson;
       if (std::isfinite(spearman)) j["spearman"] = spearman;
-      ctx.out << j.dump(2) << '\n';
+      ctx.out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
       return;
     }
     ctx.out << "measured on " << meas.measurer->tokens() << " tokens of " << meas.textPath << " (unquantised perplexity "

@@ -114,7 +114,8 @@ void registerQuantize(CLI::App& app, CliContext& ctx) {
       const std::string path = a->text.empty() ? datasetsDir() + "/text/tinystories_validation_head.txt" : a->text;
       textName = path;
       progress.update(0, "tokenizing");
-      ids = m.model.tokenizer->encode(readTextFile(path), {});
+      ids = m.model.tokenizer->encode(
+          readTextFile(path, textBytesForTokens(*m.model.tokenizer, a->calibTokens + a->tokens)), {});
       bos = m.model.tokenizer->sequenceStart();
     }
     const size_t nCal = std::min(ids.size(), size_t(a->calibTokens));
@@ -203,7 +204,7 @@ void registerQuantize(CLI::App& app, CliContext& ctx) {
         }
         j["methods"].push_back(m);
       }
-      ctx.out << j.dump(2) << '\n';
+      ctx.out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
       return;
     }
     ctx.out << "quantization: " << what << "  (calibration " << nCal << " tokens, windows of "

@@ -134,7 +134,7 @@ void registerSensitivity(CLI::App& app, CliContext& ctx) {
       for (const auto& c : r.correlations)
         corr.push_back({{"proxy", c.proxy}, {"format", c.format}, {"rho", jsonNumber(c.rho)}, {"n", c.n}});
       j["correlations"] = corr;
-      ctx.out << j.dump(2) << '\n';
+      ctx.out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
       return;
     }
     const bool e2e = o.endToEnd;

@@ -157,7 +157,7 @@ void registerSpeed(CLI::App& app, CliContext& ctx) {
           }
         j["model_totals"] = whole;
       }
-      ctx.out << j.dump(2) << '\n';
+      ctx.out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
       return;
     }
 

@@ -3,6 +3,7 @@
 // A command's callback writes results to ctx.out (stdout: clean for --json), diagnostics to
 // ctx.err, and throws qs::Error for failures; runCli maps errors to exit codes.
 #include <CLI/CLI.hpp>
+#include <map>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -21,6 +22,9 @@ struct CliContext {
   std::unique_ptr<Backend> backendPtr;
   Backend& backend();
   BackendChoice backendChoice() const;
+  // The file an error belongs to when it names a field but no file: the evaluation code knows
+  // "tokens" (too few) or "context_length", the command knows which text and model it gave it.
+  std::map<std::string, std::string> fieldFiles;
 };
 
 void registerInspect(CLI::App& app, CliContext& ctx);

@@ -1,9 +1,8 @@
 #include "app/cli/run_support.h"
 
-#include <fstream>
-#include <sstream>
 
 #include "core/io/json_guard.h"
+#include "core/io/regular_file.h"
 #include "core/plan/model_hash.h"
 #include "core/plan/plan.h"
 #include "core/rounding/quantize_model.h"
@@ -14,14 +13,7 @@
 
 namespace qs::cli {
 
-std::string readTextFile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error(ErrorKind::BadInput, "cannot open text file", path);
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  if (f.bad()) throw Error(ErrorKind::BadInput, "cannot read text file", path);
-  return ss.str();
-}
+std::string readTextFile(const std::string& path, uint64_t budget) { return qs::readTextFile(path, budget); }
 
 RunnableModel loadRunnable(const std::string& path, const std::string& tokenizer,
                            bool requireTokenizer, TerminalProgress& progress, int64_t maxSeq) {

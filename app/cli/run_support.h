@@ -8,16 +8,20 @@
 #include <vector>
 
 #include "app/cli/terminal_progress.h"
+#include "core/io/regular_file.h"
 #include "core/plan/plan.h"
 #include "core/runtime/loaded_model.h"
 #include "core/runtime/runtime.h"
+#include "core/tokenizer/tokenizer.h"
 #include "kernels/backend/backend.h"
 #include "kernels/ops/transformer_ops.h"
 
 namespace qs::cli {
 
-// Reads a whole text file; BadInput naming it when it cannot be read.
-std::string readTextFile(const std::string& path);
+// Reads a text file through the one bounded reader (qs::readTextFile): the whole file (at most
+// kMaxTextBytes) when `budget` is 0, else at most `budget` bytes (textBytesForTokens). BadInput
+// naming the file when it cannot be read or is not a regular file.
+std::string readTextFile(const std::string& path, uint64_t budget = 0);
 
 // A model ready to run, with progress while weights load: on the CPU reference op-set, or on a
 // backend (its transformer and GEMM op-sets; the backend must outlive the model).

@@ -22,6 +22,7 @@
 #include <sstream>
 
 #include "app/gui/job_runner.h"
+#include "core/io/regular_file.h"
 #include "core/analysis/accumulate.h"
 #include "core/analysis/calibrate.h"
 #include "core/analysis/sensitivity.h"
@@ -49,14 +50,6 @@ constexpr auto kLiveInterval = std::chrono::milliseconds(250);
 // Calibration tokens for plans with GPTQ / AWQ / SmoothQuant layers (run and export jobs).
 constexpr int64_t kRoundingCalibrationTokens = 2048;
 
-std::string readText(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error(ErrorKind::BadInput, "cannot open the text file", path, "text");
-  std::ostringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
 QString shortName(const LayerRef& l) {
   return l.block >= 0 ? QStringLiteral("%1.%2").arg(l.block).arg(QString::fromStdString(l.role))
                       : QString::fromStdString(l.role.empty() ? l.weightName : l.role);
@@ -78,7 +71,8 @@ struct Workspace::Prepared {
       throw Error(ErrorKind::BadInput, "no tokenizer found for the model (none inside it or beside it)", modelPath,
                   "tokenizer");
     *bos = tok->sequenceStart();
-    return tok->encode(readText(textPath), {});
+    // The one bounded text reader: only the bytes `tokens` tokens can need (never a FIFO).
+    return tok->encode(readTextFile(textPath, textBytesForTokens(*tok, tokens)), {});
   }
   EvalOptions eval(int32_t bos) const {
     EvalOptions o;

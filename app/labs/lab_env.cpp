@@ -3,6 +3,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/io/regular_file.h"
 #include "core/util/datasets.h"
 #include "kernels/common/error.h"
 #include "kernels/ops/cpu_transformer_ops.h"
@@ -96,14 +97,10 @@ std::vector<int32_t> LabEnv::textTokens(const std::string& file, int64_t maxToke
                                         int64_t skipChars, const JobContext& ctx) {
   const Tokenizer& tok = tokenizer(ctx);
   const std::string path = datasetsDir() + "/text/" + file;
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error(ErrorKind::BadInput, "cannot open text file", path);
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  std::string text = ss.str();
-  if (skipChars > 0 && size_t(skipChars) < text.size()) text = text.substr(size_t(skipChars));
   // A generous slice of characters is enough for maxTokens tokens (≥ 1 character per token).
   const size_t chars = size_t(std::max<int64_t>(maxTokens, 1) * 8);
+  std::string text = readTextFile(path, uint64_t(std::max<int64_t>(skipChars, 0)) + chars);
+  if (skipChars > 0 && size_t(skipChars) < text.size()) text = text.substr(size_t(skipChars));
   if (text.size() > chars) text = text.substr(0, chars);
   EncodeOptions opt;
   opt.addBos = tok.addsBosByDefault();

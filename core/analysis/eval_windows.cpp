@@ -14,9 +14,13 @@ EvalWindows makeEvalWindows(std::span<const int32_t> text, const EvalOptions& op
   if (w.context > maxSeq)
     throw Error(ErrorKind::BadInput, "the window length " + std::to_string(w.context) +
                                          " exceeds the model's context of " + std::to_string(maxSeq),
-                {}, "context");
+                {}, "context_length");
   if (w.context < 2)
-    throw Error(ErrorKind::BadInput, "the window length must be at least 2", {}, "context");
+    throw Error(ErrorKind::BadInput,
+                options.context > 0 ? "the window length (--ctx) must be at least 2"
+                                    : "the model's context length is " + std::to_string(maxSeq) +
+                                          "; a window needs at least 2 tokens",
+                {}, options.context > 0 ? "--ctx" : "context_length");
   if (options.maxTokens < 0)
     throw Error(ErrorKind::BadInput, "negative token count", {}, "tokens");
   const int64_t perWindow = w.bos ? w.context - 1 : w.context;

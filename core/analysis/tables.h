@@ -38,6 +38,11 @@ struct SensitivityEntry {
                                        // (a group size that does not divide K); all NaN
 };
 
+// Layers × formats (× token counts for speed tables) a table read from a file may hold: a table
+// is sized from its lists before its figures are read, so the product is checked first. 2^20
+// cells (~60 MB) is 1,000 layers × 1,000 formats; real sweeps have a few hundred layers × < 50.
+constexpr uint64_t kMaxTableCells = uint64_t(1) << 20;
+
 struct SensitivityTable {
   std::string modelHash;
   std::vector<LayerRef> layers;

@@ -7,6 +7,7 @@
 
 #include "core/io/atomic_file.h"
 #include "core/io/json_guard.h"
+#include "core/io/regular_file.h"
 #include "kernels/common/error.h"
 
 namespace qs {
@@ -15,7 +16,7 @@ namespace {
 using json = nlohmann::json;
 using ojson = nlohmann::ordered_json;
 
-constexpr uint64_t kMaxTableBytes = 256u << 20;
+constexpr uint64_t kMaxTableBytes = 32u << 20;  // a 1,000-layer × 50-format sweep is ~5 MB
 
 ojson number(double v) { return std::isfinite(v) ? ojson(v) : ojson(nullptr); }
 
@@ -72,8 +73,8 @@ class Reader {
     if (string(doc, "schema", "", true) != schema)
       fail("schema", "is \"" + string(doc, "schema", "") + "\", not \"" + schema + "\"");
     const int64_t v = integer(doc, "version", "", -1, 0);
-    if (v != version)
-      fail("version", "this build reads version " + std::to_string(version) + ", the file is version " + std::to_string(v));
+    if (v != version)  // the file's own text: a version past 2^63 is not shown as -1
+      fail("version", "this build reads version " + std::to_string(version) + ", the file is version " + doc["version"].dump());
   }
   std::vector<QuantFormat> formats(const json& doc, std::map<std::string, size_t>& index) const {
     const json& fs = array(doc, "formats", "");
@@ -128,19 +129,7 @@ ojson layerJson(const LayerRef& l) {
   return o;
 }
 
-std::string readWhole(const std::string& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throwBadInput(path, "", std::string("cannot open the ") + what);
-  in.seekg(0, std::ios::end);
-  const auto size = in.tellg();
-  if (size < 0 || uint64_t(size) > kMaxTableBytes)
-    throwBadInput(path, "", std::string(what) + " is larger than " + std::to_string(kMaxTableBytes >> 20) + " MiB");
-  in.seekg(0);
-  std::string text(size_t(size), '\0');
-  in.read(text.data(), size);
-  if (!in) throwBadInput(path, "", std::string("cannot read the ") + what);
-  return text;
-}
+std::string readWhole(const std::string& path, const char* what) { return readRegularFile(path, what, kMaxTableBytes); }
 
 }  // namespace
 
@@ -198,6 +187,9 @@ SensitivityTable sensitivityTableFromJson(std::string_view text, const std::stri
   std::map<std::string, size_t> formatIndex;
   t.formats = r.formats(doc, formatIndex);
   const json& layers = r.array(doc, "layers", "");
+  if (!layers.empty() && t.formats.size() > kMaxTableCells / layers.size())
+    r.fail("layers", std::to_string(layers.size()) + " layers x " + std::to_string(t.formats.size()) +
+                         " formats exceed the limit of " + std::to_string(kMaxTableCells) + " table cells");
   std::set<std::string> seen;
   t.entries.reserve(layers.size() * t.formats.size());
   for (size_t l = 0; l < layers.size(); ++l) {
@@ -301,6 +293,10 @@ SpeedTable speedTableFromJson(std::string_view text, const std::string& source) 
   const json& layers = r.array(doc, "layers", "");
   std::set<std::string> seen;
   const size_t perLayer = t.formats.size() * t.tokenCounts.size();
+  if (!layers.empty() && (t.tokenCounts.size() > kMaxTableCells || perLayer > kMaxTableCells / layers.size()))
+    r.fail("layers", std::to_string(layers.size()) + " layers x " + std::to_string(t.formats.size()) + " formats x " +
+                         std::to_string(t.tokenCounts.size()) + " token counts exceed the limit of " +
+                         std::to_string(kMaxTableCells) + " table cells");
   for (size_t l = 0; l < layers.size(); ++l) {
     const std::string where = "layers[" + std::to_string(l) + "]";
     LayerRef ref = r.layer(layers[l], where);

@@ -33,11 +33,19 @@ class OutputFiles {
   // AtomicFile); empty: beside the targets.
   explicit OutputFiles(std::string tempFolder = {}) : tempFolder_(std::move(tempFolder)) {}
   AtomicFile& open(const std::string& path);
-  void commitAll();
+  // Files opened for folder `from` are committed into folder `to` instead (which must exist by
+  // commitAll()), keeping the permissions of the file of that name in `from`: a folder export
+  // builds the new folder beside the old one and swaps them (exportModel).
+  void redirect(std::string from, std::string to) {
+    redirectFrom_ = std::move(from);
+    redirectTo_ = std::move(to);
+  }
+  void syncAll();    // every file's data on disk (commitAll does it too; a second fsync is cheap)
+  void commitAll(bool syncFolders = true);  // false: the caller syncs the (one) folder afterwards
   uint64_t totalBytes() const;
 
  private:
-  std::string tempFolder_;
+  std::string tempFolder_, redirectFrom_, redirectTo_;
   std::vector<std::unique_ptr<AtomicFile>> files_;
   std::vector<std::string> paths_;
 };

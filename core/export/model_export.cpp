@@ -2,7 +2,16 @@
 
 #include "core/analysis/calibrate.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <utility>
 
 #include <algorithm>
 #include <cmath>
@@ -132,17 +141,26 @@ bool needsRopePermutation(const ExportSource& src, const SourceTensor& s, RopeLa
 }
 
 AtomicFile& OutputFiles::open(const std::string& path) {
-  files_.push_back(std::make_unique<AtomicFile>(path, tempFolder_));
+  namespace fs = std::filesystem;
+  if (!redirectFrom_.empty() && fs::absolute(fs::path(path)).lexically_normal().parent_path() == fs::path(redirectFrom_)) {
+    files_.push_back(std::make_unique<AtomicFile>((fs::path(redirectTo_) / fs::path(path).filename()).string(), tempFolder_));
+    files_.back()->keepModeOf(path);
+  } else {
+    files_.push_back(std::make_unique<AtomicFile>(path, tempFolder_));
+  }
   paths_.push_back(path);
   return *files_.back();
 }
 
-void OutputFiles::commitAll() {
-  // Every file's data on disk first, so that the renames follow one another with no fsync in
-  // between: the window in which a crash can leave a mix of new and old files (model.safetensors
-  // new, config.json old) is as short as it can be without replacing the whole folder.
+void OutputFiles::syncAll() {
   for (auto& f : files_) f->sync();
-  for (auto& f : files_) f->commit();
+}
+
+void OutputFiles::commitAll(bool syncFolders) {
+  // Every file's data on disk first (a file synced since its last write is not synced again), so
+  // that the renames follow one another with no fsync in between.
+  for (auto& f : files_) f->sync();
+  for (auto& f : files_) f->commit(syncFolders);
 }
 
 uint64_t OutputFiles::totalBytes() const {
@@ -289,14 +307,86 @@ ExportPreview previewModelExport(const ExportSource& src, const std::string& out
     case ModelExportFormat::Safetensors: planSafetensors(src, outPath, o, p); break;
     case ModelExportFormat::Hdf5: planHdf5(src, outPath, o, p); break;
   }
-  if (!o.force)
-    for (const auto& f : p.files) {
-      struct stat st{};
-      if (::stat(f.c_str(), &st) == 0)
-        p.refusals.push_back(f + " exists (use --force to replace it)");
-    }
+  for (const auto& f : p.files) {
+    struct stat st{};
+    if (::stat(f.c_str(), &st) != 0) continue;
+    if (S_ISDIR(st.st_mode))  // even with --force: nothing may be written when one file cannot be
+      p.refusals.push_back(f + " is a directory, not a file the export can replace");
+    else if (!o.force)
+      p.refusals.push_back(f + " exists (use --force to replace it)");
+  }
   return p;
 }
+
+namespace {
+namespace fs = std::filesystem;
+
+// An output folder as an absolute path without a trailing separator ("out/" names "out").
+fs::path normalFolder(const std::string& path) {
+  fs::path p = fs::absolute(fs::path(path)).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();
+  return p;
+}
+
+fs::path nearestExisting(fs::path p) {
+  std::error_code ec;
+  while (!p.empty() && !fs::exists(p, ec) && p != p.parent_path()) p = p.parent_path();
+  return p;
+}
+
+void syncFolder(const fs::path& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+// Swap folders an export killed between creating one and removing it left behind (.qs-new-*: a
+// new folder that was never renamed into place, removed whole). Only called
+// under the folder's lock, so no export is using them. Before its swap such a folder holds new
+// files and hard links to old ones; after it, the old folder's files — and, if the kill came
+// before they were moved over, the old folder's sub-folders, which are kept (never deleted):
+// files are removed, the folder only when nothing else is left.
+void removeStaleSwapFolders(const fs::path& parent) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(parent, ec)) {
+    const std::string name = e.path().filename().string();
+    if (!e.is_directory(ec) || e.is_symlink(ec)) continue;
+    if (name.rfind(".qs-new-", 0) == 0) {  // a new folder never renamed into place: only ours
+      fs::remove_all(e.path(), ec);
+      continue;
+    }
+    if (name.rfind(".qs-swap-", 0) != 0) continue;
+    for (const auto& f : fs::directory_iterator(e.path(), ec))
+      if (!f.is_directory(ec) || f.is_symlink(ec)) fs::remove(f.path(), ec);
+    fs::remove(e.path(), ec);  // fails while sub-folders remain
+  }
+}
+
+// An exclusive flock on a folder, held until destroyed; waits for another holder. Folders can be
+// flocked on Linux, so nothing is left behind (no lock file).
+class FolderLock {
+ public:
+  FolderLock() = default;
+  explicit FolderLock(const fs::path& dir) : fd_(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)) {
+    if (fd_ >= 0)
+      while (::flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
+      }
+  }
+  FolderLock(FolderLock&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  FolderLock& operator=(FolderLock&& o) noexcept {
+    std::swap(fd_, o.fd_);
+    return *this;
+  }
+  ~FolderLock() {
+    if (fd_ >= 0) ::close(fd_);  // releases the lock
+  }
+
+ private:
+  int fd_ = -1;
+};
+}  // namespace
 
 ModelExportResult exportModel(const ExportSource& src, const std::string& outPath,
                               const ModelExportOptions& o, const JobContext* ctx) {
@@ -305,7 +395,21 @@ ModelExportResult exportModel(const ExportSource& src, const std::string& outPat
                   "the plan rounds layers with GPTQ, AWQ or SmoothQuant: calibrate and round them first "
                   "(quantscope-cli export --calib-text FILE)");
   ModelExportResult r;
-  r.preview = previewModelExport(src, outPath, o);
+  namespace fs = std::filesystem;
+  const bool folder = o.format == ModelExportFormat::Safetensors;
+  fs::path finalDir;
+  FolderLock lock;
+  if (folder) {
+    // The output folder, resolved (a symlink to a folder is replaced where it points); exports
+    // into one parent folder take its lock and run one after another (two exports into one
+    // folder ended mixed, both exit 0).
+    finalDir = normalFolder(outPath);
+    std::error_code ec;
+    if (fs::is_symlink(finalDir, ec) && fs::is_directory(finalDir, ec)) finalDir = fs::canonical(finalDir, ec);
+    lock = FolderLock(nearestExisting(finalDir.parent_path()));
+    removeStaleSwapFolders(nearestExisting(finalDir.parent_path()));
+  }
+  r.preview = previewModelExport(src, outPath, o);  // under the lock: what exists is what we replace
   if (!r.preview.canWrite()) {
     std::string msg = r.preview.refusals.front();
     if (r.preview.refusals.size() > 1)
@@ -317,30 +421,46 @@ ModelExportResult exportModel(const ExportSource& src, const std::string& outPat
              }() + ")";
     throwBadInput(outPath, std::string(modelExportFormatName(o.format)) + " export", msg);
   }
-  // A safetensors export writes into a folder. When it is missing, the files are written to
-  // unnamed temporaries in the nearest folder that exists (same file system) and the folder is
-  // created only just before they are renamed into it, so a kill while writing leaves no empty
-  // folder behind; an error after creating it removes it again (docs/reliability.md).
-  namespace fs = std::filesystem;
-  fs::path newDir, stagingDir;
-  if (o.format == ModelExportFormat::Safetensors && !fs::exists(outPath)) {
-    newDir = fs::absolute(outPath);
-    stagingDir = newDir.parent_path();
-    while (!stagingDir.empty() && !fs::exists(stagingDir) && stagingDir != stagingDir.parent_path())
-      stagingDir = stagingDir.parent_path();
+  // A safetensors export replaces its folder as a unit (docs/reliability.md): the files are
+  // written to unnamed temporaries (O_TMPFILE) in the nearest folder that exists, on the same
+  // file system; at commit they are named inside a new hidden folder beside the target
+  // (.qs-swap-PID-N), the files of the old folder the export does not write are hard-linked
+  // into it, and the new folder is swapped with the old one by one rename (RENAME_EXCHANGE; a
+  // plain rename when there was none). A kill while writing leaves nothing; a reader sees the
+  // old folder or the new one, never a mix. Folders the export had to create are removed again
+  // when it fails.
+  // The swap folder lives in the nearest existing folder (the lock's; same file system as the
+  // temporaries). Replacing: it becomes the new folder and is exchanged with the old one. A new
+  // folder (maybe under missing parents: -o a/new/ct with a/ existing): it stands for the
+  // highest missing folder (a/new), holds the path down to the output (ct/), and is renamed to
+  // it at the end, so a kill never leaves an empty or half-made folder in a/.
+  fs::path swapRoot, filesDir, stagingDir, topMissing;
+  bool replacing = false;
+  if (folder) {
+    stagingDir = nearestExisting(finalDir.parent_path());
+    std::error_code ec;
+    replacing = fs::exists(finalDir, ec);
+    if (!replacing) {
+      topMissing = finalDir;
+      while (!fs::exists(topMissing.parent_path(), ec) && topMissing.parent_path() != topMissing)
+        topMissing = topMissing.parent_path();
+    }
+    static std::atomic<uint64_t> counter{0};
+    swapRoot = stagingDir / ((replacing ? ".qs-swap-" : ".qs-new-") + std::to_string(::getpid()) + "-" +
+                             std::to_string(counter++));
+    const fs::path below = replacing ? fs::path(".") : finalDir.lexically_relative(topMissing);
+    filesDir = below == "." ? swapRoot : swapRoot / below;
   }
   struct RemoveIfFailed {
-    fs::path dir, existing;  // the new folder, the nearest one that existed before
-    bool created = false, done = false;
+    fs::path swap;  // the swap folder: new files, links to old ones, the folders down to the output
+    bool made = false, done = false;
     ~RemoveIfFailed() {
       std::error_code ec;
-      if (!created || done) return;
-      // The folders create_directories made (none of them existed), each only while empty.
-      for (fs::path d = dir; !d.empty() && d != existing && d != d.parent_path(); d = d.parent_path())
-        if (!fs::remove(d, ec)) break;
+      if (made && !done) fs::remove_all(swap, ec);
     }
-  } cleanup{newDir, stagingDir};
+  } cleanup{swapRoot};
   OutputFiles files(stagingDir.string());
+  if (folder) files.redirect(normalFolder(outPath).string(), filesDir.string());
   Progress progress(ctx, r.preview.estimatedBytes);
   progress.check();
   switch (o.format) {
@@ -349,13 +469,54 @@ ModelExportResult exportModel(const ExportSource& src, const std::string& outPat
     case ModelExportFormat::Hdf5: writeHdf5(src, r.preview, o, files, progress); break;
   }
   progress.check();  // the last chance to cancel: after this every file is renamed into place
-  if (!newDir.empty()) {
+  if (!folder) {
+    files.commitAll();
+  } else {
     std::error_code ec;
-    fs::create_directories(newDir, ec);
-    if (ec) throwBadInput(outPath, "", "cannot create the output folder: " + ec.message());
-    cleanup.created = true;
+    files.syncAll();  // the slow part, before the swap folder exists: the window a kill can leave it in stays short
+    struct stat old{};
+    if (replacing && (::stat(finalDir.c_str(), &old) != 0 || !S_ISDIR(old.st_mode)))
+      throwBadInput(outPath, "", "is not a folder");
+    if (::mkdir(swapRoot.c_str(), replacing ? (old.st_mode & 07777) : 0777) != 0)
+      throw Error(ErrorKind::Internal, std::string("cannot create a folder beside the output: ") + std::strerror(errno),
+                  swapRoot.string());
+    cleanup.made = true;
+    if (replacing) ::chmod(swapRoot.c_str(), old.st_mode & 07777);  // exactly the old mode (no umask)
+    if (filesDir != swapRoot) {
+      fs::create_directories(filesDir, ec);
+      if (ec) throwBadInput(outPath, "", "cannot create the output folder: " + ec.message());
+    }
+    files.commitAll(false);  // named inside the swap folder, synced once below
+    std::vector<fs::path> later;  // entries of the old folder that cannot be hard-linked
+    if (replacing) {
+      for (const auto& e : fs::directory_iterator(finalDir, ec)) {
+        const fs::path name = e.path().filename();
+        if (fs::exists(fs::symlink_status(swapRoot / name, ec))) continue;  // written by the export
+        if (e.is_regular_file(ec) && !e.is_symlink(ec) && ::link(e.path().c_str(), (swapRoot / name).c_str()) == 0)
+          continue;
+        later.push_back(name);  // folders, links, files on which link() fails: moved after the swap
+      }
+    }
+    for (fs::path d = filesDir;; d = d.parent_path()) {  // the files' folder up to the swap folder
+      syncFolder(d);
+      if (d == swapRoot || d == d.parent_path()) break;
+    }
+    if (replacing) {
+      if (::renameat2(AT_FDCWD, swapRoot.c_str(), AT_FDCWD, finalDir.c_str(), RENAME_EXCHANGE) != 0)
+        throw Error(ErrorKind::Internal, std::string("cannot swap the new folder in: ") + std::strerror(errno),
+                    finalDir.string());
+      cleanup.done = true;  // the swap folder now holds the old files
+      syncFolder(finalDir.parent_path());
+      for (const fs::path& name : later) fs::rename(swapRoot / name, finalDir / name, ec);
+      fs::remove_all(swapRoot, ec);
+    } else {
+      if (::rename(swapRoot.c_str(), topMissing.c_str()) != 0)
+        throw Error(ErrorKind::Internal, std::string("cannot move the new folder in: ") + std::strerror(errno),
+                    topMissing.string());
+      cleanup.done = true;
+      syncFolder(stagingDir);
+    }
   }
-  files.commitAll();
   cleanup.done = true;
   r.files = r.preview.files;
   r.bytes = files.totalBytes();

@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/io/regular_file.h"
 #include "core/export/compressed_tensors.h"
 #include "core/export/export_internal.h"
 #include "core/plan/layer_names.h"
@@ -311,12 +312,11 @@ nlohmann::ordered_json quantizationConfig(const ExportPreview& p, const Planned&
 nlohmann::ordered_json baseConfig(const ExportSource& src, const ExportPreview& p) {
   if (src.file.format() == ModelFormat::Safetensors) {
     const fs::path cfg = fs::path(src.file.path()).parent_path() / "config.json";
-    std::ifstream in(cfg);
-    if (in) {
-      std::stringstream ss;
-      ss << in.rdbuf();
+    std::error_code ec;
+    if (fs::exists(fs::symlink_status(cfg, ec))) {
+      const std::string text = readRegularFile(cfg.string(), "config file", 16u << 20);
       try {
-        auto j = nlohmann::ordered_json::parse(ss.str());
+        auto j = nlohmann::ordered_json::parse(text);
         if (j.is_object()) return j;
       } catch (const nlohmann::json::exception&) {
       }
@@ -517,11 +517,9 @@ void writeSafetensors(const ExportSource& src, const ExportPreview& p, const Mod
   const fs::path srcDir = fs::path(src.file.path()).parent_path();
   for (size_t i = 2; i < p.files.size(); ++i) {
     const fs::path from = srcDir / fs::path(p.files[i]).filename();
-    std::ifstream in(from, std::ios::binary);
-    if (!in) throw Error(ErrorKind::Internal, "cannot read " + from.string());
-    std::stringstream ss;
-    ss << in.rdbuf();
-    const std::string s = ss.str();
+    // Copied beside the export (tokenizer.json, generation_config.json…): a regular file of a
+    // sane size, never a FIFO that would block the export.
+    const std::string s = readRegularFile(from.string(), "file to copy", uint64_t(256) << 20);
     AtomicFile& sf = files.open(p.files[i]);
     sf.writeAt(0, std::as_bytes(std::span(s.data(), s.size())));
   }

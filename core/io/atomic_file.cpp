@@ -51,6 +51,11 @@ int64_t pauseAfterBytes(const std::string& path) {
 
 AtomicFile::AtomicFile(std::string path, const std::string& tempFolder)
     : path_(std::move(path)), pauseAfter_(pauseAfterBytes(path_)) {
+  // A directory where the file should go is the caller's mistake, said before anything is written
+  // (rename would fail only after the whole file was).
+  struct stat st{};
+  if (::stat(path_.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+    throwBadInput(path_, "", "is a directory; the output must be a file name");
   const std::string folder = tempFolder.empty() ? folderOf(path_) : tempFolder;
   // An unnamed file in the target's folder (O_TMPFILE): a crash or SIGKILL before commit()
   // leaves nothing behind, not even a temporary name. File systems without O_TMPFILE get a
@@ -61,10 +66,10 @@ AtomicFile::AtomicFile(std::string path, const std::string& tempFolder)
     anonymous_ = true;
     return;
   }
-  const std::string base =
-      tempFolder.empty() ? path_ : (std::filesystem::path(folder) / std::filesystem::path(path_).filename()).string();
+  // A short name of its own, not NAME + suffix: a legal name near NAME_MAX (255) would not fit.
+  const std::string base = (std::filesystem::path(folder) / ".qs-tmp-").string();
   std::vector<char> tmpl(base.begin(), base.end());
-  const std::string suffix = ".tmp-XXXXXX";
+  const std::string suffix = "XXXXXX";
   tmpl.insert(tmpl.end(), suffix.begin(), suffix.end());
   tmpl.push_back('\0');
   fd_ = ::mkostemp(tmpl.data(), O_CLOEXEC);
@@ -79,11 +84,13 @@ AtomicFile::~AtomicFile() {
 }
 
 void AtomicFile::resize(uint64_t bytes) {
+  synced_ = false;
   if (::ftruncate(fd_, off_t(bytes)) != 0)
     throw Error(ErrorKind::Internal, std::string("cannot size the file: ") + std::strerror(errno), path_);
 }
 
 void AtomicFile::writeAt(uint64_t offset, std::span<const std::byte> data) {
+  synced_ = false;
   const std::byte* p = data.data();
   size_t left = data.size();
   bool pauseHere = false;
@@ -104,32 +111,42 @@ void AtomicFile::writeAt(uint64_t offset, std::span<const std::byte> data) {
     left -= size_t(n);
     offset += uint64_t(n);
   }
-  if (pauseHere) pauseForever(path_, uint64_t(pauseAfter_));
+  if (pauseHere) pauseForever(modeFrom_.empty() ? path_ : modeFrom_, uint64_t(pauseAfter_));  // the target's name
 }
 
 void AtomicFile::sync() {
   if (::fsync(fd_) != 0)
     throw Error(ErrorKind::Internal, std::string("fsync failed: ") + std::strerror(errno), path_);
+  synced_ = true;
 }
 
-void AtomicFile::commit() {
-  sync();
+void AtomicFile::commit(bool syncFolder) {
+  if (!synced_) sync();
   if (anonymous_) {
     // linkat cannot replace a file: give the data a unique name beside the target, then rename
     // that over it (the name exists only for the two system calls in between).
+    // A short name (not NAME + suffix, which would not fit beside a name near NAME_MAX).
     static std::atomic<uint64_t> counter{0};
-    const std::string named = path_ + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+    const std::string named = (std::filesystem::path(folderOf(path_)) /
+                               (".qs-tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++)))
+                                  .string();
     if (::linkat(AT_FDCWD, temp_.c_str(), AT_FDCWD, named.c_str(), AT_SYMLINK_FOLLOW) != 0)
       throw Error(ErrorKind::Internal, std::string("cannot name the new file: ") + std::strerror(errno), path_);
     temp_ = named;
     anonymous_ = false;  // from here on the destructor removes the name if rename fails
   }
+  // Replacing a file keeps its permissions (a 0600 file stays 0600); a new file gets 0644 less
+  // the umask (O_TMPFILE), as any other file the user creates.
+  struct stat old{};
+  if (::stat((modeFrom_.empty() ? path_ : modeFrom_).c_str(), &old) == 0 && S_ISREG(old.st_mode))
+    ::fchmod(fd_, old.st_mode & 07777);
   ::close(fd_);
   fd_ = -1;
   if (::rename(temp_.c_str(), path_.c_str()) != 0)
     throw Error(ErrorKind::Internal, std::string("cannot replace the file: ") + std::strerror(errno), path_);
   committed_ = true;
   // The rename itself is durable only once the folder is synced.
+  if (!syncFolder) return;
   const int dir = ::open(folderOf(path_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir >= 0) {
     ::fsync(dir);

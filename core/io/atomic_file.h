@@ -40,12 +40,17 @@ class AtomicFile {
   // so that their renames follow one another closely).
   void sync();
   // fsync, then rename over the target (and fsync the folder).
-  void commit();
+  // `syncFolder` false: the caller syncs the folder once after several commits into it.
+  void commit(bool syncFolder = true);
+  // The file whose permissions the new one takes at commit (default: the target it replaces);
+  // also the name the test hook reports (a folder export writes into a swap folder first).
+  void keepModeOf(std::string oldPath) { modeFrom_ = std::move(oldPath); }
 
  private:
-  std::string path_, temp_;
+  std::string path_, temp_, modeFrom_;
   int fd_ = -1;
   bool committed_ = false;
+  bool synced_ = false;  // nothing written since the last sync(): commit() need not fsync again
   bool anonymous_ = false;  // O_TMPFILE: no name until commit()
   int64_t pauseAfter_ = -1;  // the test hook's threshold, -1 when unset
   std::atomic<uint64_t> written_{0};

@@ -7,36 +7,24 @@
 
 #include <cerrno>
 
+#include "core/io/regular_file.h"
 #include "kernels/common/error.h"
 
 namespace qs {
 
-MappedFile::MappedFile(const std::string& path) : path_(path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throwBadInput(path, "", std::string("cannot open: ") + std::strerror(errno));
-  struct stat st{};
-  if (::fstat(fd, &st) != 0) {
-    const int e = errno;
-    ::close(fd);
-    throwBadInput(path, "", std::string("cannot stat: ") + std::strerror(e));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throwBadInput(path, "", S_ISDIR(st.st_mode) ? "is a directory, not a model file"
-                                                : "is not a regular file");
-  }
-  size_ = uint64_t(st.st_size);
+MappedFile::MappedFile(const std::string& path, const std::string& what) : path_(path) {
+  const RegularFile f(path, what);  // refuses FIFOs, devices and directories without blocking
+  size_ = f.size();
   if (size_ > 0) {
     // MAP_PRIVATE + PROT_READ: pages are loaded lazily, only when a tensor is touched.
-    data_ = ::mmap(nullptr, size_t(size_), PROT_READ, MAP_PRIVATE, fd, 0);
+    data_ = ::mmap(nullptr, size_t(size_), PROT_READ, MAP_PRIVATE, f.fd(), 0);
     if (data_ == MAP_FAILED) {
       const int e = errno;
       data_ = nullptr;
-      ::close(fd);
       throw Error(ErrorKind::Internal, std::string("cannot map: ") + std::strerror(e), path);
     }
   }
-  ::close(fd);  // the mapping keeps the file alive
+  // The mapping keeps the file alive once the descriptor is closed.
 }
 
 MappedFile::~MappedFile() {

@@ -13,8 +13,10 @@ namespace qs {
 
 class MappedFile {
  public:
-  // Throws qs::Error (BadInput) naming the path when it cannot be opened or is not a regular file.
-  explicit MappedFile(const std::string& path);
+  // Throws qs::Error (BadInput) naming the path when it cannot be opened or is not a regular file
+  // (a FIFO, device or directory is refused before it can block: core/io/regular_file.h).
+  // `what` names the file's role in messages.
+  explicit MappedFile(const std::string& path, const std::string& what = "model file");
   ~MappedFile();
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;

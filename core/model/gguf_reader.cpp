@@ -34,6 +34,37 @@ constexpr uint32_t kMaxDims = 4;
 constexpr uint64_t kMaxArrayElems = uint64_t(1) << 24;
 constexpr int kMaxArrayDepth = 3;  // an array of arrays of arrays of scalars, at most
 constexpr uint64_t kMaxAlignment = uint64_t(1) << 20;
+// All metadata values together (array elements at every level): each costs 16 bytes or more
+// once read (a string 48), so a 48 MB file of nested u8 arrays would become 1.4 GB. The largest
+// real files (256k-token vocabularies: tokens, scores, types, merges) hold ~1.1M.
+constexpr uint64_t kMaxMetaValues = uint64_t(1) << 22;
+
+// Strict UTF-8 (no overlong forms, surrogates or code points past U+10FFFF): what JSON output
+// (inspect --json, the GUI's metadata view, GgufWriter's round trip through nlohmann) accepts.
+// Returns the offset of the first invalid byte, or npos.
+size_t invalidUtf8At(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto c = uint8_t(s[i]);
+    if (c < 0x80) { ++i; continue; }
+    int n;
+    uint32_t cp;
+    if ((c & 0xE0) == 0xC0) n = 1, cp = c & 0x1Fu;
+    else if ((c & 0xF0) == 0xE0) n = 2, cp = c & 0x0Fu;
+    else if ((c & 0xF8) == 0xF0) n = 3, cp = c & 0x07u;
+    else return i;
+    if (i + size_t(n) >= s.size()) return i;  // the sequence runs past the end
+    for (int k = 1; k <= n; ++k) {
+      const auto b = uint8_t(s[i + size_t(k)]);
+      if ((b & 0xC0) != 0x80) return i;
+      cp = (cp << 6) | (b & 0x3Fu);
+    }
+    static constexpr uint32_t kMin[] = {0, 0x80, 0x800, 0x10000};
+    if (cp < kMin[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
+    i += size_t(n) + 1;
+  }
+  return std::string_view::npos;
+}
 
 // An f32 as the double with the shortest decimal form that reads back as the same float
 // (1e-05, not 9.999999747378752e-06): exact for a writer, readable for a person.
@@ -190,6 +221,8 @@ class GgufParser {
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;
     std::sort(order.begin(), order.end(),
               [&](size_t a, size_t b) { return relOffsets[a] < relOffsets[b]; });
+    const TensorInfo* prev = nullptr;  // the non-empty tensor that ends last so far
+    uint64_t prevRel = 0;
     for (size_t k = 0; k < order.size(); ++k) {
       TensorInfo& t = m_.tensors_[order[k]];
       const uint64_t rel = relOffsets[order[k]];
@@ -202,14 +235,15 @@ class GgufParser {
                       "data [" + std::to_string(rel) + ", +" + std::to_string(t.nbytes) +
                           ") runs past the end of the data section (" + std::to_string(dataBytes) +
                           " bytes)");
-      if (k > 0 && t.nbytes > 0) {  // an empty tensor overlaps nothing
-        const TensorInfo& prev = m_.tensors_[order[k - 1]];
-        const uint64_t prevRel = relOffsets[order[k - 1]];
-        if (prevRel + prev.nbytes > rel)
+      // An empty tensor overlaps nothing, and must not hide an overlap of the tensors around
+      // it: each tensor is checked against the furthest-reaching non-empty one before it.
+      if (t.nbytes > 0) {
+        if (prev && prevRel + prev->nbytes > rel)
           throwBadInput(m_.path_, t.name,
-                        "data at offset " + std::to_string(rel) + " overlaps tensor " + prev.name +
+                        "data at offset " + std::to_string(rel) + " overlaps tensor " + prev->name +
                             " [" + std::to_string(prevRel) + ", " +
-                            std::to_string(prevRel + prev.nbytes) + ")");
+                            std::to_string(prevRel + prev->nbytes) + ")");
+        if (!prev || rel + t.nbytes > prevRel + prev->nbytes) prev = &t, prevRel = rel;
       }
       t.offset = dataStart + rel;
     }
@@ -220,6 +254,7 @@ class GgufParser {
   GgufFile& m_;
   ByteReader r_;
   bool wide_ = true;
+  uint64_t metaValues_ = 0;  // array elements read so far, at every nesting level
 
   // Hyper-parameters from "<arch>.<key>" entries (llama.cpp's LLM_KV names).
   void fillConfig() {
@@ -256,16 +291,28 @@ class GgufParser {
     c.nLayers = integer(p + "block_count");
     c.nHeads = integer(p + "attention.head_count");
     c.nKvHeads = integer(p + "attention.head_count_kv");
-    if (c.nKvHeads == 0) c.nKvHeads = c.nHeads;
+    if (c.nKvHeads == 0) {
+      // Absent: as many as the query heads. Present and 0: the attention would divide by it.
+      if (const MetaEntry* e = m_.findMeta(p + "attention.head_count_kv"); e && c.nHeads > 0)
+        throwBadInput(m_.path_, p + "attention.head_count_kv", "is 0 (at least 1 key/value head)");
+      c.nKvHeads = c.nHeads;
+    }
+    // Each key/value head serves a whole group of query heads.
+    if (c.nHeads > 0 && (c.nKvHeads > c.nHeads || c.nHeads % c.nKvHeads != 0))
+      throwBadInput(m_.path_, p + "attention.head_count_kv",
+                    std::to_string(c.nKvHeads) + " does not divide the " + std::to_string(c.nHeads) +
+                        " attention heads (" + p + "attention.head_count)");
     c.maxSeqLen = integer(p + "context_length");
     c.vocabSize = integer(p + "vocab_size");
+    // Without the key: the embedding's rows (what the model can take), else the token list
+    // (a vocabulary-only file). The tokenizer is checked against this (findTokenizer).
+    if (c.vocabSize == 0) {
+      if (const TensorInfo* emb = m_.findTensor("token_embd.weight"); emb && emb->shape.size() == 2 && emb->shape[0] <= INT32_MAX)
+        c.vocabSize = emb->shape[0];
+    }
     if (c.vocabSize == 0) {
       if (const MetaEntry* tok = m_.findMeta("tokenizer.ggml.tokens"); tok && tok->value.is_array())
         c.vocabSize = int64_t(tok->value.size());
-    }
-    if (c.vocabSize == 0) {
-      if (const TensorInfo* emb = m_.findTensor("token_embd.weight"); emb && emb->shape.size() == 2)
-        c.vocabSize = emb->shape[0];
     }
     c.normEps = real(p + "attention.layer_norm_rms_epsilon");
     if (c.normEps == 0) c.normEps = real(p + "attention.layer_norm_epsilon");
@@ -370,8 +417,15 @@ class GgufParser {
   std::string readString(const char* field) {
     const uint64_t n = readCount(field);
     r_.need(n, field);  // the length is checked against what is left before anything is copied
+    const uint64_t at = r_.offset();
     auto bytes = r_.readBytes(n, field);
-    return std::string(reinterpret_cast<const char*>(bytes.data()), size_t(n));
+    std::string s(reinterpret_cast<const char*>(bytes.data()), size_t(n));
+    // GGUF strings are UTF-8; invalid bytes would make every JSON view of the file throw.
+    if (const size_t bad = invalidUtf8At(s); bad != std::string_view::npos)
+      throwBadInput(m_.path_, field,
+                    "string is not valid UTF-8 (byte " + std::to_string(uint8_t(s[bad])) + " at offset " +
+                        std::to_string(at + bad) + ")");
+    return s;
   }
 
   static uint64_t minValueBytes(uint32_t type, bool wide) {
@@ -428,6 +482,11 @@ class GgufParser {
           throwBadInput(m_.path_, key,
                         "array of " + std::to_string(n) + " elements exceeds the limit of " +
                             std::to_string(kMaxArrayElems));
+        metaValues_ += n;
+        if (metaValues_ > kMaxMetaValues)
+          throwBadInput(m_.path_, key,
+                        "the metadata arrays hold more than " + std::to_string(kMaxMetaValues) +
+                            " values in all (nested arrays count every element)");
         nlohmann::json arr = nlohmann::json::array();
         arr.get_ref<nlohmann::json::array_t&>().reserve(size_t(n));
         std::string elemName = std::string(ggufTypeName(elemType));

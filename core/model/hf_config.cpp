@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/io/json_guard.h"
+#include "core/io/regular_file.h"
 #include "kernels/common/error.h"
 
 namespace qs {
@@ -336,16 +337,9 @@ ModelConfig parseHfConfig(const std::string& path, const std::string& text,
 
 bool readHfConfigFile(const std::string& path, ModelConfig& out, std::vector<MetaEntry>* meta) {
   std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) return false;
-  const auto size = std::filesystem::file_size(path, ec);
-  if (ec) throwBadInput(path, "", "cannot stat: " + ec.message());
-  if (size > kMaxConfigBytes)
-    throwBadInput(path, "", "config.json of " + std::to_string(size) + " bytes is implausibly large");
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throwBadInput(path, "", "cannot open");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  out = parseHfConfig(path, ss.str(), meta);
+  if (!std::filesystem::exists(std::filesystem::symlink_status(path, ec))) return false;
+  // Present: it must be a regular file of a sane size (a FIFO or directory is refused, not read).
+  out = parseHfConfig(path, readRegularFile(path, "config file", kMaxConfigBytes), meta);
   return true;
 }
 

@@ -289,6 +289,11 @@ class Builder {
     l.weight = require(weightName);
     l.weightName = weightName;
     l.transposed = conv1d;
+    // Integer or boolean "weights" (I32, U8, BOOL) are no linear layer: quantizing them would
+    // read integers as reals. GGML block types and floats are weights.
+    if (const DTypeClass cls = dtypeTraits(t(l.weight).dtype).cls; cls == DTypeClass::Integer || cls == DTypeClass::Bool)
+      throwBadInput(m_.path(), weightName,
+                    "holds " + t(l.weight).dtypeLabel + " values: a linear layer's weight must be floating point or quantized blocks");
     const std::string why = std::string(l.name) + (conv1d ? " stored [in, out]" : " [out, in]");
     if (conv1d)
       expectShape(l.weight, {in, out}, why.c_str());
@@ -470,7 +475,9 @@ class Builder {
     const auto& ts = m_.tensors();
     for (int i = 0; i < int(ts.size()); ++i) {
       const TensorInfo& ti = ts[size_t(i)];
-      const bool is2d = ti.shape.size() == 2 && ti.isParameter;
+      // Integer / boolean 2-D tensors (packed GPTQ qweight, masks) are not linear layers.
+      const DTypeClass cls = dtypeTraits(ti.dtype).cls;
+      const bool is2d = ti.shape.size() == 2 && ti.isParameter && cls != DTypeClass::Integer && cls != DTypeClass::Bool;
       if (g_.tokenEmbedding.weight < 0 && is2d &&
           std::find(embeddingNames.begin(), embeddingNames.end(), ti.name) != embeddingNames.end()) {
         g_.tokenEmbedding = embedding(i, "token");

@@ -60,6 +60,10 @@ class SafetensorsFile final : public ModelFile {
   }
 };
 
+// Real checkpoints hold at most a few thousand tensors per file (the largest MoE models ~40k
+// across all shards); 2^17 entries parse to ~150 MB, the header's 100 MB limit would allow 2M.
+constexpr uint64_t kMaxSafetensorsEntries = uint64_t(1) << 17;
+
 uint64_t jsonU64(const std::string& file, const std::string& field, const nlohmann::json& v) {
   if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<int64_t>() >= 0))
     throwBadInput(file, field, "must be a non-negative integer, is " + v.dump());
@@ -78,7 +82,13 @@ void readShard(SafetensorsFile& m, const MappedFile& f, int index,
   if (n < 2) throwBadInput(path, "header length", std::to_string(n) + " bytes cannot hold a JSON object");
   auto headerBytes = r.readBytes(n, "header");
   const std::string_view text(reinterpret_cast<const char*>(headerBytes.data()), size_t(n));
-  const nlohmann::json h = parseJsonGuarded(path, "header", text);
+  // A header may be 100 MB; its entries, not its bytes, cost memory once parsed (~1 KB each).
+  const JsonShape shape = checkJsonShape(path, "header", text);
+  if (shape.topMembers > kMaxSafetensorsEntries)
+    throwBadInput(path, "header",
+                  "lists " + std::to_string(shape.topMembers) + " entries, over the limit of " +
+                      std::to_string(kMaxSafetensorsEntries) + " tensors in one file");
+  const nlohmann::json h = parseJsonGuardedUniqueKeys(path, "header", text);
   if (!h.is_object()) throwBadInput(path, "header", "must be a JSON object");
   const uint64_t dataStart = 8 + n;
   const uint64_t dataBytes = f.size() - dataStart;
@@ -94,9 +104,12 @@ void readShard(SafetensorsFile& m, const MappedFile& f, int index,
     const std::string& name = it.key();
     if (name == "__metadata__") {
       if (!it->is_object()) throwBadInput(path, "__metadata__", "must be an object of strings");
+      // The format (and the reference library) allows string values only.
+      for (auto mt = it->begin(); mt != it->end(); ++mt)
+        if (!mt->is_string())
+          throwBadInput(path, "__metadata__." + mt.key(), "must be a string, is " + mt->dump().substr(0, 40));
       if (metaOut)
-        for (auto mt = it->begin(); mt != it->end(); ++mt)
-          metaOut->push_back({mt.key(), mt->is_string() ? "string" : "json", *mt});
+        for (auto mt = it->begin(); mt != it->end(); ++mt) metaOut->push_back({mt.key(), "string", *mt});
       continue;
     }
     const nlohmann::json& e = *it;
@@ -218,7 +231,7 @@ std::unique_ptr<ModelFile> openSafetensors(const std::string& path) {
 }
 
 std::unique_ptr<ModelFile> openSafetensorsSharded(const std::string& indexPath) {
-  MappedFile index(indexPath);
+  MappedFile index(indexPath, "shard index");
   if (index.size() > kSafetensorsMaxHeader)
     throwBadInput(indexPath, "", "index of " + std::to_string(index.size()) + " bytes is implausibly large");
   const auto bytes = index.bytes();
@@ -249,7 +262,7 @@ std::unique_ptr<ModelFile> openSafetensorsSharded(const std::string& indexPath) 
   for (auto& [name, idx] : shardIndex) idx = next++;
   uint64_t total = 0;
   for (const auto& [name, idx] : shardIndex) {
-    m->files_.push_back(std::make_unique<MappedFile>((dir / name).string()));
+    m->files_.push_back(std::make_unique<MappedFile>((dir / name).string(), "model shard"));
     total += m->files_.back()->size();
   }
   m->setPath(indexPath, total);

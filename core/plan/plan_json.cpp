@@ -16,6 +16,7 @@
 
 #include "core/io/atomic_file.h"
 #include "core/io/json_guard.h"
+#include "core/io/regular_file.h"
 #include "core/plan/plan.h"
 #include "kernels/common/error.h"
 
@@ -25,7 +26,13 @@ namespace {
 using json = nlohmann::json;
 using ojson = nlohmann::ordered_json;
 
-constexpr uint64_t kMaxPlanBytes = 64u << 20;  // a plan for a 400-layer model is ~100 KB
+constexpr uint64_t kMaxPlanBytes = 16u << 20;  // a plan for a 400-layer model is ~100 KB
+// What a plan may list: each entry and selector costs memory and matching time per layer (a
+// selector is matched against every layer name). A plan naming every layer of a 1,000-layer
+// model one by one has 1,000 entries; a layer name is < 200 characters.
+constexpr size_t kMaxPlanEntries = 1u << 16;
+constexpr size_t kMaxPlanSelectors = 1u << 17;  // in all entries together
+constexpr size_t kMaxSelectorLength = 1024;
 
 class Reader {
  public:
@@ -160,13 +167,17 @@ json migrateV1(const json& v1, const Reader& r, std::vector<std::string>& notes)
 
   json entries = json::array();
   if (auto it = v1.find("layers"); it != v1.end()) {
-    if (!it->is_array()) r.fail("layers", "must be an array, is " + it->dump());
+    if (!it->is_array()) r.fail("layers", "must be an array, is " + it->dump().substr(0, 60));
+    if (it->size() > kMaxPlanEntries)
+      r.fail("layers", std::to_string(it->size()) + " entries, over the limit of " + std::to_string(kMaxPlanEntries));
     for (size_t i = 0; i < it->size(); ++i) {
       const std::string where = "layers[" + std::to_string(i) + "]";
       const json& e = r.object((*it)[i], where);
       r.onlyKeys(e, where, {"match", "format", "note"});
       json out = json::object();
       out["layers"] = json::array({r.string(e, "match", where, true)});
+      if (out["layers"][0].get_ref<const std::string&>().size() > kMaxSelectorLength)
+        r.fail(where + ".match", "selector over the limit of " + std::to_string(kMaxSelectorLength) + " characters");
       const std::string fmt = r.string(e, "format", where, false);
       if (!fmt.empty()) split(fmt, where + ".format", out);
       if (e.contains("note")) out["note"] = e["note"];
@@ -203,7 +214,10 @@ Plan readV2(const json& j, const Reader& r) {
     plan.defaults.overlay(r.fields(*it, "defaults"));
   }
   if (auto it = j.find("entries"); it != j.end()) {
-    if (!it->is_array()) r.fail("entries", "must be an array, is " + it->dump());
+    if (!it->is_array()) r.fail("entries", "must be an array, is " + it->dump().substr(0, 60));
+    if (it->size() > kMaxPlanEntries)
+      r.fail("entries", std::to_string(it->size()) + " entries, over the limit of " + std::to_string(kMaxPlanEntries));
+    size_t selectors = 0;
     for (size_t i = 0; i < it->size(); ++i) {
       const std::string where = "entries[" + std::to_string(i) + "]";
       const json& e = r.object((*it)[i], where);
@@ -224,8 +238,17 @@ Plan readV2(const json& j, const Reader& r) {
       } else {
         r.fail(where + ".layers", "must be a selector string or a non-empty array of them, is " + sel->dump());
       }
-      for (size_t s = 0; s < entry.layers.size(); ++s)
-        if (entry.layers[s].empty()) r.fail(where + ".layers[" + std::to_string(s) + "]", "empty selector");
+      for (size_t s = 0; s < entry.layers.size(); ++s) {
+        const std::string w = where + ".layers[" + std::to_string(s) + "]";
+        if (entry.layers[s].empty()) r.fail(w, "empty selector");
+        if (entry.layers[s].size() > kMaxSelectorLength)
+          r.fail(w, "selector of " + std::to_string(entry.layers[s].size()) + " characters, over the limit of " +
+                        std::to_string(kMaxSelectorLength));
+      }
+      selectors += entry.layers.size();
+      if (selectors > kMaxPlanSelectors)
+        r.fail(where + ".layers", "the plan's entries name more than " + std::to_string(kMaxPlanSelectors) +
+                                      " selectors in all");
       entry.fields = r.fields(e, where);
       plan.entries.push_back(std::move(entry));
     }
@@ -270,9 +293,10 @@ Plan planFromJson(std::string_view text, const std::string& source, PlanReadInfo
       r.fail("schema", "is " + doc["schema"].dump() + ", not \"quantscope-plan\": not a Quantscope plan");
     auto it2 = doc.find("version");
     if (it2 == doc.end() || !it2->is_number_integer()) r.fail("version", "missing or not an integer");
-    const int64_t v = it2->get<int64_t>();
+    // Unsigned values past 2^63 are "newer" too, and shown as written (never as -1).
+    const int64_t v = it2->is_number_unsigned() && it2->get<uint64_t>() > uint64_t(INT64_MAX) ? INT64_MAX : it2->get<int64_t>();
     if (v > kPlanSchemaVersion)
-      r.fail("version", "schema " + std::to_string(v) + " is newer than this build reads (up to " +
+      r.fail("version", "schema " + it2->dump() + " is newer than this build reads (up to " +
                             std::to_string(kPlanSchemaVersion) + "): update Quantscope");
     if (v < 2)
       r.fail("version", "schema " + std::to_string(v) + " plans use the \"quantscope_plan\" key");
@@ -313,20 +337,7 @@ std::string planToJson(const Plan& plan) {
   return j.dump(2) + "\n";
 }
 
-std::string readPlanFileText(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throwBadInput(path, "", "cannot open the plan file");
-  in.seekg(0, std::ios::end);
-  const auto size = in.tellg();
-  if (size < 0 || uint64_t(size) > kMaxPlanBytes)
-    throwBadInput(path, "", "plan file is " + std::to_string(int64_t(size)) + " bytes, over the " +
-                                std::to_string(kMaxPlanBytes >> 20) + " MiB limit");
-  in.seekg(0);
-  std::string text(size_t(size), '\0');
-  in.read(text.data(), size);
-  if (!in) throwBadInput(path, "", "cannot read the plan file");
-  return text;
-}
+std::string readPlanFileText(const std::string& path) { return readRegularFile(path, "plan file", kMaxPlanBytes); }
 
 Plan loadPlan(const std::string& path, PlanReadInfo* info) { return planFromJson(readPlanFileText(path), path, info); }
 

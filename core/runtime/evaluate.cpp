@@ -63,13 +63,24 @@ PerplexityResult evaluatePerplexity(Runtime& rt, std::span<const int32_t> text,
   r.context = options.context > 0 ? options.context : std::min<int64_t>(rt.maxSeq(), 512);
   if (r.context > rt.maxSeq())
     throw Error(ErrorKind::BadInput, "--ctx " + std::to_string(r.context) + " exceeds the model's context of " +
-                                         std::to_string(rt.maxSeq()));
+                                         std::to_string(rt.maxSeq()), {}, "context_length");
   const bool bos = options.bos >= 0;
-  if (r.context < (bos ? 2 : 2)) throw Error(ErrorKind::BadInput, "--ctx must be at least 2");
+  // The fields name the file's value (context_length) or the flag, whichever set the window;
+  // the CLI adds the file an error without one belongs to (CliContext::fieldFiles).
+  if (r.context < 2)
+    throw Error(ErrorKind::BadInput,
+                options.context > 0 ? "--ctx must be at least 2"
+                                    : "the model's context length is " + std::to_string(rt.maxSeq()) +
+                                          "; a window needs at least 2 tokens",
+                {}, options.context > 0 ? "--ctx" : "context_length");
   const int64_t perWindow = bos ? r.context - 1 : r.context;  // text tokens per window
   int64_t available = int64_t(text.size());
   if (options.maxTokens > 0) available = std::min(available, options.maxTokens);
-  if (available < (bos ? 1 : 2)) throw Error(ErrorKind::BadInput, "the text has too few tokens to score");
+  if (available < (bos ? 1 : 2))
+    throw Error(ErrorKind::BadInput,
+                "the text has too few tokens to score (" + std::to_string(available) + ", at least " +
+                    std::to_string(bos ? 1 : 2) + " needed)",
+                {}, "tokens");
 
   double nll = 0;
   std::vector<float> logits;

@@ -632,8 +632,8 @@ void Runtime::embedImpl(std::span<const int32_t> tokens, int32_t startPos, float
   const int64_t T = int64_t(tokens.size());
   for (int32_t tok : tokens)
     if (tok < 0 || tok >= vocab_)
-      throw Error(ErrorKind::BadInput, "token id " + std::to_string(tok) + " is outside the vocabulary (" +
-                                           std::to_string(vocab_) + ")");
+      throw Error(ErrorKind::BadInput, "token id " + std::to_string(tok) + " is outside the model's vocabulary of " +
+                                           std::to_string(vocab_) + " tokens", {}, "vocabulary");
   auto* ids = reinterpret_cast<int32_t*>(scratch(kTokens, size_t(T)));
   ops_.upload(ids, tokens.data(), size_t(T) * sizeof(int32_t));
   ops_.embedding(devTokenEmbedding_.f(), ids, T, dim_, x);

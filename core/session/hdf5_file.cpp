@@ -1,5 +1,7 @@
 #include "core/session/hdf5_file.h"
 
+#include "core/io/regular_file.h"
+
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -104,7 +106,7 @@ File File::openRead(const std::string& path) {
   struct stat st{};
   // The "field" of a file-level failure: the file itself, or its HDF5 superblock/structure.
   if (::stat(path.c_str(), &st) != 0) f.fail("file", "cannot open the session file (" + std::string(std::strerror(errno)) + ")");
-  if (!S_ISREG(st.st_mode)) f.fail("file", "not a regular file");
+  if (!S_ISREG(st.st_mode)) f.fail("file", "is " + fileKindName(unsigned(st.st_mode)) + ", not a regular session file");
   f.size_ = uint64_t(st.st_size);
   if (H5Fis_hdf5(path.c_str()) <= 0) f.fail("HDF5 signature", "not an HDF5 file (corrupt or of another kind)");
   const hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
@@ -144,6 +146,16 @@ bool File::exists(const std::string& path) const {
   for (const std::string& part : splitPath(path)) {
     prefix += "/" + part;
     if (H5Lexists(file_.id(), prefix.c_str(), H5P_DEFAULT) <= 0) return false;
+    // The open policy for every HDF5 file we read: hard links only. An external link would
+    // open another file (any path, a FIFO that blocks), a soft link can point anywhere in this
+    // one; the session writer makes neither. Every read goes through exists() first.
+    if (!writing_) {
+      H5L_info_t info{};
+      if (H5Lget_info(file_.id(), prefix.c_str(), &info, H5P_DEFAULT) < 0) fail(prefix, "unreadable link");
+      if (info.type != H5L_TYPE_HARD)
+        fail(prefix, info.type == H5L_TYPE_EXTERNAL ? "is an external link to another file (refused)"
+                                                    : "is a soft or user-defined link (refused: sessions hold hard links only)");
+    }
   }
   return true;
 }
@@ -171,6 +183,19 @@ std::vector<std::string> File::children(const std::string& groupPath) const {
 // ---- attributes ---------------------------------------------------------------------------
 
 namespace {
+// The second half of the open policy: a dataset's values must live in this file. External
+// storage (raw data in other files: /etc/passwd, a FIFO) and virtual datasets (mapped from other
+// files) are refused before a byte of them is read.
+void checkDatasetStorage(const File& f, hid_t d, const std::string& path) {
+  Handle dcpl(H5Dget_create_plist(d), H5Pclose);
+  if (!dcpl) f.fail(path, "unreadable dataset properties");
+  const H5D_layout_t layout = H5Pget_layout(dcpl.id());
+  if (layout == H5D_VIRTUAL) f.fail(path, "is a virtual dataset mapped from other files (refused)");
+  if (layout < 0) f.fail(path, "unreadable dataset layout");
+  const int external = H5Pget_external_count(dcpl.id());
+  if (external != 0) f.fail(path, "stores its values in external files (refused: a dataset's data must be in the file)");
+}
+
 Handle openObject(const File& f, const std::string& obj) {
   if (!f.exists(obj) && obj != "/") f.fail(obj, "missing object");
   const hid_t o = H5Oopen(f.id(), obj.c_str(), H5P_DEFAULT);
@@ -259,6 +284,14 @@ double File::attrDouble(const std::string& obj, const std::string& name) const {
 int64_t File::attrInt(const std::string& obj, const std::string& name) const {
   auto l = lock();
   Handle a = openAttr(obj, name, H5T_INTEGER);
+  // An unsigned value past 2^63 would be clipped (or wrap) as int64: name it as stored.
+  Handle type(H5Aget_type(a.id()), H5Tclose);
+  if (type && H5Tget_sign(type.id()) == H5T_SGN_NONE) {
+    uint64_t u = 0;
+    if (H5Aread(a.id(), H5T_NATIVE_UINT64, &u) < 0) fail(obj + "@" + name, "cannot read the attribute");
+    if (u > uint64_t(INT64_MAX)) fail(obj + "@" + name, "value " + std::to_string(u) + " is out of range");
+    return int64_t(u);
+  }
   int64_t v = 0;
   if (H5Aread(a.id(), H5T_NATIVE_INT64, &v) < 0) fail(obj + "@" + name, "cannot read the attribute");
   return v;
@@ -332,6 +365,7 @@ std::vector<T> File::readNumeric(const std::string& path, hid_t memType, H5T_cla
   if (!exists(path)) fail(path, "missing dataset");
   Handle d(H5Dopen2(file_.id(), path.c_str(), H5P_DEFAULT), H5Dclose);
   if (!d) fail(path, "not a readable dataset");
+  checkDatasetStorage(*this, d.id(), path);
   Handle type(H5Dget_type(d.id()), H5Tclose);
   if (!type || H5Tget_class(type.id()) != cls)
     fail(path, std::string("expected ") + (cls == H5T_FLOAT ? "floating-point" : "integer") + " values");
@@ -387,6 +421,7 @@ StringData openStrings(const File& f, const std::string& path, bool scalar) {
   StringData s;
   s.d = Handle(H5Dopen2(f.id(), path.c_str(), H5P_DEFAULT), H5Dclose);
   if (!s.d) f.fail(path, "not a readable dataset");
+  checkDatasetStorage(f, s.d.id(), path);
   s.type = Handle(H5Dget_type(s.d.id()), H5Tclose);
   if (!s.type || H5Tget_class(s.type.id()) != H5T_STRING) f.fail(path, "expected a string");
   if (H5Tis_variable_str(s.type.id()) != 0) f.fail(path, "variable-length strings are not used in sessions");

@@ -303,9 +303,17 @@ SensitivityTable readSensitivity(const h5::File& f) {
   readLayerTable(f, g, t.layers, t.formats);
   const int64_t L = int64_t(t.layers.size());
   const std::vector<hsize_t> lf{hsize_t(L), hsize_t(t.formats.size())};
+  // The table is sized by its data, never by the lists alone: 5000 layer names × 5000 format
+  // names fit in 300 KB and would claim 25M entries. The first matrix is read (its extent
+  // checked against the file's size) before anything is allocated for the others.
+  if (L > 0 && t.formats.size() > kMaxTableCells / uint64_t(L))
+    f.fail(g + "/formats", std::to_string(L) + " layers x " + std::to_string(t.formats.size()) +
+                               " formats exceed the limit of " + std::to_string(kMaxTableCells) + " table cells");
+  std::vector<double> first = f.readDoubles(g + "/weight_sqnr_db", lf);
   t.entries.resize(size_t(L) * t.formats.size());
   auto matrix = [&](const char* name, double SensitivityEntry::*m) {
-    const auto v = f.readDoubles(g + "/" + name, lf);
+    const auto v = first.empty() ? f.readDoubles(g + "/" + name, lf) : std::move(first);
+    first.clear();
     for (size_t i = 0; i < v.size(); ++i) t.entries[i].*m = v[i];
   };
   matrix("weight_sqnr_db", &SensitivityEntry::weightSqnrDb);

@@ -69,7 +69,17 @@ struct BigramOrder {  // lowest rank on top, then leftmost (llama.cpp's llm_bigr
 
 const std::string& byteToUnicode(uint8_t b) { return table().toUnicode[b]; }
 
+// ICU's match-time limit, in its ticks of 10,000 pattern operations (a fraction of a millisecond
+// each): a pre-tokenizer regex that backtracks catastrophically on some text ("(a|aa)+$" on
+// "aaa…b") fails with U_REGEX_TIME_OUT after 80M operations (~2 s) instead of running for
+// hours. It bounds one search (see preTokenize); the longest legitimate search, a pattern
+// scanning a whole 8 MiB text without a match, takes ~2,500 ticks.
+constexpr int32_t kRegexTimeLimit = 8000;
+// ICU's backtracking stack, per search (its default is 8 MB as well; set so it is explicit).
+constexpr int32_t kRegexStackLimit = 8 << 20;
+
 struct BpeTokenizer::Impl {
+  std::string source;                          // the tokenizer file, for errors
   std::unordered_map<std::string, int> ranks;  // "left right" → rank
   // Compiled patterns; a URegularExpression is not thread-safe, so each use clones under a lock.
   std::vector<URegularExpression*> regexes;
@@ -83,6 +93,7 @@ BpeTokenizer::BpeTokenizer(Vocabulary v, const std::vector<std::string>& merges,
                            const std::string& source)
     : Tokenizer(std::move(v)), impl_(std::make_unique<Impl>()), opt_(std::move(o)) {
   addBosDefault_ = opt_.addBos;
+  impl_->source = source;
   impl_->ranks.reserve(merges.size());
   for (size_t i = 0; i < merges.size(); ++i) {
     const std::string& m = merges[i];
@@ -90,6 +101,15 @@ BpeTokenizer::BpeTokenizer(Vocabulary v, const std::vector<std::string>& merges,
     if (sp == std::string::npos || sp + 1 >= m.size())
       throwBadInput(source, "merges[" + std::to_string(i) + "]",
                     "\"" + m.substr(0, 40) + "\" is not two space-separated parts");
+    // Both parts and their merge must be tokens (HF tokenizers refuses the file otherwise:
+    // a merge naming non-tokens can never apply, or makes a symbol no token stands for).
+    const std::string_view left(m.data(), sp), right(m.data() + sp + 1, m.size() - sp - 1);
+    const std::string merged = std::string(left) + std::string(right);
+    const char* missing = vocab_.find(left) < 0 ? "its left part" : vocab_.find(right) < 0 ? "its right part"
+                          : vocab_.find(merged) < 0 ? "the merged token" : nullptr;
+    if (missing)
+      throwBadInput(source, "merges[" + std::to_string(i) + "]",
+                    "\"" + m.substr(0, 40) + "\": " + missing + " is not in the vocabulary");
     impl_->ranks.emplace(m, int(i));  // the first occurrence keeps its rank
   }
   for (const auto& pattern : opt_.splitRegexes) {
@@ -115,7 +135,8 @@ BpeTokenizer::~BpeTokenizer() = default;
 
 std::vector<std::string> BpeTokenizer::preTokenize(std::string_view text) const {
   std::vector<std::string> pieces{std::string(text)};
-  for (URegularExpression* proto : impl_->regexes) {
+  for (size_t ri = 0; ri < impl_->regexes.size(); ++ri) {
+    URegularExpression* proto = impl_->regexes[ri];
     UErrorCode err = U_ZERO_ERROR;
     URegularExpression* re;
     {
@@ -123,6 +144,8 @@ std::vector<std::string> BpeTokenizer::preTokenize(std::string_view text) const 
       re = uregex_clone(proto, &err);
     }
     if (U_FAILURE(err)) throw Error(ErrorKind::Internal, "ICU regex clone failed");
+    uregex_setTimeLimit(re, kRegexTimeLimit, &err);
+    uregex_setStackLimit(re, kRegexStackLimit, &err);
     std::vector<std::string> next;
     for (const std::string& p : pieces) {
       UText ut = UTEXT_INITIALIZER;
@@ -130,17 +153,33 @@ std::vector<std::string> BpeTokenizer::preTokenize(std::string_view text) const 
       utext_openUTF8(&ut, p.data(), int64_t(p.size()), &err);
       uregex_setUText(re, &ut, &err);
       int64_t last = 0;
-      while (U_SUCCESS(err) && uregex_findNext(re, &err)) {
+      // Each search starts with uregex_find64(from), which resets the matcher and with it ICU's
+      // time count: the limit bounds one search, not the whole text (findNext would add up
+      // every search of an 8 MiB text and time out on ordinary prose). An empty match moves the
+      // next search on by one character, as findNext does.
+      int64_t from = 0;
+      while (U_SUCCESS(err) && from <= int64_t(p.size()) && uregex_find64(re, from, &err)) {
         const int64_t s = uregex_start64(re, 0, &err), e = uregex_end64(re, 0, &err);
-        if (U_FAILURE(err) || e <= s) continue;
+        if (U_FAILURE(err)) break;
+        if (e <= s) {
+          from = s + int64_t(s < int64_t(p.size()) ? std::min(utf8Length(uint8_t(p[size_t(s)])), p.size() - size_t(s)) : 1);
+          continue;
+        }
         if (s > last) next.push_back(p.substr(size_t(last), size_t(s - last)));
         next.push_back(p.substr(size_t(s), size_t(e - s)));
         last = e;
+        from = e;
       }
       if (last < int64_t(p.size())) next.push_back(p.substr(size_t(last)));
       utext_close(&ut);
       if (U_FAILURE(err)) {
         uregex_close(re);
+        if (err == U_REGEX_TIME_OUT || err == U_REGEX_STACK_OVERFLOW)
+          throwBadInput(impl_->source, "pre_tokenizer",
+                        std::string("a pre-tokenizer regex ") +
+                            (err == U_REGEX_TIME_OUT ? "ran past its time limit" : "overflowed its backtracking stack") +
+                            " on a piece of " + std::to_string(p.size()) +
+                            " bytes (catastrophic backtracking): " + opt_.splitRegexes[ri].substr(0, 60));
         throw Error(ErrorKind::Internal, std::string("ICU regex failed: ") + u_errorName(err));
       }
     }

@@ -81,4 +81,11 @@ std::vector<Tokenizer::Fragment> Tokenizer::splitSpecial(std::string_view text,
   return frags;
 }
 
+uint64_t textBytesForTokens(const Tokenizer& tok, int64_t tokens) {
+  if (tokens <= 0) return 0;
+  size_t longest = 1;
+  for (const std::string& t : tok.vocab().tokens) longest = std::max(longest, t.size());
+  return (uint64_t(tokens) + 64) * uint64_t(longest);
+}
+
 }  // namespace qs

@@ -96,6 +96,11 @@ class Tokenizer {
 
 // Overrides what the tokenizer file says about BOS (tokenizer_config.json's add_bos_token).
 void setAddsBos(Tokenizer& t, bool add);
+// The most text bytes `tokens` tokens can cover: every token stands for at most as many text
+// bytes as its vocabulary entry has (SentencePiece's "▁" is 3 bytes for one space, GPT-2's mapped
+// bytes 1–2 bytes each), plus a margin of 64 tokens for the word the cut falls in. 0 when
+// `tokens` is 0 (no cap: the whole text). The budget for readTextFile (core/io/regular_file.h).
+uint64_t textBytesForTokens(const Tokenizer& tok, int64_t tokens);
 
 // Length in bytes of the UTF-8 sequence that starts with `lead` (1 for continuation or invalid
 // bytes, so that arbitrary bytes always make progress).

@@ -38,7 +38,7 @@ void checkSpecialId(const std::string& file, const char* field, int32_t id, int3
 
 std::unique_ptr<SpmTokenizer> loadLlama2cTokenizer(const std::string& path, int32_t vocabSize,
                                                    SpmEncodeMode mode) {
-  MappedFile f(path);
+  MappedFile f(path, "tokenizer file");
   ByteReader r(f.bytes(), path);
   const int32_t maxLen = r.read<int32_t>("max_token_length");
   if (maxLen < 1 || maxLen > kMaxTokenBytes)
@@ -101,6 +101,8 @@ std::unique_ptr<Tokenizer> tokenizerFromGguf(const ModelFile& m) {
     throwBadInput(file, "tokenizer.ggml.tokens", "missing or not an array of strings");
   Vocabulary v;
   const size_t n = tokens->value.size();
+  if (int64_t(n) > kMaxVocab)
+    throwBadInput(file, "tokenizer.ggml.tokens", std::to_string(n) + " tokens exceed the limit of 2^22");
   v.tokens.reserve(n);
   for (const auto& t : tokens->value) {
     if (!t.is_string()) throwBadInput(file, "tokenizer.ggml.tokens", "holds a non-string entry");
@@ -193,12 +195,14 @@ std::unique_ptr<Tokenizer> tokenizerFromGguf(const ModelFile& m) {
 }
 
 std::unique_ptr<BpeTokenizer> loadHfTokenizerJson(const std::string& path) {
-  MappedFile f(path);
+  MappedFile f(path, "tokenizer file");
   if (f.size() > (uint64_t(256) << 20))
     throwBadInput(path, "", "tokenizer.json of " + std::to_string(f.size()) + " bytes is implausibly large");
   const auto bytes = f.bytes();
+  // A 256k-token tokenizer.json holds ~1.5M values: allow twice that.
   const nlohmann::json j = parseJsonGuarded(
-      path, "", std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+      path, "", std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), kMaxJsonDepth,
+      uint64_t(1) << 22);
   if (!j.is_object()) throwBadInput(path, "", "must be a JSON object");
   auto model = j.find("model");
   if (model == j.end() || !model->is_object()) throwBadInput(path, "model", "missing");
@@ -216,11 +220,21 @@ std::unique_ptr<BpeTokenizer> loadHfTokenizerJson(const std::string& path) {
     maxId = std::max(maxId, it->get<int64_t>());
   }
   auto added = j.find("added_tokens");
-  if (added != j.end() && added->is_array())
-    for (const auto& a : *added)
-      if (a.is_object() && a.contains("id") && a["id"].is_number_integer() && a["id"].get<int64_t>() >= 0 &&
-          a["id"].get<int64_t>() < kMaxVocab)
-        maxId = std::max(maxId, a["id"].get<int64_t>());
+  if (added != j.end() && !added->is_array()) throwBadInput(path, "added_tokens", "must be an array");
+  if (added != j.end())
+    for (size_t k = 0; k < added->size(); ++k) {
+      const auto& a = (*added)[k];
+      const std::string field = "added_tokens[" + std::to_string(k) + "]";
+      if (!a.is_object() || !a.contains("id") || !a.contains("content") || !a["content"].is_string() ||
+          !a["id"].is_number_integer())
+        throwBadInput(path, field, "entry " + a.dump().substr(0, 80) + " needs an integer id and a string content");
+      // Checked before the vocabulary is sized: an id of 10^8 would size it (or write past it).
+      const int64_t id = a["id"].is_number_unsigned() ? int64_t(std::min<uint64_t>(a["id"].get<uint64_t>(), INT64_MAX))
+                                                      : a["id"].get<int64_t>();
+      if (id < 0 || id >= kMaxVocab)
+        throwBadInput(path, field + ".id", "token id " + std::to_string(id) + " is outside [0, 2^22)");
+      maxId = std::max(maxId, id);
+    }
   Vocabulary v;
   v.tokens.assign(size_t(maxId + 1), std::string());
   v.types.assign(size_t(maxId + 1), TokenType::Unused);
@@ -229,12 +243,9 @@ std::unique_ptr<BpeTokenizer> loadHfTokenizerJson(const std::string& path) {
     v.tokens[i] = it.key();
     v.types[i] = TokenType::Normal;
   }
-  if (added != j.end() && added->is_array()) {
+  if (added != j.end()) {
     for (const auto& a : *added) {
-      if (!a.is_object() || !a.contains("id") || !a.contains("content") || !a["content"].is_string() ||
-          !a["id"].is_number_integer() || a["id"].get<int64_t>() < 0)
-        throwBadInput(path, "added_tokens", "entry " + a.dump().substr(0, 80) + " needs an id and a content");
-      const auto i = size_t(a["id"].get<int64_t>());
+      const auto i = size_t(a["id"].get<int64_t>());  // checked above
       v.tokens[i] = a["content"].get<std::string>();
       v.types[i] = a.value("special", false) ? TokenType::Control : TokenType::UserDefined;
     }
@@ -349,7 +360,7 @@ std::unique_ptr<Tokenizer> openTokenizer(const std::string& path, int32_t vocabS
       return loadHfTokenizerJson((fs::path(path) / "tokenizer.json").string());
     throwBadInput(path, "", "is a directory without tokenizer.json");
   }
-  MappedFile probe(path);
+  MappedFile probe(path, "tokenizer file");
   const auto head = probe.bytes().first(size_t(std::min<uint64_t>(probe.size(), 16)));
   if (looksLikeGguf(head)) {
     auto m = openModel(path);

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/io/json_guard.h"
+#include "core/io/regular_file.h"
 #include "kernels/common/error.h"
 
 namespace qs {
@@ -33,11 +34,7 @@ std::string manifestPath() { return datasetsDir() + "/manifest.json"; }
 
 std::vector<BundledFile> bundledFiles() {
   const std::string file = manifestPath();
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw Error(ErrorKind::BadInput, "cannot open the bundled-data manifest", file);
-  std::ostringstream text;
-  text << in.rdbuf();
-  const nlohmann::json doc = parseJsonGuarded(file, "manifest", text.str());
+  const nlohmann::json doc = parseJsonGuarded(file, "manifest", readRegularFile(file, "bundled-data manifest", 16u << 20));
   auto fail = [&](const std::string& field, const std::string& why) {
     throw Error(ErrorKind::BadInput, why, file, field);
   };

@@ -7,7 +7,10 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <vector>
+
+#include "kernels/common/error.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -121,6 +124,12 @@ class CpuTransformerOps final : public TransformerOps {
   void attention(const float* q, const float* k, const float* v, const int32_t* positions,
                  int64_t T, const AttentionShape& s, float* kCache, float* vCache,
                  float* out) override {
+    // Each key/value head serves nHeads / nKvHeads query heads: anything else would divide by
+    // zero or read past the cache rows (the readers refuse such files; this keeps the op safe).
+    if (s.nHeads <= 0 || s.nKvHeads <= 0 || s.nHeads % s.nKvHeads != 0 || s.headDim <= 0)
+      throw Error(ErrorKind::BadInput, "attention: " + std::to_string(s.nKvHeads) +
+                                           " key/value heads do not divide the " + std::to_string(s.nHeads) +
+                                           " query heads", {}, "head_count_kv");
     const int64_t kvDim = int64_t(s.nKvHeads) * s.headDim;
     const int64_t qDim = int64_t(s.nHeads) * s.headDim;
     for (int64_t t = 0; t < T; ++t) {
