@@ -218,7 +218,9 @@ class TestRuntimeGpu : public QObject {
     const int w2 = g.linearIndex("layers.0.feed_forward.w2.weight");
     QVERIFY(w1 >= 0 && w2 >= 0);
     QCOMPARE(QString::fromStdString(g.linearKernel(w1, 1)).left(6), QString("skinny"));
-    QCOMPARE(QString::fromStdString(g.linearKernel(w1, 64)), QString("wide-mma"));
+    // m > 16: the wide path the op-set measured faster for this shape (wide-mma or dequant+cublas).
+    const QString wide = QString::fromStdString(g.linearKernel(w1, 64));
+    QVERIFY2(wide == "wide-mma" || wide.startsWith("dequant+cublas"), qPrintable(wide));
     QVERIFY(g.linearKernel(w2, 1) == "fp32-reference");  // g32 does not fit K = 172: no entry
     g.setLinearFormat(w2, parseQuantFormat("int4-ch-sym"));
     QVERIFY(QString::fromStdString(g.linearKernel(w2, 1)).contains("not a multiple of 32"));
