@@ -7,8 +7,8 @@ For each case: the exit code must be the manifest's (2 for bad input); for a fai
 stderr must hold exactly one line — besides the informational "backend: …" line a computing
 command prints before it touches the file — and that line must contain the file's name and every
 expected substring (the field); the process must not crash (no signal), hang (timeout) or
-allocate beyond an address-space limit (RLIMIT_AS, off under AddressSanitizer, which reserves
-terabytes of shadow memory up front).
+allocate beyond a memory limit (RLIMIT_DATA at the manifest's figure, RLIMIT_AS at 4 GiB or more;
+off under AddressSanitizer, which reserves terabytes of shadow memory up front).
 
 The manifest's "limits" (optional) set the time limit ("timeout_s", default 30) and the
 address-space limit ("address_space", default 4 GiB) for all its cases. A case may ask for a
@@ -34,9 +34,15 @@ ADDRESS_SPACE = 4 << 30  # 4 GiB: the corpus files are kilobytes; a claim-sized 
 
 
 def limiter(address_space):
+    """The memory rule as two limits: the data limit (RLIMIT_DATA: heap and private writable
+    mappings, what an allocation bomb grows) at the manifest's figure, and the address space
+    (RLIMIT_AS) at no less than ADDRESS_SPACE, because a CUDA build maps its libraries' code
+    (cuBLASLt alone is ~500 MB of read-only text) before main runs."""
     def limit():
         if "QS_SANITIZED" not in os.environ:
-            resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
+            resource.setrlimit(resource.RLIMIT_DATA, (address_space, address_space))
+            vm = max(address_space, ADDRESS_SPACE)
+            resource.setrlimit(resource.RLIMIT_AS, (vm, vm))
     return limit
 
 
