@@ -49,14 +49,24 @@ for r in $recipes; do
     [[ -f $f ]] || { say "llama.cpp $r ($im)"; "$bin/llama-quantize" "${args[@]}" "$base" "$f" "$r" >"$f.log" 2>&1; }
     files+=("$f")
   done
-  f=$work/quantscope-$r.gguf
-  if [[ ! -f $f ]]; then
-    say "quantscope autoquant at the size of llama.cpp's $r (imatrix)"
-    /usr/bin/time -v "$cli" --backend "${QS_BACKEND:-auto}" autoquant "$base" --calib-text "$work/calib.txt" \
-      --calib-tokens $((calib_chunks * 512)) --match "$work/llamacpp-$r-imatrix.gguf" -o "$f" \
-      --plan-out "$f.plan.json" >"$f.log" 2>"$f.err" || { cat "$f.err" >&2; exit 1; }
-  fi
-  files+=("$f")
+  # Variants of ours (QS_VARIANTS, default "all sym"): "all" = every candidate type; "sym" = the
+  # symmetric types only (no Q4_1, Q5_1); "noq41" = every type but Q4_1. SmolLM2's base is
+  # dequantized from Q4_1, so its weights lie on Q4_1 grids: Q4_1 re-creates them exactly, and
+  # Q5_1's importance search finds half the Q4_1 step (also exact). "all" may use that, "sym"
+  # cannot (a symmetric grid does not hold an asymmetric one): it shows the method without it.
+  for v in ${QS_VARIANTS:-all sym}; do
+    f=$work/quantscope-$v-$r.gguf
+    formats=()
+    [[ $v == noq41 ]] && formats=(--formats Q2_K,Q3_K,Q4_K,Q5_K,Q6_K,Q4_0,Q5_0,Q5_1,Q8_0,F16)
+    [[ $v == sym ]] && formats=(--formats Q2_K,Q3_K,Q4_K,Q5_K,Q6_K,Q4_0,Q5_0,Q8_0,F16)
+    if [[ ! -f $f ]]; then
+      say "quantscope autoquant ($v) at the size of llama.cpp's $r (imatrix)"
+      /usr/bin/time -v "$cli" --backend "${QS_BACKEND:-auto}" autoquant "$base" --calib-text "$work/calib.txt" \
+        --calib-tokens $((calib_chunks * 512)) --match "$work/llamacpp-$r-imatrix.gguf" -o "$f" \
+        --plan-out "$f.plan.json" "${formats[@]}" >"$f.log" 2>"$f.err" || { cat "$f.err" >&2; exit 1; }
+    fi
+    files+=("$f")
+  done
 done
 
 results=$work/results.md
