@@ -22,6 +22,9 @@ void addAnalysisOptions(CLI::App* cmd, AnalysisArgs& a, int64_t defaultTokens) {
       ->capture_default_str();
   cmd->add_option("--ctx", a.context, "Window length in tokens, BOS included (default: min(context, 512))")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--protocol", a.protocol,
+                  "Which positions are scored: quantscope (default: BOS + ctx-1 text tokens per window, every "
+                  "position) or llama.cpp (llama-perplexity's chunks, the second half of each scored)");
   cmd->add_option("--tokenizer", a.tokenizer, "Tokenizer file (default: the model's own, or one next to it)");
   cmd->add_flag("--json", a.json, "Print JSON on stdout");
 }
@@ -36,6 +39,7 @@ AnalysisSetup setUpAnalysis(CliContext& ctx, const AnalysisArgs& a, TerminalProg
   AnalysisSetup s;
   s.textSource = a.text.empty() ? datasetsDir() + "/text/tinystories_validation_head.txt" : a.text;
   checkRegularFile(s.textSource, "text file");  // before the model loads: a bad path fails fast
+  s.eval.protocol = parseEvalProtocol(a.protocol);
   ctx.fieldFiles = {{"tokens", s.textSource}, {"context_length", a.model}, {"vocabulary", a.model}};
   Backend& backend = ctx.backend();
   s.stats = &backend.stats();

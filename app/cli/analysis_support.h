@@ -15,12 +15,12 @@
 namespace qs::cli {
 
 struct AnalysisArgs {
-  std::string model, tokenizer, text, session;
+  std::string model, tokenizer, text, session, protocol = "quantscope";
   int64_t tokens = 0, context = 0;
   bool json = false;
 };
 
-// --session, --text, --tokens, --ctx, --tokenizer, --json on `cmd` (MODEL is the caller's).
+// --session, --text, --tokens, --ctx, --protocol, --tokenizer, --json on `cmd` (MODEL is the caller's).
 void addAnalysisOptions(CLI::App* cmd, AnalysisArgs& a, int64_t defaultTokens);
 
 // A loaded model, its text tokens and its session (when --session was given).

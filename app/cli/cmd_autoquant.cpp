@@ -21,7 +21,7 @@ void registerAutoquant(CLI::App& app, CliContext& ctx) {
     std::string model, calibText, to = "gguf", out, formats, method = "imatrix", match, planOut, tokenizer;
     double targetBpw = 0;
     uint64_t targetBytes = 0;
-    int64_t calibTokens = 4096, context = 512, gainContext = 256, gainWindows = 1;
+    int64_t calibTokens = 4096, context = 512, gainContext = 256, gainWindows = 1, checkWindows = 2;
     bool json = false;
   };
   auto a = std::make_shared<Args>();
@@ -45,6 +45,10 @@ void registerAutoquant(CLI::App& app, CliContext& ctx) {
   cmd->add_option("--ctx", a->context, "Calibration window length, BOS included (default 512)")->check(CLI::Range(int64_t(16), int64_t(1) << 20));
   cmd->add_option("--gain-windows", a->gainWindows, "Windows used for the exact KL probes (default 1)")->check(CLI::PositiveNumber);
   cmd->add_option("--gain-ctx", a->gainContext, "Tokens per probe window (default 256)")->check(CLI::Range(int64_t(16), int64_t(1) << 20));
+  cmd->add_option("--check-windows", a->checkWindows,
+                  "Windows of --ctx tokens for the check pass (the chosen file run as llama.cpp runs it, scored as "
+                  "llama-perplexity scores; taken after the calibration tokens; 0: no check; default 2)")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 16));
   cmd->add_option("--plan-out", a->planOut, "Also write the chosen plan (JSON)");
   cmd->add_option("--tokenizer", a->tokenizer, "Tokenizer file (default: the model's own)");
   cmd->add_flag("--json", a->json, "Print the plan as JSON on stdout");
@@ -74,17 +78,30 @@ void registerAutoquant(CLI::App& app, CliContext& ctx) {
     if (m.model.file->format() != ModelFormat::Gguf)
       throw Error(ErrorKind::BadInput, a->model + ": autoquant reads GGUF models (export this one to GGUF first)");
     const Tokenizer& tok = *m.model.tokenizer;
-    // The one bounded reader: only the bytes --calib-tokens tokens can need.
-    std::vector<int32_t> ids = tok.encode(readTextFile(a->calibText, textBytesForTokens(tok, a->calibTokens)), {});
+    // The one bounded reader: only the bytes the calibration and the check can need.
+    const int64_t checkTokens = a->checkWindows * a->context;
+    std::vector<int32_t> ids =
+        tok.encode(readTextFile(a->calibText, textBytesForTokens(tok, a->calibTokens + checkTokens)), {});
+    // Held-out check tokens: those after the calibration's, when the text has a whole window more.
+    std::vector<int32_t> held;
+    if (int64_t(ids.size()) >= a->calibTokens + a->context) held.assign(ids.begin() + a->calibTokens, ids.end());
     if (int64_t(ids.size()) > a->calibTokens) ids.resize(size_t(a->calibTokens));
     if (ids.size() < 128)
       throw Error(ErrorKind::BadInput, "--calib-text " + a->calibText + ": " + std::to_string(ids.size()) +
                                            " tokens; autoquant needs at least 128");
     o.bos = tok.sequenceStart();
+    o.checkWindows = a->checkWindows;
     JobContext job;
-    job.onProgress = [&progress](double f, std::string_view s) { progress.update(f * 0.9, s); };
+    job.onProgress = [&progress](double f, std::string_view s) { progress.update(f * 0.85, s); };
     AutoquantPlan plan = measureAutoquant(*m.model.file, *m.runtime, ids, o, job);
     chooseAutoquantTypes(plan, o);
+    if (a->checkWindows > 0 && (!held.empty() || int64_t(ids.size()) >= a->context)) {
+      JobContext cjob;
+      cjob.onProgress = [&progress](double f, std::string_view s) { progress.update(0.85 + 0.05 * f, s); };
+      checkAutoquant(*m.model.file, *m.runtime, held.empty() ? std::span<const int32_t>(ids) : held, plan, o, cjob);
+      if (held.empty()) plan.checkBasis += " (calibration tokens: the text has none beyond them)";
+      else plan.checkBasis += " (held-out tokens after the calibration's)";
+    }
     const std::string planJson = autoquantPlanJson(plan);
     if (!a->planOut.empty()) writeFileAtomically(a->planOut, planJson + "\n");
     JobContext wjob;
@@ -108,6 +125,11 @@ void registerAutoquant(CLI::App& app, CliContext& ctx) {
                   static_cast<unsigned long long>(plan.targetBytes), plan.predictedKl);
     ctx.out << "wrote " << a->out << ": " << line << "types:" << types.str() << "\n"
             << "calibration: " << plan.calibrationTokens << " tokens of " << a->calibText << "; " << plan.basis << "\n";
+    if (plan.checkedKl >= 0) {
+      std::snprintf(line, sizeof line, "checked KL %.5f nats/token, top-1 agreement %.2f %% on %lld positions\n",
+                    plan.checkedKl, 100.0 * plan.checkedTop1, static_cast<long long>(plan.checkedPositions));
+      ctx.out << line << "check: " << plan.checkBasis << "\n";
+    }
   });
 }
 

@@ -1,15 +1,17 @@
-// quantscope-cli perplexity MODEL --text FILE [--tokens N] [--ctx C] [--tokenizer T] [--json]
+// quantscope-cli perplexity MODEL --text FILE [--tokens N] [--ctx C] [--tokenizer T]
+//                            [--protocol quantscope|llama.cpp] [--base BASE] [--json]
 #include <nlohmann/json.hpp>
 
 #include "app/cli/commands.h"
 #include "app/cli/run_support.h"
 #include "core/runtime/evaluate.h"
+#include "core/runtime/llamacpp_arithmetic.h"
 
 namespace qs::cli {
 
 void registerPerplexity(CLI::App& app, CliContext& ctx) {
   struct Args {
-    std::string model, tokenizer, text;
+    std::string model, tokenizer, text, protocol = "quantscope", base;
     int64_t tokens = 0, context = 0;
     bool json = false;
   };
@@ -20,9 +22,17 @@ void registerPerplexity(CLI::App& app, CliContext& ctx) {
   cmd->add_option("--tokens", a->tokens, "Score at most this many text tokens (default: all)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--ctx", a->context, "Window length in tokens, BOS included (default: min(context, 512))")->check(CLI::NonNegativeNumber);
   cmd->add_option("--tokenizer", a->tokenizer, "Tokenizer file (default: the model's own, or one next to it)");
+  cmd->add_option("--protocol", a->protocol,
+                  "quantscope (default: BOS + ctx-1 text tokens per window, every position scored) or llama.cpp "
+                  "(llama-perplexity's chunks, second half scored, activations rounded as llama.cpp's CPU products "
+                  "round them for the GGUF's tensor types)");
+  cmd->add_option("--base", a->base,
+                  "Also measure KL(base || model) per scored position against this model, as "
+                  "llama-perplexity --kl-divergence does");
   cmd->add_flag("--json", a->json, "Print JSON on stdout");
   cmd->callback([&ctx, a] {
     checkRegularFile(a->text, "text file");  // before the model loads: a bad path fails fast
+    const EvalProtocol protocol = parseEvalProtocol(a->protocol);
     ctx.fieldFiles = {{"tokens", a->text}, {"context_length", a->model}, {"vocabulary", a->model}};
     TerminalProgress progress;
     RunnableModel m = loadRunnable(ctx.backend(), a->model, a->tokenizer, true, progress);
@@ -30,13 +40,31 @@ void registerPerplexity(CLI::App& app, CliContext& ctx) {
     const std::string text = readTextFile(a->text, textBytesForTokens(tok, a->tokens));
     progress.update(0, "tokenizing");
     const std::vector<int32_t> ids = tok.encode(text, {});
-    PerplexityOptions o;
+    EvalOptions o;
     o.context = a->context;
     o.maxTokens = a->tokens;
     o.bos = tok.sequenceStart();
+    o.protocol = protocol;
+    const bool llama = o.protocol == EvalProtocol::LlamaCpp;
+    std::string arithmetic;
+    if (llama) arithmetic = emulateLlamaCppActivations(*m.runtime, *m.model.file);
     JobContext job;
     job.onProgress = [&progress](double f, std::string_view s) { progress.update(f, s); };
-    const PerplexityResult r = evaluatePerplexity(*m.runtime, ids, o, &job);
+    std::optional<KlResult> kl;
+    PerplexityResult r;
+    if (!a->base.empty()) {
+      RunnableModel b = loadRunnable(ctx.backend(), a->base, a->tokenizer, false, progress);
+      if (llama) (void)emulateLlamaCppActivations(*b.runtime, *b.model.file);
+      kl = evaluateKlAgainstBase(*b.runtime, *m.runtime, ids, o, &job);
+      r.perplexity = kl->perplexity;
+      r.meanNll = std::log(kl->perplexity);
+      r.scoredTokens = kl->scoredTokens;
+      r.windows = kl->windows;
+      r.context = kl->context;
+      r.protocol = kl->protocol;
+    } else {
+      r = evaluatePerplexity(*m.runtime, ids, o, &job);
+    }
     if (a->json) {
       nlohmann::ordered_json j;
       j["model"] = a->model;
@@ -50,11 +78,27 @@ void registerPerplexity(CLI::App& app, CliContext& ctx) {
       j["windows"] = r.windows;
       j["context"] = r.context;
       j["protocol"] = r.protocol;
+      j["protocol_name"] = std::string(evalProtocolName(o.protocol));
+      if (llama) j["arithmetic"] = arithmetic;
+      if (kl) {
+        j["base"] = a->base;
+        j["base_perplexity"] = kl->basePerplexity;
+        j["mean_kl"] = kl->meanKl;
+        j["kl_std_error"] = kl->klStdError;
+        j["kl_median"] = kl->klMedian;
+        j["kl_p99"] = kl->klP99;
+        j["top1_agreement"] = kl->top1Agreement;
+      }
       ctx.out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
     } else {
       ctx.out << "perplexity " << r.perplexity << " (mean NLL " << r.meanNll << " nats/token)\n"
-              << "protocol: " << r.protocol << "\n"
-              << "text: " << a->text << " (" << ids.size() << " tokens with " << m.model.tokenizerPath << ")\n";
+              << "protocol: " << r.protocol << "\n";
+      if (llama) ctx.out << "arithmetic: " << arithmetic << "\n";
+      if (kl)
+        ctx.out << "against " << a->base << " (perplexity " << kl->basePerplexity << "): mean KL " << kl->meanKl
+                << " +/- " << kl->klStdError << ", median " << kl->klMedian << ", 99th percentile " << kl->klP99
+                << ", top-1 agreement " << 100.0 * kl->top1Agreement << " %\n";
+      ctx.out << "text: " << a->text << " (" << ids.size() << " tokens with " << m.model.tokenizerPath << ")\n";
     }
   });
 }

@@ -22,6 +22,7 @@ ReferencePass runReferencePass(Runtime& rt, const EvalWindows& windows, const Jo
     ctx.progress(from + (to - from) * double(w) / double(windows.windows.size()), "reference run");
     ReferenceWindow rw;
     rw.tokens = windows.windows[w];
+    rw.firstScored = windows.firstScored;
     const int64_t T = int64_t(rw.tokens.size());
     RuntimeTensor x = rt.allocate(T, ref.dim);
     rt.reset();
@@ -37,7 +38,7 @@ ReferencePass runReferencePass(Runtime& rt, const EvalWindows& windows, const Jo
     rw.logits = rt.allocate(T, ref.vocab);
     rt.head(x, T, rw.logits);
     // The reference against itself: KL 0, and its own NLL on the targets.
-    for (const auto& s : rt.compareLogits(rw.logits, rw.logits, rw.positions(), rw.targets())) {
+    for (const auto& s : rt.compareLogits(rw.logits, rw.logits, rw.positions(), rw.targets(), rw.firstScored)) {
       if (!std::isfinite(s.nllRef))
         throw Error(ErrorKind::BadInput, "the unquantised model's logits are not finite on this text", {},
                     "reference run");
@@ -65,7 +66,7 @@ void DistributionStats::merge(const DistributionStats& o) {
 
 void compareToReference(Runtime& rt, const RuntimeTensor& logits, const ReferenceWindow& ref,
                         DistributionStats& acc) {
-  for (const auto& s : rt.compareLogits(ref.logits, logits, ref.positions(), ref.targets())) {
+  for (const auto& s : rt.compareLogits(ref.logits, logits, ref.positions(), ref.targets(), ref.firstScored)) {
     acc.klSum += s.kl;
     acc.nllSum += s.nllTest;
     acc.agree += s.top1Same ? 1 : 0;

@@ -27,9 +27,10 @@ struct ReferenceWindow {
   // residual[b]: [T, dim] entering block b; residual[blocks]: entering the final norm and head.
   std::vector<RuntimeTensor> residual;
   RuntimeTensor logits;  // [T, vocab]
-  int64_t positions() const { return int64_t(tokens.size()) - 1; }
-  // The scored positions' targets: tokens[1 …].
-  std::span<const int32_t> targets() const { return {tokens.data() + 1, size_t(positions())}; }
+  int64_t firstScored = 0;  // EvalWindows::firstScored: positions before it are context only
+  int64_t positions() const { return int64_t(tokens.size()) - 1 - firstScored; }
+  // The scored positions' targets: tokens[firstScored + 1 …].
+  std::span<const int32_t> targets() const { return {tokens.data() + firstScored + 1, size_t(positions())}; }
 };
 
 struct ReferencePass {

@@ -15,6 +15,7 @@
 #include "core/runtime/runtime.h"
 #include "kernels/common/error.h"
 #include "kernels/common/half.h"
+#include "kernels/ggml/ggml_activations.h"
 #include "kernels/ggml/ggml_types.h"
 
 namespace qs {
@@ -104,6 +105,50 @@ double weightedError(std::span<const float> x, std::span<const float> y, int64_t
     e += row;
   }
   return e;
+}
+
+// Per input column, Σ over calibration rows of the squared error llama.cpp's activation
+// rounding adds: for F16, Q8_0 (= Q8_1) and Q8_K (when the width allows their blocks).
+struct ActivationRoundingError {
+  static constexpr DType kTypes[3] = {DType::F16, DType::Q8_0, DType::Q8_K};
+  std::vector<double> sum[3];
+  int64_t rows = 0;
+  void add(const float* x, int64_t nRows, int64_t cols) {
+    std::vector<float> y(static_cast<size_t>(cols));
+    for (int k = 0; k < 3; ++k) {
+      if (cols % ggml::activationBlock(kTypes[k]) != 0) continue;
+      if (sum[k].empty()) sum[k].assign(size_t(cols), 0.0);
+      for (int64_t r = 0; r < nRows; ++r) {
+        std::memcpy(y.data(), x + r * cols, size_t(cols) * sizeof(float));
+        ggml::roundActivations(kTypes[k], y.data(), 1, cols);
+        for (int64_t c = 0; c < cols; ++c) {
+          const double d = double(x[r * cols + c]) - y[size_t(c)];
+          sum[k][size_t(c)] += d * d;
+        }
+      }
+    }
+    rows += nRows;
+  }
+  // Σ_c E[δ_c²] · colNorm2_c for the activation type of weight type `weight`; 0 for F32.
+  double outputError(DType weight, const std::vector<double>& colNorm2) const {
+    DType act = ggml::activationTypeFor(weight);
+    if (act == DType::Q8_1) act = DType::Q8_0;
+    for (int k = 0; k < 3; ++k) {
+      if (kTypes[k] != act || sum[k].empty() || rows == 0) continue;
+      double e = 0;
+      for (size_t c = 0; c < colNorm2.size() && c < sum[k].size(); ++c) e += sum[k][c] / double(rows) * colNorm2[c];
+      return e;
+    }
+    return 0.0;
+  }
+};
+
+std::vector<double> columnNorms2(std::span<const float> w, int64_t cols) {
+  std::vector<double> n(size_t(cols), 0.0);
+  const int64_t rows = int64_t(w.size()) / cols;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) n[size_t(c)] += double(w[size_t(r * cols + c)]) * w[size_t(r * cols + c)];
+  return n;
 }
 
 bool fits(DType type, int64_t cols) { return cols % int64_t(traitsOf(type).blockElems) == 0; }
@@ -203,8 +248,10 @@ AutoquantPlan measureAutoquant(const ModelFile& file, Runtime& rt, std::span<con
   const size_t nLinear = rt.linears().size();
   std::vector<std::vector<double>> sum2(nLinear);
   std::vector<int64_t> count(nLinear, 0);
+  std::vector<ActivationRoundingError> actErr(nLinear);
   const int tap = rt.addTap([&](const TapEvent& e) {
     if (e.kind != TapKind::LinearInput || e.linear < 0) return;
+    actErr[size_t(e.linear)].add(e.data, e.rows, e.cols);
     auto& s = sum2[size_t(e.linear)];
     if (s.empty()) s.assign(size_t(e.cols), 0.0);
     for (int64_t r = 0; r < e.rows; ++r)
@@ -256,6 +303,7 @@ AutoquantPlan measureAutoquant(const ModelFile& file, Runtime& rt, std::span<con
     std::span<const float> imp;
     if (auto it = plan.importance.find(a.name); it != plan.importance.end() && it->second.size() == size_t(cols))
       imp = it->second;
+    const std::vector<double> colNorm2 = a.linear >= 0 ? columnNorms2(w, cols) : std::vector<double>();
     for (DType c : candidates) {
       if (!fits(c, cols)) continue;
       AutoquantOption o;
@@ -264,6 +312,7 @@ AutoquantPlan measureAutoquant(const ModelFile& file, Runtime& rt, std::span<con
       const auto bytes = encode(c, w, cols, imp);
       const auto y = decode(c, bytes, w.size());
       o.error = weightedError(w, y, cols, imp);
+      if (a.linear >= 0) o.activationError = actErr[size_t(a.linear)].outputError(c, colNorm2);
       a.options.push_back(o);
     }
     if (a.linear < 0) continue;
@@ -299,9 +348,9 @@ AutoquantPlan measureAutoquant(const ModelFile& file, Runtime& rt, std::span<con
       a.gain = median;
       ++assumed;
     }
-    for (auto& o : a.options) o.predictedKl = a.gain * o.error;
+    for (auto& o : a.options) o.predictedKl = a.gain * (o.error + o.activationError);
   }
-  plan.basis = "KL(t) = gain x importance-weighted error; gains from one exact KL probe per layer on " +
+  plan.basis = "KL(t) = gain x (importance-weighted weight error + llama.cpp's activation-rounding error); gains from one exact KL probe per layer on " +
                std::to_string(plan.gainPositions) + " positions" +
                (assumed ? ", median gain assumed for " + std::to_string(assumed) + " tensor(s) without a linear layer"
                         : std::string());
@@ -405,6 +454,67 @@ void chooseAutoquantTypes(AutoquantPlan& plan, const AutoquantOptions& options) 
   }
 }
 
+void checkAutoquant(const ModelFile& file, Runtime& rt, std::span<const int32_t> tokens, AutoquantPlan& plan,
+                    const AutoquantOptions& options, const JobContext& ctx) {
+  EvalOptions eo;
+  eo.context = options.context;
+  eo.bos = options.bos;
+  eo.protocol = EvalProtocol::LlamaCpp;
+  eo.maxTokens = options.checkWindows * options.context;
+  const EvalWindows windows = makeEvalWindows(tokens, eo, rt.maxSeq());
+  JobContext sub;
+  sub.cancelFlag = ctx.cancelFlag;
+  const ReferencePass ref = runReferencePass(rt, windows, sub);
+
+  // Apply every choice at once, as the file will hold it.
+  const int embedding = rt.graph().tokenEmbedding.weight;
+  for (size_t ti = 0; ti < plan.tensors.size(); ++ti) {
+    const AutoquantTensor& a = plan.tensors[ti];
+    if (a.chosen < 0) continue;
+    ctx.checkCancelled();
+    ctx.progress(0.5 * double(ti) / double(plan.tensors.size()), "check: applying " + a.name);
+    const DType type = a.options[size_t(a.chosen)].type;
+    const TensorInfo& info = file.tensors()[ti];
+    const std::vector<float> w = file.tensorToFloat(info);
+    const int64_t cols = a.shape.back();
+    std::span<const float> imp;
+    if (auto it = plan.importance.find(a.name); it != plan.importance.end() && it->second.size() == size_t(cols))
+      imp = it->second;
+    std::vector<float> y = decode(type, encode(type, w, cols, imp), w.size());
+    if (a.linear >= 0) {
+      rt.setLinearGgmlActivations(a.linear, type);
+      if (int(ti) == embedding) rt.setTokenEmbedding(y);  // a tied table: lookup and head
+      rt.setLinearWeight(a.linear, std::move(y));
+    } else if (int(ti) == embedding) {
+      rt.setTokenEmbedding(std::move(y));
+    }
+  }
+  DistributionStats stats;
+  RuntimeTensor x, logits;
+  for (size_t w = 0; w < ref.windows.size(); ++w) {
+    ctx.checkCancelled();
+    ctx.progress(0.5 + 0.5 * double(w) / double(ref.windows.size()), "check: the chosen file against the model");
+    const ReferenceWindow& rw = ref.windows[w];
+    const int64_t T = int64_t(rw.tokens.size());
+    if (x.empty() || x.rows() != T) x = rt.allocate(T, rt.dim());
+    rt.reset();
+    rt.embed(rw.tokens, 0, x);
+    for (int b = 0; b < int(rt.graph().blocks.size()); ++b) rt.runBlock(b, x, T, 0);
+    ensureTensor(rt, logits, T, rt.vocabSize());
+    rt.head(x, T, logits);
+    compareToReference(rt, logits, rw, stats);
+  }
+  rt.restoreAllWeights();
+  rt.clearAllGgmlActivations();
+  rt.restoreTokenEmbedding();
+  plan.checkedKl = stats.meanKl();
+  plan.checkedTop1 = stats.top1Agreement();
+  plan.checkedPositions = stats.positions;
+  plan.checkBasis = "the chosen types applied together (weights, token table, llama.cpp's activation rounding) on " +
+                    windows.protocol;
+  ctx.progress(1.0, "checked");
+}
+
 std::string autoquantPlanJson(const AutoquantPlan& plan) {
   nlohmann::ordered_json j;
   j["schema"] = "quantscope.autoquant/1";
@@ -417,6 +527,12 @@ std::string autoquantPlanJson(const AutoquantPlan& plan) {
   j["calibration_tokens"] = plan.calibrationTokens;
   j["gain_positions"] = plan.gainPositions;
   j["reference_perplexity"] = plan.referencePerplexity;
+  if (plan.checkedKl >= 0) {
+    j["checked_kl"] = plan.checkedKl;
+    j["checked_top1_agreement"] = plan.checkedTop1;
+    j["checked_positions"] = plan.checkedPositions;
+    j["check_basis"] = plan.checkBasis;
+  }
   nlohmann::ordered_json counts = nlohmann::ordered_json::object();
   auto& tensors = j["tensors"] = nlohmann::ordered_json::array();
   for (const auto& t : plan.tensors) {
@@ -432,6 +548,7 @@ std::string autoquantPlanJson(const AutoquantPlan& plan) {
       e["type"] = name;
       e["bytes"] = o.bytes;
       e["error"] = o.error;
+      e["activation_error"] = o.activationError;
       e["predicted_kl"] = o.predictedKl;
       e["gain"] = t.gain;
       e["gain_measured"] = t.gainMeasured;

@@ -49,13 +49,21 @@ struct AutoquantOptions {
   int64_t gainWindows = 1;
   bool importance = true;     // weight the quantizers by the calibration importance
   int32_t bos = -1;           // BOS prepended to each window (-1: none)
+  // The check pass (checkAutoquant): windows of `context` tokens cut as llama-perplexity cuts
+  // them, from the calibration tokens after those the calibration used (or from the start when
+  // the text has no more).
+  int64_t checkWindows = 2;
 };
 
 struct AutoquantOption {
   DType type = DType::Unknown;
   uint64_t bytes = 0;
   double error = 0;      // importance-weighted squared error E(t)
-  double predictedKl = 0;
+  // The output error llama.cpp adds by rounding this layer's activations for a product with
+  // type t (Q8_0 / Q8_K / F16: ggml::activationTypeFor): Σ_c E[δ_c²] Σ_r w_rc², δ measured on
+  // the calibration activations. 0 for tensors that are not a linear layer's weight.
+  double activationError = 0;
+  double predictedKl = 0;  // gain · (error + activationError)
 };
 
 struct AutoquantTensor {
@@ -84,6 +92,11 @@ struct AutoquantPlan {
   int64_t gainPositions = 0;
   double referencePerplexity = 0;  // of the unquantized model on the gain windows
   std::string basis;          // one line: what the prediction rests on
+  // checkAutoquant: the chosen file run as llama.cpp runs it, against the unquantized model.
+  double checkedKl = -1;      // mean KL; −1 when not checked
+  double checkedTop1 = 0;     // top-1 agreement
+  int64_t checkedPositions = 0;
+  std::string checkBasis;     // one line: which tokens, which protocol
   double bpw() const { return parameters ? 8.0 * double(totalBytes) / double(parameters) : 0.0; }
 };
 
@@ -102,6 +115,14 @@ AutoquantPlan measureAutoquant(const ModelFile& file, Runtime& rt, std::span<con
 // target is below the smallest file the candidates can make or above the largest, naming the
 // reachable range.
 void chooseAutoquantTypes(AutoquantPlan& plan, const AutoquantOptions& options);
+
+// The check: every chosen type applied at once — weights rounded by the ggml quantizers with the
+// importance, the token-embedding table too, every linear layer's activations rounded as
+// llama.cpp's CPU products round them — and the mean KL against the unquantized model measured
+// on options.checkWindows windows cut as llama-perplexity cuts them. What llama.cpp will measure,
+// up to its FP16 base and the evaluation text; `rt` is left as it was.
+void checkAutoquant(const ModelFile& file, Runtime& rt, std::span<const int32_t> tokens, AutoquantPlan& plan,
+                    const AutoquantOptions& options, const JobContext& ctx);
 
 // The plan as JSON: per tensor its type, bytes, error, gain and predicted KL; totals.
 std::string autoquantPlanJson(const AutoquantPlan& plan);

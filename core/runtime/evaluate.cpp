@@ -59,47 +59,21 @@ std::vector<int32_t> generateGreedy(Runtime& rt, std::span<const int32_t> prompt
 
 PerplexityResult evaluatePerplexity(Runtime& rt, std::span<const int32_t> text,
                                     const PerplexityOptions& options, const JobContext* ctx) {
+  const EvalWindows ew = makeEvalWindows(text, options, rt.maxSeq());
   PerplexityResult r;
-  r.context = options.context > 0 ? options.context : std::min<int64_t>(rt.maxSeq(), 512);
-  if (r.context > rt.maxSeq())
-    throw Error(ErrorKind::BadInput, "--ctx " + std::to_string(r.context) + " exceeds the model's context of " +
-                                         std::to_string(rt.maxSeq()), {}, "context_length");
-  const bool bos = options.bos >= 0;
-  // The fields name the file's value (context_length) or the flag, whichever set the window;
-  // the CLI adds the file an error without one belongs to (CliContext::fieldFiles).
-  if (r.context < 2)
-    throw Error(ErrorKind::BadInput,
-                options.context > 0 ? "--ctx must be at least 2"
-                                    : "the model's context length is " + std::to_string(rt.maxSeq()) +
-                                          "; a window needs at least 2 tokens",
-                {}, options.context > 0 ? "--ctx" : "context_length");
-  const int64_t perWindow = bos ? r.context - 1 : r.context;  // text tokens per window
-  int64_t available = int64_t(text.size());
-  if (options.maxTokens > 0) available = std::min(available, options.maxTokens);
-  if (available < (bos ? 1 : 2))
-    throw Error(ErrorKind::BadInput,
-                "the text has too few tokens to score (" + std::to_string(available) + ", at least " +
-                    std::to_string(bos ? 1 : 2) + " needed)",
-                {}, "tokens");
-
+  r.context = ew.context;
   double nll = 0;
   std::vector<float> logits;
   std::vector<double> lsm;
-  std::vector<int32_t> window;
-  for (int64_t start = 0; start < available; start += perWindow) {
+  const int64_t V = rt.vocabSize();
+  for (const auto& window : ew.windows) {
     if (ctx) {
       ctx->checkCancelled();
-      ctx->progress(double(start) / double(available), "scoring");
+      ctx->progress(double(r.windows) / double(ew.windows.size()), "scoring");
     }
-    const int64_t n = std::min(perWindow, available - start);
-    window.clear();
-    if (bos) window.push_back(options.bos);
-    window.insert(window.end(), text.begin() + start, text.begin() + start + n);
-    if (window.size() < 2) break;
     rt.reset();
     rt.forward(window, 0, logits, true);
-    const int64_t V = rt.vocabSize();
-    for (size_t j = 0; j + 1 < window.size(); ++j) {
+    for (size_t j = size_t(ew.firstScored); j + 1 < window.size(); ++j) {
       logSoftmax(logits.data() + int64_t(j) * V, V, lsm);
       nll -= lsm[size_t(window[j + 1])];
       ++r.scoredTokens;
@@ -108,10 +82,63 @@ PerplexityResult evaluatePerplexity(Runtime& rt, std::span<const int32_t> text,
   }
   r.meanNll = nll / double(r.scoredTokens);
   r.perplexity = std::exp(r.meanNll);
-  r.protocol = std::to_string(r.windows) + " non-overlapping windows of " + std::to_string(r.context) +
-               " tokens (" + (bos ? "BOS + " + std::to_string(perWindow) + " text tokens" : "text tokens only") +
-               ", stride " + std::to_string(perWindow) + "), " + std::to_string(r.scoredTokens) +
-               " scored tokens, every text token scored once from the tokens before it in its window";
+  r.protocol = ew.protocol;
+  if (ctx) ctx->progress(1.0, "scored");
+  return r;
+}
+
+KlResult evaluateKlAgainstBase(Runtime& base, Runtime& rt, std::span<const int32_t> text,
+                               const EvalOptions& options, const JobContext* ctx) {
+  if (base.vocabSize() != rt.vocabSize())
+    throw Error(ErrorKind::BadInput, "the base model has " + std::to_string(base.vocabSize()) +
+                                         " tokens in its vocabulary, the model " + std::to_string(rt.vocabSize()),
+                {}, "--base");
+  const EvalWindows ew = makeEvalWindows(text, options, std::min(base.maxSeq(), rt.maxSeq()));
+  KlResult r;
+  r.context = ew.context;
+  r.protocol = ew.protocol;
+  const int64_t V = rt.vocabSize();
+  std::vector<float> lb, lt;
+  std::vector<double> pb, pt, kls;
+  double nllBase = 0, nll = 0, agree = 0;
+  for (const auto& window : ew.windows) {
+    if (ctx) {
+      ctx->checkCancelled();
+      ctx->progress(double(r.windows) / double(ew.windows.size()), "scoring against the base");
+    }
+    base.reset();
+    base.forward(window, 0, lb, true);
+    rt.reset();
+    rt.forward(window, 0, lt, true);
+    for (size_t j = size_t(ew.firstScored); j + 1 < window.size(); ++j) {
+      const float* b = lb.data() + int64_t(j) * V;
+      const float* t = lt.data() + int64_t(j) * V;
+      logSoftmax(b, V, pb);
+      logSoftmax(t, V, pt);
+      double kl = 0;
+      for (int64_t v = 0; v < V; ++v) kl += std::exp(pb[size_t(v)]) * (pb[size_t(v)] - pt[size_t(v)]);
+      kls.push_back(std::max(0.0, kl));
+      nllBase -= pb[size_t(window[j + 1])];
+      nll -= pt[size_t(window[j + 1])];
+      agree += (std::max_element(b, b + V) - b) == (std::max_element(t, t + V) - t) ? 1 : 0;
+    }
+    ++r.windows;
+  }
+  const double n = double(kls.size());
+  r.scoredTokens = int64_t(kls.size());
+  double sum = 0, sum2 = 0;
+  for (double k : kls) {
+    sum += k;
+    sum2 += k * k;
+  }
+  r.meanKl = sum / n;
+  r.klStdError = n > 1 ? std::sqrt(std::max(0.0, sum2 / n - r.meanKl * r.meanKl) / (n - 1)) : 0.0;
+  std::sort(kls.begin(), kls.end());
+  r.klMedian = kls[kls.size() / 2];
+  r.klP99 = kls[std::min(kls.size() - 1, size_t(0.99 * n))];
+  r.top1Agreement = agree / n;
+  r.perplexity = std::exp(nll / n);
+  r.basePerplexity = std::exp(nllBase / n);
   if (ctx) ctx->progress(1.0, "scored");
   return r;
 }

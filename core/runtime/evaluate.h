@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/runtime/eval_windows.h"
 #include "core/runtime/runtime.h"
 
 namespace qs {
@@ -24,11 +25,8 @@ std::vector<int32_t> generateGreedy(Runtime& rt, std::span<const int32_t> prompt
                                     const std::function<void(int32_t)>& onToken = {},
                                     const JobContext* ctx = nullptr);
 
-struct PerplexityOptions {
-  int64_t context = 0;    // window length including BOS; 0 = min(model context, 512)
-  int64_t maxTokens = 0;  // text tokens to score at most; 0 = all
-  int32_t bos = -1;       // BOS id prepended to each window; -1 = none
-};
+// Windows and scored positions: core/runtime/eval_windows.h (both protocols).
+using PerplexityOptions = EvalOptions;
 
 struct PerplexityResult {
   double perplexity = 0;  // exp(mean negative log-likelihood)
@@ -39,12 +37,24 @@ struct PerplexityResult {
   std::string protocol;   // one line describing exactly what was scored
 };
 
-// Non-overlapping windows: each is [BOS] + the next (context - 1) text tokens (or context text
-// tokens without BOS); every text token of a window is scored from the tokens before it in the
-// same window (the first one from BOS alone). Log-probabilities in double precision.
+// Every scored position of makeEvalWindows' windows, log-probabilities in double precision.
 PerplexityResult evaluatePerplexity(Runtime& rt, std::span<const int32_t> text,
                                     const PerplexityOptions& options,
                                     const JobContext* ctx = nullptr);
+
+// A model against a base model on the same windows, as `llama-perplexity --kl-divergence`
+// measures a quantized file against its base: per scored position KL(p_base ‖ p_model), whether
+// the argmaxes agree, and both perplexities. Both runtimes must share the vocabulary.
+struct KlResult {
+  double meanKl = 0, klStdError = 0;  // nats per position; the standard error of the mean
+  double klMedian = 0, klP99 = 0;
+  double top1Agreement = 0;           // fraction of positions
+  double perplexity = 0, basePerplexity = 0;
+  int64_t scoredTokens = 0, windows = 0, context = 0;
+  std::string protocol;
+};
+KlResult evaluateKlAgainstBase(Runtime& base, Runtime& rt, std::span<const int32_t> text,
+                               const EvalOptions& options, const JobContext* ctx = nullptr);
 
 // log-softmax of one row, in double (helper shared with the analysis jobs).
 void logSoftmax(const float* logits, int64_t n, std::vector<double>& out);

@@ -9,6 +9,7 @@
 #include "kernels/common/error.h"
 #include "kernels/formats/weight_codec.h"
 #include "kernels/gemm/gemm_ops.h"
+#include "kernels/ggml/ggml_activations.h"
 #include "kernels/ops/linear_formats.h"
 
 namespace qs {
@@ -449,6 +450,36 @@ void Runtime::setLinearInputQuant(int i, const ActSpec& spec, float staticScale)
   lw.inputScale = staticScale;
 }
 void Runtime::clearLinearInputQuant(int i) { weights_.at(size_t(i)).inputQuant = ActSpec{}; }
+void Runtime::setLinearGgmlActivations(int i, DType weightType) {
+  LinearWeights& lw = weights_.at(size_t(i));
+  if (weightType == DType::F32 || weightType == DType::Unknown) {
+    lw.ggmlActivations = DType::F32;
+    return;
+  }
+  const DType act = ggml::activationTypeFor(weightType);
+  if (act == DType::Unknown)
+    throwBadInput("", "activation rounding", std::string(dtypeName(weightType)) + " has no llama.cpp product here");
+  const int64_t cols = linears_.at(size_t(i))->inFeatures;
+  if (cols % ggml::activationBlock(act) != 0)
+    throwBadInput("", "activation rounding", linears_[size_t(i)]->weightName + ": " + std::to_string(cols) +
+                                                 " inputs are not a whole number of " + std::string(dtypeName(act)) + " blocks");
+  lw.ggmlActivations = act;
+}
+void Runtime::setTokenEmbedding(std::vector<float> table) {
+  if (table.size() != tokenEmbedding_.size())
+    throw Error(ErrorKind::Internal, "setTokenEmbedding: " + std::to_string(table.size()) + " values for a table of " +
+                                         std::to_string(tokenEmbedding_.size()));
+  tokenEmbeddingReplacement_ = std::move(table);  // kept: on the host op-set the buffer aliases it
+  devTokenEmbedding_ = toCompute(tokenEmbeddingReplacement_);
+}
+void Runtime::restoreTokenEmbedding() {
+  if (tokenEmbeddingReplacement_.empty()) return;
+  devTokenEmbedding_ = toCompute(tokenEmbedding_);
+  tokenEmbeddingReplacement_.clear();
+}
+void Runtime::clearAllGgmlActivations() {
+  for (auto& lw : weights_) lw.ggmlActivations = DType::F32;
+}
 void Runtime::clearAllInputQuant() {
   for (auto& lw : weights_) lw.inputQuant = ActSpec{};
 }
@@ -605,6 +636,12 @@ void Runtime::linear(int i, const float* x, int64_t T, float* y, int block) {
     float* xa = scratch(kActFq, size_t(T * l.inFeatures));
     ops_.copy(xa, x, size_t(T * l.inFeatures) * sizeof(float));
     ops_.fakeQuantActivations(lw.inputQuant, xa, T, l.inFeatures, lw.inputScale);
+    x = xa;
+  }
+  if (lw.ggmlActivations != DType::F32) {
+    float* xa = scratch(kActFq, size_t(T * l.inFeatures));
+    if (xa != x) ops_.copy(xa, x, size_t(T * l.inFeatures) * sizeof(float));
+    ops_.roundActivationsLikeGgml(lw.ggmlActivations, xa, T, l.inFeatures);
     x = xa;
   }
   if (lw.gemm) {  // FP16 activations through the GEMM op-set
@@ -893,14 +930,17 @@ void Runtime::head(const RuntimeTensor& x, int64_t T, RuntimeTensor& logits) {
 
 std::vector<TransformerOps::LogitRowStats> Runtime::compareLogits(const RuntimeTensor& ref,
                                                                   const RuntimeTensor& test, int64_t T,
-                                                                  std::span<const int32_t> targets) {
-  checkTensor(ref, T, vocab_, "compareLogits");
-  checkTensor(test, T, vocab_, "compareLogits");
+                                                                  std::span<const int32_t> targets,
+                                                                  int64_t firstRow) {
+  checkTensor(ref, firstRow + T, vocab_, "compareLogits");
+  checkTensor(test, firstRow + T, vocab_, "compareLogits");
   if (!targets.empty() && int64_t(targets.size()) != T)
     throw Error(ErrorKind::Internal, "compareLogits: " + std::to_string(targets.size()) + " targets for " +
                                          std::to_string(T) + " rows");
   std::vector<TransformerOps::LogitRowStats> out(static_cast<size_t>(T));
-  ops_.compareLogits(ref.data(), test.data(), T, vocab_, targets.empty() ? nullptr : targets.data(), out.data());
+  const int64_t skip = firstRow * vocab_;  // pointer arithmetic is valid in either memory space
+  ops_.compareLogits(ref.data() + skip, test.data() + skip, T, vocab_, targets.empty() ? nullptr : targets.data(),
+                     out.data());
   return out;
 }
 

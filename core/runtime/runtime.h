@@ -134,6 +134,19 @@ class Runtime {
   void restoreNorms();
   void clearLinearInputQuant(int i);
   void clearAllInputQuant();
+  // Rounds the activations entering linear i as llama.cpp's CPU backend does for a product with
+  // weights of ggml type `weightType` (ggml::activationTypeFor: Q8_0 for Q4_0, Q8_K for the
+  // K-quants, F16 for F16 …), after any input quantisation above. F32 (or Unknown) turns it off.
+  // This is what a GGUF measured by llama.cpp carries on top of its weights' error (autoquant's
+  // check pass, `--protocol llama.cpp`). BadInput when the layer's width is not a whole number
+  // of the activation type's blocks.
+  void setLinearGgmlActivations(int i, DType weightType);
+  // Replaces the token-embedding table the lookup reads ([vocab, dim], same size as loaded) —
+  // e.g. with its quantized values; a tied head is a linear layer of its own (setLinearWeight).
+  // restoreTokenEmbedding puts the loaded table back.
+  void setTokenEmbedding(std::vector<float> table);
+  void restoreTokenEmbedding();
+  void clearAllGgmlActivations();
 
   // ---- plans -------------------------------------------------------------------------------
   // Sets one layer's format (nullopt = unquantized): quantizes its current weight and prepares
@@ -183,9 +196,11 @@ class Runtime {
   void head(const RuntimeTensor& x, int64_t T, RuntimeTensor& logits);              // [T, vocab]
   // Row by row KL(ref ‖ test), top-1 agreement and (with targets, T ids) both NLLs, computed
   // where the logits are (TransformerOps::compareLogits).
+  // Rows firstRow … firstRow + T − 1 of both (`targets`, when given, has T ids).
   std::vector<TransformerOps::LogitRowStats> compareLogits(const RuntimeTensor& ref,
                                                            const RuntimeTensor& test, int64_t T,
-                                                           std::span<const int32_t> targets = {});
+                                                           std::span<const int32_t> targets = {},
+                                                           int64_t firstRow = 0);
 
  private:
   struct Buffer {  // compute memory (on the host op-set: may alias a host vector)
@@ -202,6 +217,7 @@ class Runtime {
     LinearMode mode = LinearMode::Kernel;
     ActSpec inputQuant;       // kind F32: the input is used as it is
     float inputScale = 0.0f;  // static per-tensor activation scale
+    DType ggmlActivations = DType::F32;  // llama.cpp's activation type for this layer (F32: off)
     bool fake = false;                 // runs fake-quantized (FakeQuant mode or no kernel)
     std::string fakeReason;            // why it is fake-quantized
     Buffer devFake;                    // fake-quantized weight [out, in]
@@ -251,6 +267,7 @@ class Runtime {
   std::vector<std::vector<int>> blockLinears_;         // block → linear indices (execution order)
   int headLinear_ = -1;
   std::vector<float> tokenEmbedding_, positionEmbedding_;
+  std::vector<float> tokenEmbeddingReplacement_;  // setTokenEmbedding's table (empty: the loaded one)
   Buffer devTokenEmbedding_, devPositionEmbedding_;
   struct Norm {
     std::vector<float> w, b;

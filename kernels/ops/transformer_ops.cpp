@@ -13,6 +13,7 @@
 #include "kernels/common/error.h"
 #include "kernels/common/half.h"
 #include "kernels/formats/activation_codec.h"
+#include "kernels/ggml/ggml_activations.h"
 #include "kernels/formats/weight_codec.h"
 #include "kernels/ops/cpu_transformer_ops.h"
 
@@ -197,6 +198,10 @@ void TransformerOps::fakeQuantActivations(const ActSpec& spec, float* x, int64_t
   const size_t n = size_t(rows * cols);
   qs::fakeQuantActivations(spec, std::span<const float>(x, n), std::span<float>(x, n), rows, cols,
                            staticScale);
+}
+
+void TransformerOps::roundActivationsLikeGgml(DType actType, float* x, int64_t rows, int64_t cols) {
+  ggml::roundActivations(actType, x, rows, cols);
 }
 
 void TransformerOps::compareLogits(const float* ref, const float* test, int64_t T, int64_t V,

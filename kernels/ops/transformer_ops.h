@@ -134,6 +134,10 @@ class TransformerOps {
                                float* out, std::string_view tensorName = {});
   virtual void fakeQuantActivations(const ActSpec& spec, float* x, int64_t rows, int64_t cols,
                                     float staticScale = 0.0f);
+  // Rounds activations as llama.cpp's CPU backend converts them for a product with quantized
+  // weights (ggml::roundActivations: F16, Q8_0/Q8_1 per 32 values, Q8_K per 256). `cols` must be
+  // a multiple of the type's block.
+  virtual void roundActivationsLikeGgml(DType actType, float* x, int64_t rows, int64_t cols);
 
   // Per row of two logit matrices [T, V] (op-set memory): KL(softmax(ref) ‖ softmax(test)) in
   // nats, −log softmax(·)[target] of both when `targets` (host, T ids) is given, and whether

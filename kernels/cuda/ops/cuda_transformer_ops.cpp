@@ -12,6 +12,7 @@
 
 #include "kernels/common/device_error.h"
 #include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/ops/ggml_activations.cuh"
 #include "kernels/cuda/ops/transformer_launch.h"
 #include "kernels/cuda/stats/sensitivity.cuh"
 #include "kernels/device/device_info.h"
@@ -183,6 +184,22 @@ class CudaTransformerOps final : public TransformerOps {
       throw Error(ErrorKind::BadInput, "NaN or infinite activation in row " + std::to_string(host), {},
                   "activations");
     }
+  }
+
+  void roundActivationsLikeGgml(DType actType, float* x, int64_t rows, int64_t cols) override {
+    cuda_ops::GgmlActKind kind;
+    switch (actType) {
+      case DType::F32: return;
+      case DType::F16: kind = cuda_ops::GgmlActKind::F16; break;
+      case DType::Q8_0:
+      case DType::Q8_1: kind = cuda_ops::GgmlActKind::Q8_0; break;
+      case DType::Q8_K: kind = cuda_ops::GgmlActKind::Q8_K; break;
+      default: throw Error(ErrorKind::Internal, "roundActivationsLikeGgml: not an activation type");
+    }
+    const int64_t block = kind == cuda_ops::GgmlActKind::Q8_0 ? 32 : kind == cuda_ops::GgmlActKind::Q8_K ? 256 : 1;
+    if (cols % block != 0)
+      throw Error(ErrorKind::Internal, "roundActivationsLikeGgml: columns are not a whole number of blocks");
+    cuda_ops::roundActivationsGgml(kind, x, rows, cols, stream_);
   }
 
   void compareLogits(const float* ref, const float* test, int64_t T, int64_t V, const int32_t* targets,
