@@ -71,8 +71,8 @@ done
 
 results=$work/results.md
 {
-  echo "| file | BPW (tensor bits / parameters) | tensor MiB | mean KL | top-1 agree | PPL | predicted KL |"
-  echo "|---|---|---|---|---|---|---|"
+  echo "| file | BPW (tensor bits / parameters) | tensor MiB | mean KL | top-1 agree | PPL | predicted KL | checked KL |"
+  echo "|---|---|---|---|---|---|---|---|"
 } >"$results"
 for f in "${files[@]}"; do
   log=$f.kld.log
@@ -83,8 +83,12 @@ for f in "${files[@]}"; do
   kl=$(grep -E 'Mean +KLD:' "$log" | sed -E 's/.*Mean +KLD: *//' | awk '{print $1 " ± " $3}')
   top=$(grep -E 'Same top p:' "$log" | sed -E 's/.*Same top p: *//' | awk '{print $1 " ± " $3}')
   ppl=$(grep -E 'Mean PPL\(Q\) ' "$log" | sed -E 's/.*Mean PPL\(Q\) *: *//' | awk '{print $1 " ± " $3}')
-  pred=""
-  [[ -f $f.plan.json ]] && pred=$(python3 -c "import json,sys; print('%.4f' % json.load(open(sys.argv[1]))['predicted_kl'])" "$f.plan.json")
-  echo "| $(basename "$f" .gguf) | $bpw | $mib | $kl | $top | $ppl | $pred |" >>"$results"
+  # autoquant's own figures: the additive prediction and the check pass (the chosen file run as
+  # llama.cpp runs it, on held-out calibration tokens).
+  pred="" checked=""
+  if [[ -f $f.plan.json ]]; then
+    read -r pred checked < <(python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print('%.5f' % j['predicted_kl'], '%.5f' % j['checked_kl'] if 'checked_kl' in j else '')" "$f.plan.json")
+  fi
+  echo "| $(basename "$f" .gguf) | $bpw | $mib | $kl | $top | $ppl | $pred | $checked |" >>"$results"
 done
 cat "$results"
