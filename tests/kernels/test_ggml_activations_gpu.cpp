@@ -58,8 +58,14 @@ class TestGgmlActivationsGpu : public QObject {
           auto cpu = x;
           ggml::roundActivations(type, cpu.data(), rowsN, cols);
           const auto gpu = onGpu(type, x, rowsN, cols);
-          QVERIFY2(std::memcmp(cpu.data(), gpu.data(), x.size() * 4) == 0,
-                   qPrintable(QString("type %1 rows %2 outliers %3").arg(int(type)).arg(rowsN).arg(outliers)));
+          size_t bad = x.size();
+          for (size_t i = 0; i < x.size() && bad == x.size(); ++i)
+            if (std::memcmp(&cpu[i], &gpu[i], 4) != 0) bad = i;
+          QVERIFY2(bad == x.size(),
+                   qPrintable(QString("type %1 rows %2 outliers %3: value %4 (x %5) cpu %6 gpu %7")
+                                  .arg(int(type)).arg(rowsN).arg(outliers).arg(bad)
+                                  .arg(double(x[bad % x.size()]), 0, 'g', 9).arg(double(cpu[bad % x.size()]), 0, 'g', 9)
+                                  .arg(double(gpu[bad % x.size()]), 0, 'g', 9)));
         }
   }
 

@@ -37,30 +37,39 @@ __global__ void roundQ8_KKernel(float* __restrict__ x, int64_t blocks) {
        b += int64_t(gridDim.x) * kWarpsPerCta) {
     float* p = x + b * 256;
     float v[8];
-    // The first value of the largest |x| (the reference scans in order with a strict >).
-    float amax = 0.0f;
+    // The first value of the largest |x| (the reference scans in order with a strict >): each
+    // lane keeps its own best (amax, index, signed value), then the warp reduces the triples.
+    float amax = 0.0f, m = 0.0f;
     int at = 256;
     for (int k = 0; k < 8; ++k) {
       v[k] = p[lane + 32 * k];
       const float a = fabsf(v[k]);
-      const int i = lane + 32 * k;
-      if (a > amax || (a == amax && a > 0.0f && i < at)) { amax = a; at = i; }
+      if (a > amax) {  // indices grow with k: the first of equal maxima stays
+        amax = a;
+        at = lane + 32 * k;
+        m = v[k];
+      }
     }
     for (int o = 16; o > 0; o >>= 1) {
       const float oa = __shfl_xor_sync(0xffffffffu, amax, o);
       const int oi = __shfl_xor_sync(0xffffffffu, at, o);
-      if (oa > amax || (oa == amax && oi < at)) { amax = oa; at = oi; }
+      const float om = __shfl_xor_sync(0xffffffffu, m, o);
+      if (oa > amax || (oa == amax && oi < at)) {
+        amax = oa;
+        at = oi;
+        m = om;
+      }
     }
     if (amax == 0.0f) {
       for (int k = 0; k < 8; ++k) p[lane + 32 * k] = 0.0f;
       continue;
     }
-    const float m = p[at];
     const float iscale = __fdiv_rn(-127.f, m);
     const float d = __fdiv_rn(1.0f, iscale);
     for (int k = 0; k < 8; ++k) {
-      const float q = fminf(127.f, rintf(__fmul_rn(iscale, v[k])));
-      p[lane + 32 * k] = __fmul_rn(q, d);
+      // Through an integer, as the reference's int8 codes: a zero code is +0 (then ·d), never −0.
+      const int q = min(127, __float2int_rn(__fmul_rn(iscale, v[k])));
+      p[lane + 32 * k] = __fmul_rn(float(q), d);
     }
   }
 }
