@@ -2,9 +2,11 @@
 # Builds the libFuzzer targets with clang-14 + AddressSanitizer in their own build directory and
 # runs each on its seed corpus for SECONDS seconds (default 30).
 #
-#   tests/fuzz/run_fuzzers.sh [SECONDS] [TARGET...]      targets: gguf safetensors llama2c tokenizer
+#   tests/fuzz/run_fuzzers.sh [SECONDS] [TARGET...]
+#       targets: gguf safetensors llama2c tokenizer plan session (default: all)
 #
-# Environment: QS_FUZZ_BUILD (default build-fuzz), QS_FUZZ_JOBS (build jobs, default nproc).
+# Environment: QS_FUZZ_BUILD (default build-fuzz), QS_FUZZ_JOBS (build jobs, default nproc),
+# QS_FUZZ_NO_BUILD=1 (run what is built), QS_FUZZ_NICE (niceness of the runs, default 0).
 # New inputs are kept in $QS_FUZZ_BUILD/corpus/<target> (the committed seeds stay untouched);
 # crash reproducers land in $QS_FUZZ_BUILD/findings/<target>/. Exit status 1 on any finding.
 set -euo pipefail
@@ -12,17 +14,19 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 seconds=${1:-30}
 shift || true
 targets=("$@")
-((${#targets[@]})) || targets=(gguf safetensors llama2c tokenizer)
+((${#targets[@]})) || targets=(gguf safetensors llama2c tokenizer plan session)
 build=${QS_FUZZ_BUILD:-$root/build-fuzz}
 jobs=${QS_FUZZ_JOBS:-$(nproc)}
 
 command -v clang++-14 >/dev/null || { echo "run_fuzzers.sh: clang++-14 is required (apt-get install clang-14)" >&2; exit 2; }
 flags="-fsanitize=fuzzer-no-link,address -fno-omit-frame-pointer -g -O1"
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-      -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
-      -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" \
-      -DQS_FUZZ=ON -DQS_GUI=OFF -DQS_TESTS=OFF -DQS_CUDA=OFF >/dev/null
-cmake --build "$build" -j "$jobs" --target "${targets[@]/#/fuzz_}"
+if [[ ${QS_FUZZ_NO_BUILD:-0} != 1 ]]; then
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+        -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
+        -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" \
+        -DQS_FUZZ=ON -DQS_GUI=OFF -DQS_TESTS=OFF -DQS_CUDA=OFF >/dev/null
+  cmake --build "$build" -j "$jobs" --target "${targets[@]/#/fuzz_}"
+fi
 
 status=0
 for t in "${targets[@]}"; do
@@ -31,7 +35,7 @@ for t in "${targets[@]}"; do
   mkdir -p "$corpus" "$findings"
   echo "== fuzz_$t for ${seconds}s"
   # -rss_limit_mb: an allocation sized by a file's claim shows up as an OOM finding.
-  if ! QS_DATASETS="$root/datasets" ASAN_OPTIONS=detect_leaks=1 "$build/bin/fuzz_$t" \
+  if ! QS_DATASETS="$root/datasets" ASAN_OPTIONS=detect_leaks=1 nice -n "${QS_FUZZ_NICE:-0}" "$build/bin/fuzz_$t" \
       -max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=1024 -max_len=65536 \
       -timeout=10 -artifact_prefix="$findings/" -print_final_stats=1 \
       "$corpus" "$root/tests/fuzz/corpus/$t" 2>"$build/fuzz_$t.log"; then
