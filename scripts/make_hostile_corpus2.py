@@ -518,10 +518,36 @@ def make_messages(out):
                                            "entries": []}, indent=1).encode())
 
 
+# ---- 6. what the fuzzers found (tests/fuzz/, docs/reliability.md) -------------------------------
+# Each reproducer is kept in the fuzzer's seed corpus (tests/fuzz/corpus/TARGET/regress_*) and
+# run here through the CLI, under the corpus's limits.
+FUZZ_REGRESSIONS = [
+    ("session", "regress_hdf5_metadata_size.qsession", "session_hdf5_metadata_size",
+     "libhdf5 sizes a metadata buffer from the file (1.2 TB) before checking it against the file's "
+     "end (fuzz_session; ASan's allocator refused it)"),
+    ("session", "regress_hdf5_open_leak.qsession", "session_hdf5_open_leak",
+     "a root object header that fails to decode: libhdf5 loses 56 bytes on that error path (fuzz_session)"),
+]
+
+
+def make_fuzz_regressions(out):
+    for target, name, case_name, note in FUZZ_REGRESSIONS:
+        with open(os.path.join(ROOT, "tests", "fuzz", "corpus", target, name), "rb") as f:
+            write(out, name, f.read())
+        if target == "session":
+            case(case_name, "fuzz",
+                 ["--backend", "cpu", "calibrate", "{bad}/l2c_tiny.bin", "--tokenizer", TOK512, "--text", TEXT,
+                  "--tokens", "8", "--session", "{tmp}/s.qsession"], ["s.qsession", "HDF5"],
+                 setup=[{"copy": name, "to": "s.qsession"}], unchanged=["{tmp}/s.qsession"], note=note)
+        else:
+            raise ValueError(target)
+
+
 CLASS_TITLES = [("crash", "crashes (SIGFPE, SIGSEGV, uncaught exceptions)"),
                  ("hang", "hangs and file disclosure (FIFOs, devices, HDF5 links/storage, regex)"),
                  ("memory", "memory bombs (500 MB rule)"), ("accepted", "accepted when they should not be"),
-                 ("message", "exit 2 but unclear messages"), ("base", "valid bases")]
+                 ("message", "exit 2 but unclear messages"), ("fuzz", "found by the fuzzers (regressions)"),
+                 ("base", "valid bases")]
 
 
 def table():
@@ -563,6 +589,7 @@ def main():
     make_bombs(out, tmp)
     make_accepted(out, tmp)
     make_messages(out)
+    make_fuzz_regressions(out)
     classes = {}
     for c in cases:
         classes[c["class"]] = classes.get(c["class"], 0) + 1

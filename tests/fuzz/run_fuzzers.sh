@@ -35,8 +35,21 @@ for t in "${targets[@]}"; do
   mkdir -p "$corpus" "$findings"
   echo "== fuzz_$t for ${seconds}s"
   # -rss_limit_mb: an allocation sized by a file's claim shows up as an OOM finding.
-  if ! QS_DATASETS="$root/datasets" ASAN_OPTIONS=detect_leaks=1 nice -n "${QS_FUZZ_NICE:-0}" "$build/bin/fuzz_$t" \
-      -max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=1024 -max_len=65536 \
+  asan=detect_leaks=1
+  malloc_limit=1024
+  if [[ $t == session ]]; then
+    # libhdf5 (1.10) sizes a metadata-cache buffer from the file's claim (up to terabytes) and
+    # only then finds the claim runs past the file's end: it frees the buffer untouched, or
+    # gets NULL and fails the open (the CLI refuses such a file with exit 2 at 18 MB; the case
+    # bad_corpus2.session_hdf5_metadata_size runs it under the 500 MB data limit). So here a
+    # failed malloc returns NULL as it does outside ASan, and only memory actually used counts
+    # (-rss_limit_mb); our own reader sizes nothing before checking it against the file.
+    asan=$asan:allocator_may_return_null=1
+    malloc_limit=$((1 << 20))
+    export LSAN_OPTIONS=suppressions=$root/tests/fuzz/lsan_session.supp:print_suppressions=0
+  fi
+  if ! QS_DATASETS="$root/datasets" ASAN_OPTIONS=$asan nice -n "${QS_FUZZ_NICE:-0}" "$build/bin/fuzz_$t" \
+      -max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=$malloc_limit -max_len=65536 \
       -timeout=10 -artifact_prefix="$findings/" -print_final_stats=1 \
       "$corpus" "$root/tests/fuzz/corpus/$t" 2>"$build/fuzz_$t.log"; then
     echo "fuzz_$t: FINDING (see $build/fuzz_$t.log and $findings/)" >&2
