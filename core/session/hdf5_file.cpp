@@ -32,6 +32,38 @@ std::vector<std::string> splitPath(const std::string& path) {
   return parts;
 }
 
+// The driver files are read through. libhdf5 1.10's metadata accumulator (H5F__accum_read)
+// computes `addr + size` unchecked: an address near 2^64 in a corrupt file (found by
+// fuzz_session: one byte of a link-info message's heap address) wraps around, "adjoins" the
+// accumulator and is copied from a wild pointer (SIGSEGV in the CLI). So reads go through the
+// sec2 (POSIX) driver with the accumulator and the raw-data sieve turned off: every read then
+// reaches the driver, which refuses a region past 2^63 or wrapping around (REGION_OVERFLOW) and
+// one past the end of the file. The class is sec2's own, copied (taken from a file sec2 opens:
+// the library hands out no other pointer to it) with another name and feature query. Called
+// under the HDF5 lock; `path` is any file sec2 can open, the first time.
+hid_t directReadDriver(const std::string& path) {
+  static H5FD_class_t cls{};
+  static herr_t (*sec2Query)(const H5FD_t*, unsigned long*) = nullptr;
+  static hid_t id = -1;
+  if (id >= 0) return id;
+  Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  if (!fapl || H5Pset_fapl_sec2(fapl.id()) < 0) return -1;
+  H5FD_t* probe = H5FDopen(path.c_str(), H5F_ACC_RDONLY, fapl.id(), HADDR_UNDEF);
+  if (!probe) return -1;
+  cls = *probe->cls;
+  H5FDclose(probe);
+  sec2Query = cls.query;
+  cls.name = "qs_sec2_direct";
+  cls.terminate = nullptr;  // sec2's would reset sec2's own registration
+  cls.query = [](const H5FD_t* f, unsigned long* flags) -> herr_t {
+    const herr_t r = sec2Query(f, flags);
+    *flags &= ~static_cast<unsigned long>(H5FD_FEAT_ACCUMULATE_METADATA | H5FD_FEAT_DATA_SIEVE);
+    return r;
+  };
+  id = H5FDregister(&cls);
+  return id;
+}
+
 std::string dimsString(const std::vector<hsize_t>& d) {
   std::string s = "[";
   for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
@@ -109,7 +141,11 @@ File File::openRead(const std::string& path) {
   if (!S_ISREG(st.st_mode)) f.fail("file", "is " + fileKindName(unsigned(st.st_mode)) + ", not a regular session file");
   f.size_ = uint64_t(st.st_size);
   if (H5Fis_hdf5(path.c_str()) <= 0) f.fail("HDF5 signature", "not an HDF5 file (corrupt or of another kind)");
-  const hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  const hid_t driver = directReadDriver(path);
+  Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  if (driver < 0 || !fapl || H5Pset_driver(fapl.id(), driver, nullptr) < 0)
+    f.fail("file", "cannot set up HDF5's file driver");
+  const hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.id());
   if (id < 0) f.fail("HDF5 structure", "HDF5 cannot open the file (corrupt or truncated)");
   f.file_ = Handle(id, H5Fclose);
   return f;
@@ -145,7 +181,11 @@ bool File::exists(const std::string& path) const {
   std::string prefix;
   for (const std::string& part : splitPath(path)) {
     prefix += "/" + part;
-    if (H5Lexists(file_.id(), prefix.c_str(), H5P_DEFAULT) <= 0) return false;
+    // An error is not "missing": a link table that cannot be read (a corrupt group) must not
+    // make a section silently absent.
+    const htri_t there = H5Lexists(file_.id(), prefix.c_str(), H5P_DEFAULT);
+    if (there < 0) fail(prefix, "cannot look the link up (a corrupt group)");
+    if (there == 0) return false;
     // The open policy for every HDF5 file we read: hard links only. An external link would
     // open another file (any path, a FIFO that blocks), a soft link can point anywhere in this
     // one; the session writer makes neither. Every read goes through exists() first.
