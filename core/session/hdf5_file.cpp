@@ -223,15 +223,21 @@ std::vector<std::string> File::children(const std::string& groupPath) const {
 // ---- attributes ---------------------------------------------------------------------------
 
 namespace {
-// The second half of the open policy: a dataset's values must live in this file. External
-// storage (raw data in other files: /etc/passwd, a FIFO) and virtual datasets (mapped from other
-// files) are refused before a byte of them is read.
+// The second half of the open policy: a dataset's values must live in this file, stored the way
+// the session writer stores them. External storage (raw data in other files: /etc/passwd, a
+// FIFO) and virtual datasets (mapped from other files) are refused before a byte of them is
+// read; so are compact and chunked layouts, which the writer never makes: libhdf5 1.10 reads a
+// compact dataset whose buffer is smaller than its extent (or failed to allocate) past that
+// buffer (SIGSEGV, found by fuzz_session), and chunks bring their own index and filters.
 void checkDatasetStorage(const File& f, hid_t d, const std::string& path) {
   Handle dcpl(H5Dget_create_plist(d), H5Pclose);
   if (!dcpl) f.fail(path, "unreadable dataset properties");
   const H5D_layout_t layout = H5Pget_layout(dcpl.id());
   if (layout == H5D_VIRTUAL) f.fail(path, "is a virtual dataset mapped from other files (refused)");
   if (layout < 0) f.fail(path, "unreadable dataset layout");
+  if (layout != H5D_CONTIGUOUS)
+    f.fail(path, std::string("has a ") + (layout == H5D_COMPACT ? "compact" : "chunked") +
+                     " layout (refused: sessions store datasets contiguously)");
   const int external = H5Pget_external_count(dcpl.id());
   if (external != 0) f.fail(path, "stores its values in external files (refused: a dataset's data must be in the file)");
 }
