@@ -1,5 +1,6 @@
-// libFuzzer target: the session (.qsession, HDF5) reader on arbitrary bytes: loadSession checks
-// the file and the HDF5 open policy, then reads every section (calibration, sensitivity, speed,
+// libFuzzer target: the session (.qsession, HDF5) reader on arbitrary bytes, in this process
+// (loadSessionInProcess: loadSession runs the same parse in a child process, whose coverage and
+// crashes the fuzzer would not see). It checks the file and the HDF5 open policy, then reads every section (calibration, sensitivity, speed,
 // plans, runs) with its types and extents. The plans a session holds are parsed as plans (what
 // the GUI does with them). A session it accepts must save (or be refused with a qs::Error, e.g.
 // a plan name the writer does not allow) and what was saved must load again. After every input
@@ -26,7 +27,7 @@ int one(const uint8_t* data, size_t size) {
   if (!qs::fuzz::writeScratch(path, data, size)) return 0;
   qs::Session s;
   try {
-    s = qs::loadSession(path);
+    s = qs::loadSessionInProcess(path);
   } catch (const qs::Error& e) {
     qs::fuzz::refused(e);
     return 0;  // refused: the expected outcome for most inputs
@@ -45,7 +46,7 @@ int one(const uint8_t* data, size_t size) {
     return 0;
   }
   try {
-    (void)qs::loadSession(saved);
+    (void)qs::loadSessionInProcess(saved);
   } catch (const qs::Error&) {
     __builtin_trap();  // we wrote it, we must read it
   }
