@@ -519,8 +519,10 @@ def make_messages(out):
 
 
 # ---- 6. what the fuzzers found (tests/fuzz/, docs/reliability.md) -------------------------------
-# Each reproducer is kept in the fuzzer's seed corpus (tests/fuzz/corpus/TARGET/regress_*) and
-# run here through the CLI, under the corpus's limits.
+# Each reproducer is kept in the fuzzer's seed corpus (tests/fuzz/corpus/TARGET/regress_*), or,
+# when it crashes libhdf5 itself in process, in tests/fuzz/hdf5_crashes/ (the product reads
+# sessions in a child process; the fuzzer does not), and run here through the CLI, under the
+# corpus's limits.
 FUZZ_REGRESSIONS = [
     ("session", "regress_hdf5_metadata_size.qsession", "session_hdf5_metadata_size",
      "libhdf5 sizes a metadata buffer from the file (1.2 TB) before checking it against the file's "
@@ -534,7 +536,7 @@ FUZZ_REGRESSIONS = [
     ("session", "regress_hdf5_compact.qsession", "session_hdf5_compact_layout",
      "a dataset turned compact with a buffer smaller than its extent: libhdf5 read past it (SIGSEGV "
      "before; fuzz_session)", ["/speed/token_counts", "compact layout"]),
-    ("session", "regress_hdf5_attr_overread.qsession", "session_hdf5_library_crash",
+    ("hdf5_crashes", "attr_name_overread.qsession", "session_hdf5_library_crash",
      "an attribute message whose name runs past its object header: libhdf5 1.10 copies past the buffer "
      "(SIGSEGV before; no check of ours can see it: the file is parsed in a child process now; fuzz_session)",
      ["HDF5 structure", "crashed"]),
@@ -543,9 +545,10 @@ FUZZ_REGRESSIONS = [
 
 def make_fuzz_regressions(out):
     for target, name, case_name, note, *expect in FUZZ_REGRESSIONS:
-        with open(os.path.join(ROOT, "tests", "fuzz", "corpus", target, name), "rb") as f:
+        folder = ["hdf5_crashes"] if target == "hdf5_crashes" else ["corpus", target]
+        with open(os.path.join(ROOT, "tests", "fuzz", *folder, name), "rb") as f:
             write(out, name, f.read())
-        if target == "session":
+        if target in ("session", "hdf5_crashes"):
             case(case_name, "fuzz",
                  ["--backend", "cpu", "calibrate", "{bad}/l2c_tiny.bin", "--tokenizer", TOK512, "--text", TEXT,
                   "--tokens", "8", "--session", "{tmp}/s.qsession"], ["s.qsession"] + (expect[0] if expect else ["HDF5"]),

@@ -48,16 +48,34 @@ for t in "${targets[@]}"; do
     malloc_limit=$((1 << 20))
     export LSAN_OPTIONS=suppressions=$root/tests/fuzz/lsan_session.supp:print_suppressions=0
   fi
-  if ! QS_DATASETS="$root/datasets" ASAN_OPTIONS=$asan nice -n "${QS_FUZZ_NICE:-0}" "$build/bin/fuzz_$t" \
-      -max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=$malloc_limit -max_len=65536 \
-      -timeout=10 -artifact_prefix="$findings/" -print_final_stats=1 \
-      "$corpus" "$root/tests/fuzz/corpus/$t" 2>"$build/fuzz_$t.log"; then
+  # The session target runs in fork mode and goes on after a crash: libhdf5 1.10 crashes on some
+  # corrupt files inside the library, which the product contains by parsing sessions in a child
+  # process (core/session/session.cpp) but the fuzzer, parsing in process, cannot. Each crash is
+  # replayed below; only one without libhdf5 on its stack is a finding of ours.
+  mode=()
+  [[ $t == session ]] && mode=(-fork=1 -ignore_crashes=1 -ignore_ooms=0 -ignore_timeouts=0)
+  rm -f "$findings"/crash-*
+  run() {
+    QS_DATASETS="$root/datasets" ASAN_OPTIONS=$asan nice -n "${QS_FUZZ_NICE:-0}" "$build/bin/fuzz_$t" \
+      -rss_limit_mb=2048 -malloc_limit_mb=$malloc_limit -max_len=65536 -timeout=10 "$@"
+  }
+  if ! run "${mode[@]}" -max_total_time="$seconds" -artifact_prefix="$findings/" -print_final_stats=1 \
+      "$corpus" "$root/tests/fuzz/corpus/$t" >"$build/fuzz_$t.log" 2>&1; then
     echo "fuzz_$t: FINDING (see $build/fuzz_$t.log and $findings/)" >&2
     tail -40 "$build/fuzz_$t.log" >&2
     status=1
-  else
-    grep -E "stat::number_of_executed_units|stat::new_units_added" "$build/fuzz_$t.log" | tr '\n' ' '
-    echo
+    continue
   fi
+  for c in "$findings"/crash-*; do
+    [[ -e $c ]] || continue
+    if run "$c" 2>&1 | grep -q "libhdf5_serial"; then
+      echo "fuzz_$t: $(basename "$c"): a crash inside libhdf5 (contained by the child process in the product)"
+    else
+      echo "fuzz_$t: FINDING $(basename "$c") (replay: $build/bin/fuzz_$t $c)" >&2
+      status=1
+    fi
+  done
+  grep -E "stat::number_of_executed_units|stat::new_units_added" "$build/fuzz_$t.log" | tr '\n' ' '
+  echo
 done
 exit $status
