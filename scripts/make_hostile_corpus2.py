@@ -569,7 +569,7 @@ def table():
     with open(os.path.join(ROOT, "tests", "data", "bad2", "manifest.json")) as f:
         m = json.load(f)
     lim = m["limits"]
-    print("%d cases, each under %d MB of address space and %d s:\n" %
+    print("%d cases, each under %d MB of data (RLIMIT_DATA) and %d s:\n" %
           (len(m["cases"]), lim["address_space"] >> 20, lim["timeout_s"]))
     print("| class | cases | of which valid (exit 0) |\n|---|---|---|")
     for key, title in CLASS_TITLES:
