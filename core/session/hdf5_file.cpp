@@ -1,5 +1,6 @@
 #include "core/session/hdf5_file.h"
 
+#include "core/io/hdf5_writer.h"
 #include "core/io/regular_file.h"
 
 #include <sys/stat.h>
@@ -12,10 +13,8 @@
 namespace qs::h5 {
 
 namespace {
-std::recursive_mutex& h5Mutex() {
-  static std::recursive_mutex m;
-  return m;
-}
+// One mutex for every libhdf5 call in the process, shared with the archive writer.
+std::recursive_mutex& h5Mutex() { return h5w::hdf5Mutex(); }
 // Byte counts of datasets are checked against the file size with this much slack for the
 // smallest files (an empty dataset still has a header).
 constexpr uint64_t kSizeSlack = 4096;
