@@ -2,6 +2,7 @@
 """Writes the bad-input corpus of tests/data/bad/ (docs/reliability.md).
 
 usage: scripts/make_bad_corpus.py [OUT_DIR]        (default: tests/data/bad next to this script)
+       scripts/make_bad_corpus.py --table         (the table of docs/reliability.md, from the manifest)
 
 Every case is a small file (or folder) that a reader, the plan loader or the session loader must
 refuse with a one-line BadInput error naming the file and the field, plus a few files that are
@@ -522,7 +523,23 @@ def make_sessions(out):
          ["session_layers_missing.qsession", "/calibration/layers"], note="layer_count 3, no layer groups")
 
 
+def table():
+    """Markdown for docs/reliability.md: every case of the manifest."""
+    with open(os.path.join(ROOT, "tests", "data", "bad", "manifest.json")) as f:
+        m = json.load(f)
+    print("%d cases, %d of them valid (exit 0):\n" % (len(m["cases"]), sum(c["exit"] == 0 for c in m["cases"])))
+    print("| case | command | exit | the error line contains | note |\n|---|---|---|---|---|")
+    for c in m["cases"]:
+        cmd = " ".join(a.replace("{bad}/", "").replace("{datasets}/", "") for a in c["args"])
+        if len(cmd) > 70:
+            cmd = cmd[:69] + "…"
+        print("| %s | `%s` | %d | %s | %s |" % (c["case"], cmd.replace("|", "\\|"), c["exit"],
+                                               ", ".join("`%s`" % e for e in c["expect"]) or "—", c["note"]))
+
+
 def main():
+    if sys.argv[1:] == ["--table"]:
+        return table()
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "tests", "data", "bad")
     os.makedirs(out, exist_ok=True)
     for name in os.listdir(out):  # start clean: stale cases would otherwise linger

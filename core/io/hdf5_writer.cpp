@@ -7,14 +7,16 @@
 #include "kernels/common/error.h"
 
 namespace qs::h5w {
-namespace {
 
-std::recursive_mutex& h5Mutex() {
+std::recursive_mutex& hdf5Mutex() {
   static std::recursive_mutex m;
   return m;
 }
+
+namespace {
+
 std::unique_lock<std::recursive_mutex> lockHdf5() {
-  std::unique_lock<std::recursive_mutex> l(h5Mutex());
+  std::unique_lock<std::recursive_mutex> l(hdf5Mutex());
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);  // no printing; errors become exceptions
   return l;
 }

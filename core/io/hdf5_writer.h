@@ -10,11 +10,17 @@
 // thread-safety.
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
 
 namespace qs::h5w {
+
+// The one process-wide mutex around every libhdf5 call (this writer and the session store,
+// core/session/hdf5_file.cpp): the session reader forks while holding it, so no other thread
+// may be inside libhdf5 then.
+std::recursive_mutex& hdf5Mutex();
 
 class Hdf5Writer {
  public:

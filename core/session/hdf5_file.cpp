@@ -1,5 +1,6 @@
 #include "core/session/hdf5_file.h"
 
+#include "core/io/hdf5_writer.h"
 #include "core/io/regular_file.h"
 
 #include <sys/stat.h>
@@ -12,10 +13,8 @@
 namespace qs::h5 {
 
 namespace {
-std::recursive_mutex& h5Mutex() {
-  static std::recursive_mutex m;
-  return m;
-}
+// One mutex for every libhdf5 call in the process, shared with the archive writer.
+std::recursive_mutex& h5Mutex() { return h5w::hdf5Mutex(); }
 // Byte counts of datasets are checked against the file size with this much slack for the
 // smallest files (an empty dataset still has a header).
 constexpr uint64_t kSizeSlack = 4096;
@@ -32,6 +31,38 @@ std::vector<std::string> splitPath(const std::string& path) {
   return parts;
 }
 
+// The driver files are read through. libhdf5 1.10's metadata accumulator (H5F__accum_read)
+// computes `addr + size` unchecked: an address near 2^64 in a corrupt file (found by
+// fuzz_session: one byte of a link-info message's heap address) wraps around, "adjoins" the
+// accumulator and is copied from a wild pointer (SIGSEGV in the CLI). So reads go through the
+// sec2 (POSIX) driver with the accumulator and the raw-data sieve turned off: every read then
+// reaches the driver, which refuses a region past 2^63 or wrapping around (REGION_OVERFLOW) and
+// one past the end of the file. The class is sec2's own, copied (taken from a file sec2 opens:
+// the library hands out no other pointer to it) with another name and feature query. Called
+// under the HDF5 lock; `path` is any file sec2 can open, the first time.
+hid_t directReadDriver(const std::string& path) {
+  static H5FD_class_t cls{};
+  static herr_t (*sec2Query)(const H5FD_t*, unsigned long*) = nullptr;
+  static hid_t id = -1;
+  if (id >= 0) return id;
+  Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  if (!fapl || H5Pset_fapl_sec2(fapl.id()) < 0) return -1;
+  H5FD_t* probe = H5FDopen(path.c_str(), H5F_ACC_RDONLY, fapl.id(), HADDR_UNDEF);
+  if (!probe) return -1;
+  cls = *probe->cls;
+  H5FDclose(probe);
+  sec2Query = cls.query;
+  cls.name = "qs_sec2_direct";
+  cls.terminate = nullptr;  // sec2's would reset sec2's own registration
+  cls.query = [](const H5FD_t* f, unsigned long* flags) -> herr_t {
+    const herr_t r = sec2Query(f, flags);
+    *flags &= ~static_cast<unsigned long>(H5FD_FEAT_ACCUMULATE_METADATA | H5FD_FEAT_DATA_SIEVE);
+    return r;
+  };
+  id = H5FDregister(&cls);
+  return id;
+}
+
 std::string dimsString(const std::vector<hsize_t>& d) {
   std::string s = "[";
   for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
@@ -39,7 +70,15 @@ std::string dimsString(const std::vector<hsize_t>& d) {
 }
 }  // namespace
 
+static bool forkedReader = false;
+
+void enterForkedReader() { forkedReader = true; }
+
 std::unique_lock<std::recursive_mutex> lock() {
+  if (forkedReader) {
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+    return {};
+  }
   std::unique_lock<std::recursive_mutex> l(h5Mutex());
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);  // per thread in thread-safe builds
   return l;
@@ -109,8 +148,29 @@ File File::openRead(const std::string& path) {
   if (!S_ISREG(st.st_mode)) f.fail("file", "is " + fileKindName(unsigned(st.st_mode)) + ", not a regular session file");
   f.size_ = uint64_t(st.st_size);
   if (H5Fis_hdf5(path.c_str()) <= 0) f.fail("HDF5 signature", "not an HDF5 file (corrupt or of another kind)");
-  const hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  const hid_t driver = directReadDriver(path);
+  Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  if (driver < 0 || !fapl || H5Pset_driver(fapl.id(), driver, nullptr) < 0)
+    f.fail("file", "cannot set up HDF5's file driver");
+  const hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.id());
   if (id < 0) f.fail("HDF5 structure", "HDF5 cannot open the file (corrupt or truncated)");
+  f.file_ = Handle(id, H5Fclose);
+  return f;
+}
+
+File File::openImage(const std::string& name, const std::vector<std::byte>& image) {
+  auto l = lock();
+  File f;
+  f.path_ = name;
+  f.size_ = image.size();
+  Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  // The core driver reads the image (copied by HDF5); nothing touches the disk.
+  if (!fapl || H5Pset_fapl_core(fapl.id(), size_t(1) << 20, 0) < 0 ||
+      H5Pset_file_image(fapl.id(), const_cast<std::byte*>(image.data()), image.size()) < 0)
+    f.fail("file", "cannot set up an in-memory HDF5 file");
+  // The core driver refuses a name that exists on disk; this one cannot (/dev/null is no folder).
+  const hid_t id = H5Fopen("/dev/null/qs-session-image", H5F_ACC_RDONLY, fapl.id());
+  if (id < 0) f.fail("HDF5 structure", "HDF5 cannot open the file image");
   f.file_ = Handle(id, H5Fclose);
   return f;
 }
@@ -145,7 +205,11 @@ bool File::exists(const std::string& path) const {
   std::string prefix;
   for (const std::string& part : splitPath(path)) {
     prefix += "/" + part;
-    if (H5Lexists(file_.id(), prefix.c_str(), H5P_DEFAULT) <= 0) return false;
+    // An error is not "missing": a link table that cannot be read (a corrupt group) must not
+    // make a section silently absent.
+    const htri_t there = H5Lexists(file_.id(), prefix.c_str(), H5P_DEFAULT);
+    if (there < 0) fail(prefix, "cannot look the link up (a corrupt group)");
+    if (there == 0) return false;
     // The open policy for every HDF5 file we read: hard links only. An external link would
     // open another file (any path, a FIFO that blocks), a soft link can point anywhere in this
     // one; the session writer makes neither. Every read goes through exists() first.
@@ -183,15 +247,21 @@ std::vector<std::string> File::children(const std::string& groupPath) const {
 // ---- attributes ---------------------------------------------------------------------------
 
 namespace {
-// The second half of the open policy: a dataset's values must live in this file. External
-// storage (raw data in other files: /etc/passwd, a FIFO) and virtual datasets (mapped from other
-// files) are refused before a byte of them is read.
+// The second half of the open policy: a dataset's values must live in this file, stored the way
+// the session writer stores them. External storage (raw data in other files: /etc/passwd, a
+// FIFO) and virtual datasets (mapped from other files) are refused before a byte of them is
+// read; so are compact and chunked layouts, which the writer never makes: libhdf5 1.10 reads a
+// compact dataset whose buffer is smaller than its extent (or failed to allocate) past that
+// buffer (SIGSEGV, found by fuzz_session), and chunks bring their own index and filters.
 void checkDatasetStorage(const File& f, hid_t d, const std::string& path) {
   Handle dcpl(H5Dget_create_plist(d), H5Pclose);
   if (!dcpl) f.fail(path, "unreadable dataset properties");
   const H5D_layout_t layout = H5Pget_layout(dcpl.id());
   if (layout == H5D_VIRTUAL) f.fail(path, "is a virtual dataset mapped from other files (refused)");
   if (layout < 0) f.fail(path, "unreadable dataset layout");
+  if (layout != H5D_CONTIGUOUS)
+    f.fail(path, std::string("has a ") + (layout == H5D_COMPACT ? "compact" : "chunked") +
+                     " layout (refused: sessions store datasets contiguously)");
   const int external = H5Pget_external_count(dcpl.id());
   if (external != 0) f.fail(path, "stores its values in external files (refused: a dataset's data must be in the file)");
 }

@@ -19,6 +19,10 @@
 namespace qs::h5 {
 
 std::unique_lock<std::recursive_mutex> lock();
+// In a child forked to read an untrusted file (session.cpp) while the parent holds lock(): the
+// child is single-threaded and must not wait for the parent's lock, so lock() only switches
+// HDF5's error printing off there.
+void enterForkedReader();
 
 // Owns one hid_t and closes it with the matching H5*close.
 class Handle {
@@ -54,6 +58,8 @@ class File {
   static File createInMemory(const std::string& path);
   std::vector<std::byte> image();  // flushes first; Internal on failure
   static File openRead(const std::string& path);  // BadInput: missing, not HDF5, unreadable
+  // A file image in memory (bytes our own writer made: see loadSession); `name` names it in errors.
+  static File openImage(const std::string& name, const std::vector<std::byte>& image);
   const std::string& path() const { return path_; }
   uint64_t size() const { return size_; }
   hid_t id() const { return file_.id(); }

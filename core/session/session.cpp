@@ -1,11 +1,19 @@
 #include "core/session/session.h"
 
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 
 #include "core/io/atomic_file.h"
+#include "core/io/regular_file.h"
 #include "core/session/hdf5_file.h"
 #include "kernels/common/error.h"
 
@@ -373,9 +381,31 @@ void checkSessionName(const std::string& name, const std::string& what) {
                 {}, what + " name");
 }
 
-Session loadSession(const std::string& path) {
+namespace {
+
+// The session as an HDF5 file image, built in memory by the writer.
+std::vector<std::byte> sessionImage(const Session& s, const std::string& path) {
   auto lock = h5::lock();
-  const h5::File f = h5::File::openRead(path);
+  std::vector<std::byte> image;
+  h5::File f = h5::File::createInMemory(path);
+  f.setAttr("/", "format", std::string(kFormatTag));
+  f.setAttr("/", "schema_version", kSessionSchemaVersion);
+  f.setAttr("/", "model_path", s.modelPath);
+  f.setAttr("/", "model_hash", s.modelHash);
+  f.setAttr("/", "written_by", std::string("quantscope ") + QS_VERSION);
+  if (s.calibration) writeCalibration(f, *s.calibration);
+  if (s.sensitivity) writeSensitivity(f, *s.sensitivity);
+  if (s.speed) writeSpeed(f, *s.speed);
+  if (!s.plans.empty()) f.createGroup("/plans");
+  for (const auto& [name, json] : s.plans) f.writeString("/plans/" + name, json);
+  if (!s.runs.empty()) f.createGroup("/runs");
+  for (const auto& [name, run] : s.runs) writeRun(f, name, run);
+  image = f.image();
+  f.close();
+  return image;
+}
+
+Session readSession(const h5::File& f) {
   Session s;
   if (!f.hasAttr("/", "format") || f.attrString("/", "format") != kFormatTag)
     f.fail("/@format", "not a Quantscope session (no format tag '" + std::string(kFormatTag) + "')");
@@ -395,30 +425,151 @@ Session loadSession(const std::string& path) {
   return s;
 }
 
+
+// ---- reading in a child process ---------------------------------------------------------------
+// A session file may come from anyone, and libhdf5 1.10 (Debian 12) is not memory-safe on corrupt
+// files: fuzz_session found copies from wild pointers and reads past buffers inside the library
+// (SIGSEGV in `calibrate --session`), some of which no check of ours can prevent. So the file is
+// parsed in a forked child. A crash there, or no answer in kReadSeconds, is BadInput naming the
+// file; an Error is passed back as it was; what the child read is written back by our own
+// writer as an HDF5 image through a pipe, and the parent reads that image, whose structure is
+// ours. The parent holds the HDF5 lock across the fork, so no other thread is inside libhdf5.
+constexpr int kReadSeconds = 30;
+
+void putString(std::string& out, const std::string& v) {
+  const uint32_t n = uint32_t(v.size());
+  out.append(reinterpret_cast<const char*>(&n), sizeof n);
+  out += v;
+}
+
+bool getString(const std::string& in, size_t& pos, std::string& v) {
+  uint32_t n = 0;
+  if (pos + sizeof n > in.size()) return false;
+  std::memcpy(&n, in.data() + pos, sizeof n);
+  pos += sizeof n;
+  if (n > in.size() - pos) return false;
+  v.assign(in, pos, n);
+  pos += n;
+  return true;
+}
+
+[[noreturn]] void childRead(const std::string& path, int out) {
+  h5::enterForkedReader();
+  const int devNull = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+  if (devNull >= 0) ::dup2(devNull, STDERR_FILENO);  // a crash inside libhdf5 is reported by the parent
+  std::string msg;
+  try {
+    const h5::File f = h5::File::openRead(path);
+    const Session s = readSession(f);
+    const std::vector<std::byte> image = sessionImage(s, path);
+    msg = "S";
+    msg.append(reinterpret_cast<const char*>(image.data()), image.size());
+  } catch (const Error& e) {
+    msg = "E";
+    msg += char(e.kind());
+    putString(msg, e.file());
+    putString(msg, e.field());
+    putString(msg, e.message());
+  } catch (const std::exception& e) {
+    msg = "X";
+    msg += e.what();
+  }
+  size_t done = 0;
+  while (done < msg.size()) {
+    const ssize_t n = ::write(out, msg.data() + done, msg.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) ::_exit(3);
+    done += size_t(n);
+  }
+  ::_exit(0);  // no atexit handlers (libhdf5's own) in the child
+}
+
+}  // namespace
+
+Session loadSessionInProcess(const std::string& path) {
+  auto lock = h5::lock();
+  const h5::File f = h5::File::openRead(path);
+  return readSession(f);
+}
+
+Session loadSession(const std::string& path) {
+  auto lock = h5::lock();
+  // The regular-file check first, as openRead makes it (a FIFO must not block the child).
+  struct stat st{};
+  if (::stat(path.c_str(), &st) != 0)
+    throw Error(ErrorKind::BadInput, "cannot open the session file (" + std::string(std::strerror(errno)) + ")", path,
+                "file");
+  if (!S_ISREG(st.st_mode))
+    throw Error(ErrorKind::BadInput, "is " + fileKindName(unsigned(st.st_mode)) + ", not a regular session file", path,
+                "file");
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) throw Error(ErrorKind::Internal, "cannot create a pipe", path, "file");
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(fds[0]);
+    ::close(fds[1]);
+    throw Error(ErrorKind::Internal, "cannot fork to read the session", path, "file");
+  }
+  if (pid == 0) {
+    ::close(fds[0]);
+    childRead(path, fds[1]);
+  }
+  ::close(fds[1]);
+  std::string in;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kReadSeconds);
+  bool timedOut = false;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      timedOut = true;
+      break;
+    }
+    pollfd p{fds[0], POLLIN, 0};
+    const int r = ::poll(&p, 1, int(left.count()));
+    if (r < 0 && errno == EINTR) continue;
+    if (r == 0) continue;  // the deadline check above ends it
+    char buf[65536];
+    const ssize_t n = ::read(fds[0], buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    in.append(buf, size_t(n));
+  }
+  ::close(fds[0]);
+  if (timedOut) ::kill(pid, SIGKILL);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (timedOut)
+    throw Error(ErrorKind::BadInput, "reading it took over " + std::to_string(kReadSeconds) + " s (a corrupt file?)", path,
+                "HDF5 structure");
+  if (WIFSIGNALED(status))
+    throw Error(ErrorKind::BadInput,
+                "the HDF5 library crashed reading it (signal " + std::to_string(WTERMSIG(status)) + "): a corrupt file",
+                path, "HDF5 structure");
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || in.empty())
+    throw Error(ErrorKind::BadInput, "the HDF5 library could not read it (the reader stopped): a corrupt file", path,
+                "HDF5 structure");
+  if (in[0] == 'E') {
+    size_t pos = 2;
+    std::string file, field, message;
+    if (in.size() < 2 || !getString(in, pos, file) || !getString(in, pos, field) || !getString(in, pos, message))
+      throw Error(ErrorKind::Internal, "garbled answer from the session reader", path, "file");
+    throw Error(ErrorKind(in[1]), message, file, field);
+  }
+  if (in[0] != 'S') throw Error(ErrorKind::Internal, "the session reader failed: " + in.substr(1), path, "file");
+  std::vector<std::byte> image(in.size() - 1);
+  std::memcpy(image.data(), in.data() + 1, image.size());
+  in.clear();
+  const h5::File f = h5::File::openImage(path, image);
+  return readSession(f);
+}
+
 void saveSession(const Session& s, const std::string& path) {
   for (const auto& [name, _] : s.plans) checkSessionName(name, "plan");
   for (const auto& [name, _] : s.runs) checkSessionName(name, "run");
-  auto lock = h5::lock();
   // Built in memory, then written through AtomicFile: one write path (and one test hook) for
   // every file, and a SIGKILL mid-save leaves the previous session as it was.
-  std::vector<std::byte> image;
-  {
-    h5::File f = h5::File::createInMemory(path);
-    f.setAttr("/", "format", std::string(kFormatTag));
-    f.setAttr("/", "schema_version", kSessionSchemaVersion);
-    f.setAttr("/", "model_path", s.modelPath);
-    f.setAttr("/", "model_hash", s.modelHash);
-    f.setAttr("/", "written_by", std::string("quantscope ") + QS_VERSION);
-    if (s.calibration) writeCalibration(f, *s.calibration);
-    if (s.sensitivity) writeSensitivity(f, *s.sensitivity);
-    if (s.speed) writeSpeed(f, *s.speed);
-    if (!s.plans.empty()) f.createGroup("/plans");
-    for (const auto& [name, json] : s.plans) f.writeString("/plans/" + name, json);
-    if (!s.runs.empty()) f.createGroup("/runs");
-    for (const auto& [name, run] : s.runs) writeRun(f, name, run);
-    image = f.image();
-    f.close();
-  }
+  const std::vector<std::byte> image = sessionImage(s, path);
   AtomicFile out(path);
   out.writeAt(0, image);
   out.commit();

@@ -65,8 +65,12 @@ struct Session {
 // containing '/' or a control character, "." or "..").
 void checkSessionName(const std::string& name, const std::string& what);
 
-// Reads a whole session file.
+// Reads a whole session file. libhdf5 parses it in a forked child process (it is not memory-safe
+// on corrupt files): a crash or hang there is BadInput naming the file (session.cpp says more).
 Session loadSession(const std::string& path);
+// The same parse in this process, without the child: for the fuzzer (tests/fuzz/fuzz_session),
+// which must see the reader's coverage and whatever goes wrong in it.
+Session loadSessionInProcess(const std::string& path);
 
 // Writes the session to `path` atomically.
 void saveSession(const Session& session, const std::string& path);

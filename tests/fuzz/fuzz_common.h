@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "core/model/model_file.h"
@@ -14,12 +15,16 @@
 
 namespace qs::fuzz {
 
-inline const std::string& scratchPath(const char* tag) {
-  static const std::string p = [&] {
-    const char* dir = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : (getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    return std::string(dir) + "/qs_fuzz_" + tag + "_" + std::to_string(getpid());
-  }();
-  return p;
+inline std::string scratchPath(const char* tag) {
+  const char* dir = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : (getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+  return std::string(dir) + "/qs_fuzz_" + tag + "_" + std::to_string(getpid());
+}
+
+// QS_FUZZ_SHOW_REFUSALS=1 prints why each input was refused (to check that the seeds are accepted:
+// fuzz_X -runs=0 corpus/X).
+inline void refused(const Error& e) {
+  static const bool show = getenv("QS_FUZZ_SHOW_REFUSALS") != nullptr;
+  if (show) std::fprintf(stderr, "refused: %s\n", e.what());
 }
 
 inline bool writeScratch(const std::string& path, const uint8_t* data, size_t size) {

@@ -1,7 +1,11 @@
 """Regenerates the committed seed corpora in tests/fuzz/corpus/<target>/ (small files, each a
 valid example of what the reader accepts, so the fuzzer starts from deep inside the formats).
 
-usage: QS_PYTHON tests/fuzz/make_seeds.py   (needs numpy, gguf, safetensors, tokenizers)"""
+usage: QS_PYTHON tests/fuzz/make_seeds.py [CLI]   (needs numpy, gguf, safetensors, tokenizers, h5py)
+
+The session seeds are made by quantscope-cli (CLI, default build/bin/quantscope-cli): calibrate,
+sensitivity and accumulate on the tiny llama2.c model of tests/data/bad, then shrunk with h5py
+(histograms rebinned to 8 bins, two layers kept) so that each stays under the fuzzer's max_len."""
 import json
 import os
 import shutil
@@ -10,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 
+import h5py
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -95,9 +100,118 @@ def tokenizer_seeds(tmp):
         open(out("tokenizer", f"text{i}"), "wb").write(b"\1" + text.encode("utf-8", "surrogateescape"))
 
 
+def plan_seeds():
+    stories_hash = "xxh3-64-sampled:53aa64a0f6a8f5c8"
+    v2 = {"schema": "quantscope-plan", "version": 2, "name": "mixed", "description": "auto: budget 4.5 bits/weight",
+          "model": {"name": "stories260K", "hash": stories_hash, "architecture": "llama",
+                    "linear_layers": 35, "parameters": 226560},
+          "defaults": {"weight": "int8-sym", "group_size": "channel", "scale": "absmax", "activation": "f32",
+                       "method": "rtn", "smooth_alpha": None},
+          "entries": [
+              {"layers": ["blocks.*.attn.{q,k}", "blocks.0-2.mlp.down"], "weight": "int4-asym", "group_size": 32,
+               "scale": "mse", "method": "gptq", "note": "attention"},
+              {"layers": "layers.4.feed_forward.w2.weight", "weight": "fp16"},
+              {"layers": ["blocks.?.mlp.up"], "weight": "fp8e4m3", "activation": "fp8e4m3-tok"},
+              {"layers": ["blocks.1.attn.o"], "weight": "int8-sym", "activation": "int8-tok", "smooth_alpha": 0.5},
+              {"layers": ["blocks.3.mlp.gate"], "weight": "int4-sym", "group_size": 64, "method": "awq"}]}
+    with open(out("plan", "v2_mixed.json"), "w") as f:
+        json.dump(v2, f, indent=1)
+    with open(out("plan", "v2_minimal.json"), "w") as f:
+        json.dump({"schema": "quantscope-plan", "version": 2, "defaults": {"weight": "int8-sym", "group_size": "channel"},
+                   "entries": []}, f)
+    v1 = {"quantscope_plan": 1, "name": "old", "model": "stories260K", "model_hash": stories_hash,
+          "default_format": "int8-ch-sym",
+          "layers": [{"match": "blocks.*.attn.*", "format": "int4-g64-asym-mse:int8-tok", "note": "n"},
+                     {"match": "layers.4.feed_forward.w2.weight", "format": "fp16"}]}
+    with open(out("plan", "v1_migrated.json"), "w") as f:
+        json.dump(v1, f)
+    # The refused plans of both hostile corpora (the memory bombs are too big for max_len).
+    for corpus in ("bad", "bad2"):
+        d = os.path.join(ROOT, "tests", "data", corpus)
+        for name in sorted(os.listdir(d)):
+            if name.startswith("plan_") and name.endswith(".json"):
+                shutil.copy(os.path.join(d, name), out("plan", f"{corpus}_{name}"))
+
+
+def session_seeds(tmp, cli):
+    model = os.path.join(ROOT, "tests", "data", "bad", "l2c_tiny.bin")
+    tok = os.path.join(ROOT, "datasets", "models", "stories260K", "tok512.bin")
+    full = os.path.join(tmp, "full.qsession")
+    common = ["--backend", "cpu", "--tokenizer", tok, "--tokens", "32", "--session", full]
+    for cmd in (["calibrate", model], ["sensitivity", model, "--formats", "int4-g32-sym,int8-ch-sym"],
+                ["accumulate", model, "--format", "int8-ch-sym", "--name", "w8"]):
+        subprocess.check_call([cli, cmd[0]] + common[:2] + cmd[1:] + common[2:], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+
+    def copy(src, dst, keep_layers):
+        for k in src.attrs:
+            dst.attrs.create(k, src.attrs[k], dtype=src.attrs.get_id(k).dtype)
+        for k, item in src.items():
+            if isinstance(item, h5py.Group):
+                if src.name == "/calibration/layers" and int(k) >= keep_layers:
+                    continue
+                gcpl = h5py.h5p.create(h5py.h5p.GROUP_CREATE)
+                gcpl.set_obj_track_times(False)
+                h5py.h5g.create(dst.id, k.encode(), gcpl=gcpl)
+                copy(item, dst[k], keep_layers)
+            else:
+                data = item[()]
+                if k == "counts" and data.shape[0] > 8:  # rebin a histogram to 8 bins
+                    data = data.reshape(8, -1).sum(axis=1).astype(item.dtype)
+                dst.create_dataset(k, data=data, dtype=item.dtype, track_times=False)
+                for a in item.attrs:
+                    dst[k].attrs.create(a, item.attrs[a], dtype=item.attrs.get_id(a).dtype)
+        if src.name == "/calibration":
+            dst.attrs["layer_count"] = np.int64(keep_layers)
+
+    def shrunk(name, sections, keep_layers=2, plan=None):
+        path = out("session", name)
+        fcpl = h5py.h5p.create(h5py.h5p.FILE_CREATE)
+        fcpl.set_obj_track_times(False)
+        with h5py.File(full, "r") as src, h5py.File(h5py.h5f.create(path.encode(), h5py.h5f.ACC_TRUNC, fcpl=fcpl)) as dst:
+            for k in src.attrs:
+                dst.attrs.create(k, src.attrs[k], dtype=src.attrs.get_id(k).dtype)
+            for sec in sections:
+                gcpl = h5py.h5p.create(h5py.h5p.GROUP_CREATE)
+                gcpl.set_obj_track_times(False)
+                h5py.h5g.create(dst.id, sec.encode(), gcpl=gcpl)
+                copy(src[sec], dst[sec], keep_layers)
+            if plan is not None:
+                gcpl = h5py.h5p.create(h5py.h5p.GROUP_CREATE)
+                gcpl.set_obj_track_times(False)
+                h5py.h5g.create(dst.id, b"plans", gcpl=gcpl)
+                dst["plans"].create_dataset("mine", data=np.bytes_(plan), track_times=False)
+
+    for corpus in ("bad", "bad2"):  # the refused sessions of both hostile corpora
+        d = os.path.join(ROOT, "tests", "data", corpus)
+        for name in sorted(os.listdir(d)):
+            if name.startswith("session_") and name.endswith(".qsession"):
+                shutil.copy(os.path.join(d, name), out("session", f"{corpus}_{name}"))
+    plan = json.dumps({"schema": "quantscope-plan", "version": 2,
+                       "defaults": {"weight": "int8-sym", "group_size": "channel"}, "entries": []})
+    shrunk("calibration.qsession", ["calibration"])
+    shrunk("sensitivity_runs_plans.qsession", ["sensitivity", "runs"], plan=plan)
+    # The speed table needs a GPU to measure: the same layout written here (docs/analysis.md).
+    path = out("session", "speed.qsession")
+    with h5py.File(full, "r") as src, h5py.File(path, "w", track_order=False) as dst:
+        for k in src.attrs:
+            dst.attrs.create(k, src.attrs[k], dtype=src.attrs.get_id(k).dtype)
+        g = dst.create_group("speed")
+        g.attrs.create("device", np.bytes_("cpu"))
+        copy(src["sensitivity/layers"], g.create_group("layers"), 0)
+        formats = src["sensitivity/formats"]
+        g.create_dataset("formats", data=formats[()], dtype=formats.dtype, track_times=False)
+        n = src["sensitivity/layers/block"].shape[0] * formats.shape[0]
+        g.create_dataset("token_counts", data=np.array([1, 16], np.int64), track_times=False)
+        g.create_dataset("kernel_us", data=np.linspace(1, 2, n * 2).reshape(n, 2), track_times=False)
+        g.create_dataset("baseline_us", data=np.linspace(2, 3, n * 2).reshape(n, 2), track_times=False)
+
+
 if __name__ == "__main__":
     with tempfile.TemporaryDirectory() as tmp:
         gguf_seeds(os.path.join(tmp, "g"))
         safetensors_seeds(os.path.join(tmp, "s"))
         llama2c_seeds()
         tokenizer_seeds(tmp)
+        plan_seeds()
+        session_seeds(tmp, sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "build", "bin", "quantscope-cli"))
