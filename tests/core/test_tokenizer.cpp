@@ -9,6 +9,7 @@
 
 #include "core/model/gguf_writer.h"
 #include "core/model/model_file.h"
+#include "core/tokenizer/chat_template.h"
 #include "core/tokenizer/tokenizer_loaders.h"
 #include "kernels/common/error.h"
 #include "tests/core/python_fixture.h"
@@ -403,6 +404,48 @@ class TestTokenizer : public QObject {
     // Not a model: the library's refusal, named.
     const QString bad = test::writeFile(tmp_, "bad.model", QByteArray("\x0A\x05\x0A\x03" "abc\xFF\xFF", 9));
     expectBadTokenizer(bad, "bad.model");
+  }
+
+  // Chat templates through minja against transformers' Jinja environment
+  // (tests/data/chat_ref, scripts/reference/make_chat_template_fixtures.py): SmolLM2's, Llama 2
+  // chat's, Llama 3's and Gemma 3's templates on five conversations with and without the
+  // generation prompt; a template's raise_exception (roles not alternating) is a BadInput.
+  void chatTemplatesMatchTransformers() {
+    const char* env = std::getenv("QS_CHAT_REF_DIR");
+    const QString root = env && *env ? QString(env) : QString(QS_SOURCE_DIR) + "/tests/data/chat_ref";
+    const auto cases = nlohmann::json::parse(test::readAll(root + "/cases.json").toStdString());
+    QVERIFY(cases.size() >= 40);
+    int errors = 0;
+    for (const auto& c : cases) {
+      const ChatTemplate t{c["template"].get<std::string>(), c["name"].get<std::string>()};
+      std::vector<ChatMessage> msgs;
+      for (const auto& m : c["messages"]) msgs.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+      const auto render = [&] {
+        return applyChatTemplate(t, msgs, c["add_generation_prompt"].get<bool>(), c["bos"].get<std::string>(),
+                                 c["eos"].get<std::string>());
+      };
+      if (c.value("error", false)) {
+        ++errors;
+        try {
+          render();
+          QFAIL(qPrintable("no error for " + QString::fromStdString(t.origin)));
+        } catch (const Error& e) {
+          QVERIFY2(e.isUserError() && std::string(e.what()).find(t.origin) != std::string::npos, e.what());
+        }
+        continue;
+      }
+      const std::string have = render();
+      QVERIFY2(have == c["expected"].get<std::string>(),
+               qPrintable(QString::fromStdString(t.origin + "\n have: " + have + "\n want: " + c["expected"].get<std::string>())));
+    }
+    QCOMPARE(errors, 4);
+    // A template that does not parse names where it came from.
+    try {
+      applyChatTemplate({"{% for m in messages %}", "broken.jinja"}, {{"user", "x"}}, true, "<s>", "</s>");
+      QFAIL("no error for a broken template");
+    } catch (const Error& e) {
+      QVERIFY2(std::string(e.what()).find("broken.jinja") != std::string::npos, e.what());
+    }
   }
 
   void tokenizerForModelFindsTheModelsOwn() {
