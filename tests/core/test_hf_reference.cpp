@@ -308,6 +308,32 @@ class TestHfReference : public QObject {
     fs::remove(out);
   }
 
+  // config.json keys of features no architecture here has (experts, chunked attention, Llama
+  // 4's QK norm flag) are refused naming the key, not dropped.
+  void hfUnsupportedKeysAreRefused() {
+    const fs::path src = fixtureDir() / "llama_gqa";
+    if (!fs::exists(src)) QSKIP("no llama_gqa fixture");
+    const auto base = nlohmann::json::parse(readText(src / "config.json"));
+    for (const auto& [key, value] : std::vector<std::pair<std::string, nlohmann::json>>{
+             {"num_local_experts", 8}, {"num_experts", 4}, {"attention_chunk_size", 8192}, {"use_qk_norm", true}}) {
+      const fs::path dir = fs::temp_directory_path() / ("qs_hfkey_" + std::to_string(::getpid()));
+      fs::create_directories(dir);
+      fs::copy_file(src / "model.safetensors", dir / "model.safetensors", fs::copy_options::overwrite_existing);
+      nlohmann::json cfg = base;
+      cfg[key] = value;
+      std::ofstream(dir / "config.json") << cfg.dump();
+      try {
+        openModel(dir.string());
+        fs::remove_all(dir);
+        QFAIL(qPrintable(QString::fromStdString("accepted " + key)));
+      } catch (const Error& e) {
+        fs::remove_all(dir);
+        QCOMPARE(int(e.kind()), int(ErrorKind::BadInput));
+        QVERIFY2(std::string(e.what()).find(key) != std::string::npos, e.what());
+      }
+    }
+  }
+
   // GGUF metadata we do not implement is refused naming the key.
   void ggufUnsupportedMetadataIsRefused() {
     const fs::path src = fixtureDir() / "llama_gqa";
