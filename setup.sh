@@ -20,7 +20,7 @@ jobs=${QS_JOBS:-$(nproc)}
 say() { printf '\033[1m== %s\033[0m\n' "$*" >&2; }
 
 # --- 1. Debian packages ------------------------------------------------------------------------
-packages=(build-essential cmake ninja-build ccache pkg-config python3 python3-venv
+packages=(build-essential cmake ninja-build ccache pkg-config python3 python3-venv libsentencepiece-dev
           qt6-base-dev qt6-svg-dev libqcustomplot-dev libhdf5-dev libeigen3-dev
           nlohmann-json3-dev libcli11-dev xvfb xauth libgl-dev
           libicu-dev libxxhash-dev)

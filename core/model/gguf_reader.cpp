@@ -266,7 +266,7 @@ class GgufParser {
     const std::string arch = archEntry->value.get<std::string>();
     c.sourceArchitecture = arch;
     if (arch == "llama" || arch == "qwen2" || arch == "qwen3" || arch == "gpt2" || arch == "gemma" ||
-        arch == "gemma2" || arch == "gemma3")
+        arch == "gemma2" || arch == "gemma3" || arch == "phi3")
       c.architecture = arch;
     // Integers must be scalars within int32 so that shape arithmetic can never overflow.
     auto integer = [&](const std::string& key) -> int64_t {
@@ -359,9 +359,50 @@ class GgufParser {
       c.ropeType = "linear";
       c.ropeFactor = f;
     }
-    if (const double a = real(p + "rope.scaling.attn_factor"); a > 0 && a != 1.0)
+    // phi3 longrope (llama.cpp's converter): rope_factors_short/long.weight tensors, the
+    // original context and the cos/sin multiplier transformers derives
+    // (sqrt(1 + ln(factor) / ln(original))). Within the original context the short factors
+    // apply; the runtime stops there.
+    const bool longrope = arch == "phi3" && (m_.findTensor("rope_factors_short.weight") ||
+                                             m_.findTensor("rope_factors_long.weight"));
+    if (longrope) {
+      if (c.ropeType != "default")
+        throwBadInput(m_.path_, p + "rope.scaling.type", "\"" + c.ropeType + "\" together with longrope factors");
+      c.ropeType = "longrope";
+      c.ropeOriginalContext = integer(p + "rope.scaling.original_context_length");
+      if (c.ropeOriginalContext <= 0)
+        throwBadInput(m_.path_, p + "rope.scaling.original_context_length", "a longrope model needs it (missing or 0)");
+      c.ropeContextCap = c.ropeOriginalContext;
+      c.ropeFactor = c.maxSeqLen > 0 ? double(c.maxSeqLen) / double(c.ropeOriginalContext) : 1.0;
+      const double a = real(p + "rope.scaling.attn_factor");
+      c.ropeAttentionFactor = a > 0 ? a : 1.0;  // llama.cpp's default when the key is absent
+    } else if (const double a = real(p + "rope.scaling.attn_factor"); a > 0 && a != 1.0) {
       throwBadInput(m_.path_, p + "rope.scaling.attn_factor",
-                    "value " + std::to_string(a) + " is not implemented (only 1)");
+                    "value " + std::to_string(a) + " is not implemented (only 1, or phi3 longrope)");
+    }
+    // Every other "<arch>." key is one we do not know what to do with: refused by name rather
+    // than ignored (an expert count, a logit scale, a causal flag would change the result).
+    static const char* const kKnown[] = {
+        "context_length", "embedding_length", "block_count", "feed_forward_length", "vocab_size",
+        "attention.head_count", "attention.head_count_kv", "attention.layer_norm_rms_epsilon",
+        "attention.layer_norm_epsilon", "attention.key_length", "attention.value_length",
+        "attention.sliding_window", "attention.sliding_window_pattern", "attn_logit_softcapping",
+        "final_logit_softcapping", "rope.freq_base", "rope.freq_base_swa", "rope.dimension_count",
+        "rope.scaling.type", "rope.scaling.factor", "rope.scale_linear", "rope.scaling.attn_factor",
+        "rope.scaling.original_context_length",
+        // informational in llama.cpp (no effect on the computation)
+        "rope.scaling.finetuned", "tensor_data_layout"};
+    for (const MetaEntry& e : m_.metadata()) {
+      if (e.key.compare(0, p.size(), p) != 0) continue;
+      const std::string rest = e.key.substr(p.size());
+      if (std::find(std::begin(kKnown), std::end(kKnown), rest) != std::end(kKnown)) continue;
+      // Zero / false counts of features we do not have are harmless (expert_count 0).
+      if ((e.value.is_number() && e.value.get<double>() == 0) || (e.value.is_boolean() && !e.value.get<bool>() &&
+                                                                   rest != "attention.causal"))
+        continue;
+      if (rest == "attention.causal" && e.value.is_boolean() && e.value.get<bool>()) continue;
+      throwBadInput(m_.path_, e.key, "value " + e.value.dump().substr(0, 60) + " is not implemented for " + arch);
+    }
     if (const int64_t dimCount = integer(p + "rope.dimension_count");
         dimCount > 0 && dimCount != c.headDim())
       throwBadInput(m_.path_, p + "rope.dimension_count",

@@ -163,6 +163,12 @@ ModelConfig parseHfConfig(const std::string& path, const std::string& text,
   for (const char* key : {"use_bidirectional_attention", "add_cross_attention",
                           "scale_attn_by_inverse_layer_idx", "is_encoder_decoder"})
     if (flagSet(j, key)) throwBadInput(path, key, "value true is not implemented");
+  // Mixture-of-experts and chunked attention (Llama 4, Mixtral-style configs under a dense
+  // model_type): a positive count would be silently dropped.
+  for (const char* key : {"num_local_experts", "num_experts", "n_routed_experts", "attention_chunk_size"})
+    if (auto it = j.find(key); it != j.end() && it->is_number() && it->get<double>() > 0)
+      throwBadInput(path, key, "value " + it->dump() + " is not implemented");
+  if (flagSet(j, "use_qk_norm")) throwBadInput(path, "use_qk_norm", "value true is not implemented");
   if (type == "gpt2") {
     c.architecture = "gpt2";
     c.dim = r.integer("n_embd");

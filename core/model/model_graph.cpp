@@ -146,6 +146,15 @@ const std::vector<Scheme>& schemes() {
         {LinearRole::GateUpFused, "mlp.gate_up_proj.weight", nullptr},
         {LinearRole::Down, "mlp.down_proj.weight", nullptr}},
        "model.norm.weight", "lm_head.weight", false, {}, nullptr, nullptr, nullptr, nullptr, {"phi3"}},
+      // llama.cpp's phi3: fused attn_qkv (rows q, k, v) and ffn_up holding gate and up (rows
+      // gate, up), as convert_hf_to_gguf.py copies HF's qkv_proj / gate_up_proj; NEOX RoPE.
+      {"GGUF Phi-3", GraphFamily::Llama, "token_embd.weight", nullptr, "blk.", "attn_norm.weight",
+       "ffn_norm.weight",
+       {{LinearRole::QkvFused, "attn_qkv.weight", "attn_qkv.bias"},
+        {LinearRole::O, "attn_output.weight", "attn_output.bias"},
+        {LinearRole::GateUpFused, "ffn_up.weight", nullptr},
+        {LinearRole::Down, "ffn_down.weight", nullptr}},
+       "output_norm.weight", "output.weight", false, {}, nullptr, nullptr, nullptr, nullptr, {"phi3"}},
       {"GGUF", GraphFamily::Llama, "token_embd.weight", nullptr, "blk.", "attn_norm.weight",
        "ffn_norm.weight",
        {{LinearRole::Q, "attn_q.weight", "attn_q.bias"},
@@ -438,6 +447,15 @@ class Builder {
       if (gguf) {
         g_.ropeFreqs = optional("rope_freqs.weight");
         if (g_.ropeFreqs >= 0) expectShape(g_.ropeFreqs, {hd / 2}, "[head_dim / 2]");
+        g_.ropeShortFactors = optional("rope_factors_short.weight");
+        g_.ropeLongFactors = optional("rope_factors_long.weight");
+        for (int i : {g_.ropeShortFactors, g_.ropeLongFactors})
+          if (i >= 0) expectShape(i, {hd / 2}, "[head_dim / 2]");
+        if ((g_.ropeShortFactors >= 0 || g_.ropeLongFactors >= 0) && c.ropeType != "longrope")
+          throwBadInput(m_.path(), g_.ropeShortFactors >= 0 ? "rope_factors_short.weight" : "rope_factors_long.weight",
+                        "longrope factors in a " + c.architecture + " file (only phi3 runs them)");
+        if (c.ropeType == "longrope" && g_.ropeShortFactors < 0)
+          throwBadInput(m_.path(), "rope_factors_short.weight", "a longrope model needs its short factors");
       }
     }
     finish();

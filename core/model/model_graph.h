@@ -119,6 +119,9 @@ struct ModelGraph {
   LinearLayer head;             // for a tied head: weight == tokenEmbedding.weight, `tiedHead`
   bool tiedHead = false;
   int ropeFreqs = -1;  // GGUF rope_freqs.weight ([headDim/2], llama3 RoPE): frequencies divided by it
+  // GGUF phi3 longrope (llama.cpp's rope_factors_short/long.weight, [headDim/2]): the short
+  // factors divide the frequencies within the original context (the runtime stops there).
+  int ropeShortFactors = -1, ropeLongFactors = -1;
   std::vector<int> unassigned;  // tensors outside every group (buffers, extras)
   std::vector<LinearLayer> looseLinears;  // weights-only: 2-D tensors outside any block
 

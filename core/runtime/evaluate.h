@@ -1,8 +1,10 @@
 #pragma once
-// Greedy generation and perplexity on top of Runtime. Both work on token ids; tokenization is
+// Generation (greedy, or sampled with temperature / top-k / top-p and a seed) and perplexity
+// on top of Runtime. Both work on token ids; tokenization is
 // the caller's (core/tokenizer).
 #include <cstdint>
 #include <functional>
+#include <random>
 #include <span>
 #include <string>
 #include <vector>
@@ -24,6 +26,35 @@ std::vector<int32_t> generateGreedy(Runtime& rt, std::span<const int32_t> prompt
                                     int maxNewTokens, std::span<const int32_t> stopTokens,
                                     const std::function<void(int32_t)>& onToken = {},
                                     const JobContext* ctx = nullptr);
+
+// Sampling: temperature 0 is greedy (argmax, ties to the lowest id; top-k / top-p unused).
+// Otherwise, in transformers' order: logits / temperature, keep the k most likely (0 = all),
+// keep the smallest most-likely set whose probability reaches top_p (1 = all; at least one),
+// then draw from the renormalised distribution with a 64-bit Mersenne twister seeded by `seed`
+// (same seed, same model, same backend → same tokens).
+struct SamplingOptions {
+  double temperature = 0.0;
+  int topK = 0;
+  double topP = 1.0;
+  uint64_t seed = 0;
+  bool greedy() const { return temperature <= 0.0; }
+};
+// Checks the ranges (temperature ≥ 0 and finite, top_k ≥ 0, 0 < top_p ≤ 1); BadInput naming the
+// option otherwise.
+void validateSampling(const SamplingOptions& o);
+// One token from `logits` under `o` (uses `rng` only when sampling). Non-finite logits are
+// BadInput.
+int32_t sampleToken(std::span<const float> logits, const SamplingOptions& o, std::mt19937_64& rng);
+
+// generateGreedy with sampling; timings of the prompt pass and the decode steps.
+struct GenerateStats {
+  double prefillSeconds = 0, decodeSeconds = 0;
+  int64_t decodeSteps = 0;  // forward passes of one token
+};
+std::vector<int32_t> generate(Runtime& rt, std::span<const int32_t> prompt, int maxNewTokens,
+                              std::span<const int32_t> stopTokens, const SamplingOptions& sampling,
+                              const std::function<void(int32_t)>& onToken = {}, GenerateStats* stats = nullptr,
+                              const JobContext* ctx = nullptr);
 
 // Windows and scored positions: core/runtime/eval_windows.h (both protocols).
 using PerplexityOptions = EvalOptions;

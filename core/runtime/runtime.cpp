@@ -316,13 +316,23 @@ void Runtime::setupArchitecture(const ModelFile& file) {
       }
     } else if (c.ropeType == "longrope") {
       // Within the original context (the runtime's context is capped there): short factors.
+      // HF: config short_factor; GGUF phi3: the rope_factors_short.weight tensor.
       scaled = true;
-      if (int64_t(c.ropeShortFactor.size()) != half)
-        throw Error(ErrorKind::BadInput, "longrope short_factor has " + std::to_string(c.ropeShortFactor.size()) +
+      std::vector<double> shortFactor = c.ropeShortFactor;
+      if (graph_.ropeShortFactors >= 0) {
+        const std::vector<float> t = loadTensor(file, graph_.ropeShortFactors);
+        shortFactor.assign(t.begin(), t.end());
+        for (double f : shortFactor)
+          if (!(f > 0))
+            throw Error(ErrorKind::BadInput, "rope_factors_short.weight must be positive", file.path(),
+                        "rope_factors_short.weight");
+      }
+      if (int64_t(shortFactor.size()) != half)
+        throw Error(ErrorKind::BadInput, "longrope short_factor has " + std::to_string(shortFactor.size()) +
                                              " values for " + std::to_string(half) + " frequencies", file.path());
       for (int i = 0; i < half; ++i) {
         const float shape = float(2 * i) / float(attn_.headDim);
-        scaledInvFreq_[size_t(i)] = 1.0f / (float(c.ropeShortFactor[size_t(i)]) * std::pow(ropeTheta_, shape));
+        scaledInvFreq_[size_t(i)] = 1.0f / (float(shortFactor[size_t(i)]) * std::pow(ropeTheta_, shape));
       }
       const double factor = c.ropeFactor;
       ropeMscale_ = float(c.ropeAttentionFactor > 0 ? c.ropeAttentionFactor

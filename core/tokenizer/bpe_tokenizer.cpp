@@ -1,11 +1,14 @@
 #include "core/tokenizer/bpe_tokenizer.h"
 
+#include <unicode/unorm2.h>
 #include <unicode/uregex.h>
+#include <unicode/ustring.h>
 #include <unicode/utext.h>
 
 #include <algorithm>
 #include <array>
 #include <mutex>
+#include <cstdio>
 #include <queue>
 
 #include "kernels/common/error.h"
@@ -93,6 +96,7 @@ BpeTokenizer::BpeTokenizer(Vocabulary v, const std::vector<std::string>& merges,
                            const std::string& source)
     : Tokenizer(std::move(v)), impl_(std::make_unique<Impl>()), opt_(std::move(o)) {
   addBosDefault_ = opt_.addBos;
+  stripsLeadingSpace_ = opt_.stripLeadingSpace;
   impl_->source = source;
   impl_->ranks.reserve(merges.size());
   for (size_t i = 0; i < merges.size(); ++i) {
@@ -129,6 +133,15 @@ BpeTokenizer::BpeTokenizer(Vocabulary v, const std::vector<std::string>& merges,
   std::stable_sort(specials_.begin(), specials_.end(), [&](int32_t a, int32_t b) {
     return vocab_.tokens[size_t(a)].size() > vocab_.tokens[size_t(b)].size();
   });
+  std::fill(std::begin(byteIds_), std::end(byteIds_), -1);
+  if (!opt_.byteLevel)
+    for (int b = 0; b < 256; ++b) {
+      char name[8];
+      std::snprintf(name, sizeof name, "<0x%02X>", b);
+      byteIds_[b] = vocab_.find(name);
+      if (byteIds_[b] >= 0 && opt_.byteFallback && vocab_.types[size_t(byteIds_[b])] == TokenType::Normal)
+        vocab_.types[size_t(byteIds_[b])] = TokenType::Byte;
+    }
 }
 
 BpeTokenizer::~BpeTokenizer() = default;
@@ -190,6 +203,13 @@ std::vector<std::string> BpeTokenizer::preTokenize(std::string_view text) const 
 }
 
 void BpeTokenizer::encodeWord(const std::string& w, std::vector<int32_t>& out) const {
+  if (w.empty()) return;
+  if (opt_.ignoreMerges) {
+    if (const int32_t id = vocab_.find(w); id >= 0) {
+      out.push_back(id);
+      return;
+    }
+  }
   std::vector<Symbol> sym;
   for (size_t off = 0; off < w.size();) {
     const size_t n = std::min(utf8Length(uint8_t(w[off])), w.size() - off);
@@ -224,11 +244,32 @@ void BpeTokenizer::encodeWord(const std::string& w, std::vector<int32_t>& out) c
     tryAdd(l.prev, b.left);
     tryAdd(b.left, l.next);
   }
+  bool lastUnk = false;  // the previous symbol of this word became unk (fuse_unk)
   for (int i = sym.empty() ? -1 : 0; i != -1; i = sym[size_t(i)].next) {
     const std::string_view piece(w.data() + sym[size_t(i)].start, sym[size_t(i)].n);
     const int32_t id = vocab_.find(piece);
     if (id >= 0) {
       out.push_back(id);
+      lastUnk = false;
+      continue;
+    }
+    if (!opt_.byteLevel) {
+      // A character without a token (merges never touch it: both parts of a merge are tokens).
+      // HF BPE: its bytes as <0xXX> tokens when byte_fallback and all of them exist, else unk
+      // (one unk for a run of them with fuse_unk).
+      for (size_t off = 0; off < piece.size();) {
+        const size_t n = std::min(utf8Length(uint8_t(piece[off])), piece.size() - off);
+        bool bytesOk = opt_.byteFallback;
+        for (size_t k = 0; bytesOk && k < n; ++k) bytesOk = byteIds_[uint8_t(piece[off + k])] >= 0;
+        if (bytesOk) {
+          for (size_t k = 0; k < n; ++k) out.push_back(byteIds_[uint8_t(piece[off + k])]);
+          lastUnk = false;
+        } else if (vocab_.unk >= 0) {
+          if (!(opt_.fuseUnk && lastUnk)) out.push_back(vocab_.unk);
+          lastUnk = true;
+        }
+        off += n;
+      }
       continue;
     }
     // No token: emit the piece character by character (each mapped byte is a GPT-2 token).
@@ -244,9 +285,87 @@ void BpeTokenizer::encodeWord(const std::string& w, std::vector<int32_t>& out) c
   }
 }
 
+namespace {
+void replaceAll(std::string& s, std::string_view from, std::string_view to) {
+  if (from.empty()) return;
+  std::string out;
+  out.reserve(s.size());
+  size_t pos = 0;
+  for (size_t hit; (hit = s.find(from, pos)) != std::string::npos; pos = hit + from.size()) {
+    out.append(s, pos, hit - pos);
+    out += to;
+  }
+  out.append(s, pos, std::string::npos);
+  s = std::move(out);
+}
+
+// Unicode NFC through ICU (invalid UTF-8 becomes U+FFFD, as a Rust String would not hold it).
+std::string nfc(const std::string& s) {
+  UErrorCode err = U_ZERO_ERROR;
+  const UNormalizer2* n = unorm2_getNFCInstance(&err);
+  int32_t len16 = 0;
+  u_strFromUTF8WithSub(nullptr, 0, &len16, s.data(), int32_t(s.size()), 0xFFFD, nullptr, &err);
+  if (err != U_BUFFER_OVERFLOW_ERROR && U_FAILURE(err)) throw Error(ErrorKind::Internal, "ICU UTF-8 conversion failed");
+  err = U_ZERO_ERROR;
+  std::u16string u(size_t(len16), u'\0');
+  u_strFromUTF8WithSub(u.data(), len16, nullptr, s.data(), int32_t(s.size()), 0xFFFD, nullptr, &err);
+  std::u16string o(u.size() * 3 + 4, u'\0');
+  const int32_t on = unorm2_normalize(n, u.data(), int32_t(u.size()), o.data(), int32_t(o.size()), &err);
+  if (U_FAILURE(err)) throw Error(ErrorKind::Internal, std::string("ICU NFC failed: ") + u_errorName(err));
+  std::string r(size_t(on) * 3 + 4, '\0');
+  int32_t rn = 0;
+  u_strToUTF8(r.data(), int32_t(r.size()), &rn, o.data(), on, &err);
+  if (U_FAILURE(err)) throw Error(ErrorKind::Internal, std::string("ICU UTF-8 conversion failed: ") + u_errorName(err));
+  r.resize(size_t(rn));
+  return r;
+}
+}  // namespace
+
+std::string BpeTokenizer::normalize(std::string_view text, bool atInputStart) const {
+  std::string s(text);
+  for (const NormalizerStep& st : opt_.normalizer) {
+    if (st.kind == NormalizerStep::Nfc)
+      s = nfc(s);
+    else if (st.kind == NormalizerStep::Prepend && !s.empty())
+      s.insert(0, st.a);
+    else if (st.kind == NormalizerStep::Replace)
+      replaceAll(s, st.a, st.b);
+  }
+  if (!opt_.metaspace.empty()) {
+    replaceAll(s, " ", opt_.metaspace);
+    const bool prepend = opt_.prepend == BpeOptions::Prepend::Always ||
+                         (opt_.prepend == BpeOptions::Prepend::First && atInputStart);
+    if (prepend && !s.empty() && s.compare(0, opt_.metaspace.size(), opt_.metaspace) != 0) s.insert(0, opt_.metaspace);
+  }
+  return s;
+}
+
 std::vector<int32_t> BpeTokenizer::encode(std::string_view text, const EncodeOptions& opt) const {
   std::vector<int32_t> out;
   if (opt.addBos && vocab_.bos >= 0) out.push_back(vocab_.bos);
+  if (!opt_.byteLevel) {
+    // SentencePiece-style: each run of raw text normalised, the Metaspace rules, optionally
+    // split before each space symbol; no byte mapping.
+    for (const Fragment& f : splitSpecial(text, opt.parseSpecial)) {
+      if (f.id >= 0) {
+        out.push_back(f.id);
+        continue;
+      }
+      const std::string s = normalize(f.text, f.text.data() == text.data());
+      if (!opt_.metaspaceSplit || opt_.metaspace.empty()) {
+        encodeWord(s, out);
+        continue;
+      }
+      size_t start = 0;
+      for (size_t hit = s.find(opt_.metaspace, 1); hit != std::string::npos; hit = s.find(opt_.metaspace, hit + 1)) {
+        encodeWord(s.substr(start, hit - start), out);
+        start = hit;
+      }
+      encodeWord(s.substr(start), out);
+    }
+    if (opt.addEos && vocab_.eos >= 0) out.push_back(vocab_.eos);
+    return out;
+  }
   bool first = true;
   for (const Fragment& f : splitSpecial(text, opt.parseSpecial)) {
     if (f.id >= 0) {
@@ -254,7 +373,7 @@ std::vector<int32_t> BpeTokenizer::encode(std::string_view text, const EncodeOpt
       first = false;
       continue;
     }
-    std::string raw(f.text);
+    std::string raw = opt_.normalizer.empty() ? std::string(f.text) : normalize(f.text, first);
     if (first && opt_.addPrefixSpace && !raw.empty() && raw[0] != ' ') raw.insert(raw.begin(), ' ');
     first = false;
     for (const std::string& piece : preTokenize(raw)) {
@@ -277,6 +396,14 @@ std::string BpeTokenizer::tokenText(int32_t id, bool special) const {
   const TokenType type = vocab_.types[size_t(id)];
   if (type == TokenType::Control || type == TokenType::Unknown) return special ? t : std::string();
   if (type == TokenType::UserDefined) return t;
+  if (!opt_.byteLevel) {
+    if (type == TokenType::Byte) return std::string(1, char(std::stoi(t.substr(3, 2), nullptr, 16)));
+    std::string out = t;
+    if (!opt_.metaspace.empty()) replaceAll(out, opt_.metaspace, " ");
+    for (const NormalizerStep& st : opt_.normalizer)
+      if (st.kind == NormalizerStep::Replace && st.b.size()) replaceAll(out, st.b, st.a);
+    return out;
+  }
   // Map each character back to its byte; characters outside the table stay as they are.
   std::string out;
   for (size_t off = 0; off < t.size();) {

@@ -1,6 +1,9 @@
 #pragma once
-// GPT-2 byte-level BPE (GPT-2, Llama 3, Qwen2, SmolLM; GGUF tokenizer.ggml.model = "gpt2";
-// HF tokenizer.json with a BPE model and ByteLevel pre-tokenizer).
+// BPE by merge rank: GPT-2 byte-level BPE (GPT-2, Llama 3, Qwen2, SmolLM; GGUF
+// tokenizer.ggml.model = "gpt2"; HF tokenizer.json with a BPE model and ByteLevel
+// pre-tokenizer), and the SentencePiece-style layout of HF tokenizer.json (Llama 2, Mistral,
+// TinyLlama: Metaspace pre-tokenizer or Prepend/Replace normalizer, byte fallback), where step 3
+// is replaced by the Metaspace rules and characters without a token become byte tokens.
 //
 //   1. special tokens are split off (see EncodeOptions);
 //   2. pre-tokenization: each regex in `splitRegexes` splits every piece into its matches and
@@ -23,10 +26,32 @@ extern const char* const kGpt2SplitRegex;
 extern const char* const kLlama3SplitRegex;
 extern const char* const kQwen2SplitRegex;
 
+// One step of a tokenizer.json normalizer, applied in order to each run of raw text.
+struct NormalizerStep {
+  enum Kind { Prepend, Replace, Nfc } kind = Replace;
+  std::string a, b;  // Prepend: a = prefix; Replace: a → b (literal strings)
+};
+
 struct BpeOptions {
   std::vector<std::string> splitRegexes{kGpt2SplitRegex};
   bool addPrefixSpace = false;  // HF ByteLevel(add_prefix_space): " " before text not starting with one
   bool addBos = false;
+  // false: SentencePiece-style text (HF Metaspace, Llama 2 / Mistral / TinyLlama tokenizer.json):
+  // bytes are not mapped; spaces become `metaspace`; characters without a token fall back to
+  // the byte tokens <0xXX> (byteFallback) or to unk.
+  bool byteLevel = true;
+  std::vector<NormalizerStep> normalizer;  // tokenizer.json "normalizer" (Sequence flattened)
+  // Metaspace pre-tokenizer (empty `metaspace`: none): " " → metaspace, then the prefix by
+  // `prepend` (Always: every run of text; First: only the run at the start of the input; never
+  // when the run already starts with it), then with `metaspaceSplit` a split before each one.
+  enum class Prepend { Never, First, Always };
+  std::string metaspace;
+  Prepend prepend = Prepend::Never;
+  bool metaspaceSplit = false;
+  bool byteFallback = false;  // BPE.byte_fallback
+  bool fuseUnk = false;       // BPE.fuse_unk: consecutive unknown characters give one unk
+  bool ignoreMerges = false;  // BPE.ignore_merges: a word that is a token is taken whole
+  bool stripLeadingSpace = false;  // decoder Strip(" ", start 1): decode drops the first space
 };
 
 class BpeTokenizer final : public Tokenizer {
@@ -37,7 +62,7 @@ class BpeTokenizer final : public Tokenizer {
                const std::string& source);
   ~BpeTokenizer() override;
 
-  std::string_view kindName() const override { return "byte-level-bpe"; }
+  std::string_view kindName() const override { return opt_.byteLevel ? "byte-level-bpe" : "metaspace-bpe"; }
   std::vector<int32_t> encode(std::string_view text, const EncodeOptions& opt = {}) const override;
   std::string tokenText(int32_t id, bool special = false) const override;
 
@@ -48,7 +73,9 @@ class BpeTokenizer final : public Tokenizer {
   struct Impl;
   std::unique_ptr<Impl> impl_;
   BpeOptions opt_;
+  int32_t byteIds_[256];  // <0xXX> tokens (SentencePiece-style only; -1 where absent)
   void encodeWord(const std::string& mapped, std::vector<int32_t>& out) const;
+  std::string normalize(std::string_view text, bool atInputStart) const;
 };
 
 // GPT-2's byte ↔ printable-character table.

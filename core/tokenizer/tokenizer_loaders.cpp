@@ -1,5 +1,6 @@
 #include "core/tokenizer/tokenizer_loaders.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -262,10 +263,44 @@ std::unique_ptr<BpeTokenizer> loadHfTokenizerJson(const std::string& path) {
         throwBadInput(path, "model.merges", "entry " + x.dump().substr(0, 80) + " is not a merge");
     }
   }
-  // Pre-tokenizer: ByteLevel (GPT-2 regex when use_regex), optionally in a Sequence after
-  // Split(Regex, Isolated) and Digits(individual_digits).
+  // Model fields that change the result: refused unless we implement them.
   BpeOptions o;
   o.splitRegexes.clear();
+  for (const char* key : {"dropout", "continuing_subword_prefix", "end_of_word_suffix"})
+    if (auto f = model->find(key); f != model->end() && !f->is_null() && !(f->is_string() && f->get<std::string>().empty()))
+      throw Error(ErrorKind::Unsupported, std::string("BPE ") + key + " " + f->dump().substr(0, 40) + " is not supported",
+                  path, std::string("model.") + key);
+  auto boolField = [&](const char* key) {
+    auto f = model->find(key);
+    if (f == model->end() || f->is_null()) return false;
+    if (!f->is_boolean()) throwBadInput(path, std::string("model.") + key, "must be true or false");
+    return f->get<bool>();
+  };
+  o.byteFallback = boolField("byte_fallback");
+  o.fuseUnk = boolField("fuse_unk");
+  o.ignoreMerges = boolField("ignore_merges");
+  // Normalizer: Prepend, Replace (literal strings) and NFC, alone or in a Sequence.
+  std::function<void(const nlohmann::json&)> addNorm = [&](const nlohmann::json& n) {
+    if (n.is_null()) return;
+    const std::string t = n.is_object() ? n.value("type", std::string()) : std::string();
+    if (t == "Sequence" && n.contains("normalizers") && n["normalizers"].is_array()) {
+      for (const auto& q : n["normalizers"]) addNorm(q);
+    } else if (t == "Prepend" && n.contains("prepend") && n["prepend"].is_string()) {
+      o.normalizer.push_back({NormalizerStep::Prepend, n["prepend"].get<std::string>(), {}});
+    } else if (t == "Replace" && n.contains("pattern") && n["pattern"].is_object() && n["pattern"].contains("String") &&
+               n["pattern"]["String"].is_string() && n.contains("content") && n["content"].is_string()) {
+      o.normalizer.push_back({NormalizerStep::Replace, n["pattern"]["String"].get<std::string>(), n["content"].get<std::string>()});
+    } else if (t == "NFC") {
+      o.normalizer.push_back({NormalizerStep::Nfc, {}, {}});
+    } else {
+      throw Error(ErrorKind::Unsupported, "normalizer " + n.dump().substr(0, 80) + " is not supported (Prepend, Replace, NFC)",
+                  path, "normalizer");
+    }
+  };
+  if (auto n = j.find("normalizer"); n != j.end()) addNorm(*n);
+  // Pre-tokenizer: ByteLevel (GPT-2 regex when use_regex), optionally in a Sequence after
+  // Split(Regex, Isolated) and Digits(individual_digits); or Metaspace (SentencePiece-style),
+  // or none after a Prepend/Replace normalizer (how transformers 4 wrote Llama 2).
   std::function<void(const nlohmann::json&)> addPre = [&](const nlohmann::json& p) {
     const std::string t = p.value("type", std::string());
     if (t == "Sequence") {
@@ -282,6 +317,22 @@ std::unique_ptr<BpeTokenizer> loadHfTokenizerJson(const std::string& path) {
       if (p.value("behavior", std::string("Isolated")) != "Isolated")
         throw Error(ErrorKind::Unsupported, "Split behavior other than Isolated", path, "pre_tokenizer");
       o.splitRegexes.push_back((*pat)["Regex"].get<std::string>());
+    } else if (t == "Metaspace") {
+      o.byteLevel = false;
+      o.metaspace = p.value("replacement", std::string("\xE2\x96\x81"));
+      if (o.metaspace.empty()) throwBadInput(path, "pre_tokenizer.replacement", "is empty");
+      o.metaspaceSplit = p.value("split", true);
+      std::string scheme = p.value("prepend_scheme", std::string());
+      if (scheme.empty()) scheme = p.value("add_prefix_space", true) ? "always" : "never";  // older files
+      if (scheme == "always")
+        o.prepend = BpeOptions::Prepend::Always;
+      else if (scheme == "first")
+        o.prepend = BpeOptions::Prepend::First;
+      else if (scheme == "never")
+        o.prepend = BpeOptions::Prepend::Never;
+      else
+        throw Error(ErrorKind::Unsupported, "Metaspace prepend_scheme \"" + scheme + "\" is not supported", path,
+                    "pre_tokenizer.prepend_scheme");
     } else if (t == "Digits") {
       o.splitRegexes.push_back(p.value("individual_digits", false) ? R"(\p{N})" : R"(\p{N}+)");
     } else {
@@ -289,9 +340,35 @@ std::unique_ptr<BpeTokenizer> loadHfTokenizerJson(const std::string& path) {
     }
   };
   auto pre = j.find("pre_tokenizer");
-  if (pre == j.end() || !pre->is_object())
-    throw Error(ErrorKind::Unsupported, "a BPE tokenizer without a ByteLevel pre-tokenizer", path, "pre_tokenizer");
-  addPre(*pre);
+  const bool spaceNormalizer = std::any_of(o.normalizer.begin(), o.normalizer.end(), [](const NormalizerStep& st) {
+    return st.kind == NormalizerStep::Replace && st.a == " ";
+  });
+  if ((pre == j.end() || pre->is_null()) && spaceNormalizer) {
+    o.byteLevel = false;  // transformers 4's Llama 2 layout: the normalizer did the Metaspace work
+  } else {
+    if (pre == j.end() || !pre->is_object())
+      throw Error(ErrorKind::Unsupported, "a BPE tokenizer without a ByteLevel or Metaspace pre-tokenizer", path,
+                  "pre_tokenizer");
+    addPre(*pre);
+  }
+  if (!o.byteLevel && !o.splitRegexes.empty())
+    throw Error(ErrorKind::Unsupported, "Metaspace mixed with ByteLevel / Split / Digits pre-tokenizers", path,
+                "pre_tokenizer");
+  if (!o.byteLevel) {
+    if (auto u = model->find("unk_token"); u != model->end() && u->is_string()) {
+      for (size_t i = 0; i < v.tokens.size(); ++i)
+        if (v.tokens[i] == u->get<std::string>()) v.unk = int32_t(i);
+      if (v.unk < 0) throwBadInput(path, "model.unk_token", "\"" + u->get<std::string>() + "\" is not in the vocabulary");
+    }
+    // decoder Strip(" ", start ≥ 1): decode drops the leading space the prefix added.
+    std::function<void(const nlohmann::json&)> findStrip = [&](const nlohmann::json& d) {
+      if (!d.is_object()) return;
+      if (d.value("type", std::string()) == "Sequence" && d.contains("decoders") && d["decoders"].is_array())
+        for (const auto& q : d["decoders"]) findStrip(q);
+      if (d.value("type", std::string()) == "Strip" && d.value("start", 0) >= 1) o.stripLeadingSpace = true;
+    };
+    if (auto d = j.find("decoder"); d != j.end()) findStrip(*d);
+  }
   // BOS: the first special token of the post-processor's single-sequence template (Llama 3
   // wraps the TemplateProcessing in a Sequence after ByteLevel).
   std::function<void(const nlohmann::json&)> findBos = [&](const nlohmann::json& pp) {
@@ -358,7 +435,9 @@ std::unique_ptr<Tokenizer> openTokenizer(const std::string& path, int32_t vocabS
   if (fs::is_directory(path, ec)) {
     if (fs::exists(fs::path(path) / "tokenizer.json", ec))
       return loadHfTokenizerJson((fs::path(path) / "tokenizer.json").string());
-    throwBadInput(path, "", "is a directory without tokenizer.json");
+    if (fs::exists(fs::path(path) / "tokenizer.model", ec))
+      return loadSentencePieceModel((fs::path(path) / "tokenizer.model").string());
+    throwBadInput(path, "", "is a directory without tokenizer.json or tokenizer.model");
   }
   MappedFile probe(path, "tokenizer file");
   const auto head = probe.bytes().first(size_t(std::min<uint64_t>(probe.size(), 16)));
@@ -369,6 +448,7 @@ std::unique_ptr<Tokenizer> openTokenizer(const std::string& path, int32_t vocabS
   size_t i = 0;
   while (i < head.size() && std::isspace(int(head[i]))) ++i;
   if (i < head.size() && head[i] == std::byte('{')) return loadHfTokenizerJson(path);
+  if (looksLikeSentencePieceModel(head)) return loadSentencePieceModel(path);
   return loadLlama2cTokenizer(path, vocabSize);
 }
 
@@ -382,6 +462,7 @@ std::unique_ptr<Tokenizer> tokenizerForModel(const ModelFile& m) {
     const fs::path dir = fs::is_directory(p) ? p : p.parent_path();
     std::error_code ec;
     if (fs::exists(dir / "tokenizer.json", ec)) return loadHfTokenizerJson((dir / "tokenizer.json").string());
+    if (fs::exists(dir / "tokenizer.model", ec)) return loadSentencePieceModel((dir / "tokenizer.model").string());
   }
   return nullptr;
 }

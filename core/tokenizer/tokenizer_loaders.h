@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/tokenizer/bpe_tokenizer.h"
+#include "core/tokenizer/sentencepiece_model.h"
 #include "core/tokenizer/spm_tokenizer.h"
 
 namespace qs {
@@ -28,11 +29,12 @@ std::unique_ptr<Tokenizer> tokenizerFromGguf(const ModelFile& model);
 // Split-by-regex and Digits steps).
 std::unique_ptr<BpeTokenizer> loadHfTokenizerJson(const std::string& path);
 
-// Any of the above, detected from the content: GGUF magic, JSON, else a llama2.c tokenizer.bin.
+// Any of the above, detected from the content: GGUF magic, JSON, a SentencePiece ModelProto
+// (tokenizer.model, through libsentencepiece), else a llama2.c tokenizer.bin.
 std::unique_ptr<Tokenizer> openTokenizer(const std::string& path, int32_t vocabSize = -1);
 
 // The tokenizer that belongs to an opened model: the GGUF's own metadata, or tokenizer.json
-// beside a safetensors model; nullptr when there is none (llama2.c checkpoints keep theirs in a
+// (else tokenizer.model) beside a safetensors model; nullptr when there is none (llama2.c checkpoints keep theirs in a
 // separate file: use openTokenizer).
 std::unique_ptr<Tokenizer> tokenizerForModel(const ModelFile& model);
 

@@ -1,20 +1,25 @@
 #!/usr/bin/env bash
 # Greedy text and token ids of quantscope-cli against llama.cpp's llama-simple / llama-tokenize
 # on a real GGUF, dequantized to F32 by llama-quantize (so both run the same FP32 weights).
-#   compare_llamacpp.sh QUANTSCOPE_CLI [MODEL.gguf]
-# MODEL defaults to Gemma 3 270M in the cache (scripts/reference/fetch_gemma3.sh puts it there).
+#   compare_llamacpp.sh QUANTSCOPE_CLI [MODEL.gguf | gemma3 | smollm2]
+# MODEL defaults to Gemma 3 270M in the cache; "gemma3" and "smollm2" name the cached files
+# scripts/models/fetch_model.sh puts there (Gemma 3 270M Q4_K_M, SmolLM2-135M-Instruct Q4_1).
 # llama.cpp's tools: QS_LLAMACPP_BIN, else the cached build of scripts/llamacpp/build_llamacpp.sh
 # (QS_CACHE/llamacpp/11434.0.0/build/bin). Exit 77 (ctest: skipped) when either is missing.
 set -uo pipefail
 cli=$1
 cache=${QS_CACHE:-$HOME/.cache/quantscope}
-model=${2:-$cache/models/gemma-3-270m-q4_k_m.gguf}
+model=${2:-gemma3}
+case $model in
+  gemma3) model=$cache/models/gemma-3-270m-q4_k_m.gguf ;;
+  smollm2) model=$cache/models/SmolLM2-135M-Instruct.Q4_1.gguf ;;
+esac
 bin=${QS_LLAMACPP_BIN:-$cache/llamacpp/11434.0.0/build/bin}
 if [[ ! -x $bin/llama-simple || ! -x $bin/llama-quantize || ! -x $bin/llama-tokenize ]]; then
   echo "SKIP: no llama.cpp tools in $bin (scripts/llamacpp/build_llamacpp.sh builds them)" >&2; exit 77
 fi
 if [[ ! -f $model ]]; then
-  echo "SKIP: no $model (scripts/reference/fetch_gemma3.sh fetches Gemma 3 270M)" >&2; exit 77
+  echo "SKIP: no $model (scripts/models/fetch_model.sh gemma3|smollm2 fetches it)" >&2; exit 77
 fi
 export LD_LIBRARY_PATH=$bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 f32=${model%.gguf}-f32.gguf

@@ -70,6 +70,66 @@ class TestCoreRuntime : public QObject {
   QTemporaryDir tmp_;
 
  private slots:
+  // The sampler (core/runtime/evaluate.h): greedy = argmax with ties to the lowest id; top-k 1
+  // = argmax; draws follow softmax(logits / T) (20,000 draws, each frequency within 4.5 σ); top-k
+  // and top-p keep only their sets, renormalised; the same seed gives the same draws; bad
+  // options and non-finite logits are BadInput.
+  void samplerFollowsItsDistribution() {
+    std::mt19937_64 rng(1);
+    const std::vector<float> tie{1.f, 3.f, 3.f, 0.f};
+    QCOMPARE(sampleToken(tie, SamplingOptions{}, rng), 1);
+    QCOMPARE(sampleToken(tie, SamplingOptions{.temperature = 2.0, .topK = 1}, rng), 1);
+    auto frequencies = [](const std::vector<float>& logits, const SamplingOptions& o, int n) {
+      std::mt19937_64 r(o.seed);
+      std::vector<double> f(logits.size());
+      for (int i = 0; i < n; ++i) f[size_t(sampleToken(logits, o, r))] += 1.0 / n;
+      return f;
+    };
+    auto near = [](const std::vector<double>& have, const std::vector<double>& want, int n) {
+      for (size_t i = 0; i < want.size(); ++i) {
+        const double sigma = std::sqrt(std::max(want[i] * (1 - want[i]), 1e-12) / n);
+        if (std::abs(have[i] - want[i]) > 4.5 * sigma + 1e-12) return false;
+      }
+      return true;
+    };
+    const int n = 20000;
+    const std::vector<float> lg{0.f, 1.f, 2.f, 3.f, -1.f};
+    for (double T : {0.5, 1.0, 2.0}) {
+      std::vector<double> want(lg.size());
+      double z = 0;
+      for (size_t i = 0; i < lg.size(); ++i) z += want[i] = std::exp(lg[i] / T);
+      for (double& w : want) w /= z;
+      QVERIFY2(near(frequencies(lg, {.temperature = T, .seed = 3}, n), want, n), qPrintable(QString::number(T)));
+    }
+    // top-k 2: only ids 3 and 2, in the ratio e^3 : e^2.
+    {
+      const double a = std::exp(3.0), b = std::exp(2.0);
+      QVERIFY(near(frequencies(lg, {.temperature = 1.0, .topK = 2, .seed = 4}, n), {0, 0, b / (a + b), a / (a + b), 0}, n));
+    }
+    // top-p 0.8 over probabilities 0.5, 0.3, 0.15, 0.05: the first two (cumulative 0.8), 5:3.
+    {
+      const std::vector<float> pl{std::log(0.15f), std::log(0.5f), std::log(0.05f), std::log(0.3f)};
+      QVERIFY(near(frequencies(pl, {.temperature = 1.0, .topP = 0.8, .seed = 5}, n), {0, 0.625, 0, 0.375}, n));
+      // A top-p below the largest probability keeps that one token.
+      QVERIFY(near(frequencies(pl, {.temperature = 1.0, .topP = 0.1, .seed = 6}, 100), {0, 1, 0, 0}, 100));
+    }
+    // Same seed, same draws; another seed, other draws.
+    auto draws = [&](uint64_t seed) {
+      std::mt19937_64 r(seed);
+      std::vector<int32_t> d;
+      for (int i = 0; i < 64; ++i) d.push_back(sampleToken(lg, {.temperature = 1.5, .seed = seed}, r));
+      return d;
+    };
+    QCOMPARE(draws(9), draws(9));
+    QVERIFY(draws(9) != draws(10));
+    for (const SamplingOptions& bad : {SamplingOptions{.temperature = -1}, SamplingOptions{.temperature = NAN},
+                                       SamplingOptions{.topK = -2}, SamplingOptions{.topP = 0.0},
+                                       SamplingOptions{.topP = 1.5}})
+      QVERIFY_THROWS_EXCEPTION(Error, validateSampling(bad));
+    const std::vector<float> nan{0.f, NAN};
+    QVERIFY_THROWS_EXCEPTION(Error, sampleToken(nan, {.temperature = 1.0}, rng));
+  }
+
   void stories260KReproducesLlama2cSample() {
     Loaded m(qs::test::stories260K());
     const std::vector<int32_t> bos{1};

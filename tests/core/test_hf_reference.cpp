@@ -191,6 +191,149 @@ class TestHfReference : public QObject {
     QVERIFY2(d < kTolerance, qPrintable(QString("differs by %1").arg(d)));
   }
 
+  // Phi-3 as llama.cpp's convert_hf_to_gguf.py writes it: fused attn_qkv and ffn_up (gate, up),
+  // phi3.* metadata, longrope as the rope_factors_short/long.weight tensors with
+  // rope.scaling.original_context_length and the attn_factor transformers derives. Checked on
+  // the Phi-3 fixture (factor < 1: attn_factor 1) and on the Llama longrope fixture written as
+  // phi3 (its q/k/v and gate/up rows concatenated; attn_factor √1.5).
+  void ggufPhi3MatchesTransformers_data() {
+    QTest::addColumn<QString>("fixture");
+    QTest::newRow("phi3_longrope") << "phi3_longrope";
+    QTest::newRow("llama_rope_longrope") << "llama_rope_longrope";
+    QTest::newRow("phi3_window5") << "phi3_window5";
+  }
+  void ggufPhi3MatchesTransformers() {
+    QFETCH(QString, fixture);
+    const fs::path src = fixtureDir() / fixture.toStdString();
+    if (!fs::exists(src)) QSKIP("no fixture");
+    auto hf = openModel(src.string());
+    const ModelConfig& c = hf->config();
+    GgufWriter w;
+    auto u32 = [&](const std::string& k, int64_t v) { w.addMeta({k, "u32", v}); };
+    w.addMeta({"general.architecture", "string", "phi3"});
+    u32("phi3.context_length", c.maxSeqLen);
+    u32("phi3.embedding_length", c.dim);
+    u32("phi3.block_count", c.nLayers);
+    u32("phi3.feed_forward_length", c.hiddenDim);
+    u32("phi3.attention.head_count", c.nHeads);
+    u32("phi3.attention.head_count_kv", c.nKvHeads);
+    u32("phi3.rope.dimension_count", c.headDim());
+    w.addMeta({"phi3.attention.layer_norm_rms_epsilon", "f32", c.normEps});
+    w.addMeta({"phi3.rope.freq_base", "f32", c.ropeTheta});
+    if (c.slidingWindow > 0) u32("phi3.attention.sliding_window", c.slidingWindow);
+    std::vector<std::pair<std::string, std::vector<float>>> tensors;
+    auto put = [&](const std::string& name, std::vector<int64_t> shape, std::vector<float> v) {
+      w.addTensor(name, shape, 0 /* F32 */);
+      tensors.emplace_back(name, std::move(v));
+    };
+    auto get = [&](const std::string& n) -> std::vector<float> {
+      const TensorInfo* t = hf->findTensor(n);
+      return t ? hf->tensorToFloat(*t) : std::vector<float>();
+    };
+    auto shapeOf = [&](const std::string& n) { return hf->findTensor(n)->shape; };
+    const bool longrope = c.ropeType == "longrope";
+    if (longrope) {
+      QCOMPARE(c.ropeType, std::string("longrope"));
+      const double factor = c.ropeFactor;
+      const double attn = c.ropeAttentionFactor > 0 ? c.ropeAttentionFactor
+                          : factor <= 1             ? 1.0
+                                        : std::sqrt(1 + std::log(factor) / std::log(double(c.ropeOriginalContext)));
+      u32("phi3.rope.scaling.original_context_length", c.ropeOriginalContext);
+      w.addMeta({"phi3.rope.scaling.attn_factor", "f32", attn});
+      std::vector<float> sf(c.ropeShortFactor.begin(), c.ropeShortFactor.end());
+      std::vector<float> lf(sf.size(), 7.0f);  // beyond the original context only: never used here
+      put("rope_factors_long.weight", {int64_t(lf.size())}, lf);
+      put("rope_factors_short.weight", {int64_t(sf.size())}, sf);
+      qInfo("%s: attn_factor %.6g", qPrintable(fixture), attn);
+    }
+    put("token_embd.weight", shapeOf("model.embed_tokens.weight"), get("model.embed_tokens.weight"));
+    put("output_norm.weight", shapeOf("model.norm.weight"), get("model.norm.weight"));
+    if (hf->findTensor("lm_head.weight")) put("output.weight", shapeOf("lm_head.weight"), get("lm_head.weight"));
+    for (int64_t b = 0; b < c.nLayers; ++b) {
+      const std::string g = "blk." + std::to_string(b) + ".", h = "model.layers." + std::to_string(b) + ".";
+      auto cat = [&](std::initializer_list<std::string> names, const std::string& fused, const std::string& out) {
+        if (hf->findTensor(h + fused)) return put(g + out, shapeOf(h + fused), get(h + fused));
+        std::vector<float> v;
+        int64_t rows = 0, cols = 0;
+        for (const auto& n : names) {
+          const auto part = get(h + n);
+          QVERIFY2(!part.empty(), (h + n).c_str());
+          rows += shapeOf(h + n)[0];
+          cols = shapeOf(h + n)[1];
+          v.insert(v.end(), part.begin(), part.end());
+        }
+        put(g + out, {rows, cols}, std::move(v));
+      };
+      put(g + "attn_norm.weight", shapeOf(h + "input_layernorm.weight"), get(h + "input_layernorm.weight"));
+      cat({"self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"}, "self_attn.qkv_proj.weight",
+          "attn_qkv.weight");
+      put(g + "attn_output.weight", shapeOf(h + "self_attn.o_proj.weight"), get(h + "self_attn.o_proj.weight"));
+      put(g + "ffn_norm.weight", shapeOf(h + "post_attention_layernorm.weight"), get(h + "post_attention_layernorm.weight"));
+      cat({"mlp.gate_proj.weight", "mlp.up_proj.weight"}, "mlp.gate_up_proj.weight", "ffn_up.weight");
+      put(g + "ffn_down.weight", shapeOf(h + "mlp.down_proj.weight"), get(h + "mlp.down_proj.weight"));
+    }
+    std::string bytes = w.header();
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      bytes.resize(size_t(w.dataOffset(i)), '\0');
+      bytes.append(reinterpret_cast<const char*>(tensors[i].second.data()), tensors[i].second.size() * 4);
+    }
+    bytes.resize(size_t(w.fileSize()), '\0');
+    const fs::path out = fs::temp_directory_path() / ("qs_phi3_" + std::to_string(::getpid()) + ".gguf");
+    {
+      std::ofstream f(out, std::ios::binary);
+      f.write(bytes.data(), std::streamsize(bytes.size()));
+    }
+    auto gguf = openModel(out.string());
+    const ModelGraph g = buildModelGraph(*gguf);
+    QCOMPARE(g.architecture, std::string("phi3"));
+    QCOMPARE(g.rope, RopeLayout::HalfSplit);
+    QCOMPARE(g.blocks.at(0).linears.at(0).role, LinearRole::QkvFused);
+    QCOMPARE(gguf->config().ropeType, std::string(longrope ? "longrope" : "default"));
+    auto ops = createCpuTransformerOps();
+    Runtime rt(*gguf, g, *ops);
+    const auto ref = nlohmann::json::parse(readText(src / "ref.json"));
+    const std::vector<int32_t> tokens = ref["tokens"].get<std::vector<int32_t>>();
+    const std::vector<float> prefill = readF32(src / "prefill.f32"), decode = readF32(src / "decode.f32");
+    std::vector<float> logits;
+    rt.forward(tokens, 0, logits, true);
+    const double d = relDiff(logits.data(), prefill.data(), prefill.size());
+    rt.reset();
+    const size_t T = tokens.size();
+    rt.forward(std::span(tokens).first(T - 1), 0, logits, false);
+    rt.forward(std::span(tokens).subspan(T - 1), int32_t(T - 1), logits, false);
+    const double dd = relDiff(logits.data(), decode.data(), decode.size());
+    qInfo("%s as phi3 GGUF: prefill max rel diff %.3g, decode %.3g", qPrintable(fixture), d, dd);
+    QVERIFY2(d < kTolerance && dd < kTolerance, qPrintable(QString("differs by %1 / %2").arg(d).arg(dd)));
+    gguf.reset();
+    fs::remove(out);
+  }
+
+  // config.json keys of features no architecture here has (experts, chunked attention, Llama
+  // 4's QK norm flag) are refused naming the key, not dropped.
+  void hfUnsupportedKeysAreRefused() {
+    const fs::path src = fixtureDir() / "llama_gqa";
+    if (!fs::exists(src)) QSKIP("no llama_gqa fixture");
+    const auto base = nlohmann::json::parse(readText(src / "config.json"));
+    for (const auto& [key, value] : std::vector<std::pair<std::string, nlohmann::json>>{
+             {"num_local_experts", 8}, {"num_experts", 4}, {"attention_chunk_size", 8192}, {"use_qk_norm", true}}) {
+      const fs::path dir = fs::temp_directory_path() / ("qs_hfkey_" + std::to_string(::getpid()));
+      fs::create_directories(dir);
+      fs::copy_file(src / "model.safetensors", dir / "model.safetensors", fs::copy_options::overwrite_existing);
+      nlohmann::json cfg = base;
+      cfg[key] = value;
+      std::ofstream(dir / "config.json") << cfg.dump();
+      try {
+        openModel(dir.string());
+        fs::remove_all(dir);
+        QFAIL(qPrintable(QString::fromStdString("accepted " + key)));
+      } catch (const Error& e) {
+        fs::remove_all(dir);
+        QCOMPARE(int(e.kind()), int(ErrorKind::BadInput));
+        QVERIFY2(std::string(e.what()).find(key) != std::string::npos, e.what());
+      }
+    }
+  }
+
   // GGUF metadata we do not implement is refused naming the key.
   void ggufUnsupportedMetadataIsRefused() {
     const fs::path src = fixtureDir() / "llama_gqa";
@@ -202,6 +345,11 @@ class TestHfReference : public QObject {
         {"llama.rope.scaling.attn_factor", "f32", 2.0},
         {"llama.rope.dimension_count", "u32", c.headDim() / 2},
         {"llama.final_logit_softcapping", "f32", 30.0},
+        // keys we have no implementation for at all: refused, never ignored
+        {"llama.expert_count", "u32", 8},
+        {"llama.logit_scale", "f32", 0.5},
+        {"llama.attention.causal", "bool", false},
+        {"llama.embedding_scale", "f32", 12.0},
     };
     for (const auto& [key, type, value] : cases) {
       GgufWriter w;

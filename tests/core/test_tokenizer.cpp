@@ -5,9 +5,11 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <sentencepiece_trainer.h>
 
 #include "core/model/gguf_writer.h"
 #include "core/model/model_file.h"
+#include "core/tokenizer/chat_template.h"
 #include "core/tokenizer/tokenizer_loaders.h"
 #include "kernels/common/error.h"
 #include "tests/core/python_fixture.h"
@@ -71,6 +73,80 @@ void expectBadTokenizer(const QString& path, const char* fragment, int32_t vocab
     QVERIFY2(e.isUserError(), e.what());
     QVERIFY2(std::string(e.what()).find(fragment) != std::string::npos, e.what());
   }
+}
+
+// A serialized SentencePiece ModelProto written field by field (sentencepiece_model.proto):
+// pieces (1: piece 1, score 2, type 3), trainer_spec (2: model_type 3 = BPE, byte_fallback 35,
+// unk/bos/eos/pad ids 40–43), normalizer_spec (3: name 1 "identity", add_dummy_prefix 3,
+// remove_extra_whitespaces 4, escape_whitespaces 5) — how Llama 2's tokenizer.model is set up.
+struct Proto {
+  std::string b;
+  void varint(uint64_t v) {
+    do {
+      uint8_t c = v & 0x7F;
+      v >>= 7;
+      if (v) c |= 0x80;
+      b += char(c);
+    } while (v);
+  }
+  void tag(int field, int wire) { varint(uint64_t(field) << 3 | uint64_t(wire)); }
+  void bytes(int field, const std::string& s) {
+    tag(field, 2);
+    varint(s.size());
+    b += s;
+  }
+  void integer(int field, int64_t v) {
+    tag(field, 0);
+    varint(uint64_t(v));
+  }
+  void f32(int field, float v) {
+    tag(field, 5);
+    char c[4];
+    std::memcpy(c, &v, 4);
+    b.append(c, 4);
+  }
+};
+
+// Llama 2's vocabulary (llama2.c's tokenizer.bin: f32 score, i32 length, bytes; spaces stored
+// as " ") as a tokenizer.model.
+std::string llama2ModelProto() {
+  const QByteArray bin = test::readAll(test::datasetPath("tokenizers/llama2/tokenizer.bin"));
+  Proto m;
+  size_t off = 4;
+  for (int id = 0; off + 8 <= size_t(bin.size()); ++id) {
+    float score;
+    int32_t n;
+    std::memcpy(&score, bin.data() + off, 4);
+    std::memcpy(&n, bin.data() + off + 4, 4);
+    std::string piece(bin.data() + off + 8, size_t(n));
+    off += 8 + size_t(n);
+    int type = 1;
+    if (id == 0) piece = "<unk>", type = 2;
+    if (id == 1) piece = "<s>", type = 3;
+    if (id == 2) piece = "</s>", type = 3;
+    if (id > 2 && piece.size() == 6 && piece.compare(0, 3, "<0x") == 0) type = 6;
+    for (size_t p; (p = piece.find(' ')) != std::string::npos;) piece.replace(p, 1, "\xE2\x96\x81");
+    Proto sp;
+    sp.bytes(1, piece);
+    sp.f32(2, score);
+    sp.integer(3, type);
+    m.bytes(1, sp.b);
+  }
+  Proto trainer;
+  trainer.integer(3, 2);
+  trainer.integer(35, 1);
+  trainer.integer(40, 0);
+  trainer.integer(41, 1);
+  trainer.integer(42, 2);
+  trainer.integer(43, -1);
+  m.bytes(2, trainer.b);
+  Proto norm;
+  norm.bytes(1, "identity");
+  norm.integer(3, 1);
+  norm.integer(4, 0);
+  norm.integer(5, 1);
+  m.bytes(3, norm.b);
+  return m.b;
 }
 
 }  // namespace
@@ -253,6 +329,122 @@ class TestTokenizer : public QObject {
       QVERIFY2(have == want, qPrintable(QString::fromStdString(text) + "\n have " + idsText(have) +
                                         "\n want " + idsText(want)));
       QCOMPARE(tok->decode(have, true), text);
+    }
+  }
+
+  // SentencePiece-style tokenizer.json (Llama 2, Mistral, TinyLlama) against transformers:
+  // tests/data/spm_ref (scripts/reference/make_spm_tokenizer_fixtures.py) holds a BPE with byte
+  // fallback in three layouts — transformers 5's Metaspace(prepend first, no split), transformers
+  // 4's Prepend+Replace normalizer, Metaspace(always, split) — and the ids and decoded text
+  // transformers gives for texts with spaces, tabs, newlines, unknown characters and special
+  // tokens. The live `reference` test (QS_SPM_REF_DIR) adds Llama 2's 32,000-token vocabulary.
+  void metaspaceTokenizerJsonMatchesTransformers() {
+    const char* env = std::getenv("QS_SPM_REF_DIR");
+    const QString root = env && *env ? QString(env) : QString(QS_SOURCE_DIR) + "/tests/data/spm_ref";
+    const QStringList cases = QDir(root).entryList(QDir::Dirs | QDir::NoDotAndDotDot);
+    QVERIFY(cases.size() >= 3);
+    for (const QString& c : cases) {
+      auto tok = openTokenizer((root + "/" + c + "/tokenizer.json").toStdString());
+      QCOMPARE(tok->kindName(), std::string_view("metaspace-bpe"));
+      QVERIFY(tok->addsBosByDefault());
+      const auto e = nlohmann::json::parse(test::readAll(root + "/" + c + "/expected.json").toStdString());
+      const auto& texts = e["texts"];
+      QVERIFY(texts.size() >= 10);
+      for (size_t i = 0; i < texts.size(); ++i) {
+        const std::string text = texts[i];
+        const auto want = e["ids"][i].get<std::vector<int32_t>>();
+        const auto have = tok->encode(text, {.addBos = tok->addsBosByDefault(), .parseSpecial = true});
+        QVERIFY2(have == want, qPrintable(c + ": \"" + QString::fromStdString(text) + "\"\n have " + idsText(have) +
+                                          "\n want " + idsText(want)));
+        QCOMPARE(tok->decode(have), e["decoded"][i].get<std::string>());
+      }
+    }
+  }
+
+  // tokenizer.model through libsentencepiece. Llama 2's vocabulary written as a ModelProto gives
+  // llama.cpp's ids on all of its test vectors (llama.cpp's SPM tokenizer reproduces
+  // sentencepiece); a BPE model trained by the library on Shakespeare gives the same ids from
+  // the library and from our own SpmTokenizer over the same pieces and scores.
+  void sentencePieceModelFiles() {
+    const QString llama = test::writeFile(tmp_, "llama2.model", QByteArray::fromStdString(llama2ModelProto()));
+    auto tok = openTokenizer(llama.toStdString());
+    QCOMPARE(tok->kindName(), std::string_view("sentencepiece-model"));
+    QCOMPARE(tok->vocabSize(), 32000);
+    QCOMPARE(tok->bos(), 1);
+    QCOMPARE(tok->eos(), 2);
+    QVERIFY(tok->addsBosByDefault());
+    const auto vectors = readLlamaCppVectors(test::datasetPath("tokenizers/llama2/ggml-vocab-llama-spm.gguf"));
+    QVERIFY(vectors.size() > 40);
+    for (const Vector& v : vectors) {
+      const auto have = tok->encode(v.text);
+      QVERIFY2(have == v.ids, qPrintable(QString::fromStdString(v.text) + "\n have " + idsText(have) +
+                                         "\n want " + idsText(v.ids)));
+    }
+    QCOMPARE(tok->decode(tok->encode("Hello world\n  two", {.addBos = true})), std::string("Hello world\n  two"));
+    QCOMPARE(tok->encode("<s>x", {.parseSpecial = true}).front(), 1);
+    QVERIFY(tok->encode("<s>x").front() != 1);
+    // Trained by the library; our SpmTokenizer (llama.cpp's algorithm) on its pieces agrees.
+    const std::string prefix = tmp_.filePath("trained").toStdString();
+    const auto st = sentencepiece::SentencePieceTrainer::Train(
+        "--input=" + test::datasetPath("text/tinyshakespeare.txt").toStdString() + " --model_prefix=" + prefix +
+        " --vocab_size=600 --model_type=bpe --byte_fallback=true --normalization_rule_name=identity"
+        " --remove_extra_whitespaces=false --input_sentence_size=4000 --minloglevel=2");
+    QVERIFY2(st.ok(), st.ToString().c_str());
+    auto trained = openTokenizer(prefix + ".model");
+    QCOMPARE(trained->kindName(), std::string_view("sentencepiece-model"));
+    QCOMPARE(trained->vocabSize(), 600);
+    Vocabulary v = trained->vocab();
+    SpmTokenizer ours(v, SpmOptions{});
+    for (const char* text : {"First Citizen:\nBefore we proceed any further, hear me speak.", "  two  spaces",
+                             "caf\xC3\xA9 \xE6\x97\xA5\xE6\x9C\xAC \xF0\x9F\xA6\x99", "tab\there", "", "x"}) {
+      const auto lib = trained->encode(text), mine = ours.encode(text, {});
+      QVERIFY2(lib == mine, qPrintable(QString(text) + "\n lib  " + idsText(lib) + "\n ours " + idsText(mine)));
+      QCOMPARE(trained->decode(lib), std::string(text));
+    }
+    // Not a model: the library's refusal, named.
+    const QString bad = test::writeFile(tmp_, "bad.model", QByteArray("\x0A\x05\x0A\x03" "abc\xFF\xFF", 9));
+    expectBadTokenizer(bad, "bad.model");
+  }
+
+  // Chat templates through minja against transformers' Jinja environment
+  // (tests/data/chat_ref, scripts/reference/make_chat_template_fixtures.py): SmolLM2's, Llama 2
+  // chat's, Llama 3's and Gemma 3's templates on five conversations with and without the
+  // generation prompt; a template's raise_exception (roles not alternating) is a BadInput.
+  void chatTemplatesMatchTransformers() {
+    const char* env = std::getenv("QS_CHAT_REF_DIR");
+    const QString root = env && *env ? QString(env) : QString(QS_SOURCE_DIR) + "/tests/data/chat_ref";
+    const auto cases = nlohmann::json::parse(test::readAll(root + "/cases.json").toStdString());
+    QVERIFY(cases.size() >= 40);
+    int errors = 0;
+    for (const auto& c : cases) {
+      const ChatTemplate t{c["template"].get<std::string>(), c["name"].get<std::string>()};
+      std::vector<ChatMessage> msgs;
+      for (const auto& m : c["messages"]) msgs.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+      const auto render = [&] {
+        return applyChatTemplate(t, msgs, c["add_generation_prompt"].get<bool>(), c["bos"].get<std::string>(),
+                                 c["eos"].get<std::string>());
+      };
+      if (c.value("error", false)) {
+        ++errors;
+        try {
+          render();
+          QFAIL(qPrintable("no error for " + QString::fromStdString(t.origin)));
+        } catch (const Error& e) {
+          QVERIFY2(e.isUserError() && std::string(e.what()).find(t.origin) != std::string::npos, e.what());
+        }
+        continue;
+      }
+      const std::string have = render();
+      QVERIFY2(have == c["expected"].get<std::string>(),
+               qPrintable(QString::fromStdString(t.origin + "\n have: " + have + "\n want: " + c["expected"].get<std::string>())));
+    }
+    QCOMPARE(errors, 4);
+    // A template that does not parse names where it came from.
+    try {
+      applyChatTemplate({"{% for m in messages %}", "broken.jinja"}, {{"user", "x"}}, true, "<s>", "</s>");
+      QFAIL("no error for a broken template");
+    } catch (const Error& e) {
+      QVERIFY2(std::string(e.what()).find("broken.jinja") != std::string::npos, e.what());
     }
   }
 

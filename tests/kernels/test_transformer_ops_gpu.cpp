@@ -201,6 +201,101 @@ class TestTransformerOpsGpu : public QObject {
         }
   }
 
+  // The wider families' ops on the device (family_kernels.cu) against the CPU reference
+  // (TransformerOps' host defaults): activations (silu, gelu erf, gelu_tanh, relu), mul, scale
+  // (Gemma's embedding scale), soft-cap (Gemma 2's logits) — a few FP32 ulps: 1e-6 relative L2;
+  // RoPE with explicit frequencies (scaled RoPE, Gemma 3's two bases, Phi-3 longrope) and a
+  // cos/sin multiplier — angles up to ~4000 rad: 1e-5, as ropeMatchesCpu.
+  void familyOpsMatchCpu() {
+    Dev d(*gpu_);
+    for (size_t n : {size_t(1), size_t(999), size_t(70001)})
+      for (bool outliers : {false, true}) {
+        const uint64_t seed = freshSeed();
+        const auto x = randn(n, seed, 3.0f, outliers, 97), y = randn(n, seed + 1, 1.0f, outliers, 61);
+        for (Activation a : {Activation::Silu, Activation::Gelu, Activation::GeluTanh, Activation::Relu}) {
+          std::vector<float> ref = x;
+          cpu_->activate(ref.data(), int64_t(n), a);
+          float* dx = d.put(x);
+          gpu_->activate(dx, int64_t(n), a);
+          const double e = relL2(d.get(dx, n), ref);
+          QVERIFY2(e < 1e-6, qPrintable(QString("%1 n=%2 err %3 seed %4")
+                                            .arg(QString::fromUtf8(activationName(a).data(), int(activationName(a).size())))
+                                            .arg(n).arg(e).arg(seed)));
+        }
+        std::vector<float> m = x, sc = x, cap = x;
+        cpu_->mul(m.data(), y.data(), int64_t(n));
+        cpu_->scale(sc.data(), int64_t(n), 25.298f);
+        cpu_->softcap(cap.data(), int64_t(n), 3.0f);
+        float* dm = d.put(x);
+        float* ds = d.put(x);
+        float* dc = d.put(x);
+        gpu_->mul(dm, d.put(y), int64_t(n));
+        gpu_->scale(ds, int64_t(n), 25.298f);
+        gpu_->softcap(dc, int64_t(n), 3.0f);
+        QVERIFY(bitEqual(d.get(dm, n), m));  // one IEEE multiplication
+        QVERIFY(bitEqual(d.get(ds, n), sc));
+        QVERIFY2(relL2(d.get(dc, n), cap) < 1e-6, qPrintable(QString("softcap seed %1").arg(seed)));
+      }
+    for (RopeMode mode : {RopeMode::Interleaved, RopeMode::HalfSplit})
+      for (auto [T, H, KVH, HD, start, mscale] :
+           {std::tuple{1, 4, 2, 8, 0, 1.0f}, {7, 6, 3, 64, 100, 1.2247f}, {33, 8, 1, 128, 3000, 0.9f}, {5, 3, 3, 2, 17, 1.0f}}) {
+        const uint64_t seed = freshSeed();
+        AttentionShape s{H, KVH, HD, 4096};
+        auto q = randn(size_t(T * H * HD), seed, 1.0f, true, size_t(HD));
+        auto k = randn(size_t(T * KVH * HD), seed + 1);
+        // Frequencies of a scaled RoPE: the default ones divided by factors in [1, 9].
+        std::mt19937_64 rng(seed + 2);
+        std::vector<float> inv(size_t(HD / 2));
+        for (int i = 0; i < HD / 2; ++i)
+          inv[size_t(i)] = 1.0f / (std::pow(10000.0f, float(2 * i) / float(HD)) * (1.0f + float(rng() % 800) / 100.0f));
+        std::vector<int32_t> pos(static_cast<size_t>(T));
+        for (int t = 0; t < T; ++t) pos[size_t(t)] = start + t;
+        float* dq = d.put(q);
+        float* dk = d.put(k);
+        gpu_->ropeFrequencies(dq, dk, d.putT(pos), T, s, inv.data(), mscale, mode);
+        cpu_->ropeFrequencies(q.data(), k.data(), pos.data(), T, s, inv.data(), mscale, mode);
+        QVERIFY2(relL2(d.get(dq, q.size()), q) < 1e-5, qPrintable(QString("rope q seed %1").arg(seed)));
+        QVERIFY2(relL2(d.get(dk, k.size()), k) < 1e-5, qPrintable(QString("rope k seed %1").arg(seed)));
+      }
+  }
+
+  // Attention with the extras on the device: sliding windows (1, 4, 33, 100; Mistral, Gemma,
+  // Phi-3), a score scale (Gemma's query_pre_attn_scalar), soft-capping (Gemma 2) and all at
+  // once, over prefill + decode steps with partial tiles, GQA and MHA. 1e-5 relative L2.
+  void attentionExtrasMatchCpu() {
+    Dev d(*gpu_);
+    QVERIFY(gpu_->attentionExtras());
+    const int maxSeq = quick() ? 96 : 300;
+    for (bool outliers : {false, true})
+      for (auto [H, KVH, HD] : {std::tuple{8, 4, 8}, {4, 1, 64}, {6, 2, 80}, {2, 2, 256}})
+        for (auto [window, scale, cap] : {std::tuple{1, 0.0f, 0.0f}, {4, 0.0f, 0.0f}, {33, 0.0f, 0.0f},
+                                          {0, 0.07f, 0.0f}, {0, 0.0f, 2.0f}, {100, 0.3f, 5.0f}})
+          for (auto [start, T] : {std::pair{0, 37}, {40, maxSeq - 48}}) {
+            const uint64_t seed = freshSeed();
+            AttentionShape s{H, KVH, HD, maxSeq, window, scale, cap};
+            const size_t kvDim = size_t(KVH * HD), qDim = size_t(H * HD);
+            std::vector<float> kc = randn(size_t(maxSeq) * kvDim, seed + 7), vc = randn(size_t(maxSeq) * kvDim, seed + 8);
+            float* dkc = d.put(kc);
+            float* dvc = d.put(vc);
+            for (int step = 0; step < 3; ++step) {
+              const int t0 = step == 0 ? start : start + T + step - 1, n = step == 0 ? T : 1;
+              const auto q = randn(size_t(n) * qDim, seed + 10 * step, 1.0f, outliers, size_t(HD));
+              const auto k = randn(size_t(n) * kvDim, seed + 10 * step + 1, 1.0f, outliers, size_t(HD));
+              const auto v = randn(size_t(n) * kvDim, seed + 10 * step + 2);
+              std::vector<int32_t> pos(static_cast<size_t>(n));
+              for (int t = 0; t < n; ++t) pos[size_t(t)] = t0 + t;
+              std::vector<float> ref(size_t(n) * qDim);
+              cpu_->attention(q.data(), k.data(), v.data(), pos.data(), n, s, kc.data(), vc.data(), ref.data());
+              float* out = d.poisoned(ref.size());
+              gpu_->attention(d.put(q), d.put(k), d.put(v), d.putT(pos), n, s, dkc, dvc, out);
+              const double e = relL2(d.get(out, ref.size()), ref);
+              QVERIFY2(e < 1e-5, qPrintable(QString("H=%1/%2 hd=%3 window %4 scale %5 cap %6 start=%7 T=%8: err %9 seed %10")
+                                                .arg(H).arg(KVH).arg(HD).arg(window).arg(scale).arg(cap).arg(t0).arg(n)
+                                                .arg(e).arg(seed)));
+            }
+          }
+  }
+
   void elementwiseMatchesCpu() {
     Dev d(*gpu_);
     for (size_t n : {size_t(1), size_t(1000), size_t(70001)}) {

@@ -9,6 +9,11 @@
 // broadcast), then an online softmax (running max m, running sum l, output rescaled by
 // exp(m_old − m_new), as FlashAttention does) and P·V with each lane owning hd/32 output dims.
 // Scores, softmax and sums are FP32 like the CPU reference; only the summation order differs.
+// Extras (Mistral / Gemma / Phi-3): a sliding window (a query at p sees keys p-window+1 .. p;
+// the key walk starts at the tile's first query's window, and a warp skips the key tiles that
+// lie wholly before its query's window, so every tile it uses holds a valid key), a score scale
+// other than 1/sqrt(hd) (Gemma's query_pre_attn_scalar) and the score soft-cap
+// cap · tanh(s / cap) (Gemma 2) applied after the scale, before the softmax.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -46,8 +51,8 @@ template <int DPL>
 __global__ void __launch_bounds__(kWarps * 32)
     attentionKernel(const float* __restrict__ q, const float* __restrict__ kCache,
                     const float* __restrict__ vCache, const int32_t* __restrict__ positions,
-                    int64_t T, int nHeads, int nKvHeads, int hd, float scale,
-                    float* __restrict__ out) {
+                    int64_t T, int nHeads, int nKvHeads, int hd, float scale, int window,
+                    float softcap, float* __restrict__ out) {
   extern __shared__ float smem[];
   const int ks = hd + 1;                  // K row stride: lane j reads row j, conflict-free
   float* kTile = smem;                    // [kKeyTile][hd + 1]
@@ -77,8 +82,9 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int d = 0; d < DPL; ++d) acc[j][d] = 0.0f;
   }
   const int lastPos = positions[t0 + nq - 1];  // positions ascend: the tile's largest
+  const int firstKey = window > 0 ? max(0, positions[t0] - window + 1) : 0;
 
-  for (int key0 = 0; key0 <= lastPos; key0 += kKeyTile) {
+  for (int key0 = firstKey; key0 <= lastPos; key0 += kKeyTile) {
     const int nk = lastPos + 1 - key0 < kKeyTile ? lastPos + 1 - key0 : kKeyTile;
     __syncthreads();  // the previous tile is no longer read
     for (int i = threadIdx.x; i < kKeyTile * hd; i += blockDim.x) {
@@ -91,15 +97,18 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
     for (int j = 0; j < kQueriesPerWarp; ++j) {
       if (myPos[j] < key0) continue;  // warp-uniform: the whole tile is in this query's future
+      if (window > 0 && key0 + nk - 1 <= myPos[j] - window) continue;  // wholly before its window
       const float* qv = qTile + (warp * kQueriesPerWarp + j) * hd;
       const float* kr = kTile + lane * ks;
       float dot = 0.0f;
       for (int c = 0; c < hd; ++c) dot = fmaf(qv[c], kr[c], dot);
-      const bool valid = key0 + lane <= myPos[j];
-      const float s = valid ? dot * scale : -INFINITY;
+      const bool valid = key0 + lane <= myPos[j] && (window <= 0 || key0 + lane > myPos[j] - window);
+      float sc = dot * scale;
+      if (softcap > 0.0f) sc = softcap * tanhf(sc / softcap);
+      const float s = valid ? sc : -INFINITY;
       float tileMax = s;
       for (int off = 16; off > 0; off >>= 1) tileMax = fmaxf(tileMax, __shfl_xor_sync(0xFFFFFFFFu, tileMax, off));
-      const float mNew = fmaxf(m[j], tileMax);  // finite: key0 ≤ myPos, so key key0 is valid
+      const float mNew = fmaxf(m[j], tileMax);  // finite: the tile holds a valid key (see above)
       const float corr = expf(m[j] - mNew);     // 0 on the first tile (m = −inf)
       const float p = valid ? expf(s - mNew) : 0.0f;
       float psum = p;
@@ -136,7 +145,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 template <int DPL>
 void launchAttention(const float* q, const float* kCache, const float* vCache,
                      const int32_t* positions, int64_t T, int nHeads, int nKvHeads, int hd,
-                     float* out, cudaStream_t stream) {
+                     float* out, cudaStream_t stream, int window, float scale, float softcap) {
   const size_t smem = size_t(kKeyTile * (hd + 1) + kKeyTile * hd + kQueryTile * hd) * sizeof(float);
   static bool configured = false;  // per instantiation; raising the limit is idempotent
   if (!configured) {
@@ -146,7 +155,8 @@ void launchAttention(const float* q, const float* kCache, const float* vCache,
   }
   const dim3 grid(unsigned((T + kQueryTile - 1) / kQueryTile), unsigned(nHeads));
   attentionKernel<DPL><<<grid, kWarps * 32, smem, stream>>>(q, kCache, vCache, positions, T, nHeads,
-                                                            nKvHeads, hd, 1.0f / sqrtf(float(hd)), out);
+                                                            nKvHeads, hd, scale > 0.0f ? scale : 1.0f / sqrtf(float(hd)),
+                                                            window, softcap, out);
   QS_CUDA_LAUNCHED("attentionKernel");
 }
 
@@ -154,7 +164,7 @@ void launchAttention(const float* q, const float* kCache, const float* vCache,
 
 void attention(const float* q, const float* k, const float* v, const int32_t* positions,
                int64_t T, int nHeads, int nKvHeads, int headDim, float* kCache, float* vCache,
-               float* out, cudaStream_t stream) {
+               float* out, cudaStream_t stream, int window, float scale, float softcap) {
   if (T <= 0) return;
   if (headDim <= 0 || headDim > 256 || nKvHeads <= 0 || nHeads % nKvHeads != 0)
     throw Error(ErrorKind::Unsupported,
@@ -167,13 +177,17 @@ void attention(const float* q, const float* k, const float* v, const int32_t* po
   appendKvKernel<<<blocks, 256, 0, stream>>>(k, v, positions, T, kvDim, kCache, vCache);
   QS_CUDA_LAUNCHED("appendKvKernel");
   if (headDim <= 32)
-    launchAttention<1>(q, kCache, vCache, positions, T, nHeads, nKvHeads, headDim, out, stream);
+    launchAttention<1>(q, kCache, vCache, positions, T, nHeads, nKvHeads, headDim, out, stream, window, scale,
+                        softcap);
   else if (headDim <= 64)
-    launchAttention<2>(q, kCache, vCache, positions, T, nHeads, nKvHeads, headDim, out, stream);
+    launchAttention<2>(q, kCache, vCache, positions, T, nHeads, nKvHeads, headDim, out, stream, window, scale,
+                        softcap);
   else if (headDim <= 128)
-    launchAttention<4>(q, kCache, vCache, positions, T, nHeads, nKvHeads, headDim, out, stream);
+    launchAttention<4>(q, kCache, vCache, positions, T, nHeads, nKvHeads, headDim, out, stream, window, scale,
+                        softcap);
   else
-    launchAttention<8>(q, kCache, vCache, positions, T, nHeads, nKvHeads, headDim, out, stream);
+    launchAttention<8>(q, kCache, vCache, positions, T, nHeads, nKvHeads, headDim, out, stream, window, scale,
+                        softcap);
 }
 
 }  // namespace qs::cuda_ops

@@ -76,8 +76,23 @@ class CudaTransformerOps final : public TransformerOps {
   }
   void attention(const float* q, const float* k, const float* v, const int32_t* positions, int64_t T,
                  const AttentionShape& s, float* kCache, float* vCache, float* out) override {
-    cuda_ops::attention(q, k, v, positions, T, s.nHeads, s.nKvHeads, s.headDim, kCache, vCache, out, stream_);
+    cuda_ops::attention(q, k, v, positions, T, s.nHeads, s.nKvHeads, s.headDim, kCache, vCache, out, stream_,
+                        s.window, s.scale, s.softcap);
   }
+  // The wider families on the device (family_kernels.cu; attention.cu takes the extras).
+  bool attentionExtras() const override { return true; }
+  void ropeFrequencies(float* q, float* k, const int32_t* positions, int64_t T, const AttentionShape& s,
+                       const float* invFreq, float mscale, RopeMode mode) override {
+    cuda_ops::ropeFrequencies(q, k, positions, T, s.nHeads, s.nKvHeads, s.headDim, deviceFreqs(invFreq, s.headDim / 2),
+                              mscale, mode == RopeMode::Interleaved, stream_);
+  }
+  void activate(float* x, int64_t n, Activation a) override {
+    const int kind = a == Activation::Silu ? 0 : a == Activation::Gelu ? 1 : a == Activation::GeluTanh ? 2 : 3;
+    cuda_ops::activate(x, n, kind, stream_);
+  }
+  void mul(float* x, const float* y, int64_t n) override { cuda_ops::mul(x, y, n, stream_); }
+  void scale(float* x, int64_t n, float s) override { cuda_ops::scale(x, n, s, stream_); }
+  void softcap(float* x, int64_t n, float cap) override { cuda_ops::softcap(x, n, cap, stream_); }
   void swiglu(const float* gate, const float* up, int64_t n, float* out) override {
     cuda_ops::swiglu(gate, up, n, out, stream_);
   }
@@ -282,6 +297,19 @@ class CudaTransformerOps final : public TransformerOps {
   static void checkInt(int64_t v, const char* what) {
     if (v > int64_t(0x7FFFFFFF)) throwBadInput("", what, std::to_string(v) + " exceeds cuBLAS's int range");
   }
+  // invFreq arrives in host memory (the runtime's per-layer tables: a model has one or two —
+  // Gemma 3's local and global); each distinct table is uploaded once and kept, so a forward
+  // pass (and a captured graph of it) copies nothing from the host.
+  const float* deviceFreqs(const float* host, int n) {
+    for (const auto& [values, dev] : freqs_)
+      if (int(values.size()) == n && std::equal(values.begin(), values.end(), host))
+        return static_cast<const float*>(dev.get());
+    if (freqs_.size() >= 16) freqs_.erase(freqs_.begin());  // never more than a few in practice
+    auto dev = allocate(size_t(n) * sizeof(float));
+    upload(dev.get(), host, size_t(n) * sizeof(float));
+    freqs_.emplace_back(std::vector<float>(host, host + n), dev);
+    return static_cast<const float*>(dev.get());
+  }
   int* badRow() {
     if (!badRow_) {
       badRow_ = allocate(sizeof(int));
@@ -300,6 +328,7 @@ class CudaTransformerOps final : public TransformerOps {
   void* blasWorkspace_ = nullptr;
   cuda_stats::DeviceBuffer statsScratch_;
   std::shared_ptr<void> badRow_, logitRows_, targets_;
+  std::vector<std::pair<std::vector<float>, std::shared_ptr<void>>> freqs_;
   size_t logitRowsBytes_ = 0, targetsBytes_ = 0;
 };
 

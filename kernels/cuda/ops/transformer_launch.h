@@ -16,10 +16,21 @@ void layerNorm(const float* x, const float* w, const float* b, int64_t T, int64_
 void rope(float* q, float* k, const int32_t* positions, int64_t T, int nHeads, int nKvHeads,
           int headDim, float theta, bool interleaved, cudaStream_t stream);
 // Writes k, v [T, kvDim] to the caches at positions[t], then causal GQA attention of the T
-// queries over cache positions 0..positions[t].
+// queries over cache positions 0..positions[t] — with window > 0 only the last `window` of them
+// (positions[t]-window+1 .. positions[t]); scores q·k · scale (scale 0: 1/sqrt(headDim)), with
+// softcap > 0 passed through softcap · tanh(s / softcap).
 void attention(const float* q, const float* k, const float* v, const int32_t* positions,
                int64_t T, int nHeads, int nKvHeads, int headDim, float* kCache, float* vCache,
-               float* out, cudaStream_t stream);
+               float* out, cudaStream_t stream, int window = 0, float scale = 0.0f, float softcap = 0.0f);
+
+// family_kernels.cu: the ops of the wider families. activate's kind: 0 silu, 1 gelu (erf),
+// 2 gelu_tanh, 3 relu. ropeFrequencies' invFreq is device memory, headDim/2 values.
+void activate(float* x, int64_t n, int kind, cudaStream_t stream);
+void mul(float* x, const float* y, int64_t n, cudaStream_t stream);
+void scale(float* x, int64_t n, float s, cudaStream_t stream);
+void softcap(float* x, int64_t n, float cap, cudaStream_t stream);
+void ropeFrequencies(float* q, float* k, const int32_t* positions, int64_t T, int nHeads, int nKvHeads, int headDim,
+                     const float* invFreq, float mscale, bool interleaved, cudaStream_t stream);
 
 void swiglu(const float* gate, const float* up, int64_t n, float* out, cudaStream_t stream);
 void geluTanh(float* x, int64_t n, cudaStream_t stream);
