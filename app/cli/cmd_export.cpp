@@ -6,6 +6,7 @@
 #include "app/cli/commands.h"
 #include "app/cli/run_support.h"
 #include "core/export/model_export.h"
+#include "core/runtime/loaded_model.h"
 #include "core/rounding/quantize_model.h"
 #include "kernels/common/error.h"
 #include "kernels/ops/cpu_transformer_ops.h"
@@ -37,7 +38,18 @@ void registerModelExport(CLI::App& app, CliContext& ctx) {
   cmd->add_flag("--json", a->json, "Print JSON on stdout");
   cmd->callback([&ctx, a] {
     TerminalProgress progress;
-    LoadedModel m = loadModel(a->model, a->tokenizer, false);
+    // The tokenizer is read only when the export needs it (calibration, a GGUF vocabulary): a
+    // weights-only model whose tokenizer.json we cannot parse (WordPiece) still exports.
+    const bool needsTokenizer = !a->calibText.empty() || a->to == "gguf";
+    LoadedModel m;
+    m.file = openModel(a->model);
+    m.graph = buildModelGraph(*m.file);
+    try {
+      m.tokenizer = findTokenizer(*m.file, a->tokenizer, &m.tokenizerPath);
+    } catch (const Error& e) {
+      if (needsTokenizer || !a->tokenizer.empty()) throw;
+      ctx.err << "note: tokenizer not read (" << e.what() << "); this export does not need it\n";
+    }
     PlanReadInfo info;
     const Plan plan = loadPlan(a->plan, &info);
     for (const auto& n : info.notes) ctx.err << a->plan << ": " << n << '\n';
@@ -83,11 +95,12 @@ void registerModelExport(CLI::App& app, CliContext& ctx) {
         if (!l.note.empty()) ctx.err << "note: " << l.name << ": " << l.note << '\n';
     }
     const ExportSource src{*m.file, m.graph, m.tokenizer.get(), plan, resolved,
-                           rounding ? &rounding->rounded : nullptr};
+                           rounding ? &rounding->rounded : nullptr, a->tokenizer};
     ModelExportResult r;
     if (a->dryRun) r.preview = previewModelExport(src, a->out, o);
     else r = exportModel(src, a->out, o, &job);
     const ExportPreview& p = r.preview;
+    for (const auto& n : p.notes) ctx.err << "note: " << n << '\n';
     for (const auto& w : p.warnings) ctx.err << "warning: " << w << '\n';
     if (a->dryRun)
       for (const auto& x : p.refusals) ctx.err << "refused: " << x << '\n';
@@ -101,6 +114,7 @@ void registerModelExport(CLI::App& app, CliContext& ctx) {
       j["written"] = !a->dryRun;
       j["bytes"] = r.bytes;
       j["estimated_tensor_bytes"] = p.estimatedBytes;
+      j["notes"] = p.notes;
       j["warnings"] = p.warnings;
       j["refusals"] = p.refusals;
       nlohmann::ordered_json ts = nlohmann::ordered_json::array();

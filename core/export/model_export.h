@@ -92,6 +92,10 @@ struct ExportSource {
   const Plan& plan;
   const ResolvedPlan& resolved;
   const RoundedTensors* rounded = nullptr;
+  // The tokenizer's file when the caller named one (--tokenizer): a GGUF export carries its
+  // vocabulary from it (merges of a tokenizer.json, the tokenizer.* entries of a GGUF). Empty:
+  // the tokenizer.json beside the model, if any.
+  std::string tokenizerFile = {};
 };
 
 // One tensor (or, for compressed-tensors, one layer's group of tensors) of the output.
@@ -112,6 +116,7 @@ struct ExportPreview {
   ModelExportFormat format = ModelExportFormat::Gguf;
   std::vector<ExportTensorPlan> tensors;
   std::vector<std::string> files;      // what will be written (final paths)
+  std::vector<std::string> notes;      // what the target changes on its own (vocabulary, kept layers)
   std::vector<std::string> warnings;   // written anyway, but not exactly as the plan says
   std::vector<std::string> refusals;   // the export cannot proceed while any is listed
   uint64_t estimatedBytes = 0;         // tensor data bytes

@@ -60,7 +60,9 @@ struct Component {
   uint64_t bytes() const {
     uint64_t n = 1;
     for (auto d : shape) n *= uint64_t(d);
-    const uint64_t w = dtype == "F32" || dtype == "I32" ? 4 : dtype == "I64" ? 8 : dtype == "F16" || dtype == "BF16" ? 2 : 1;
+    const uint64_t w = dtype == "F32" || dtype == "I32" || dtype == "U32" ? 4
+                       : dtype == "I64" || dtype == "U64" || dtype == "F64" ? 8
+                       : dtype == "F16" || dtype == "BF16" || dtype == "I16" || dtype == "U16" ? 2 : 1;
     return n * w;
   }
 };
@@ -144,7 +146,8 @@ std::vector<Component> componentsOf(const ExportSource& src, const ExportTensorP
       const QuantKind k = src.resolved.layers[size_t(t.planLayer)].format.weight.kind;
       dt = k == QuantKind::FP16 ? "F16" : k == QuantKind::BF16 ? "BF16" : "F32";
     } else {
-      dt = floatDtype(src.file.tensors()[size_t(t.sourceTensor)].dtype);
+      const TensorInfo& ti = src.file.tensors()[size_t(t.sourceTensor)];
+      dt = isIntegerTensor(ti) ? std::string(dtypeName(ti.dtype)) : floatDtype(ti.dtype);
     }
     return {{t.outputName, dt, shape}};
   }
@@ -380,6 +383,12 @@ void planSafetensors(const ExportSource& src, const std::string& out, const Mode
   std::set<std::string> names;
   for (const SourceTensor& s : walkGraph(src)) {
     const TensorInfo& ti = src.file.tensors()[size_t(s.index)];
+    if (!hfSource && s.role == TensorRole::Other && !ti.isParameter) {
+      // A buffer of another format (llama2.c's RoPE tables): transformers computes its own.
+      p.notes.push_back(ti.name + ": not written (a " + std::string(modelFormatName(src.file.format())) +
+                        " buffer that the Hugging Face model computes itself)");
+      continue;
+    }
     ExportTensorPlan t;
     t.sourceTensor = s.index;
     t.sourceName = ti.name;
@@ -433,6 +442,9 @@ void planSafetensors(const ExportSource& src, const std::string& out, const Mode
       t.storage = scheme.format == CtFormat::None
                       ? std::string(quantKindTraits(a.format.weight.kind).name)
                       : std::string(ctFormatName(scheme.format)) + " " + weightSpecToString(scheme.weight);
+    } else if (isIntegerTensor(ti)) {
+      t.storage = ti.dtypeLabel;
+      t.note = "integer tensor copied byte for byte";
     } else {
       t.storage = floatDtype(ti.dtype);
       if (ti.dtype != DType::F32 && ti.dtype != DType::F16 && ti.dtype != DType::BF16) t.note = "converted to F32";
@@ -478,6 +490,9 @@ void writeSafetensors(const ExportSource& src, const ExportPreview& p, const Mod
     std::vector<std::vector<std::byte>> data;
     if (t.planLayer >= 0 && pl.schemes[i].format != CtFormat::None) {
       data = encodeLayer(src, t, pl.schemes[i], comps[i], o);
+    } else if (t.planLayer < 0 && isIntegerTensor(src.file.tensors()[size_t(t.sourceTensor)])) {
+      const auto b = src.file.tensorBytes(src.file.tensors()[size_t(t.sourceTensor)]);
+      data.emplace_back(b.begin(), b.end());
     } else {
       const std::vector<float> v = t.planLayer >= 0 && src.resolved.layers[size_t(t.planLayer)].format.weight.kind != QuantKind::F32
                                        ? fakeQuantForExport(src, t)

@@ -267,7 +267,7 @@ class TestCoreExport : public QObject {
     const Plan plan2 = s.plan;
     const ResolvedPlan r2 = resolvePlanStrict(plan2, hf.graph, {});
     const std::string gguf = dir.filePath("back.gguf").toStdString();
-    exportModel(ExportSource{*hf.file, hf.graph, nullptr, plan2, r2}, gguf, {});
+    exportModel(ExportSource{*hf.file, hf.graph, s.m.tokenizer.get(), plan2, r2}, gguf, {});
     LoadedModel g = loadModel(gguf, qs::test::datasetPath("models/stories260K/tok512.bin").toStdString());
     QCOMPARE(g.graph.rope, RopeLayout::Interleaved);
     // The q rows are back in the source's order.
@@ -616,7 +616,9 @@ class TestCoreExport : public QObject {
         QCOMPARE(dequantizeWeight(quantizeWeightWithScales(fixed.spec, v, rows, cols, fixed.scales)), v);
       }
       const double pRuntime = perplexity(*rt, *orig.m.tokenizer);
-      const ExportSource src{*s->m.file, s->m.graph, s->m.tokenizer.get(), s->plan, s->resolved, &rep.rounded};
+      // The HF copy has no tokenizer of its own: the GGUF carries the llama2.c vocabulary.
+      const ExportSource src{*s->m.file, s->m.graph, s->m.tokenizer ? s->m.tokenizer.get() : orig.m.tokenizer.get(),
+                             s->plan, s->resolved, &rep.rounded};
       const std::string out = dir.filePath(s == &orig ? "l2c.gguf" : "hf.gguf").toStdString();
       exportModel(src, out, {});
       LoadedModel g = loadModel(out);
@@ -629,6 +631,51 @@ class TestCoreExport : public QObject {
         QCOMPARE(g.file->tensorToFloat(*g.file->findTensor("blk.0.attn_q.weight")), rep.rounded.values.at(q0));
       }
     }
+  }
+
+  // GGUF always carries a vocabulary llama.cpp accepts, or is refused (issue 26, item 1). GPT-2
+  // (byte-level BPE from tokenizer.json) → GGUF: gguf-py reads tokenizer.ggml.model "gpt2", the
+  // pre-tokenizer "gpt-2", tokens and merges equal to tokenizer.json; our reader reopens it with
+  // the same ids for a text and the same logits as the source. A source without tokenizer is
+  // refused, naming the key llama.cpp would miss.
+  void ggufVocabularyOrRefusal() {
+    QS_REQUIRE_PYTHON();
+    const char* f32Plan = R"({"schema": "quantscope-plan", "version": 2, "defaults": {"weight": "f32"}})";
+    const QString gpt2 = qs::test::datasetPath("models/shakespeare-gpt2/model.safetensors");
+    Source s(gpt2, f32Plan);
+    QVERIFY(s.m.tokenizer);
+    QTemporaryDir dir;
+    const std::string out = dir.filePath("g.gguf").toStdString();
+    const ExportPreview p = exportModel(s.src(), out, {}).preview;
+    QVERIFY(!p.notes.empty() && p.notes.front().find("pre-tokenizer \"gpt-2\"") != std::string::npos);
+    QVERIFY(runCheck("check_gguf_vocab.py",
+                     {QString::fromStdString(out), qs::test::datasetPath("models/shakespeare-gpt2/tokenizer.json"), "gpt-2"}));
+    LoadedModel g = loadModel(out);
+    QCOMPARE(g.graph.family, GraphFamily::Gpt2);
+    QVERIFY(g.tokenizer);
+    const std::string text = "ROMEO: I will not, my lord; the night is young.\n";
+    const auto ids = s.m.tokenizer->encode(text);
+    QCOMPARE(g.tokenizer->encode(text), ids);
+    std::unique_ptr<TransformerOps> o1, o2;
+    auto a = runtimeOf(s.m, o1), b = runtimeOf(g, o2);
+    std::vector<float> la, lb;
+    a->forward(ids, 0, la, true);
+    b->forward(ids, 0, lb, true);
+    QCOMPARE(lb, la);  // same F32 weights, transposed back from Conv1D: bit for bit
+
+    // No tokenizer: refused (preview and export), no file.
+    const Source bare(QStringLiteral(QS_SOURCE_DIR "/tests/data/hf_ref/llama_gqa"), f32Plan);
+    QVERIFY(!bare.m.tokenizer);
+    const std::string out2 = dir.filePath("bare.gguf").toStdString();
+    const ExportPreview p2 = previewModelExport(bare.src(), out2, {});
+    QCOMPARE(int(p2.refusals.size()), 1);
+    QVERIFY(p2.refusals[0].find("tokenizer.ggml.model") != std::string::npos);
+    QVERIFY_THROWS_EXCEPTION(Error, exportModel(bare.src(), out2, {}));
+    QVERIFY(!QFile::exists(QString::fromStdString(out2)));
+    // An architecture llama.cpp would compute differently: refused, naming it.
+    const Source gemma(QStringLiteral(QS_SOURCE_DIR "/tests/data/hf_ref/gemma"), f32Plan);
+    const ExportPreview p3 = previewModelExport(gemma.src(), out2, {});
+    QVERIFY(!p3.refusals.empty() && p3.refusals[0].find("\"gemma\"") != std::string::npos);
   }
 
   // The CLI: exit 0 and the file; 2 for an existing output without --force and for refusals.
