@@ -310,7 +310,7 @@ void planGguf(const ExportSource& src, const std::string& out, const ModelExport
       if (!c.exact) {
         t.note = c.why;
         const std::string line = planWord(a) + " → " + ggmlName(c.type) + ": " + c.why;
-        if (o.inexpressible == Inexpressible::Refuse) p.refusals.push_back(line + " (choose nearest to accept)");
+        if (o.inexpressible == Inexpressible::Refuse) p.refusals.push_back(line + " (--nearest writes the nearest form instead, with a warning)");
         else p.warnings.push_back(line);
       } else if (type == kQ4_1) {
         t.note = "Q4_1 minimum m = -z·s rounded to FP16";

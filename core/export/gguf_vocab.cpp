@@ -93,7 +93,13 @@ GgufVocabulary spmVocabulary(const Tokenizer& tok, int64_t rows) {
                  types = nlohmann::json::array();
   for (int32_t i = 0; i < v.size(); ++i) {
     std::string t = v.tokens[size_t(i)];
-    if (spaceIsBlank && (size_t(i) >= v.types.size() || v.types[size_t(i)] != TokenType::Byte)) {
+    const TokenType type = size_t(i) < v.types.size() ? v.types[size_t(i)] : TokenType::Normal;
+    if (type == TokenType::Control) {
+      // llama2.c's files spell BOS / EOS "\n<s>\n" / "\n</s>\n"; llama.cpp prints control
+      // tokens by their text, as "<s>" in every other GGUF.
+      const size_t b = t.find_first_not_of(" \n"), e = t.find_last_not_of(" \n");
+      if (b != std::string::npos) t = t.substr(b, e - b + 1);
+    } else if (spaceIsBlank && type != TokenType::Byte) {
       std::string u;
       for (char c : t) u += c == ' ' ? std::string("\xE2\x96\x81") : std::string(1, c);
       t = std::move(u);

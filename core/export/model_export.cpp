@@ -627,7 +627,9 @@ CalibrationStats collectCalibration(Runtime& rt, const ModelGraph& graph, std::s
           ctx->progress((double(pass) + double(w) / double(windows.size())) / 2.0, "calibration");
         }
         rt.reset();
-        rt.forward(windows[w], 0, logits, false);
+        // Every position's logits: the head's input is then tapped at every token, like every
+        // other layer's (with only the last position it saw one row a window).
+        rt.forward(windows[w], 0, logits, true);
       }
     } catch (...) {
       rt.removeTap(tap);

@@ -414,7 +414,7 @@ void planSafetensors(const ExportSource& src, const std::string& out, const Mode
       auto problem = [&](const std::string& why, bool refusable) {
         const std::string line = planWord(a) + ": " + why;
         if (!refusable) p.warnings.push_back(line);
-        else if (o.inexpressible == Inexpressible::Refuse) p.refusals.push_back(line + " (choose nearest to accept)");
+        else if (o.inexpressible == Inexpressible::Refuse) p.refusals.push_back(line + " (--nearest writes the nearest form instead, with a warning)");
         else p.warnings.push_back(line);
       };
       if (a.format.weight.kind == QuantKind::FP8_E5M2) {

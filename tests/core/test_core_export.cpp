@@ -678,6 +678,68 @@ class TestCoreExport : public QObject {
     QVERIFY(!p3.refusals.empty() && p3.refusals[0].find("\"gemma\"") != std::string::npos);
   }
 
+  // Calibration statistics of every plan layer, the head included, cover every position (issue
+  // 26, item 5: the head's static input scale came from the last position of each window only).
+  void calibrationCoversEveryPosition() {
+    const char* f32Plan = R"({"schema": "quantscope-plan", "version": 2, "defaults": {"weight": "f32"}})";
+    Source s(QStringLiteral(QS_SOURCE_DIR "/tests/data/hf_ref/llama_gqa"), f32Plan);
+    QVERIFY(!s.m.graph.tiedHead);
+    std::unique_ptr<TransformerOps> ops;
+    auto rt = runtimeOf(s.m, ops);
+    std::vector<int32_t> ids;
+    for (int i = 0; i < 40; ++i) ids.push_back(int32_t((i * 7 + 3) % s.m.file->config().vocabSize));
+    const CalibrationStats cs = collectCalibration(*rt, s.m.graph, ids, -1, 64);
+    const ExportLayerStats* head = cs.find(s.m.graph.head.weightName);
+    const ExportLayerStats* q = cs.find(s.m.graph.blocks[0].find(LinearRole::Q)->weightName);
+    QVERIFY(head && q);
+    QCOMPARE(q->tokens, int64_t(ids.size()));
+    QCOMPARE(head->tokens, q->tokens);
+    // The head's input absmax is the final norm's output over all positions: recompute it.
+    std::vector<float> logits;
+    double absMax = 0;
+    const int tap = rt->addTap([&](const TapEvent& e) {
+      if (e.kind != TapKind::LinearInput || e.linear != rt->linearIndex(s.m.graph.head.weightName)) return;
+      for (int64_t i = 0; i < e.rows * e.cols; ++i) absMax = std::max(absMax, double(std::fabs(e.data[i])));
+    });
+    rt->reset();
+    rt->forward(ids, 0, logits, true);
+    rt->removeTap(tap);
+    QCOMPARE(double(head->absMax), absMax);
+  }
+
+  // A sensitivity table made without --session names its model (issue 26, item 8): the planner
+  // refuses it for another model (a copy of stories260K with every weight's lowest bit flipped),
+  // and accepts it for its own.
+  void sensitivityTableNamesItsModel() {
+    QTemporaryDir dir;
+    const QString table = dir.filePath("t.json");
+    auto cli = [](const QStringList& args) {
+      QProcess p;
+      p.start(QS_CLI_EXE, QStringList{"--backend", "cpu"} + args);
+      p.waitForFinished(120'000);
+      return std::make_pair(p.exitCode(), QString(p.readAllStandardError()));
+    };
+    auto [rc, err] = cli({"sensitivity", qs::test::stories260K(), "--proxies-only", "--tokens", "64", "--ctx", "64",
+                          "--table", table});
+    QVERIFY2(rc == 0, qPrintable(err));
+    std::ifstream tf(table.toStdString());
+    const nlohmann::json tj = nlohmann::json::parse(tf);
+    QVERIFY(tj["model_hash"].is_string() && !tj["model_hash"].get<std::string>().empty());
+    QByteArray bytes = qs::test::readAll(qs::test::stories260K());
+    for (qsizetype i = 28; i < bytes.size(); i += 4) bytes[i] = char(bytes[i] ^ 1);  // after the 7-int header
+    const QString other = dir.filePath("other260K.bin");
+    QFile f(other);
+    QVERIFY(f.open(QIODevice::WriteOnly) && f.write(bytes) == bytes.size());
+    f.close();
+    QFile::copy(qs::test::datasetPath("models/stories260K/tok512.bin"), dir.filePath("tok512.bin"));
+    std::tie(rc, err) = cli({"plan", "auto", other, "--sensitivity", table, "--budget-bits", "6", "-o", dir.filePath("p.json")});
+    QCOMPARE(rc, 2);
+    QVERIFY2(err.contains("model_hash") && err.contains("another model"), qPrintable(err));
+    std::tie(rc, err) = cli({"plan", "auto", qs::test::stories260K(), "--sensitivity", table, "--budget-bits", "6", "-o",
+                             dir.filePath("p.json")});
+    QVERIFY2(rc == 0, qPrintable(err));
+  }
+
   // The CLI: exit 0 and the file; 2 for an existing output without --force and for refusals.
   void cliExport() {
     QTemporaryDir dir;
@@ -712,6 +774,10 @@ class TestCoreExport : public QObject {
     p.waitForFinished(60'000);
     QCOMPARE(p.exitCode(), 2);
     QVERIFY(!QFile::exists(dir.filePath("f.gguf")));
+    {  // the refusal names the flag that accepts it
+      const QString e = p.readAllStandardError();
+      QVERIFY2(e.contains("--nearest") && !e.contains("choose nearest"), qPrintable(e));
+    }
     p.start(QS_CLI_EXE, {"export", qs::test::stories260K(), "--plan", fp8, "--to", "gguf", "-o", dir.filePath("f.gguf"), "--nearest"});
     p.waitForFinished(60'000);
     QCOMPARE(p.exitCode(), 0);
