@@ -740,6 +740,36 @@ class TestCoreExport : public QObject {
     QVERIFY2(rc == 0, qPrintable(err));
   }
 
+  // A weights-only export does not need a tokenizer it can parse (issue 26, item 7): a model
+  // with a WordPiece tokenizer.json (all-MiniLM's kind) exports to HDF5 and safetensors; GGUF,
+  // which must carry the vocabulary, is refused (exit 2) naming the tokenizer file.
+  void exportWithoutParsableTokenizer() {
+    QTemporaryDir dir;
+    const fs::path model = fs::path(dir.path().toStdString()) / "m";
+    fs::create_directories(model);
+    for (const char* f : {"config.json", "model.safetensors"})
+      fs::copy_file(fs::path(QS_SOURCE_DIR "/tests/data/hf_ref/llama_gqa") / f, model / f);
+    std::ofstream(model / "tokenizer.json") << R"({"version": "1.0", "model": {"type": "WordPiece",
+      "unk_token": "[UNK]", "vocab": {"[UNK]": 0, "a": 1}}, "pre_tokenizer": {"type": "BertPreTokenizer"}})";
+    const QString plan = qs::test::writeFile(dir, "p.json",
+        R"({"schema": "quantscope-plan", "version": 2, "defaults": {"weight": "int8-sym", "group_size": "channel"}})");
+    auto run = [&](const QString& to, const QString& out) {
+      QProcess p;
+      p.start(QS_CLI_EXE, {"export", QString::fromStdString(model.string()), "--plan", plan, "--to", to, "-o", out});
+      p.waitForFinished(60'000);
+      return std::make_pair(p.exitCode(), QString(p.readAllStandardError()));
+    };
+    for (const QString to : {"hdf5", "safetensors"}) {
+      const auto [rc, err] = run(to, dir.filePath("out." + to));
+      QVERIFY2(rc == 0, qPrintable(err));
+      QVERIFY(err.contains("tokenizer not read"));
+    }
+    const auto [rc, err] = run("gguf", dir.filePath("out.gguf"));
+    QCOMPARE(rc, 2);
+    QVERIFY2(err.contains("tokenizer.json"), qPrintable(err));
+    QVERIFY(!QFile::exists(dir.filePath("out.gguf")));
+  }
+
   // The CLI: exit 0 and the file; 2 for an existing output without --force and for refusals.
   void cliExport() {
     QTemporaryDir dir;
