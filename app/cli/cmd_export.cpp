@@ -17,7 +17,7 @@ void registerModelExport(CLI::App& app, CliContext& ctx) {
   struct Args {
     std::string model, plan, to, out, tokenizer, calibText;
     int64_t calibTokens = 512;
-    bool force = false, nearest = false, dryRun = false, json = false, allowOtherModel = false;
+    bool force = false, nearest = false, dryRun = false, json = false, allowOtherModel = false, quantizeHead = false;
   };
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("export", "Write the model with a plan applied: GGUF, safetensors (compressed-tensors) or an HDF5 archive");
@@ -28,6 +28,8 @@ void registerModelExport(CLI::App& app, CliContext& ctx) {
   cmd->add_flag("--force", a->force, "Replace existing output files");
   cmd->add_flag("--nearest", a->nearest,
                 "Map plan layers the target cannot express to the nearest type it has (a warning each) instead of refusing");
+  cmd->add_flag("--quantize-head", a->quantizeHead,
+                "safetensors: quantise lm_head / embeddings as the plan says (default: kept unquantised, as vLLM needs)");
   cmd->add_flag("--dry-run", a->dryRun, "Print what would be written and the warnings; write nothing");
   cmd->add_option("--calib-text", a->calibText,
                   "Text to calibrate on: GPTQ / AWQ / SmoothQuant layers of the plan (needed then), statistics in the "
@@ -58,6 +60,7 @@ void registerModelExport(CLI::App& app, CliContext& ctx) {
     ModelExportOptions o;
     o.format = *modelExportFormatFromName(a->to);
     o.force = a->force;
+    o.quantizeHead = a->quantizeHead;
     o.inexpressible = a->nearest ? Inexpressible::Nearest : Inexpressible::Refuse;
     o.planSource = a->plan;
     JobContext job;

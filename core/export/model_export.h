@@ -74,6 +74,9 @@ struct ModelExportOptions {
   ModelExportFormat format = ModelExportFormat::Gguf;
   Inexpressible inexpressible = Inexpressible::Refuse;
   bool force = false;                           // replace existing output files
+  // safetensors (vLLM): quantise lm_head and embeddings as the plan says; by default they are
+  // kept unquantised (vLLM's compressed-tensors loader has no quantised method for them).
+  bool quantizeHead = false;
   const CalibrationStats* calibration = nullptr;  // optional
   std::string planSource;                       // the plan file, for messages and the archive
   std::string generator = std::string("Quantscope ") + QS_VERSION;
@@ -110,6 +113,7 @@ struct ExportTensorPlan {
   std::string note;         // why not exact / what was done ("rows permuted for llama.cpp's RoPE")
   bool permuteRows = false;  // q/k rows reordered between the RoPE layouts
   bool transpose = false;    // stored [in, out] in the source (GPT-2 Conv1D)
+  bool keptDense = false;    // a plan layer the target keeps unquantised (vLLM's lm_head)
 };
 
 struct ExportPreview {

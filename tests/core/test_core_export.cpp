@@ -127,6 +127,21 @@ bool runCheck(const char* script, const QStringList& args) {
   return true;
 }
 
+// tests/python/<script> with the transformers + compressed-tensors venv (QS_HF_PYTHON); false
+// with a message when it fails. Callers skip when QS_HF_PYTHON_EXE is empty.
+bool runHfCheck(const char* script, const QStringList& args) {
+  QProcess p;
+  p.start(QStringLiteral(QS_HF_PYTHON_EXE), QStringList{QStringLiteral(QS_SOURCE_DIR "/tests/python/") + script} + args);
+  if (!p.waitForFinished(300'000)) return false;
+  const QByteArray out = p.readAllStandardOutput(), err = p.readAllStandardError();
+  if (p.exitStatus() != QProcess::NormalExit || p.exitCode() != 0) {
+    qWarning("%s failed:\n%s\n%s", script, out.constData(), err.right(3000).constData());
+    return false;
+  }
+  qInfo("%s", out.trimmed().constData());
+  return true;
+}
+
 int countFiles(const QString& dir) { return int(QDir(dir).entryList(QDir::Files | QDir::NoDotAndDotDot).size()); }
 
 }  // namespace
@@ -768,6 +783,60 @@ class TestCoreExport : public QObject {
     QCOMPARE(rc, 2);
     QVERIFY2(err.contains("tokenizer.json"), qPrintable(err));
     QVERIFY(!QFile::exists(dir.filePath("out.gguf")));
+  }
+
+  // The vLLM target knows its rules (issue 26, item 3): lm_head kept unquantised unless asked
+  // (a warning naming it); q/k/v and gate/up with different schemes refused naming the layers,
+  // or unified to the widest member with --nearest (a warning per changed layer). With
+  // QS_HF_PYTHON: compressed-tensors' schema and its own decompressors read every module equal
+  // to our decoding, the fused groups uniform, and transformers loads the folder.
+  void safetensorsVllmRules() {
+    const char* mixed = R"({"schema": "quantscope-plan", "version": 2,
+      "defaults": {"weight": "int8-sym", "group_size": "channel"},
+      "entries": [{"layers": ["blocks.*.attn.q"], "weight": "int4-sym", "group_size": 32},
+                  {"layers": ["blocks.*.mlp.gate"], "weight": "int4-sym", "group_size": 32},
+                  {"layers": ["blocks.*.mlp.up"], "weight": "int8-sym", "group_size": 32}]})";
+    Source s(QStringLiteral(QS_SOURCE_DIR "/tests/data/hf_ref/llama_gqa"), mixed);
+    QTemporaryDir dir;
+    ModelExportOptions o;
+    o.format = ModelExportFormat::Safetensors;
+    const std::string out = dir.filePath("ct").toStdString();
+    ExportPreview p = previewModelExport(s.src(), out, o);
+    QCOMPARE(int(p.refusals.size()), 4);  // 2 blocks × (q/k/v, gate/up)
+    QVERIFY(p.refusals[0].find("blocks.0.attn.q (int4-g32-sym)") != std::string::npos);
+    QVERIFY(p.refusals[0].find("blocks.0.attn.k (int8-ch-sym)") != std::string::npos);
+    QVERIFY(p.refusals[1].find("blocks.0.mlp.gate") != std::string::npos);
+    o.inexpressible = Inexpressible::Nearest;
+    p = exportModel(s.src(), out, o).preview;
+    int headWarnings = 0, unified = 0;
+    for (const auto& w : p.warnings) {
+      headWarnings += w.find("lm_head.weight kept unquantised") != std::string::npos;
+      unified += w.find("written as") != std::string::npos;
+    }
+    QCOMPARE(headWarnings, 1);
+    QCOMPARE(unified, 4);  // q → int8 channel (k's, more bits), gate → up's int8 g32: per block
+    std::ifstream cf(out + "/config.json");
+    const nlohmann::json qc = nlohmann::json::parse(cf)["quantization_config"];
+    QVERIFY(std::find(qc["ignore"].begin(), qc["ignore"].end(), "lm_head") != qc["ignore"].end());
+    auto file = openSafetensors(out + "/model.safetensors");
+    QCOMPARE(file->findTensor("lm_head.weight")->dtype, DType::F32);
+    QStringList mods;
+    for (const char* m : {"model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.k_proj", "model.layers.1.mlp.gate_proj",
+                          "model.layers.1.mlp.up_proj", "model.layers.1.mlp.down_proj"}) {
+      const QString f = dir.filePath(QString(m) + ".f32");
+      writeF32(f, decodeCompressedTensorsWeight(*file, qc, m));
+      mods << QString(m) + "=" + f;
+    }
+    // --quantize-head: lm_head as the plan says.
+    o.quantizeHead = true;
+    o.force = true;
+    const std::string out2 = dir.filePath("ct_head").toStdString();
+    exportModel(s.src(), out2, o);
+    auto file2 = openSafetensors(out2 + "/model.safetensors");
+    QVERIFY(file2->findTensor("lm_head.weight_packed"));
+    if (!*QS_HF_PYTHON_EXE) QSKIP("QS_HF_PYTHON not configured: compressed-tensors / transformers part skipped");
+    QVERIFY(runHfCheck("check_ct_vllm.py", QStringList{QString::fromStdString(out), "nohead"} + mods));
+    QVERIFY(runHfCheck("check_ct_vllm.py", {QString::fromStdString(out2), "head"}));
   }
 
   // The CLI: exit 0 and the file; 2 for an existing output without --force and for refusals.
