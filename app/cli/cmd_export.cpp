@@ -17,7 +17,8 @@ void registerModelExport(CLI::App& app, CliContext& ctx) {
   struct Args {
     std::string model, plan, to, out, tokenizer, calibText;
     int64_t calibTokens = 512;
-    bool force = false, nearest = false, dryRun = false, json = false, allowOtherModel = false, quantizeHead = false;
+    bool force = false, nearest = false, dryRun = false, json = false, allowOtherModel = false, quantizeHead = false,
+         noVllmRules = false;
   };
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("export", "Write the model with a plan applied: GGUF, safetensors (compressed-tensors) or an HDF5 archive");
@@ -30,6 +31,9 @@ void registerModelExport(CLI::App& app, CliContext& ctx) {
                 "Map plan layers the target cannot express to the nearest type it has (a warning each) instead of refusing");
   cmd->add_flag("--quantize-head", a->quantizeHead,
                 "safetensors: quantise lm_head / embeddings as the plan says (default: kept unquantised, as vLLM needs)");
+  cmd->add_flag("--no-vllm-rules", a->noVllmRules,
+                "safetensors: write the plan as it is for transformers (no fused-group check, head as planned); vLLM "
+                "may then refuse the folder");
   cmd->add_flag("--dry-run", a->dryRun, "Print what would be written and the warnings; write nothing");
   cmd->add_option("--calib-text", a->calibText,
                   "Text to calibrate on: GPTQ / AWQ / SmoothQuant layers of the plan (needed then), statistics in the "
@@ -61,6 +65,7 @@ void registerModelExport(CLI::App& app, CliContext& ctx) {
     o.format = *modelExportFormatFromName(a->to);
     o.force = a->force;
     o.quantizeHead = a->quantizeHead;
+    o.vllmRules = !a->noVllmRules;
     o.inexpressible = a->nearest ? Inexpressible::Nearest : Inexpressible::Refuse;
     o.planSource = a->plan;
     JobContext job;

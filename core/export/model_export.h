@@ -77,6 +77,10 @@ struct ModelExportOptions {
   // safetensors (vLLM): quantise lm_head and embeddings as the plan says; by default they are
   // kept unquantised (vLLM's compressed-tensors loader has no quantised method for them).
   bool quantizeHead = false;
+  // safetensors: apply vLLM's loading rules (head above; fused q/k/v and gate/up share one
+  // scheme: refused, or unified with Inexpressible::Nearest). false: the plan as it is, for
+  // transformers + compressed-tensors, which load every module on its own.
+  bool vllmRules = true;
   const CalibrationStats* calibration = nullptr;  // optional
   std::string planSource;                       // the plan file, for messages and the archive
   std::string generator = std::string("Quantscope ") + QS_VERSION;

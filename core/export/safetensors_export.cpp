@@ -339,7 +339,7 @@ Planned planSchemes(const ExportSource& src, const ExportPreview& p, const Model
   for (const auto& t : p.tensors)
     pl.schemes.push_back(t.planLayer >= 0 && !t.keptDense ? schemeFor(src.resolved.layers[size_t(t.planLayer)])
                                                           : LayerScheme{});
-  if (o.inexpressible == Inexpressible::Nearest)
+  if (o.vllmRules && o.inexpressible == Inexpressible::Nearest)
     for (const FusedMismatch& m : fusedMismatches(src, p, pl.schemes))
       for (size_t i : m.members) pl.schemes[i] = pl.schemes[m.leader];
   return pl;
@@ -496,7 +496,7 @@ void planSafetensors(const ExportSource& src, const std::string& out, const Mode
         continue;
       }
       scheme = schemeFor(a);
-      if (scheme.format != CtFormat::None && !o.quantizeHead && isHeadOrEmbedding(s.linear, ti.name)) {
+      if (scheme.format != CtFormat::None && o.vllmRules && !o.quantizeHead && isHeadOrEmbedding(s.linear, ti.name)) {
         t.keptDense = true;
         t.exact = false;
         t.note = "kept unquantised for vLLM (--quantize-head to write it quantised)";
@@ -551,7 +551,7 @@ void planSafetensors(const ExportSource& src, const std::string& out, const Mode
   std::vector<LayerScheme> raw;
   for (const auto& t : p.tensors)
     raw.push_back(t.planLayer >= 0 && !t.keptDense ? schemeFor(src.resolved.layers[size_t(t.planLayer)]) : LayerScheme{});
-  for (const FusedMismatch& m : fusedMismatches(src, p, raw)) {
+  for (const FusedMismatch& m : o.vllmRules ? fusedMismatches(src, p, raw) : std::vector<FusedMismatch>{}) {
     std::string list;
     for (size_t i : m.members)
       list += (list.empty() ? "" : ", ") + planWord(src.resolved.layers[size_t(p.tensors[i].planLayer)]);

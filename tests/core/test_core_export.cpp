@@ -275,6 +275,7 @@ class TestCoreExport : public QObject {
     fs::create_directories(hfDir);
     ModelExportOptions o;
     o.format = ModelExportFormat::Safetensors;
+    o.vllmRules = false;  // every layout of the mixed plan, as transformers loads it
     exportModel(s.src(), hfDir, o);
     LoadedModel hf = loadModel(hfDir + "/model.safetensors");
     QCOMPARE(hf.graph.rope, RopeLayout::HalfSplit);
@@ -331,6 +332,7 @@ class TestCoreExport : public QObject {
     const std::string outDir = dir.filePath("ct").toStdString();
     ModelExportOptions o;
     o.format = ModelExportFormat::Safetensors;
+    o.vllmRules = false;  // every layout of the mixed plan, as transformers loads it
     const auto res = exportModel(s.src(), outDir, o);
     QCOMPARE(int(res.files.size()), 2);
     std::ifstream cf(outDir + "/config.json");
@@ -382,6 +384,7 @@ class TestCoreExport : public QObject {
     const std::string outDir = dir.filePath("w8a8").toStdString();
     ModelExportOptions o;
     o.format = ModelExportFormat::Safetensors;
+    o.vllmRules = false;  // every layout of the mixed plan, as transformers loads it
     ExportPreview p = previewModelExport(s.src(), outDir, o);
     QCOMPARE(int(p.refusals.size()), 5);  // attn.o of each block: no calibration
     std::unique_ptr<TransformerOps> ops;
@@ -487,6 +490,7 @@ class TestCoreExport : public QObject {
       if (fmt == ModelExportFormat::Safetensors) fs::create_directories(out);
       ModelExportOptions o;
       o.format = fmt;
+      o.vllmRules = false;
       o.inexpressible = Inexpressible::Nearest;
       std::atomic<bool> cancel{false};
       int calls = 0;
@@ -525,6 +529,7 @@ class TestCoreExport : public QObject {
     const std::string out = dir.filePath("out").toStdString();
     ModelExportOptions o;
     o.format = fmt;
+    o.vllmRules = false;
     struct rlimit old{};
     getrlimit(RLIMIT_FSIZE, &old);
     auto oldHandler = signal(SIGXFSZ, SIG_IGN);  // write() then fails with EFBIG instead
@@ -556,6 +561,7 @@ class TestCoreExport : public QObject {
     const std::string hfDir = dir.filePath("hf").toStdString();
     ModelExportOptions o;
     o.format = ModelExportFormat::Safetensors;
+    o.vllmRules = false;  // every layout of the mixed plan, as transformers loads it
     exportModel(s.src(), hfDir, o);
     std::ofstream(hfDir + "/tokenizer_config.json") << "{}";
     Source hf(QString::fromStdString(hfDir + "/model.safetensors"), kCtPlan);
@@ -607,6 +613,7 @@ class TestCoreExport : public QObject {
     const Source f32(qs::test::stories260K(), f32Plan);
     ModelExportOptions so;
     so.format = ModelExportFormat::Safetensors;
+    so.vllmRules = false;
     const std::string hfDir = dir.filePath("hf").toStdString();
     exportModel(f32.src(), hfDir, so);
     std::ofstream(hfDir + "/tokenizer_config.json") << "{}";
