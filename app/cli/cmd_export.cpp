@@ -1,4 +1,4 @@
-// quantscope-cli export MODEL --plan PLAN --to gguf|safetensors|hdf5 -o OUT [--force] [--nearest]
+// quantscope-cli export MODEL [--plan PLAN] --to gguf|safetensors|hdf5 -o OUT [--force] [--nearest]
 //                         [--dry-run] [--calib-text FILE [--calib-tokens N]] [--tokenizer T] [--json]
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -6,6 +6,7 @@
 #include "app/cli/commands.h"
 #include "app/cli/run_support.h"
 #include "core/export/model_export.h"
+#include "core/model/compressed_tensors_file.h"
 #include "core/runtime/loaded_model.h"
 #include "core/rounding/quantize_model.h"
 #include "kernels/common/error.h"
@@ -23,7 +24,9 @@ void registerModelExport(CLI::App& app, CliContext& ctx) {
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("export", "Write the model with a plan applied: GGUF, safetensors (compressed-tensors) or an HDF5 archive");
   cmd->add_option("MODEL", a->model, "Model file")->required();
-  cmd->add_option("--plan", a->plan, "Plan JSON (quantscope-cli plan …)")->required();
+  cmd->add_option("--plan", a->plan,
+                  "Plan JSON (quantscope-cli plan …); default for a compressed-tensors checkpoint: the plan it was "
+                  "quantised with (its stored codes are written again, not re-rounded)");
   cmd->add_option("--to", a->to, "gguf | safetensors | hdf5")->required()->check(CLI::IsMember({"gguf", "safetensors", "hdf5"}));
   cmd->add_option("-o,--out", a->out, "Output file (gguf, hdf5) or folder (safetensors)")->required();
   cmd->add_flag("--force", a->force, "Replace existing output files");
@@ -57,9 +60,15 @@ void registerModelExport(CLI::App& app, CliContext& ctx) {
       ctx.err << "note: tokenizer not read (" << e.what() << "); this export does not need it\n";
     }
     PlanReadInfo info;
-    const Plan plan = loadPlan(a->plan, &info);
+    const bool checkpoint = compressedCheckpointOf(*m.file) != nullptr;
+    if (a->plan.empty() && !checkpoint)
+      throwBadInput(a->model, "--plan", "a plan is needed (only a compressed-tensors checkpoint brings its own)");
+    const Plan plan = a->plan.empty() ? checkpointPlan(*m.file, m.graph) : loadPlan(a->plan, &info);
     for (const auto& n : info.notes) ctx.err << a->plan << ": " << n << '\n';
     const ResolvedPlan resolved = resolveForModel(plan, m, a->plan, a->allowOtherModel);
+    // A compressed-tensors source: layers the plan keeps in their stored format are written with
+    // the stored codes (its scales fixed), never rounded a second time.
+    const RoundedTensors storedCodes = checkpoint ? checkpointRounded(*m.file, resolved) : RoundedTensors{};
 
     ModelExportOptions o;
     o.format = *modelExportFormatFromName(a->to);
@@ -102,8 +111,11 @@ void registerModelExport(CLI::App& app, CliContext& ctx) {
       for (const auto& l : rounding->layers)
         if (!l.note.empty()) ctx.err << "note: " << l.name << ": " << l.note << '\n';
     }
+    if (rounding && !storedCodes.empty())
+      throwBadInput(a->plan, "method", "GPTQ / AWQ / SmoothQuant on a compressed-tensors checkpoint: its layers are "
+                                       "already rounded (export it with its own plan, or one that re-quantises with RTN)");
     const ExportSource src{*m.file, m.graph, m.tokenizer.get(), plan, resolved,
-                           rounding ? &rounding->rounded : nullptr, a->tokenizer};
+                           rounding ? &rounding->rounded : storedCodes.empty() ? nullptr : &storedCodes, a->tokenizer};
     ModelExportResult r;
     if (a->dryRun) r.preview = previewModelExport(src, a->out, o);
     else r = exportModel(src, a->out, o, &job);

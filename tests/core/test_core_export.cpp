@@ -15,6 +15,7 @@
 
 #include "core/export/compressed_tensors.h"
 #include "core/export/model_export.h"
+#include "core/model/compressed_tensors_file.h"
 #include "core/model/safetensors_reader.h"
 #include "core/plan/layer_names.h"
 #include "core/rounding/quantize_model.h"
@@ -844,6 +845,71 @@ class TestCoreExport : public QObject {
     if (!*QS_HF_PYTHON_EXE) QSKIP("QS_HF_PYTHON not configured: compressed-tensors / transformers part skipped");
     QVERIFY(runHfCheck("check_ct_vllm.py", QStringList{QString::fromStdString(out), "nohead"} + mods));
     QVERIFY(runHfCheck("check_ct_vllm.py", {QString::fromStdString(out2), "head"}));
+  }
+
+  // Our compressed-tensors exports reopen (issue 26, item 6): openModel gives the dense view (a
+  // Llama graph), the checkpoint's plan is the plan it was written with, re-exporting with it
+  // writes every tensor byte for byte again (the stored codes, not re-rounded), and the runtime
+  // runs the stored values at the fake-quant perplexity of the source — also with the layers'
+  // formats set from the stored codes. Pack-quantized (INT4/INT8, sym/asym, group/channel/tensor),
+  // float-quantized FP8 and int-quantized W8A8 with dynamic INT8 activations.
+  void compressedTensorsReopen() {
+    const char* w8a8 = R"({"schema": "quantscope-plan", "version": 2, "defaults": {"weight": "fp16"},
+      "entries": [{"layers": ["blocks.*.attn.*", "blocks.*.mlp.*"], "weight": "int8-sym", "group_size": "channel",
+                   "activation": "int8-tok"}]})";
+    for (const char* planJson : {kCtPlan, w8a8}) {
+      Source s(qs::test::stories260K(), planJson);
+      QTemporaryDir dir;
+      ModelExportOptions o;
+      o.format = ModelExportFormat::Safetensors;
+      o.vllmRules = false;
+      const std::string ct = dir.filePath("ct").toStdString(), ct2 = dir.filePath("ct2").toStdString();
+      exportModel(s.src(), ct, o);
+      LoadedModel back = loadModel(ct);
+      const CompressedCheckpoint* ck = compressedCheckpointOf(*back.file);
+      QVERIFY(ck);
+      QCOMPARE(back.graph.family, GraphFamily::Llama);
+      std::string why;
+      const Plan p = checkpointPlan(*back.file, back.graph, &why);
+      QVERIFY2(why.find("stored with the export") != std::string::npos, why.c_str());
+      QCOMPARE(planToJson(p), planToJson(s.plan));
+      const ResolvedPlan r = resolvePlanStrict(p, back.graph, {});
+      const RoundedTensors codes = checkpointRounded(*back.file, r);
+      int quantised = 0;
+      for (const auto& a : r.layers) quantised += quantKindTraits(a.format.weight.kind).cls != QuantClass::Float;
+      QCOMPARE(int(codes.scales.size()), quantised);
+      // Re-export with the checkpoint's own plan and codes: the same file contents.
+      exportModel(ExportSource{*back.file, back.graph, nullptr, p, r, &codes}, ct2, o);
+      auto f1 = openSafetensors(ct + "/model.safetensors"), f2 = openSafetensors(ct2 + "/model.safetensors");
+      QCOMPARE(f2->tensors().size(), f1->tensors().size());
+      for (const auto& t : f1->tensors()) {
+        const TensorInfo* u = f2->findTensor(t.name);
+        QVERIFY2(u && u->dtype == t.dtype && u->shape == t.shape, t.name.c_str());
+        const auto a = f1->tensorBytes(t), b = f2->tensorBytes(*u);
+        QVERIFY2(a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin()), t.name.c_str());
+      }
+      // The runtime: the stored values (dense), then the stored codes as our formats.
+      std::unique_ptr<TransformerOps> o1, o2, o3;
+      auto fq = runtimeOf(s.m, o1);
+      applyFakeQuant(*fq, s.resolved);
+      const double pFake = perplexity(*fq, *s.m.tokenizer);
+      auto dense = runtimeOf(back, o2);
+      const double pDense = perplexity(*dense, *s.m.tokenizer);
+      auto coded = runtimeOf(back, o3);
+      for (const auto& [tensor, fixed] : codes.scales) {
+        const int i = coded->linearIndex(back.file->tensors()[size_t(tensor)].name);
+        coded->setLinearWeight(i, codes.values.at(tensor), fixed);
+      }
+      for (const auto& a : r.layers)
+        if (!isUnquantized(a.format)) coded->setLinearFormat(coded->linearIndex(a.weightName), a.format, LinearMode::FakeQuant);
+      const double pCoded = perplexity(*coded, *s.m.tokenizer);
+      qInfo("perplexity: source fake-quant %.6f, reopened dense %.6f, reopened codes as formats %.6f", pFake, pDense, pCoded);
+      QVERIFY2(std::fabs(pDense - pFake) / pFake < 1e-4, qPrintable(QString("%1 vs %2").arg(pDense).arg(pFake)));
+      if (std::string(planJson) == kCtPlan)  // weights only: the formats re-create the stored values exactly
+        QCOMPARE(pCoded, pDense);
+      else  // W8A8: the formats also quantise the activations, as the checkpoint's scheme says
+        QVERIFY(std::fabs(pCoded - pDense) / pDense < 0.05);
+    }
   }
 
   // The CLI: exit 0 and the file; 2 for an existing output without --force and for refusals.
