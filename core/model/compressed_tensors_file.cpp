@@ -22,6 +22,20 @@ namespace {
 constexpr const char* kComponents[] = {".weight_packed", ".weight_scale", ".weight_zero_point", ".weight_shape",
                                        ".input_scale", ".weight_g_idx", ".weight_global_scale", ".input_global_scale"};
 
+// config.json fields as compressed-tensors writes them: absent and null mean the default.
+std::string str(const nlohmann::json& j, const char* key, const std::string& def = {}) {
+  const auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : def;
+}
+int64_t num(const nlohmann::json& j, const char* key, int64_t def = 0) {
+  const auto it = j.find(key);
+  return it != j.end() && it->is_number_integer() ? it->get<int64_t>() : def;
+}
+bool flag(const nlohmann::json& j, const char* key, bool def) {
+  const auto it = j.find(key);
+  return it != j.end() && it->is_boolean() ? it->get<bool>() : def;
+}
+
 bool endsWith(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
@@ -63,7 +77,7 @@ class CompressedTensorsFile final : public ModelFile {
     config_ = inner_->config();
     metadata_ = inner_->metadata();
     ck_.quantizationConfig = std::move(qc);
-    ck_.format = ck_.quantizationConfig.value("format", std::string());
+    ck_.format = str(ck_.quantizationConfig, "format");
     ck_.embeddedPlan = std::move(embedded);
     metadata_.push_back({"compressed_tensors.format", "string", ck_.format});
     // Modules: every prefix of a weight_packed, or of a weight_scale beside an integer / FP8 weight.
@@ -209,26 +223,25 @@ class CompressedTensorsFile final : public ModelFile {
     const nlohmann::json& g = groupOf(module);
     const auto& qc = ck_.quantizationConfig;
     Stored s;
-    s.format = g.value("format", qc.value("format", std::string()));
+    s.format = str(g, "format", str(qc, "format"));
     if (s.format.empty() || s.format == "mixed-precision") s.format = inner_->findTensor(module + ".weight_packed") ? "pack-quantized" : "int-quantized";
-    const nlohmann::json w = g.value("weights", nlohmann::json::object());
+    const nlohmann::json w = g.contains("weights") ? g["weights"] : nlohmann::json();
     const std::string field = module + " (quantization_config)";
-    if (!w.is_object()) throwBadInput(path_, field, "weights is not an object");
-    s.bits = w.value("num_bits", 0);
-    const std::string type = w.value("type", std::string("int"));
-    const bool sym = w.value("symmetric", true);
-    const std::string strategy = w.value("strategy", std::string("tensor"));
+    if (!w.is_object()) throwBadInput(path_, field, "weights is missing or not an object");
+    s.bits = int(num(w, "num_bits"));
+    const std::string type = str(w, "type", "int");
+    const bool sym = flag(w, "symmetric", true);
+    const std::string strategy = str(w, "strategy", "tensor");
     s.isFloat = type == "float";
     if (s.isFloat && s.bits != 8) throw Error(ErrorKind::Unsupported, "float weights of " + std::to_string(s.bits) + " bits", path_, field);
     if (!s.isFloat && s.bits != 4 && s.bits != 8)
       throw Error(ErrorKind::Unsupported, "integer weights of " + std::to_string(s.bits) + " bits (4 and 8 are read)", path_, field);
     s.spec.kind = s.isFloat ? QuantKind::FP8_E4M3 : s.bits == 4 ? QuantKind::INT4 : QuantKind::INT8;
     s.spec.symmetric = s.isFloat ? true : sym;
-    s.spec.method = w.value("observer", nlohmann::json()).is_string() && w["observer"] == "mse" ? ScaleMethod::MseClip
-                                                                                                : ScaleMethod::AbsMax;
+    s.spec.method = str(w, "observer") == "mse" ? ScaleMethod::MseClip : ScaleMethod::AbsMax;
     if (strategy == "group") {
       s.spec.granularity = Granularity::Group;
-      s.spec.groupSize = uint32_t(w.value("group_size", 0));
+      s.spec.groupSize = uint32_t(std::max<int64_t>(0, num(w, "group_size")));
     } else if (strategy == "channel") {
       s.spec.granularity = Granularity::Channel;
     } else if (strategy == "tensor") {
@@ -236,17 +249,17 @@ class CompressedTensorsFile final : public ModelFile {
     } else if (strategy == "block") {
       s.spec.granularity = Granularity::Block;
       s.spec.groupSize = kFp8BlockEdge;
-      const auto bs = w.value("block_structure", nlohmann::json());
+      const auto bs = w.contains("block_structure") ? w["block_structure"] : nlohmann::json();
       if (!(bs.is_array() && bs.size() == 2 && bs[0] == kFp8BlockEdge && bs[1] == kFp8BlockEdge))
         throw Error(ErrorKind::Unsupported, "block_structure other than [128, 128]", path_, field);
     } else {
       throw Error(ErrorKind::Unsupported, "weight strategy \"" + strategy + "\"", path_, field);
     }
-    if (const auto a = g.value("input_activations", nlohmann::json()); a.is_object()) {
-      const std::string at = a.value("type", std::string("int"));
-      if (a.value("num_bits", 0) != 8) throw Error(ErrorKind::Unsupported, "activations of other than 8 bits", path_, field);
+    if (const auto a = g.contains("input_activations") ? g["input_activations"] : nlohmann::json(); a.is_object()) {
+      const std::string at = str(a, "type", "int");
+      if (num(a, "num_bits") != 8) throw Error(ErrorKind::Unsupported, "activations of other than 8 bits", path_, field);
       s.act.kind = at == "float" ? QuantKind::FP8_E4M3 : QuantKind::INT8;
-      s.act.scaling = a.value("dynamic", false) ? ActScaling::PerTokenDynamic : ActScaling::PerTensorStatic;
+      s.act.scaling = flag(a, "dynamic", false) ? ActScaling::PerTokenDynamic : ActScaling::PerTensorStatic;
     }
     const TensorInfo& st = need(module + ".weight_scale");
     s.scales = inner_->tensorToFloat(st);
@@ -376,8 +389,8 @@ std::unique_ptr<ModelFile> wrapCompressedTensors(std::unique_ptr<ModelFile> file
   const nlohmann::json j = parseJsonGuarded(cfg.string(), "config.json", readRegularFile(cfg.string(), "config file", 16u << 20));
   if (!j.is_object() || !j.contains("quantization_config")) return file;
   const nlohmann::json& qc = j["quantization_config"];
-  if (!qc.is_object() || qc.value("quant_method", std::string()) != "compressed-tensors") return file;
-  if (qc.value("format", std::string()) == "dense") return file;
+  if (!qc.is_object() || str(qc, "quant_method") != "compressed-tensors") return file;
+  if (str(qc, "format") == "dense") return file;
   std::optional<Plan> embedded;
   if (j.contains("quantscope") && j["quantscope"].is_object() && j["quantscope"].contains("plan"))
     embedded = planFromJson(j["quantscope"]["plan"].dump(), cfg.string() + " quantscope.plan");

@@ -912,6 +912,73 @@ class TestCoreExport : public QObject {
     }
   }
 
+  // Checkpoints written by compressed-tensors itself (scripts/export/make_ct_checkpoints.py:
+  // pack-quantized with and without zero points and with regex targets, int-quantized W8A8 with
+  // zero points, float-quantized FP8 channel and block, naive-quantized; committed in
+  // tests/data/ct_ref, or regenerated live into QS_CT_REF_DIR): every module decodes to the
+  // values compressed-tensors' decompress() gives (within the rounding of the dtype it computes
+  // in, that of the stored scale), the stored codes come back when quantised with the stored
+  // scales, and the model runs.
+  void ctCheckpointsFromCompressedTensors() {
+    const QByteArray env = qgetenv("QS_CT_REF_DIR");
+    const fs::path root = env.isEmpty() ? fs::path(QS_SOURCE_DIR "/tests/data/ct_ref") : fs::path(env.toStdString());
+    int folders = 0;
+    for (const auto& d : fs::directory_iterator(root)) {
+      if (!d.is_directory()) continue;
+      ++folders;
+      const std::string name = d.path().filename().string();
+      LoadedModel m = loadModel(d.path().string());
+      const CompressedCheckpoint* ck = compressedCheckpointOf(*m.file);
+      QVERIFY2(ck && ck->layers.size() == 7, name.c_str());
+      auto raw = openSafetensors((d.path() / "model.safetensors").string());
+      int checked = 0;
+      for (const auto& ref : fs::directory_iterator(d.path() / "ref")) {
+        const std::string module = ref.path().stem().string();
+        const TensorInfo* t = m.file->findTensor(module + ".weight");
+        QVERIFY2(t && t->dtype == DType::F32, module.c_str());
+        const std::vector<float> ours = m.file->tensorToFloat(*t);
+        std::vector<float> theirs(ours.size());
+        std::ifstream rf(ref.path(), std::ios::binary);
+        rf.read(reinterpret_cast<char*>(theirs.data()), std::streamsize(theirs.size() * 4));
+        QVERIFY(rf.gcount() == std::streamsize(theirs.size() * 4));
+        const DType sd = raw->findTensor(module + ".weight_scale")->dtype;
+        const double eps = sd == DType::F16 ? 1.0 / 1024 : sd == DType::BF16 ? 1.0 / 128 : 1e-6;
+        for (size_t i = 0; i < ours.size(); ++i)
+          if (std::fabs(double(ours[i]) - double(theirs[i])) > eps * std::fabs(double(theirs[i])) + 1e-30)
+            QFAIL(qPrintable(QString("%1 %2[%3]: ours %4, compressed-tensors %5").arg(name.c_str(), module.c_str())
+                                 .arg(i).arg(ours[i]).arg(theirs[i])));
+        ++checked;
+      }
+      QCOMPARE(checked, 7);
+      // The stored codes back from the decoded values and the stored scales.
+      const Plan p = checkpointPlan(*m.file, m.graph);
+      const ResolvedPlan r = resolvePlanStrict(p, m.graph, {});
+      const RoundedTensors codes = checkpointRounded(*m.file, r);
+      QCOMPARE(int(codes.scales.size()), 7);
+      for (const auto& [tensor, fixed] : codes.scales) {
+        const auto& v = codes.values.at(tensor);
+        const TensorInfo& ti = m.file->tensors()[size_t(tensor)];
+        const QuantizedTensor q = quantizeWeightWithScales(fixed.spec, v, ti.shape[0], ti.shape[1], fixed.scales, ti.name);
+        const std::vector<float> back = dequantizeWeight(q);
+        const CheckpointLayer* l = nullptr;
+        for (const auto& x : ck->layers)
+          if (x.module + ".weight" == ti.name) l = &x;
+        for (size_t i = 0; i < v.size(); ++i) {
+          const double tol = l->exactScales ? 0.0 : std::fabs(double(v[i])) / 1024;  // scales rounded to FP16
+          if (std::fabs(double(back[i]) - double(v[i])) > tol)
+            QFAIL(qPrintable(QString("%1 %2[%3]: codes give %4, stored %5").arg(name.c_str(), ti.name.c_str())
+                                 .arg(i).arg(back[i]).arg(v[i])));
+        }
+      }
+      std::unique_ptr<TransformerOps> ops;
+      auto rt = runtimeOf(m, ops);
+      std::vector<float> logits;
+      rt->forward(std::vector<int32_t>{1, 5, 9, 13}, 0, logits, true);
+      for (float x : logits) QVERIFY(std::isfinite(x));
+    }
+    QCOMPARE(folders, 6);
+  }
+
   // The CLI: exit 0 and the file; 2 for an existing output without --force and for refusals.
   void cliExport() {
     QTemporaryDir dir;
