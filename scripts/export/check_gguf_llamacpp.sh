@@ -31,8 +31,16 @@ cat > "$work/q.json" <<'J'
 J
 fail=0
 ppl() {  # llama-perplexity's final estimate on the model's own held-out text (log beside the file)
-  "$bin/llama-perplexity" -m "$1" -f "$2" -c "$3" -b "$3" --chunks 16 -t 2 >"$1.ppl.log" 2>&1
-  sed -n 's/.*Final estimate: PPL = \([0-9.]*\).*/\1/p' "$1.ppl.log"
+  # Again when a run ends without its final line: llama.cpp logs from a thread, and under heavy
+  # machine load the last lines are sometimes lost at exit (exit status 0).
+  local v= try
+  for try in 1 2 3 4; do
+    "$bin/llama-perplexity" -m "$1" -f "$2" -c "$3" -b "$3" --chunks 16 -t 2 >"$1.ppl.log" 2>&1
+    echo "exit status $?" >>"$1.ppl.log"
+    v=$(sed -n 's/.*Final estimate: PPL = \([0-9.]*\).*/\1/p' "$1.ppl.log")
+    [[ -n $v ]] && break
+  done
+  echo "$v"
 }
 check() {  # NAME SOURCE TEXT CTX PROMPT...
   local name=$1 src=$2 text=$3 ctx=$4 ppl_f32= ppl_q=; shift 4
