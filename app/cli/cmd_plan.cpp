@@ -154,9 +154,6 @@ SensitivityTable loadOrMeasure(const SensitivitySource& s, const std::string& mo
         !s.allowOtherModel)
       throwBadInput(s.file, "model_hash", "the table was measured on another model (" + t.modelHash + "), " +
                                               m.id.name + " is " + m.id.hash + " (--allow-other-model to use it anyway)");
-    if (t.modelHash.empty())
-      ctx.err << "warning: " << s.file << ": the table has no model_hash, so it cannot be checked against "
-              << m.id.name << " (" << m.id.hash << "); only its layer names and shapes are\n";
     if (!t.modelHash.empty() && !sameHashAlgorithm(t.modelHash, m.id.hash))
       ctx.err << "note: the table's model hash (" << t.modelHash << ") is of another kind than " << m.id.hash
               << ": not compared\n";
@@ -176,6 +173,10 @@ SensitivityTable loadOrMeasure(const SensitivitySource& s, const std::string& mo
                           std::to_string(it->second->outFeatures) + ", " + std::to_string(it->second->inFeatures) +
                           "] in " + modelPath);
     }
+    // After the checks: a refused table prints its one error line only.
+    if (t.modelHash.empty())
+      ctx.err << "warning: " << s.file << ": the table has no model_hash, so it cannot be checked against "
+              << m.id.name << " (" << m.id.hash << "); only its layer names and shapes were\n";
     return t;
   }
   ctx.err << "measuring a single-layer sensitivity table on " << s.text.tokens
