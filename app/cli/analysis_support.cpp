@@ -46,11 +46,11 @@ AnalysisSetup setUpAnalysis(CliContext& ctx, const AnalysisArgs& a, TerminalProg
   s.backendName = backend.name();
   s.run = loadRunnable(backend, a.model, a.tokenizer, true, progress);
   s.onHost = backend.kind() == BackendKind::Cpu;
-  if (!a.session.empty()) {
-    progress.update(0, "hashing the model");
-    s.modelHash = sampledModelHash(*s.run.model.file);
-    s.session = openSessionFor(a.session, a.model, s.modelHash);
-  }
+  // The model's hash always: tables made from this run name their model (a table without one
+  // was accepted for any model with the same layer names).
+  progress.update(0, "hashing the model");
+  s.modelHash = sampledModelHash(*s.run.model.file);
+  if (!a.session.empty()) s.session = openSessionFor(a.session, a.model, s.modelHash);
   progress.update(0, "tokenizing");
   const Tokenizer& tok = *s.run.model.tokenizer;
   s.tokens = tok.encode(readTextFile(s.textSource, textBytesForTokens(tok, a.tokens)), {});

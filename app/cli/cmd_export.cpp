@@ -1,4 +1,4 @@
-// quantscope-cli export MODEL --plan PLAN --to gguf|safetensors|hdf5 -o OUT [--force] [--nearest]
+// quantscope-cli export MODEL [--plan PLAN] --to gguf|safetensors|hdf5 -o OUT [--force] [--nearest]
 //                         [--dry-run] [--calib-text FILE [--calib-tokens N]] [--tokenizer T] [--json]
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -6,6 +6,8 @@
 #include "app/cli/commands.h"
 #include "app/cli/run_support.h"
 #include "core/export/model_export.h"
+#include "core/model/compressed_tensors_file.h"
+#include "core/runtime/loaded_model.h"
 #include "core/rounding/quantize_model.h"
 #include "kernels/common/error.h"
 #include "kernels/ops/cpu_transformer_ops.h"
@@ -16,17 +18,25 @@ void registerModelExport(CLI::App& app, CliContext& ctx) {
   struct Args {
     std::string model, plan, to, out, tokenizer, calibText;
     int64_t calibTokens = 512;
-    bool force = false, nearest = false, dryRun = false, json = false, allowOtherModel = false;
+    bool force = false, nearest = false, dryRun = false, json = false, allowOtherModel = false, quantizeHead = false,
+         noVllmRules = false;
   };
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("export", "Write the model with a plan applied: GGUF, safetensors (compressed-tensors) or an HDF5 archive");
   cmd->add_option("MODEL", a->model, "Model file")->required();
-  cmd->add_option("--plan", a->plan, "Plan JSON (quantscope-cli plan …)")->required();
+  cmd->add_option("--plan", a->plan,
+                  "Plan JSON (quantscope-cli plan …); default for a compressed-tensors checkpoint: the plan it was "
+                  "quantised with (its stored codes are written again, not re-rounded)");
   cmd->add_option("--to", a->to, "gguf | safetensors | hdf5")->required()->check(CLI::IsMember({"gguf", "safetensors", "hdf5"}));
   cmd->add_option("-o,--out", a->out, "Output file (gguf, hdf5) or folder (safetensors)")->required();
   cmd->add_flag("--force", a->force, "Replace existing output files");
   cmd->add_flag("--nearest", a->nearest,
                 "Map plan layers the target cannot express to the nearest type it has (a warning each) instead of refusing");
+  cmd->add_flag("--quantize-head", a->quantizeHead,
+                "safetensors: quantise lm_head / embeddings as the plan says (default: kept unquantised, as vLLM needs)");
+  cmd->add_flag("--no-vllm-rules", a->noVllmRules,
+                "safetensors: write the plan as it is for transformers (no fused-group check, head as planned); vLLM "
+                "may then refuse the folder");
   cmd->add_flag("--dry-run", a->dryRun, "Print what would be written and the warnings; write nothing");
   cmd->add_option("--calib-text", a->calibText,
                   "Text to calibrate on: GPTQ / AWQ / SmoothQuant layers of the plan (needed then), statistics in the "
@@ -37,15 +47,34 @@ void registerModelExport(CLI::App& app, CliContext& ctx) {
   cmd->add_flag("--json", a->json, "Print JSON on stdout");
   cmd->callback([&ctx, a] {
     TerminalProgress progress;
-    LoadedModel m = loadModel(a->model, a->tokenizer, false);
+    // The tokenizer is read only when the export needs it (calibration, a GGUF vocabulary): a
+    // weights-only model whose tokenizer.json we cannot parse (WordPiece) still exports.
+    const bool needsTokenizer = !a->calibText.empty() || a->to == "gguf";
+    LoadedModel m;
+    m.file = openModel(a->model);
+    m.graph = buildModelGraph(*m.file);
+    try {
+      m.tokenizer = findTokenizer(*m.file, a->tokenizer, &m.tokenizerPath);
+    } catch (const Error& e) {
+      if (needsTokenizer || !a->tokenizer.empty()) throw;
+      ctx.err << "note: tokenizer not read (" << e.what() << "); this export does not need it\n";
+    }
     PlanReadInfo info;
-    const Plan plan = loadPlan(a->plan, &info);
+    const bool checkpoint = compressedCheckpointOf(*m.file) != nullptr;
+    if (a->plan.empty() && !checkpoint)
+      throwBadInput(a->model, "--plan", "a plan is needed (only a compressed-tensors checkpoint brings its own)");
+    const Plan plan = a->plan.empty() ? checkpointPlan(*m.file, m.graph) : loadPlan(a->plan, &info);
     for (const auto& n : info.notes) ctx.err << a->plan << ": " << n << '\n';
     const ResolvedPlan resolved = resolveForModel(plan, m, a->plan, a->allowOtherModel);
+    // A compressed-tensors source: layers the plan keeps in their stored format are written with
+    // the stored codes (its scales fixed), never rounded a second time.
+    const RoundedTensors storedCodes = checkpoint ? checkpointRounded(*m.file, resolved) : RoundedTensors{};
 
     ModelExportOptions o;
     o.format = *modelExportFormatFromName(a->to);
     o.force = a->force;
+    o.quantizeHead = a->quantizeHead;
+    o.vllmRules = !a->noVllmRules;
     o.inexpressible = a->nearest ? Inexpressible::Nearest : Inexpressible::Refuse;
     o.planSource = a->plan;
     JobContext job;
@@ -82,12 +111,16 @@ void registerModelExport(CLI::App& app, CliContext& ctx) {
       for (const auto& l : rounding->layers)
         if (!l.note.empty()) ctx.err << "note: " << l.name << ": " << l.note << '\n';
     }
+    if (rounding && !storedCodes.empty())
+      throwBadInput(a->plan, "method", "GPTQ / AWQ / SmoothQuant on a compressed-tensors checkpoint: its layers are "
+                                       "already rounded (export it with its own plan, or one that re-quantises with RTN)");
     const ExportSource src{*m.file, m.graph, m.tokenizer.get(), plan, resolved,
-                           rounding ? &rounding->rounded : nullptr};
+                           rounding ? &rounding->rounded : storedCodes.empty() ? nullptr : &storedCodes, a->tokenizer};
     ModelExportResult r;
     if (a->dryRun) r.preview = previewModelExport(src, a->out, o);
     else r = exportModel(src, a->out, o, &job);
     const ExportPreview& p = r.preview;
+    for (const auto& n : p.notes) ctx.err << "note: " << n << '\n';
     for (const auto& w : p.warnings) ctx.err << "warning: " << w << '\n';
     if (a->dryRun)
       for (const auto& x : p.refusals) ctx.err << "refused: " << x << '\n';
@@ -101,6 +134,7 @@ void registerModelExport(CLI::App& app, CliContext& ctx) {
       j["written"] = !a->dryRun;
       j["bytes"] = r.bytes;
       j["estimated_tensor_bytes"] = p.estimatedBytes;
+      j["notes"] = p.notes;
       j["warnings"] = p.warnings;
       j["refusals"] = p.refusals;
       nlohmann::ordered_json ts = nlohmann::ordered_json::array();

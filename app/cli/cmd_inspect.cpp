@@ -8,6 +8,7 @@
 
 #include "app/cli/commands.h"
 #include "app/cli/text_table.h"
+#include "core/model/compressed_tensors_file.h"
 #include "core/model/model_file.h"
 #include "core/model/tensor_stats.h"
 #include "kernels/stats/stats_ops.h"
@@ -182,6 +183,28 @@ void inspectTensor(const ModelFile& m, const std::string& name, StatsOps* ops, b
   printHistogram(s, out);
 }
 
+// A compressed-tensors checkpoint: each quantised module's stored scheme as our format, and the
+// plan it reopens as (core/model/compressed_tensors_file.h).
+nlohmann::ordered_json checkpointJson(const ModelFile& m, const CompressedCheckpoint& ck) {
+  nlohmann::ordered_json j;
+  j["format"] = ck.format;
+  std::string why;
+  j["plan"] = nlohmann::ordered_json::parse(planToJson(checkpointPlan(m, m.graph(), &why)));
+  j["plan_source"] = why;
+  auto& ls = j["layers"] = nlohmann::ordered_json::array();
+  for (const auto& l : ck.layers) {
+    nlohmann::ordered_json e;
+    e["module"] = l.module;
+    e["stored_format"] = l.format;
+    e["format"] = l.quant.weight.kind == QuantKind::F32 ? std::string("(values only)") : formatToString(l.quant);
+    e["exact_scales"] = l.exactScales;
+    if (l.inputScale) e["input_scale"] = *l.inputScale;
+    ls.push_back(std::move(e));
+  }
+  j["notes"] = ck.notes;
+  return j;
+}
+
 nlohmann::ordered_json inspectJson(const ModelFile& m) {
   nlohmann::ordered_json j;
   j["file"] = m.path();
@@ -203,6 +226,7 @@ nlohmann::ordered_json inspectJson(const ModelFile& m) {
   for (const auto& t : m.tensors()) ts.push_back(tensorJson(t));
   j["parameters"] = m.parameterCount();
   j["tensor_bytes"] = m.tensorDataBytes();
+  if (const auto* ck = compressedCheckpointOf(m)) j["compressed_tensors"] = checkpointJson(m, *ck);
   return j;
 }
 
@@ -239,6 +263,18 @@ void printText(const ModelFile& m, std::ostream& out) {
   t.print(out, "  ");
   out << "Parameters:    " << withThousands(m.parameterCount()) << '\n';
   out << "Tensor data:   " << humanBytes(m.tensorDataBytes()) << '\n';
+  if (const auto* ck = compressedCheckpointOf(m)) {
+    const auto j = checkpointJson(m, *ck);
+    out << "compressed-tensors (" << ck->format << "): " << ck->layers.size()
+        << " quantised modules, decoded to F32 above; as Quantscope formats:\n";
+    TextTable t({"module", "stored", "format", "scales"});
+    for (const auto& l : j["layers"])
+      t.addRow({l["module"].get<std::string>(), l["stored_format"].get<std::string>(), l["format"].get<std::string>(),
+                l["exact_scales"].get<bool>() ? "exact" : "FP16-rounded"});
+    t.print(out, "  ");
+    for (const auto& n : ck->notes) out << "  note: " << n << '\n';
+    out << "Plan:          " << j["plan_source"].get<std::string>() << " (--plan-out FILE writes it)\n";
+  }
 }
 
 }  // namespace
@@ -256,8 +292,16 @@ void registerInspect(CLI::App& app, CliContext& ctx) {
   auto* tensorOpt = cmd->add_option("--tensor", *tensor, "Show one tensor (its name in the table)");
   cmd->add_flag("--stats", *stats, "With --tensor: min, max, mean, std, absmax and a histogram")
       ->needs(tensorOpt);
-  cmd->callback([&ctx, model, json, tensor, stats] {
+  auto planOut = std::make_shared<std::string>();
+  cmd->add_option("--plan-out", *planOut,
+                  "A compressed-tensors checkpoint: write the plan it was quantised with (Quantscope plan JSON)");
+  cmd->callback([&ctx, model, json, tensor, stats, planOut] {
     auto m = openModel(*model);
+    if (!planOut->empty()) {
+      if (!compressedCheckpointOf(*m))
+        throwBadInput(*model, "quantization_config", "not a compressed-tensors checkpoint: it has no plan to write");
+      savePlan(checkpointPlan(*m, m->graph()), *planOut);
+    }
     if (!tensor->empty())
       inspectTensor(*m, *tensor, *stats ? &ctx.backend().stats() : nullptr, *json, ctx.out);
     else if (*json)

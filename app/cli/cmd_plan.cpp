@@ -173,6 +173,10 @@ SensitivityTable loadOrMeasure(const SensitivitySource& s, const std::string& mo
                           std::to_string(it->second->outFeatures) + ", " + std::to_string(it->second->inFeatures) +
                           "] in " + modelPath);
     }
+    // After the checks: a refused table prints its one error line only.
+    if (t.modelHash.empty())
+      ctx.err << "warning: " << s.file << ": the table has no model_hash, so it cannot be checked against "
+              << m.id.name << " (" << m.id.hash << "); only its layer names and shapes were\n";
     return t;
   }
   ctx.err << "measuring a single-layer sensitivity table on " << s.text.tokens

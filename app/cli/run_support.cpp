@@ -3,6 +3,7 @@
 
 #include "core/io/json_guard.h"
 #include "core/io/regular_file.h"
+#include "core/model/compressed_tensors_file.h"
 #include "core/plan/model_hash.h"
 #include "core/plan/plan.h"
 #include "core/rounding/quantize_model.h"
@@ -15,6 +16,21 @@ namespace qs::cli {
 
 std::string readTextFile(const std::string& path, uint64_t budget) { return qs::readTextFile(path, budget); }
 
+namespace {
+// A compressed-tensors checkpoint runs its stored codes: each quantised layer's decoded weight
+// with its stored scales under the checkpoint's plan (compressed_tensors_file.h), so applying
+// that plan (or a format with the same spec) quantises back to exactly the stored codes.
+void useCheckpointCodes(RunnableModel& r) {
+  if (!compressedCheckpointOf(*r.model.file)) return;
+  const ResolvedPlan resolved = resolvePlan(checkpointPlan(*r.model.file, r.model.graph), r.model.graph, {});
+  RoundedTensors codes = checkpointRounded(*r.model.file, resolved);
+  for (auto& [tensor, fixed] : codes.scales) {
+    const int i = r.runtime->linearIndex(r.model.file->tensors()[size_t(tensor)].name);
+    if (i >= 0) r.runtime->setLinearWeight(i, std::move(codes.values.at(tensor)), std::move(fixed));
+  }
+}
+}  // namespace
+
 RunnableModel loadRunnable(const std::string& path, const std::string& tokenizer,
                            bool requireTokenizer, TerminalProgress& progress, int64_t maxSeq) {
   RunnableModel r;
@@ -25,6 +41,7 @@ RunnableModel loadRunnable(const std::string& path, const std::string& tokenizer
   RuntimeOptions opt;
   opt.maxSeq = maxSeq;
   r.runtime = std::make_unique<Runtime>(*r.model.file, r.model.graph, *r.ops, opt, &ctx);
+  useCheckpointCodes(r);
   return r;
 }
 
@@ -37,6 +54,7 @@ RunnableModel loadRunnable(Backend& backend, const std::string& path, const std:
   RuntimeOptions opt;
   opt.maxSeq = maxSeq;
   r.runtime = std::make_unique<Runtime>(*r.model.file, r.model.graph, backend, opt, &ctx);
+  useCheckpointCodes(r);
   return r;
 }
 

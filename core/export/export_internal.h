@@ -21,9 +21,11 @@ struct SourceTensor {
   bool bias = false;                    // the bias of a linear layer or a LayerNorm
   int planLayer = -1;                   // Linear weights in the plan: index into resolved.layers
 };
-// Every parameter tensor of the graph once, in graph order (embeddings, blocks, final norm,
-// head); tensors outside the graph (buffers such as llama2.c's RoPE tables) are left out.
+// Every tensor of the source file once: the graph's in graph order (embeddings, blocks, final
+// norm, head), then every other one (buffers, extras) as Other. Integer tensors are Other and
+// outside the plan whatever the graph calls them (they are copied, never quantised).
 std::vector<SourceTensor> walkGraph(const ExportSource& src);
+bool isIntegerTensor(const TensorInfo& t);
 
 // Files written together: each to a temporary, all renamed by commitAll() once every one is
 // complete and synced (the renames then follow back to back).
@@ -80,6 +82,15 @@ bool needsRopePermutation(const ExportSource& src, const SourceTensor& s, RopeLa
 
 // Error/warning collection.
 std::string planWord(const LayerAssignment& a);  // "blocks.3.attn.q (int4-g128-sym)"
+
+// The tokenizer.ggml.* entries of a GGUF export from a non-GGUF source (gguf_vocab.cpp): the
+// entries, or the reason there can be none (a refusal: llama.cpp does not load a GGUF without).
+struct GgufVocabulary {
+  std::vector<MetaEntry> meta;
+  std::string summary;  // what is written, for the preview
+  std::string refusal;
+};
+GgufVocabulary ggufVocabulary(const ExportSource& src);
 
 // The writers.
 void planGguf(const ExportSource& src, const std::string& out, const ModelExportOptions& o,

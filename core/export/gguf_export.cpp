@@ -81,6 +81,10 @@ std::string llamaName(const SourceTensor& s, const ExportSource& src) {
         case LinearRole::Gate: return b + "ffn_gate." + suffix;
         case LinearRole::Up: return b + "ffn_up." + suffix;
         case LinearRole::Down: return b + "ffn_down." + suffix;
+        case LinearRole::QkvFused: return b + "attn_qkv." + suffix;   // GPT-2 c_attn
+        case LinearRole::AttnOut: return b + "attn_output." + suffix;  // GPT-2 attn.c_proj
+        case LinearRole::MlpIn: return b + "ffn_up." + suffix;         // GPT-2 c_fc
+        case LinearRole::MlpOut: return b + "ffn_down." + suffix;      // GPT-2 mlp.c_proj
         case LinearRole::Head: return std::string("output.") + suffix;
         default: break;
       }
@@ -117,6 +121,38 @@ uint64_t tensorBytes(uint32_t type, const std::vector<int64_t>& shape) {
   return n / tr->blockElems * tr->blockBytes;
 }
 
+// The llama.cpp architecture a non-GGUF source is written as, or empty with the reason: only
+// those whose computation llama.cpp's architecture reproduces (names, fused tensors, norms,
+// activation, RoPE) — anything else would load and compute something else.
+std::string ggufArchitecture(const ExportSource& src, std::string* why) {
+  const ModelConfig& c = src.file.config();
+  const std::string arch = src.graph.architecture.empty() ? c.architecture : src.graph.architecture;
+  if (src.graph.family == GraphFamily::Gpt2) {
+    if (!c.activation.empty() && c.activation != "gelu_tanh") {
+      *why = "GPT-2 with activation " + c.activation + " (llama.cpp's gpt2 runs the tanh GELU)";
+      return {};
+    }
+    return "gpt2";
+  }
+  if (src.graph.family != GraphFamily::Llama || !(arch == "llama" || arch == "mistral" || arch == "qwen2")) {
+    *why = "a " + std::string(graphFamilyName(src.graph.family)) + " model of architecture \"" +
+           (c.sourceArchitecture.empty() ? arch : c.sourceArchitecture) + "\" is not written as GGUF from a " +
+           std::string(modelFormatName(src.file.format())) +
+           " file (llama, mistral, qwen2 and gpt2 are; export to safetensors, or start from a GGUF of the model)";
+    return {};
+  }
+  if (!c.activation.empty() && c.activation != "silu") {
+    *why = arch + " with activation " + c.activation + ": llama.cpp's " + (arch == "qwen2" ? arch : "llama") +
+           " runs SiLU";
+    return {};
+  }
+  if (c.ropeType != "default" && c.ropeType != "linear") {
+    *why = arch + " with RoPE scaling \"" + c.ropeType + "\" is not written as GGUF";
+    return {};
+  }
+  return arch == "qwen2" ? "qwen2" : "llama";
+}
+
 std::vector<MetaEntry> generatedMetadata(const ExportSource& src, const std::string& arch) {
   const ModelConfig& c = src.file.config();
   std::vector<MetaEntry> m;
@@ -130,8 +166,12 @@ std::vector<MetaEntry> generatedMetadata(const ExportSource& src, const std::str
   u32(p + "embedding_length", c.dim);
   u32(p + "block_count", c.nLayers);
   u32(p + "feed_forward_length", c.hiddenDim);
-  u32(p + "rope.dimension_count", c.headDim());
   u32(p + "attention.head_count", c.nHeads);
+  if (arch == "gpt2") {  // LayerNorm, learned positions (llama.cpp's models/gpt2.cpp)
+    m.push_back({p + "attention.layer_norm_epsilon", "f32", c.normEps > 0 ? c.normEps : 1e-5});
+    return m;
+  }
+  u32(p + "rope.dimension_count", c.headDim());
   u32(p + "attention.head_count_kv", c.nKvHeads);
   if (c.explicitHeadDim > 0) {
     u32(p + "attention.key_length", c.explicitHeadDim);
@@ -139,39 +179,11 @@ std::vector<MetaEntry> generatedMetadata(const ExportSource& src, const std::str
   }
   m.push_back({p + "attention.layer_norm_rms_epsilon", "f32", c.normEps > 0 ? c.normEps : 1e-5});
   m.push_back({p + "rope.freq_base", "f32", c.ropeTheta > 0 ? c.ropeTheta : 10000.0});
-  u32(p + "vocab_size", c.vocabSize);
-  return m;
-}
-
-// tokenizer.ggml.* for a SentencePiece vocabulary (llama2.c's tokenizer.bin, tok512.bin, …).
-// llama2.c's tokenizer files spell SentencePiece's word-start mark "▁" as a plain space
-// (spaceIsBlank); GGUF vocabularies keep "▁", as llama.cpp's SPM tokenizer expects.
-std::vector<MetaEntry> spmTokenizerMetadata(const Tokenizer& tok, bool spaceIsBlank) {
-  const Vocabulary& v = tok.vocab();
-  nlohmann::json tokens = nlohmann::json::array(), scores = nlohmann::json::array(),
-                 types = nlohmann::json::array();
-  for (int32_t i = 0; i < v.size(); ++i) {
-    std::string t = v.tokens[size_t(i)];
-    if (spaceIsBlank && (size_t(i) >= v.types.size() || v.types[size_t(i)] != TokenType::Byte)) {
-      std::string u;
-      for (char c : t) u += c == ' ' ? std::string("\xE2\x96\x81") : std::string(1, c);
-      t = std::move(u);
-    }
-    tokens.push_back(t);
-    scores.push_back(size_t(i) < v.scores.size() ? double(v.scores[size_t(i)]) : 0.0);
-    types.push_back(size_t(i) < v.types.size() ? int(v.types[size_t(i)]) : int(TokenType::Normal));
+  if (c.ropeType == "linear" && c.ropeFactor != 1.0) {
+    m.push_back({p + "rope.scaling.type", "string", "linear"});
+    m.push_back({p + "rope.scaling.factor", "f32", c.ropeFactor});
   }
-  std::vector<MetaEntry> m;
-  m.push_back({"tokenizer.ggml.model", "string", "llama"});
-  m.push_back({"tokenizer.ggml.tokens", "array[string]", tokens});
-  m.push_back({"tokenizer.ggml.scores", "array[f32]", scores});
-  m.push_back({"tokenizer.ggml.token_type", "array[i32]", types});
-  if (v.bos >= 0) m.push_back({"tokenizer.ggml.bos_token_id", "u32", uint64_t(v.bos)});
-  if (v.eos >= 0) m.push_back({"tokenizer.ggml.eos_token_id", "u32", uint64_t(v.eos)});
-  if (v.unk >= 0) m.push_back({"tokenizer.ggml.unknown_token_id", "u32", uint64_t(v.unk)});
-  if (v.pad >= 0) m.push_back({"tokenizer.ggml.padding_token_id", "u32", uint64_t(v.pad)});
-  m.push_back({"tokenizer.ggml.add_bos_token", "bool", true});
-  m.push_back({"tokenizer.ggml.add_eos_token", "bool", false});
+  u32(p + "vocab_size", c.vocabSize);
   return m;
 }
 
@@ -248,18 +260,33 @@ void planGguf(const ExportSource& src, const std::string& out, const ModelExport
   p.files = {out};
   const bool ggufSource = src.file.format() == ModelFormat::Gguf;
   const ModelGraph& g = src.graph;
-  if (!ggufSource && g.family != GraphFamily::Llama) {
-    p.refusals.push_back("GGUF export from a " + std::string(modelFormatName(src.file.format())) + " " +
-                         std::string(graphFamilyName(g.family)) +
-                         " model is not supported: only GGUF sources (any architecture) and Llama-family "
-                         "models (llama2.c, Hugging Face Llama/Mistral/Qwen2) can be written as GGUF");
-    return;
+  if (!ggufSource) {
+    std::string why;
+    if (ggufArchitecture(src, &why).empty()) {
+      p.refusals.push_back(why);
+      return;
+    }
+    // llama.cpp loads no GGUF without a vocabulary: carried from the source's tokenizer, or refused.
+    const GgufVocabulary v = ggufVocabulary(src);
+    if (!v.refusal.empty()) p.refusals.push_back("GGUF vocabulary: " + v.refusal);
+    else p.notes.push_back("tokenizer: " + v.summary);
   }
   const bool qwen2 = g.architecture == "qwen2" || src.file.config().architecture == "qwen2";
   const RopeLayout target = qwen2 ? RopeLayout::HalfSplit : RopeLayout::Interleaved;
   std::set<std::string> names;
   for (const SourceTensor& s : walkGraph(src)) {
     const TensorInfo& ti = src.file.tensors()[size_t(s.index)];
+    if (!ggufSource && s.role == TensorRole::Other) {
+      // llama.cpp refuses a file with tensors its architecture does not name ("wrong number of
+      // tensors"): buffers it computes itself are left out and listed; parameters are refused.
+      if (ti.isParameter && !isIntegerTensor(ti))
+        p.refusals.push_back(ti.name + ": a parameter with no llama.cpp tensor name in the " +
+                             std::string(graphFamilyName(g.family)) + " layout");
+      else
+        p.notes.push_back(ti.name + ": not written (a buffer, " + ti.dtypeLabel + " " + ti.shapeString() +
+                          ", that llama.cpp does not load)");
+      continue;
+    }
     ExportTensorPlan t;
     t.sourceTensor = s.index;
     t.sourceName = ti.name;
@@ -283,7 +310,7 @@ void planGguf(const ExportSource& src, const std::string& out, const ModelExport
       if (!c.exact) {
         t.note = c.why;
         const std::string line = planWord(a) + " → " + ggmlName(c.type) + ": " + c.why;
-        if (o.inexpressible == Inexpressible::Refuse) p.refusals.push_back(line + " (choose nearest to accept)");
+        if (o.inexpressible == Inexpressible::Refuse) p.refusals.push_back(line + " (--nearest writes the nearest form instead, with a warning)");
         else p.warnings.push_back(line);
       } else if (type == kQ4_1) {
         t.note = "Q4_1 minimum m = -z·s rounded to FP16";
@@ -303,14 +330,6 @@ void planGguf(const ExportSource& src, const std::string& out, const ModelExport
     p.estimatedBytes += tensorBytes(type, shape);
     p.tensors.push_back(std::move(t));
   }
-  if (!ggufSource) {
-    if (!src.tokenizer)
-      p.warnings.push_back("no tokenizer found for the source: the GGUF file has none (llama.cpp needs one)");
-    else if (src.tokenizer->kindName() != "sentencepiece-bpe")
-      p.warnings.push_back("the source's " + std::string(src.tokenizer->kindName()) +
-                           " tokenizer is not written (only SentencePiece vocabularies are carried into GGUF "
-                           "from non-GGUF sources; llama.cpp needs one)");
-  }
 }
 
 void writeGguf(const ExportSource& src, const ExportPreview& p, const ModelExportOptions& o,
@@ -324,12 +343,12 @@ void writeGguf(const ExportSource& src, const ExportPreview& p, const ModelExpor
       if (e.key != "general.file_type" && e.key != "general.quantization_version" && e.key.rfind("quantscope.", 0) != 0)
         meta.push_back(e);
   } else {
-    const std::string arch = src.graph.architecture == "qwen2" ? "qwen2" : "llama";
+    std::string why;
+    const std::string arch = ggufArchitecture(src, &why);
     meta = generatedMetadata(src, arch);
-    if (src.tokenizer && src.tokenizer->kindName() == "sentencepiece-bpe") {
-      auto t = spmTokenizerMetadata(*src.tokenizer, src.file.format() == ModelFormat::Llama2c);
-      meta.insert(meta.end(), t.begin(), t.end());
-    }
+    const GgufVocabulary v = ggufVocabulary(src);
+    if (!v.refusal.empty()) throw Error(ErrorKind::Internal, "GGUF export: " + v.refusal);  // planGguf refused it
+    meta.insert(meta.end(), v.meta.begin(), v.meta.end());
   }
   std::map<uint32_t, uint64_t> paramsByType;
   for (const auto& t : p.tensors)

@@ -11,9 +11,11 @@
 //                     scales f16 [grid_rows, grid_cols], zero_points u8 [n] (asymmetric INT,
 //                     packed as the codec packs them: INT4 two per byte, low nibble first)
 //                     FP16/BF16/F32 layers: payload holds the little-endian values
-//     other tensors:  dataset values f32 (shape as in the source), attr layer ""
+//     other tensors:  dataset values f32 (shape as in the source), attr layer ""; integer
+//                     tensors untouched: values i64 (I64) or bytes u8 (other widths), attr dtype
 //   /calibration      (when given) attrs source; /calibration/<weight name>: channel_absmax f32,
 //                     channel_mean_square f32, histogram u64, attrs absmax, histogram_max, tokens
+#include <cstring>
 #include <filesystem>
 
 #include "core/export/export_internal.h"
@@ -59,6 +61,10 @@ void planHdf5(const ExportSource& src, const std::string& out, const ModelExport
       t.planLayer = s.planLayer;
       t.storage = "payload+scales " + weightSpecToString(a.format.weight);
       p.estimatedBytes += quantStorage(a.format.weight, a.outFeatures, a.inFeatures).totalBytes();
+    } else if (isIntegerTensor(ti)) {
+      t.storage = "bytes " + ti.dtypeLabel;
+      t.note = "integer tensor copied byte for byte";
+      p.estimatedBytes += ti.nbytes;
     } else {
       t.storage = "F32";
       p.estimatedBytes += ti.elements() * 4;
@@ -111,6 +117,22 @@ void writeHdf5(const ExportSource& src, const ExportPreview& p, const ModelExpor
       h.attr(g, "cell_rows", int64_t(q.grid.cellRows));
       h.attr(g, "cell_cols", int64_t(q.grid.cellCols));
       n = q.payload.size() + q.scales.size() * 2 + q.zeros.size();
+    } else if (isIntegerTensor(src.file.tensors()[size_t(t.sourceTensor)])) {
+      // Integer buffers as they are: I64 as an int64 dataset, other widths as their bytes.
+      const TensorInfo& ti = src.file.tensors()[size_t(t.sourceTensor)];
+      const auto b = src.file.tensorBytes(ti);
+      std::vector<uint64_t> dims;
+      for (auto d : ti.shape) dims.push_back(uint64_t(d));
+      if (ti.dtype == DType::I64) {
+        std::vector<int64_t> v(b.size() / 8);
+        std::memcpy(v.data(), b.data(), v.size() * 8);
+        h.write(g + "/values", dims, std::span<const int64_t>(v));
+      } else {
+        h.write(g + "/bytes", {uint64_t(b.size())}, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(b.data()), b.size()));
+      }
+      h.attr(g, "dtype", ti.dtypeLabel);
+      h.attr(g, "layer", std::string());
+      n = b.size();
     } else {
       const std::vector<float> v = loadForExport(src, t);
       std::vector<uint64_t> dims;

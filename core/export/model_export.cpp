@@ -83,6 +83,11 @@ void permuteRopeRows(std::span<float> rows, int64_t heads, int64_t headDim, int6
 
 namespace exportdetail {
 
+bool isIntegerTensor(const TensorInfo& t) {
+  const DTypeClass c = dtypeTraits(t.dtype).cls;
+  return c == DTypeClass::Integer || c == DTypeClass::Bool;
+}
+
 std::vector<SourceTensor> walkGraph(const ExportSource& src) {
   const ModelGraph& g = src.graph;
   std::map<std::string, int> planIndex;
@@ -102,6 +107,13 @@ std::vector<SourceTensor> walkGraph(const ExportSource& src) {
       auto it = planIndex.find(l->weightName);
       if (it != planIndex.end()) s.planLayer = it->second;
     }
+    // An integer tensor (position_ids, token_type_ids: I64 buffers a weights-only graph lists as
+    // 2-D "layers") is never quantised: copied byte for byte like any other buffer.
+    if (isIntegerTensor(src.file.tensors()[size_t(index)])) {
+      s.role = TensorRole::Other;
+      s.linear = nullptr;
+      s.planLayer = -1;
+    }
     out.push_back(s);
   };
   auto addNorm = [&](const NormLayer& n, TensorRole role, int block) {
@@ -117,8 +129,8 @@ std::vector<SourceTensor> walkGraph(const ExportSource& src) {
       add(l.bias, TensorRole::Linear, b.index, &l, true);
     }
     addNorm(b.ffnNorm, TensorRole::FfnNorm, b.index);
-    for (int t : b.otherTensors)
-      if (src.file.tensors()[size_t(t)].isParameter) add(t, TensorRole::Other, b.index, nullptr, false);
+    for (const NormLayer* n : {&b.qNorm, &b.kNorm, &b.postAttnNorm, &b.postFfnNorm}) addNorm(*n, TensorRole::Other, b.index);
+    for (int t : b.otherTensors) add(t, TensorRole::Other, b.index, nullptr, false);
   }
   for (const auto& l : g.looseLinears) {
     add(l.weight, TensorRole::Linear, -1, &l, false);
@@ -129,8 +141,11 @@ std::vector<SourceTensor> walkGraph(const ExportSource& src) {
     add(g.head.weight, TensorRole::Linear, -1, &g.head, false);
     add(g.head.bias, TensorRole::Linear, -1, &g.head, true);
   }
-  for (int t : g.unassigned)
-    if (src.file.tensors()[size_t(t)].isParameter) add(t, TensorRole::Other, -1, nullptr, false);
+  // Everything else the file holds (buffers, tensors no graph role names): every source tensor
+  // is in the walk once, so no writer can drop one without saying so (walkGraph's contract).
+  for (int t : g.unassigned) add(t, TensorRole::Other, -1, nullptr, false);
+  if (g.ropeFreqs >= 0) add(g.ropeFreqs, TensorRole::Other, -1, nullptr, false);
+  for (size_t t = 0; t < src.file.tensors().size(); ++t) add(int(t), TensorRole::Other, -1, nullptr, false);
   return out;
 }
 
@@ -302,6 +317,10 @@ ExportPreview previewModelExport(const ExportSource& src, const std::string& out
         p.warnings.push_back(planWord(a) + ": method " + std::string(quantMethodName(a.method)) +
                              (a.smoothAlpha ? " with SmoothQuant α " + std::to_string(*a.smoothAlpha) : "") +
                              ": the weights are rounded on the calibration text before they are written");
+  for (const auto& a : src.resolved.layers)
+    if (const TensorInfo* t = src.file.findTensor(a.weightName); t && isIntegerTensor(*t))
+      p.warnings.push_back(a.layer + ": " + t->name + " is an integer tensor (" + t->dtypeLabel +
+                           "): copied unchanged, not quantised");
   switch (o.format) {
     case ModelExportFormat::Gguf: planGguf(src, outPath, o, p); break;
     case ModelExportFormat::Safetensors: planSafetensors(src, outPath, o, p); break;
@@ -608,7 +627,9 @@ CalibrationStats collectCalibration(Runtime& rt, const ModelGraph& graph, std::s
           ctx->progress((double(pass) + double(w) / double(windows.size())) / 2.0, "calibration");
         }
         rt.reset();
-        rt.forward(windows[w], 0, logits, false);
+        // Every position's logits: the head's input is then tapped at every token, like every
+        // other layer's (with only the last position it saw one row a window).
+        rt.forward(windows[w], 0, logits, true);
       }
     } catch (...) {
       rt.removeTap(tap);

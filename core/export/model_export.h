@@ -74,6 +74,13 @@ struct ModelExportOptions {
   ModelExportFormat format = ModelExportFormat::Gguf;
   Inexpressible inexpressible = Inexpressible::Refuse;
   bool force = false;                           // replace existing output files
+  // safetensors (vLLM): quantise lm_head and embeddings as the plan says; by default they are
+  // kept unquantised (vLLM's compressed-tensors loader has no quantised method for them).
+  bool quantizeHead = false;
+  // safetensors: apply vLLM's loading rules (head above; fused q/k/v and gate/up share one
+  // scheme: refused, or unified with Inexpressible::Nearest). false: the plan as it is, for
+  // transformers + compressed-tensors, which load every module on its own.
+  bool vllmRules = true;
   const CalibrationStats* calibration = nullptr;  // optional
   std::string planSource;                       // the plan file, for messages and the archive
   std::string generator = std::string("Quantscope ") + QS_VERSION;
@@ -92,6 +99,10 @@ struct ExportSource {
   const Plan& plan;
   const ResolvedPlan& resolved;
   const RoundedTensors* rounded = nullptr;
+  // The tokenizer's file when the caller named one (--tokenizer): a GGUF export carries its
+  // vocabulary from it (merges of a tokenizer.json, the tokenizer.* entries of a GGUF). Empty:
+  // the tokenizer.json beside the model, if any.
+  std::string tokenizerFile = {};
 };
 
 // One tensor (or, for compressed-tensors, one layer's group of tensors) of the output.
@@ -106,12 +117,14 @@ struct ExportTensorPlan {
   std::string note;         // why not exact / what was done ("rows permuted for llama.cpp's RoPE")
   bool permuteRows = false;  // q/k rows reordered between the RoPE layouts
   bool transpose = false;    // stored [in, out] in the source (GPT-2 Conv1D)
+  bool keptDense = false;    // a plan layer the target keeps unquantised (vLLM's lm_head)
 };
 
 struct ExportPreview {
   ModelExportFormat format = ModelExportFormat::Gguf;
   std::vector<ExportTensorPlan> tensors;
   std::vector<std::string> files;      // what will be written (final paths)
+  std::vector<std::string> notes;      // what the target changes on its own (vocabulary, kept layers)
   std::vector<std::string> warnings;   // written anyway, but not exactly as the plan says
   std::vector<std::string> refusals;   // the export cannot proceed while any is listed
   uint64_t estimatedBytes = 0;         // tensor data bytes

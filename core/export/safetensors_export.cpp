@@ -60,7 +60,9 @@ struct Component {
   uint64_t bytes() const {
     uint64_t n = 1;
     for (auto d : shape) n *= uint64_t(d);
-    const uint64_t w = dtype == "F32" || dtype == "I32" ? 4 : dtype == "I64" ? 8 : dtype == "F16" || dtype == "BF16" ? 2 : 1;
+    const uint64_t w = dtype == "F32" || dtype == "I32" || dtype == "U32" ? 4
+                       : dtype == "I64" || dtype == "U64" || dtype == "F64" ? 8
+                       : dtype == "F16" || dtype == "BF16" || dtype == "I16" || dtype == "U16" ? 2 : 1;
     return n * w;
   }
 };
@@ -140,11 +142,12 @@ std::vector<Component> componentsOf(const ExportSource& src, const ExportTensorP
   const std::vector<int64_t> shape = exportShape(src, t);
   if (!scheme || scheme->format == CtFormat::None) {
     std::string dt;
-    if (t.planLayer >= 0) {
+    if (t.planLayer >= 0 && !t.keptDense) {
       const QuantKind k = src.resolved.layers[size_t(t.planLayer)].format.weight.kind;
       dt = k == QuantKind::FP16 ? "F16" : k == QuantKind::BF16 ? "BF16" : "F32";
     } else {
-      dt = floatDtype(src.file.tensors()[size_t(t.sourceTensor)].dtype);
+      const TensorInfo& ti = src.file.tensors()[size_t(t.sourceTensor)];
+      dt = isIntegerTensor(ti) ? std::string(dtypeName(ti.dtype)) : floatDtype(ti.dtype);
     }
     return {{t.outputName, dt, shape}};
   }
@@ -187,9 +190,12 @@ std::vector<std::vector<std::byte>> encodeLayer(const ExportSource& src, const E
   const LayerAssignment& a = src.resolved.layers[size_t(t.planLayer)];
   const int64_t N = a.outFeatures, K = a.inFeatures;
   QuantizedTensor q;
-  if (a.format.weight.kind == QuantKind::FP8_E5M2) {  // nearest: the plan's values as E4M3
+  if (a.format.weight.kind == QuantKind::FP8_E5M2 && s.weight.kind == QuantKind::FP8_E4M3 &&
+      s.weight.granularity == a.format.weight.granularity) {  // nearest: the plan's values as E4M3
     const std::vector<float> v = fakeQuantForExport(src, t);
     q = quantizeWeight(s.weight, v, N, K, t.sourceName);
+  } else if (s.weight != a.format.weight) {  // unified with its fused group: the source's weights in its scheme
+    q = quantizeWeight(s.weight, loadForExport(src, t), N, K, t.sourceName);
   } else {
     q = quantizeForExport(src, t);
   }
@@ -261,11 +267,93 @@ struct Planned {
   std::vector<LayerScheme> schemes;  // per p.tensors entry (format None when dense)
 };
 
-Planned planSchemes(const ExportSource& src, const ExportPreview& p) {
+// vLLM loads q/k/v as one qkv_proj and gate/up as one gate_up_proj module: each fused module
+// has one quantisation scheme, so its members must share one (else vLLM errors, or takes the
+// first member's scheme for all).
+int fusedGroupOf(const LinearLayer* l) {
+  if (!l) return -1;
+  switch (l->role) {
+    case LinearRole::Q: case LinearRole::K: case LinearRole::V: return 0;
+    case LinearRole::Gate: case LinearRole::Up: return 1;
+    default: return -1;
+  }
+}
+const char* fusedGroupName(int g) { return g == 0 ? "q/k/v (vLLM's qkv_proj)" : "gate/up (vLLM's gate_up_proj)"; }
+
+std::string schemeKey(const LayerScheme& s, const LayerAssignment& a) {
+  if (s.format == CtFormat::None) return "dense " + std::string(quantKindTraits(a.format.weight.kind).name);
+  return std::string(ctFormatName(s.format)) + s.weightsArgs.dump() + s.inputArgs.dump();
+}
+// Bits per weight a scheme stores (dense: its float width); the widest member leads a group.
+double schemeBits(const LayerScheme& s, const LayerAssignment& a) {
+  if (s.format == CtFormat::None) return double(quantKindTraits(a.format.weight.kind).bits);
+  return double(quantStorage(s.weight, a.outFeatures, a.inFeatures).totalBytes()) * 8.0 /
+         double(std::max<int64_t>(1, a.outFeatures * a.inFeatures));
+}
+
+// One fused group of a block whose members' schemes differ: indices into p.tensors, the leader.
+struct FusedMismatch {
+  std::vector<size_t> members;
+  size_t leader = 0;
+  int group = -1;
+};
+
+std::vector<FusedMismatch> fusedMismatches(const ExportSource& src, const ExportPreview& p,
+                                           const std::vector<LayerScheme>& schemes) {
+  std::map<std::pair<int, int>, std::vector<size_t>> groups;  // (block, group) → tensors
+  for (size_t i = 0; i < p.tensors.size(); ++i) {
+    const auto& t = p.tensors[i];
+    if (t.planLayer < 0) continue;
+    const auto& a = src.resolved.layers[size_t(t.planLayer)];
+    const LinearLayer* l = src.graph.blocks.empty() || a.block < 0 ? nullptr
+                           : src.graph.blocks[size_t(a.block)].find(a.role == "q" ? LinearRole::Q : a.role == "k" ? LinearRole::K
+                                                                    : a.role == "v" ? LinearRole::V : a.role == "gate" ? LinearRole::Gate
+                                                                    : a.role == "up" ? LinearRole::Up : LinearRole::Generic);
+    const int g = l && l->weight == t.sourceTensor ? fusedGroupOf(l) : -1;
+    if (g >= 0) groups[{a.block, g}].push_back(i);
+  }
+  std::vector<FusedMismatch> out;
+  for (const auto& [key, members] : groups) {
+    std::set<std::string> keys;
+    FusedMismatch m;
+    m.members = members;
+    m.group = key.second;
+    m.leader = members.front();
+    double best = -1;
+    for (size_t i : members) {
+      const auto& a = src.resolved.layers[size_t(p.tensors[i].planLayer)];
+      keys.insert(schemeKey(schemes[i], a));
+      const double b = schemeBits(schemes[i], a);
+      if (b > best) best = b, m.leader = i;
+    }
+    if (keys.size() > 1) out.push_back(std::move(m));
+  }
+  return out;
+}
+
+// The scheme of every output tensor: dense outside the plan and for tensors kept dense (the
+// head for vLLM); with Inexpressible::Nearest, the members of a fused group that differ take
+// the scheme of the widest member (planSafetensors refuses them otherwise).
+Planned planSchemes(const ExportSource& src, const ExportPreview& p, const ModelExportOptions& o) {
   Planned pl;
   for (const auto& t : p.tensors)
-    pl.schemes.push_back(t.planLayer >= 0 ? schemeFor(src.resolved.layers[size_t(t.planLayer)]) : LayerScheme{});
+    pl.schemes.push_back(t.planLayer >= 0 && !t.keptDense ? schemeFor(src.resolved.layers[size_t(t.planLayer)])
+                                                          : LayerScheme{});
+  if (o.vllmRules && o.inexpressible == Inexpressible::Nearest)
+    for (const FusedMismatch& m : fusedMismatches(src, p, pl.schemes))
+      for (size_t i : m.members) pl.schemes[i] = pl.schemes[m.leader];
   return pl;
+}
+
+// lm_head and the embeddings: vLLM's compressed-tensors loader quantises Linear modules only
+// (ParallelLMHead / VocabParallelEmbedding get no quantised method), and llm-compressor's
+// recipes leave them out. By name for weights-only graphs.
+bool isHeadOrEmbedding(const LinearLayer* l, const std::string& name) {
+  if (l && l->role == LinearRole::Head) return true;
+  for (const char* k : {"lm_head", "embed", "wte.", "wpe.", "word_embeddings", "position_embeddings",
+                        "token_type_embeddings", "shared.weight"})
+    if (name.find(k) != std::string::npos) return true;
+  return false;
 }
 
 nlohmann::ordered_json quantizationConfig(const ExportPreview& p, const Planned& pl) {
@@ -380,6 +468,12 @@ void planSafetensors(const ExportSource& src, const std::string& out, const Mode
   std::set<std::string> names;
   for (const SourceTensor& s : walkGraph(src)) {
     const TensorInfo& ti = src.file.tensors()[size_t(s.index)];
+    if (!hfSource && s.role == TensorRole::Other && !ti.isParameter) {
+      // A buffer of another format (llama2.c's RoPE tables): transformers computes its own.
+      p.notes.push_back(ti.name + ": not written (a " + std::string(modelFormatName(src.file.format())) +
+                        " buffer that the Hugging Face model computes itself)");
+      continue;
+    }
     ExportTensorPlan t;
     t.sourceTensor = s.index;
     t.sourceName = ti.name;
@@ -402,10 +496,19 @@ void planSafetensors(const ExportSource& src, const std::string& out, const Mode
         continue;
       }
       scheme = schemeFor(a);
+      if (scheme.format != CtFormat::None && o.vllmRules && !o.quantizeHead && isHeadOrEmbedding(s.linear, ti.name)) {
+        t.keptDense = true;
+        t.exact = false;
+        t.note = "kept unquantised for vLLM (--quantize-head to write it quantised)";
+        p.warnings.push_back(planWord(a) + ": " + ti.name +
+                             " kept unquantised: vLLM's compressed-tensors loader has no quantised lm_head / "
+                             "embedding (--quantize-head writes it as the plan says)");
+        scheme = LayerScheme{};
+      }
       auto problem = [&](const std::string& why, bool refusable) {
         const std::string line = planWord(a) + ": " + why;
         if (!refusable) p.warnings.push_back(line);
-        else if (o.inexpressible == Inexpressible::Refuse) p.refusals.push_back(line + " (choose nearest to accept)");
+        else if (o.inexpressible == Inexpressible::Refuse) p.refusals.push_back(line + " (--nearest writes the nearest form instead, with a warning)");
         else p.warnings.push_back(line);
       };
       if (a.format.weight.kind == QuantKind::FP8_E5M2) {
@@ -430,21 +533,63 @@ void planSafetensors(const ExportSource& src, const std::string& out, const Mode
         problem("FP8 with group scales: written as strategy \"group\"; vLLM's FP8 kernels take tensor, channel or block scales",
                 false);
       if (scheme.perTensorAsChannel) t.note = "per-tensor scale written once per row (strategy \"channel\")";
-      t.storage = scheme.format == CtFormat::None
+      t.storage = t.keptDense ? floatDtype(ti.dtype)
+                  : scheme.format == CtFormat::None
                       ? std::string(quantKindTraits(a.format.weight.kind).name)
                       : std::string(ctFormatName(scheme.format)) + " " + weightSpecToString(scheme.weight);
+    } else if (isIntegerTensor(ti)) {
+      t.storage = ti.dtypeLabel;
+      t.note = "integer tensor copied byte for byte";
     } else {
       t.storage = floatDtype(ti.dtype);
       if (ti.dtype != DType::F32 && ti.dtype != DType::F16 && ti.dtype != DType::BF16) t.note = "converted to F32";
     }
-    for (const auto& c : componentsOf(src, t, t.planLayer >= 0 ? &scheme : nullptr)) p.estimatedBytes += c.bytes();
     p.tensors.push_back(std::move(t));
+  }
+  // Fused groups (q/k/v, gate/up) with different schemes: refused, or unified to the widest
+  // member's scheme with --nearest (each changed layer named).
+  std::vector<LayerScheme> raw;
+  for (const auto& t : p.tensors)
+    raw.push_back(t.planLayer >= 0 && !t.keptDense ? schemeFor(src.resolved.layers[size_t(t.planLayer)]) : LayerScheme{});
+  for (const FusedMismatch& m : o.vllmRules ? fusedMismatches(src, p, raw) : std::vector<FusedMismatch>{}) {
+    std::string list;
+    for (size_t i : m.members)
+      list += (list.empty() ? "" : ", ") + planWord(src.resolved.layers[size_t(p.tensors[i].planLayer)]);
+    const std::string lead = planWord(src.resolved.layers[size_t(p.tensors[m.leader].planLayer)]);
+    if (o.inexpressible == Inexpressible::Refuse) {
+      p.refusals.push_back(std::string(fusedGroupName(m.group)) + " needs one scheme, the plan gives " + list +
+                           " (--nearest writes all of them as " + lead + ")");
+      continue;
+    }
+    for (size_t i : m.members) {
+      if (i == m.leader || schemeKey(raw[i], src.resolved.layers[size_t(p.tensors[i].planLayer)]) ==
+                               schemeKey(raw[m.leader], src.resolved.layers[size_t(p.tensors[m.leader].planLayer)]))
+        continue;
+      ExportTensorPlan& t = p.tensors[i];
+      t.exact = false;
+      t.note = "unified with " + lead + " for " + fusedGroupName(m.group);
+      p.warnings.push_back(planWord(src.resolved.layers[size_t(t.planLayer)]) + ": written as " + lead + " (" +
+                           fusedGroupName(m.group) + " has one scheme)");
+      const LayerScheme& ls = raw[m.leader];
+      t.storage = ls.format == CtFormat::None ? t.storage
+                                              : std::string(ctFormatName(ls.format)) + " " + weightSpecToString(ls.weight);
+    }
+  }
+  const Planned pl = planSchemes(src, p, o);
+  for (size_t i = 0; i < p.tensors.size(); ++i) {
+    const auto& t = p.tensors[i];
+    if (t.planLayer >= 0 && pl.schemes[i].staticInput && !t.keptDense &&
+        !(o.calibration && o.calibration->find(src.resolved.layers[size_t(t.planLayer)].weightName)) &&
+        !schemeFor(src.resolved.layers[size_t(t.planLayer)]).staticInput)
+      p.refusals.push_back(planWord(src.resolved.layers[size_t(t.planLayer)]) +
+                           ": static activation scale of its fused group needs calibration statistics (--calib-text)");
+    for (const auto& c : componentsOf(src, t, t.planLayer >= 0 ? &pl.schemes[i] : nullptr)) p.estimatedBytes += c.bytes();
   }
 }
 
 void writeSafetensors(const ExportSource& src, const ExportPreview& p, const ModelExportOptions& o,
                       OutputFiles& files, Progress& progress) {
-  const Planned pl = planSchemes(src, p);
+  const Planned pl = planSchemes(src, p, o);
   // Header: every component with its offsets.
   std::vector<std::vector<Component>> comps;
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
@@ -478,8 +623,12 @@ void writeSafetensors(const ExportSource& src, const ExportPreview& p, const Mod
     std::vector<std::vector<std::byte>> data;
     if (t.planLayer >= 0 && pl.schemes[i].format != CtFormat::None) {
       data = encodeLayer(src, t, pl.schemes[i], comps[i], o);
+    } else if (t.planLayer < 0 && isIntegerTensor(src.file.tensors()[size_t(t.sourceTensor)])) {
+      const auto b = src.file.tensorBytes(src.file.tensors()[size_t(t.sourceTensor)]);
+      data.emplace_back(b.begin(), b.end());
     } else {
-      const std::vector<float> v = t.planLayer >= 0 && src.resolved.layers[size_t(t.planLayer)].format.weight.kind != QuantKind::F32
+      const std::vector<float> v = t.planLayer >= 0 && !t.keptDense &&
+                                           src.resolved.layers[size_t(t.planLayer)].format.weight.kind != QuantKind::F32
                                        ? fakeQuantForExport(src, t)
                                        : loadForExport(src, t);
       std::vector<std::byte> b;

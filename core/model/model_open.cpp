@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "core/io/mapped_file.h"
+#include "core/model/compressed_tensors_file.h"
 #include "core/model/gguf_reader.h"
 #include "core/model/llama2c_reader.h"
 #include "core/model/model_file.h"
@@ -53,7 +54,9 @@ std::unique_ptr<ModelFile> openByContent(const std::string& path) {
 }  // namespace
 
 std::unique_ptr<ModelFile> openModel(const std::string& path) {
-  auto model = openByContent(path);
+  // A compressed-tensors checkpoint is seen through its decoded dense view
+  // (core/model/compressed_tensors_file.h); any other file is returned as it is.
+  auto model = wrapCompressedTensors(openByContent(path));
   if (model->config_.sourceArchitecture.empty()) model->config_.sourceArchitecture = model->config_.architecture;
   model->graph_ = buildModelGraph(*model);
   return model;

@@ -216,9 +216,18 @@ ExportResult exportLlamaQuantize(const Plan& plan, const ResolvedPlan& r, const 
   if (best == 0 && !allSame)
     warn.addGeneral("the plan quantises no layer but mixes float types: the base type is Q8_0 only so "
                     "that the overrides apply (llama-quantize ignores them under a float base type)");
-  warn.addGeneral("tensors outside the plan (token_embd.weight" + std::string(graph.tiedHead ? ", which is also the output here" : "") +
-                  ") get llama-quantize's choice for the base type " + ggmlName(base) +
-                  "; add --token-embedding-type to choose; 1-D tensors (norms) stay as they are");
+  // The embedding is never a plan layer: the plan keeps it unquantised, as the runtime and our
+  // GGUF export do. Under --pure llama-quantize would give it (and, tied, the output layer) the
+  // base type (+10.9 % perplexity against the same plan with the embedding at Q8_0, issue 26;
+  // scripts/export/check_llama_quantize.sh measures it on stories260K) — so both types are set: the embedding F16 (the unquantised width of a converted
+  // model), the output the head's plan type when it is a plan layer, else the embedding's.
+  std::string embType = "f16", outType = "f16";
+  for (size_t i = 0; i < r.layers.size(); ++i)
+    if (layers[i].linear->role == LinearRole::Head) outType = lower(ggmlName(types[i]));
+  warn.addGeneral("token_embd.weight is outside the plan (kept unquantised): --token-embedding-type " + embType);
+  warn.addGeneral(std::string(graph.tiedHead ? "output.weight is the tied token_embd.weight"
+                                             : "output.weight (the head)") +
+                  ": --output-tensor-type " + outType + "; 1-D tensors (norms) stay as they are");
 
   // One --tensor-type per (type, tensor name pattern).
   std::vector<std::pair<std::string, std::string>> overrides;  // pattern, type
@@ -244,11 +253,13 @@ ExportResult exportLlamaQuantize(const Plan& plan, const ResolvedPlan& r, const 
   s += "# Warnings — what this command does not carry over from the plan:\n";
   if (out.warnings.empty()) s += "#   (none)\n";
   for (const auto& w : out.warnings) s += "#   - " + w + "\n";
-  s += "llama-quantize --pure";
+  s += "llama-quantize --pure --token-embedding-type " + embType + " --output-tensor-type " + outType;
   for (const auto& [pat, type] : overrides) s += " \\\n  --tensor-type " + shellQuote(pat + "=" + type);
   s += " \\\n  INPUT.gguf OUTPUT.gguf " + ggmlName(base) + "\n";
   for (const auto& [pat, type] : overrides) out.data["tensor_types"].push_back({{"pattern", pat}, {"type", type}});
   out.data["base_type"] = ggmlName(base);
+  out.data["token_embedding_type"] = embType;
+  out.data["output_tensor_type"] = outType;
   return out;
 }
 

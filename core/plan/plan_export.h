@@ -13,6 +13,9 @@
 //                    common quantised type and `--pure` stops llama.cpp's own k-quant mixture
 //                    from touching the rest. Types: INT4 g32 sym → Q4_0, INT4 g32 asym → Q4_1,
 //                    INT8 g32 sym → Q8_0, FP16 → F16, BF16 → BF16, F32 → F32.
+//                    --token-embedding-type f16 (the embedding is never a plan layer) and
+//                    --output-tensor-type (the head's plan type; tied: the embedding's) are
+//                    always set: --pure alone gives both the base type.
 //   llm-compressor   a recipe (YAML) whose modifiers (QuantizationModifier for rtn,
 //                    GPTQModifier for gptq, AWQModifier for awq) carry compressed-tensors
 //                    `config_groups`: targets are "re:" regexes over Hugging Face module names

@@ -85,7 +85,10 @@ class TestCorePlanExport : public QObject {
     const ExportResult e = exportPlan(p, r, *graph_, ExportTarget::LlamaQuantize);
     const std::string base = e.data["base_type"].get<std::string>();
     QCOMPARE(base, std::string("Q4_0"));  // the most common quantised type
-    QVERIFY(contains(e.text, "llama-quantize --pure"));
+    QVERIFY(contains(e.text, "llama-quantize --pure --token-embedding-type f16 --output-tensor-type "));
+    // The embedding (never a plan layer) stays unquantised; the output takes the head's type.
+    QCOMPARE(e.data["token_embedding_type"].get<std::string>(), std::string("f16"));
+    if (graph_->tiedHead) QCOMPARE(e.data["output_tensor_type"].get<std::string>(), std::string("f16"));
     QVERIFY(contains(e.text, "INPUT.gguf OUTPUT.gguf Q4_0\n"));
     // As llama.cpp reads them: each pattern lower-cased, regex_search, first match wins,
     // otherwise the base type.
