@@ -58,6 +58,7 @@
 #include "app/gui/help_text.h"
 #include "core/io/atomic_file.h"
 #include <QKeySequence>
+#include <QElapsedTimer>
 #include <QUndoStack>
 
 namespace qs::app {
@@ -228,7 +229,7 @@ void MainWindow::buildUi() {
   jobProgress_ = new QProgressBar;
   jobProgress_->setObjectName(QStringLiteral("jobProgress"));
   jobProgress_->setRange(0, 1000);
-  jobProgress_->setMaximumWidth(180);
+  jobProgress_->setMaximumWidth(320);
   jobCancel_ = new QPushButton(tr("Cancel"));
   jobCancel_->setObjectName(QStringLiteral("jobCancel"));
   for (QWidget* w : {static_cast<QWidget*>(jobLabel_), static_cast<QWidget*>(jobProgress_),
@@ -239,16 +240,25 @@ void MainWindow::buildUi() {
     w->hide();
   }
   connect(jobCancel_, &QPushButton::clicked, jobs_, &JobRunner::cancelAll);
-  connect(jobs_, &JobRunner::jobStarted, this, [this](quint64, const QString& title) {
+  auto jobClock = std::make_shared<QElapsedTimer>();
+  connect(jobs_, &JobRunner::jobStarted, this, [this, jobClock](quint64, const QString& title) {
+    jobClock->start();
     jobLabel_->setText(title);
     jobProgress_->setValue(0);
     jobLabel_->show();
     jobProgress_->show();
     jobCancel_->show();
   });
-  connect(jobs_, &JobRunner::jobProgress, this, [this](quint64, double f, const QString& stage) {
+  connect(jobs_, &JobRunner::jobProgress, this, [this, jobClock](quint64, double f, const QString& stage) {
     jobProgress_->setValue(int(f * 1000));
-    jobProgress_->setFormat(stage);
+    // Time left from the rate so far (once there is a rate to go by).
+    QString text = stage + QStringLiteral(" %p%");
+    const double elapsed = jobClock->isValid() ? double(jobClock->elapsed()) / 1000.0 : 0;
+    if (f > 0.02 && f < 1 && elapsed > 3) {
+      const double left = elapsed * (1 - f) / f;
+      text += left >= 90 ? tr(" · %1 min left").arg(std::lround(left / 60)) : tr(" · %1 s left").arg(std::lround(left));
+    }
+    jobProgress_->setFormat(text);
   });
   auto jobEnded = [this] {
     if (jobs_->busy()) return;

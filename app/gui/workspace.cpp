@@ -35,6 +35,8 @@
 #include "core/plan/layer_names.h"
 #include "widgets/layer_labels.h"
 #include <QSettings>
+#include <QGuiApplication>
+#include <QScreen>
 #include "core/runtime/loaded_model.h"
 #include "core/runtime/runtime.h"
 #include "core/tokenizer/tokenizer.h"
@@ -320,6 +322,13 @@ void Workspace::setModel(std::shared_ptr<ModelFile> model, const QString& path) 
     } catch (const Error& e) {
       emit message(QString::fromStdString(e.what()));
     }
+  }
+  // An untouched plan saved with the old built-in group (128) that does not fit this model gets
+  // the group that does (a plan with entries is the user's: kept as it is).
+  if (plan && plan->entries.empty() && plan->defaults.group == builtinPlanDefaults().group) {
+    const uint32_t g = groupForAllLayers(graph_);
+    if (g != builtinPlanDefaults().group->size)
+      plan->defaults.group = g ? GroupChoice{Granularity::Group, g} : GroupChoice{Granularity::Channel, 0};
   }
   planEditor_->setModel(&graph_, QFileInfo(path).fileName().toStdString(), hash_, plan);
   showSession();
@@ -627,7 +636,13 @@ QWidget* Workspace::comparePlanWith(const QString& path) {
   auto* view = new widgets::PlanCompareView;
   view->setAttribute(Qt::WA_DeleteOnClose);
   view->setWindowTitle(tr("Plans side by side — %1").arg(QFileInfo(path).fileName()));
-  view->resize(1100, 700);
+  // Named by where they come from, and never taller than the screen.
+  view->setPlanTitles(tr("%1 (edited)").arg(QString::fromStdString(planEditor_->plan()->name)),
+                      tr("%1 (%2)").arg(QString::fromStdString(other.name), QFileInfo(path).fileName()));
+  QSize size(1100, 700);
+  if (const QScreen* screen = QGuiApplication::primaryScreen())
+    size = size.boundedTo(screen->availableGeometry().size() * 0.9);
+  view->resize(size);
   std::shared_ptr<const SensitivityTable> sens;
   if (session_.sensitivity) sens = std::make_shared<SensitivityTable>(*session_.sensitivity);
   view->setPlans(graph_, *planEditor_->plan(), other, sens, runOf(*planEditor_->plan()), runOf(other));
