@@ -283,6 +283,17 @@ void Workspace::setModel(std::shared_ptr<ModelFile> model, const QString& path) 
     if (!saved.isEmpty() && QFileInfo::exists(saved)) {
       textPath_ = saved;
       textTokens_ = st.value(key + QStringLiteral("tokens"), textTokens_).toLongLong();
+    } else {
+      // None chosen yet: a text of the model's domain. A held-out text shipped beside the model
+      // (datasets/models/shakespeare-gpt2/heldout.txt); llama2.c checkpoints are TinyStories
+      // models; anything else is a general LLM: WikiText-2.
+      const QDir here = QFileInfo(path).isDir() ? QDir(path) : QFileInfo(path).dir();
+      const QDir texts(datasetsTextDir());
+      QString pick = here.filePath(QStringLiteral("heldout.txt"));
+      if (!QFileInfo::exists(pick))
+        pick = texts.filePath(model_->format() == ModelFormat::Llama2c ? QStringLiteral("tinystories_validation_head.txt")
+                                                                       : QStringLiteral("wikitext2_raw_test.txt"));
+      if (QFileInfo::exists(pick)) textPath_ = pick;
     }
   }
   // One session per model content: the data folder, keyed by the hash (a hash has no '/').
