@@ -67,10 +67,11 @@ Walkthrough::Walkthrough(MainWindow* window, WalkthroughOptions options)
       {QStringLiteral("03-calibrate"),
        [this, tab] {
          w_->workspace()->setEvalText(w_->workspace()->evalTextPath(), o_.tokens);
+         // The result shows on the Layer tab: the layer's input activations.
          waitJob(QStringLiteral("Calibrating"), [this, tab] {
            tab(QStringLiteral("Sensitivity"));
            child<QPushButton>(w_, "calibrateButton")->click();
-         });
+         }, [tab] { tab(QStringLiteral("Layer")); });
        }},
       {QStringLiteral("04-sensitivity"),
        [this, tab] {
@@ -200,10 +201,12 @@ void Walkthrough::shoot(const QString& name) {
   });
 }
 
-void Walkthrough::waitJob(const QString& prefix, const std::function<void()>& act) {
+void Walkthrough::waitJob(const QString& prefix, const std::function<void()>& act, std::function<void()> then) {
   const QString name = steps_[current_].name;
-  pending_[0] = connect(w_->jobs(), &JobRunner::jobFinished, this, [this, prefix, name](quint64, const QString& title) {
-    if (title.startsWith(prefix)) shoot(name);
+  pending_[0] = connect(w_->jobs(), &JobRunner::jobFinished, this, [this, prefix, name, then](quint64, const QString& title) {
+    if (!title.startsWith(prefix)) return;
+    if (then) then();
+    shoot(name);
   });
   pending_[1] = connect(w_->jobs(), &JobRunner::jobFailed, this, [this, prefix](quint64, const QString& title, const QString& m) {
     if (title.startsWith(prefix)) fail(title + QStringLiteral(": ") + m);

@@ -48,7 +48,8 @@ class Walkthrough : public QObject {
   void fail(const QString& why);
   void shoot(const QString& name);
   // Runs `act` and waits for the job with this title prefix to finish (fail on failure).
-  void waitJob(const QString& titlePrefix, const std::function<void()>& act);
+  // `then` runs before the screenshot (e.g. to show the tab the result is on).
+  void waitJob(const QString& titlePrefix, const std::function<void()>& act, std::function<void()> then = {});
 
   MainWindow* w_;
   WalkthroughOptions o_;
