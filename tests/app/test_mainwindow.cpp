@@ -364,6 +364,40 @@ class TestMainWindow : public QObject {
     QVERIFY(html.contains("blocks.2.mlp.down"));
   }
 
+
+  // Issue 27 item 9: a cancelled sweep keeps the rows it finished (view and session), and the
+  // evaluation text chosen for a model comes back when the model is opened again.
+  void cancelledSweepKeepsItsRowsAndTextComesBack() {
+    MainWindow w;
+    QSignalSpy loaded(&w, &MainWindow::modelLoaded);
+    w.show();
+    w.openModel(qs::test::stories260K());
+    QVERIFY(loaded.wait(10'000));
+    QTRY_VERIFY_WITH_TIMEOUT(w.backend(), 10'000);
+    qs::app::Workspace* ws = w.workspace();
+    const QString text = qs::test::datasetPath("text/tinyshakespeare.txt");
+    ws->setEvalText(text, 3000);
+    ws->runSensitivity();
+    QTRY_VERIFY_WITH_TIMEOUT(ws->sensitivityView()->measuredCells() >= 7, 300'000);  // a row or more
+    w.jobs()->cancelAll();
+    QTRY_VERIFY_WITH_TIMEOUT(!w.jobs()->busy(), 30'000);
+    QTRY_VERIFY_WITH_TIMEOUT(ws->session().sensitivity.has_value(), 5'000);
+    int kl = 0;
+    for (const auto& e : ws->session().sensitivity->entries) kl += std::isfinite(e.kl);
+    QVERIFY(kl >= 7);
+    QVERIFY(kl < int(ws->session().sensitivity->entries.size()));  // partial, as measured
+    // Another model, then this one: its text is the one chosen for it.
+    w.openModel(qs::test::datasetPath("models/shakespeare-gpt2"));
+    QVERIFY(loaded.wait(10'000));
+    QVERIFY(ws->evalTextPath() != text || ws->evalTokens() != 3000);
+    w.openModel(qs::test::stories260K());
+    QVERIFY(loaded.wait(10'000));
+    QCOMPARE(ws->evalTextPath(), text);
+    QCOMPARE(ws->evalTokens(), qint64(3000));
+    QVERIFY(ws->session().sensitivity.has_value());  // the partial sweep, restored
+    QCOMPARE(ws->sensitivityView()->measuredCells(), kl);
+  }
+
   void grabsNonBlankScreenshot() {
     MainWindow w;
     QSignalSpy loaded(&w, &MainWindow::modelLoaded);
