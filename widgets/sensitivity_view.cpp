@@ -253,20 +253,30 @@ void SensitivityView::rebuild() {
   const int L = int(table_.layers.size()), F = int(table_.formats.size());
   // Log colours for error-like metrics (they span decades); linear for SQNR and ppl change.
   const bool logScale = metric() == Metric::Kl || metric() == Metric::WeightedError;
-  map_->data()->setSize(std::max(F, 1), std::max(L, 1));
-  map_->data()->setRange(QCPRange(0, std::max(F - 1, 0)), QCPRange(0, std::max(L - 1, 0)));
-  naMap_->data()->setSize(std::max(F, 1), std::max(L, 1));
-  naMap_->data()->setRange(QCPRange(0, std::max(F - 1, 0)), QCPRange(0, std::max(L - 1, 0)));
-  naMap_->data()->fill(std::nan(""));
+  // A colour map of one column (or row) has cells of zero width: QCustomPlot spaces cells by
+  // range / (size - 1). One column or row is drawn as two half-width copies instead (one format
+  // swept: Gemma's walkthrough) so it spans the same -0.5 … +0.5 as any cell.
+  const int FX = F == 1 ? 2 : std::max(F, 1), LX = L == 1 ? 2 : std::max(L, 1);
+  const QCPRange keys = F == 1 ? QCPRange(-0.25, 0.25) : QCPRange(0, std::max(F - 1, 0));
+  const QCPRange rows = L == 1 ? QCPRange(-0.25, 0.25) : QCPRange(0, std::max(L - 1, 0));
+  for (QCPColorMap* m : {map_, naMap_}) {
+    m->data()->setSize(FX, LX);
+    m->data()->setRange(keys, rows);
+    m->data()->fill(std::nan(""));
+  }
+  auto set = [&](QCPColorMap* m, int f, int l, double v) {
+    for (int fx = f; fx < (F == 1 ? 2 : f + 1); ++fx)
+      for (int lx = l; lx < (L == 1 ? 2 : l + 1); ++lx) m->data()->setCell(fx, lx, v);
+  };
   for (int l = 0; l < L; ++l)
     for (int f = 0; f < F; ++f)
-      if (!table_.at(size_t(l), size_t(f)).applicable) naMap_->data()->setCell(f, l, 1.0);
+      if (!table_.at(size_t(l), size_t(f)).applicable) set(naMap_, f, l, 1.0);
   double lo = INFINITY, hi = -INFINITY;
   for (int l = 0; l < L; ++l)
     for (int f = 0; f < F; ++f) {
       double v = value(table_.at(size_t(l), size_t(f)));
       if (logScale) v = v > 0 ? std::log10(v) : std::nan("");
-      map_->data()->setCell(f, l, v);
+      set(map_, f, l, v);
       if (std::isfinite(v)) lo = std::min(lo, v), hi = std::max(hi, v);
     }
   if (std::isfinite(lo)) map_->setDataRange(QCPRange(lo, hi > lo ? hi : lo + 1));

@@ -135,6 +135,33 @@ class TestSensitivityView : public QObject {
     QVERIFY(sc->yAxis->range().lower < lo && sc->yAxis->range().upper > hi);
     QVERIFY(sc->yAxis->range().lower * 1.2 < lo);
   }
+
+  // One format swept: the single column is coloured (QCustomPlot would give it zero width).
+  void oneFormatIsDrawn() {
+    SensitivityView v;
+    v.resize(900, 600);
+    v.show();
+    SensitivityTable t = syntheticTable(14);
+    SensitivityTable one = t;
+    one.formats = {t.formats[0]};
+    one.entries.clear();
+    for (size_t l = 0; l < t.layers.size(); ++l) one.entries.push_back(t.at(l, 0));
+    v.setTable(one);
+    QVERIFY(QTest::qWaitForWindowExposed(&v));
+    QCustomPlot* heat = v.heatmapPlot();
+    heat->replot();
+    const QImage img = heat->toPixmap(heat->width(), heat->height(), 1.0).toImage();
+    // The cells carry the scale's colours (an undrawn column is the background, one colour).
+    QSet<QRgb> colours;
+    int saturated = 0;
+    for (int l = 0; l < 14; ++l) {
+      const QRgb px = img.pixel(int(heat->xAxis->coordToPixel(0.3)), int(heat->yAxis->coordToPixel(l)));
+      colours.insert(px);
+      saturated += QColor(px).saturation() > 60;
+    }
+    QVERIFY2(colours.size() >= 5, qPrintable(QString::number(colours.size())));
+    QVERIFY(saturated >= 12);  // all but the top of the scale (thermal: white)
+  }
 };
 
 QTEST_MAIN(TestSensitivityView)
