@@ -22,10 +22,24 @@ ChannelPlot::ChannelPlot(QWidget* parent) : QCustomPlot(parent) {
   outlier_ = new QCPBars(xAxis, yAxis);
   outlier_->setPen(Qt::NoPen);
   outlier_->setBrush(QColor(215, 45, 45));
+  normalLines_ = addGraph();
+  normalLines_->setLineStyle(QCPGraph::lsImpulse);
+  normalLines_->setPen(QPen(QColor(60, 110, 190), 1));
+  normalLines_->setName(tr("channels"));
+  outlierLines_ = addGraph();
+  outlierLines_->setLineStyle(QCPGraph::lsImpulse);
+  outlierLines_->setPen(QPen(QColor(215, 45, 45), 1));
   threshold_ = new QCPItemStraightLine(this);
   threshold_->setPen(QPen(QColor(215, 45, 45), 1, Qt::DashLine));
   legend->setVisible(true);
   legend->setFont(QFont(font().family(), 8));
+  legend->setFillOrder(QCPLegend::foColumnsFirst);
+  legend->setBorderPen(Qt::NoPen);
+  axisRect()->insetLayout()->take(legend);  // a row of its own, not over the bars
+  axisRect()->insetLayout()->simplify();
+  plotLayout()->insertRow(1);
+  plotLayout()->addElement(1, 0, legend);
+  plotLayout()->setRowStretchFactor(1, 0.001);
   installPlotExportMenu(this);
 }
 
@@ -58,13 +72,26 @@ void ChannelPlot::setValues(std::vector<double> values, const QString& yLabel, d
       vn.push_back(values_[i]);
     }
   }
-  // Thin bars when there are thousands of channels, so each stays visible.
+  // Bars while each gets a pixel; beyond that (an embedding's 49,152 channels) bars thinner than
+  // a pixel are not drawn at all, so the values go to impulse lines, which always are.
+  const bool dense = values_.size() > kMaxBars;
   const double width = values_.size() > 512 ? 1.0 : 0.8;
   normal_->setWidth(width);
   outlier_->setWidth(width);
-  normal_->setData(kn, vn, true);
-  outlier_->setData(ko, vo, true);
+  normal_->setData(dense ? QVector<double>() : kn, dense ? QVector<double>() : vn, true);
+  outlier_->setData(dense ? QVector<double>() : ko, dense ? QVector<double>() : vo, true);
+  normalLines_->setData(dense ? kn : QVector<double>(), dense ? vn : QVector<double>(), true);
+  outlierLines_->setData(dense ? ko : QVector<double>(), dense ? vo : QVector<double>(), true);
+  normal_->setVisible(!dense);
+  outlier_->setVisible(!dense);
+  normalLines_->setVisible(dense);
+  outlierLines_->setVisible(dense);
   outlier_->setName(tr("outliers > %1× median (%2)").arg(outlierFactor).arg(outliers_));
+  outlierLines_->setName(outlier_->name());
+  // The legend names what is drawn (bars or lines), once each.
+  for (QCPAbstractPlottable* p : {static_cast<QCPAbstractPlottable*>(normal_), static_cast<QCPAbstractPlottable*>(outlier_),
+                                  static_cast<QCPAbstractPlottable*>(normalLines_), static_cast<QCPAbstractPlottable*>(outlierLines_)})
+    p->visible() && !values_.empty() ? p->addToLegend() : p->removeFromLegend();
   threshold_->point1->setCoords(0, limit);
   threshold_->point2->setCoords(1, limit);
   threshold_->setVisible(median_ > 0);

@@ -18,12 +18,17 @@ class ChannelPlot : public QCustomPlot {
   int outlierCount() const { return outliers_; }
   double median() const { return median_; }
 
+ public:
+  static constexpr size_t kMaxBars = 2048;
+
  private:
   std::vector<double> values_;
   int outliers_ = 0;
   double median_ = 0;
   QCPBars* normal_ = nullptr;
   QCPBars* outlier_ = nullptr;
+  QCPGraph* normalLines_ = nullptr;   // instead of the bars beyond kMaxBars channels
+  QCPGraph* outlierLines_ = nullptr;
   QCPItemStraightLine* threshold_ = nullptr;
   QCPTextElement* title_ = nullptr;
 };

@@ -21,9 +21,16 @@ HistogramPlot::HistogramPlot(QWidget* parent) : QCustomPlot(parent) {
   plotLayout()->insertRow(0);
   title_ = new QCPTextElement(this, QString(), QFont(font().family(), 10, QFont::Bold));
   plotLayout()->addElement(0, 0, title_);
+  // The legend in a row of its own under the title, never over the data.
   legend->setVisible(true);
   legend->setFont(QFont(font().family(), 8));
-  axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignRight);
+  legend->setFillOrder(QCPLegend::foColumnsFirst);
+  legend->setBorderPen(Qt::NoPen);
+  axisRect()->insetLayout()->take(legend);
+  axisRect()->insetLayout()->simplify();
+  plotLayout()->insertRow(1);
+  plotLayout()->addElement(1, 0, legend);
+  plotLayout()->setRowStretchFactor(1, 0.001);
   installPlotExportMenu(this);
 }
 
@@ -43,7 +50,7 @@ void HistogramPlot::setGrid(std::vector<double> levels, double clipLo, double cl
   clipLo_ = clipLo;
   clipHi_ = clipHi;
   rebuild();
-  replot(QCustomPlot::rpQueuedReplot);
+  resetView();  // the x range takes in the clip lines (they are never drawn off the plot)
 }
 
 void HistogramPlot::setLogScale(bool log) {
@@ -91,7 +98,7 @@ void HistogramPlot::resetView() {
   }
   if (top > 0) {
     if (log_)
-      yAxis->setRange(std::max(bottom * 0.5, top * 1e-7), top * 2);
+      yAxis->setRange(bottom * 0.5, top * 2);  // down to the smallest bin: a lone outlier shows
     else
       yAxis->setRange(0, top * 1.08);
   }
@@ -143,6 +150,7 @@ void HistogramPlot::rebuild() {
     g->setData(k, v, true);
   }
   yAxis->setLabel(series_.empty() || series_.front().normalise ? tr("density") : tr("count"));
+  legend->setVisible(graphCount() > 0);  // no stray legend over an empty plot
 }
 
 }  // namespace qs::widgets

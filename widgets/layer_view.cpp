@@ -96,6 +96,12 @@ LayerView::LayerView(QWidget* parent) : QWidget(parent) {
   error_->setWordWrap(true);
   error_->hide();
   outer->addWidget(error_);
+  note_ = new QLabel;
+  note_->setObjectName(QStringLiteral("layerFormatNote"));
+  note_->setStyleSheet(QStringLiteral("color: #6b5300"));
+  note_->setWordWrap(true);
+  note_->hide();
+  outer->addWidget(note_);
 
   tensorPlot_ = new HistogramPlot;
   tensorPlot_->setObjectName(QStringLiteral("tensorHistogram"));
@@ -109,6 +115,9 @@ LayerView::LayerView(QWidget* parent) : QWidget(parent) {
   auto* bottom = new QSplitter(Qt::Horizontal);
   bottom->addWidget(cellPlot_);
   bottom->addWidget(channelPlot_);
+  bottom->setStretchFactor(0, 1);
+  bottom->setStretchFactor(1, 1);
+  bottom->setSizes({400, 400});
   // Activations (from calibration): the input histogram with the activation format's grid and
   // clip, and the per-input-channel absmax where SmoothQuant-style outlier channels stand out.
   actSection_ = new QWidget;
@@ -249,6 +258,7 @@ void LayerView::setLogScale(bool log) { log_->setChecked(log); }
 
 void LayerView::setTensor(const QString& name) {
   tensor_ = name;
+  columns_ = 0;
   analysis_.reset();
   title_->setText(name.isEmpty() ? tr("Select a layer in the model panel") : name);
   metrics_->setText(name.isEmpty() ? QString() : tr("<i>computing…</i>"));
@@ -271,6 +281,29 @@ std::optional<LayerAnalysisRequest> LayerView::request() const {
     const_cast<LayerView*>(this)->setError(QString::fromStdString(e.what()));
     return std::nullopt;
   }
+  // A group that does not divide this layer's K: the largest group that does, else per channel.
+  QString note;
+  WeightSpec& w = r.format.weight;
+  if (w.granularity == Granularity::Group && columns_ > 0 && columns_ % w.groupSize != 0) {
+    const QString asked = QString::fromStdString(formatToString(r.format));
+    const uint32_t was = w.groupSize;
+    w.groupSize = 0;
+    for (uint32_t g : {256u, 128u, 64u, 32u})
+      if (g < was && columns_ % g == 0) {
+        w.groupSize = g;
+        break;
+      }
+    if (w.groupSize == 0) {
+      w.granularity = Granularity::Channel;
+      note = tr("%1 does not fit this layer: K = %2 is not a multiple of %3, nor of 32; showing %4 (one scale per row).")
+                 .arg(asked).arg(columns_).arg(was).arg(QString::fromStdString(formatToString(r.format)));
+    } else {
+      note = tr("%1 does not fit this layer: K = %2 is not a multiple of %3; showing %4, the largest group that divides K.")
+                 .arg(asked).arg(columns_).arg(was).arg(QString::fromStdString(formatToString(r.format)));
+    }
+  }
+  note_->setText(note);
+  note_->setVisible(!note.isEmpty());
   r.tensorName = tensor_.toStdString();
   r.bins = bins_->value();
   r.cellIndex = cell_->value();
@@ -281,7 +314,20 @@ void LayerView::setError(const QString& message) {
   error_->setText(message);
   error_->show();
   metrics_->clear();
+  // No stale plots or legends under the error.
+  analysis_.reset();
+  tensorPlot_->setSeries({});
+  tensorPlot_->setGrid({}, 1, 0);
+  tensorPlot_->setTitle(QString());
+  cellPlot_->setSeries({});
+  cellPlot_->setGrid({}, 1, 0);
+  cellPlot_->setTitle(QString());
+  channelPlot_->setValues({}, tr("absmax"));
+  channelPlot_->setTitle(QString());
+  cellInfo_->clear();
 }
+
+QString LayerView::formatNote() const { return note_->text(); }
 
 void LayerView::setAnalysis(const LayerAnalysis& a) {
   analysis_ = a;

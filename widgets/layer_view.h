@@ -36,6 +36,11 @@ class LayerView : public QWidget {
 
   // The tensor the next request is for ("" = none). Clears the plots until a result arrives.
   void setTensor(const QString& name);
+  // The tensor's K (columns, the dimension groups run along; 0: unknown). A format whose group
+  // does not divide K is shown with the largest group that does (or per channel), with a note
+  // saying so — never an error over empty plots.
+  void setTensorColumns(int64_t k) { columns_ = k; }
+  QString formatNote() const;  // the note shown ("" when the format fits as chosen)
   QString tensor() const { return tensor_; }
   // The request the controls describe, or nullopt (and an error shown) if the format is invalid.
   std::optional<LayerAnalysisRequest> request() const;
@@ -74,6 +79,8 @@ class LayerView : public QWidget {
   void showCell();
   void showActivations();
   QString tensor_;
+  int64_t columns_ = 0;
+  QLabel* note_ = nullptr;
   QComboBox* format_ = nullptr;
   QComboBox* method_ = nullptr;
   QSpinBox* bins_ = nullptr;

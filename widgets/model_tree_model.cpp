@@ -15,6 +15,7 @@ void ModelTreeModel::setModel(std::shared_ptr<const ModelFile> model) {
   beginResetModel();
   model_ = std::move(model);
   groups_.clear();
+  labels_ = model_ ? LayerLabels(model_->graph(), false) : LayerLabels();
   if (model_) {
     // Groups come from the model's ModelGraph: embeddings, one node per block (its tensors in
     // execution order: norm, q, k, v, o, norm, gate, up, down — biases after their weights),
@@ -111,16 +112,18 @@ QVariant ModelTreeModel::data(const QModelIndex& index, int role) const {
   const Group& g = groups_[size_t(index.internalId() - 1)];
   const TensorInfo& t = model_->tensors()[size_t(g.tensors[size_t(index.row())])];
   if (role == TensorNameRole) return QString::fromStdString(t.name);
+  if (role == FilterRole) return labels_.of(t.name) + QLatin1Char(' ') + QString::fromStdString(t.name);
   if (role == Qt::TextAlignmentRole && index.column() == ParamsCol)
     return int(Qt::AlignRight | Qt::AlignVCenter);
   if (role == Qt::ToolTipRole)
     return tr("%1\n%2 %3, %4 bytes at offset %5")
-        .arg(QString::fromStdString(t.name), QString::fromStdString(t.dtypeLabel),
+        .arg(labels_.isLayer(t.name) ? tr("%1 (layer %2)").arg(QString::fromStdString(t.name), labels_.of(t.name))
+                                     : QString::fromStdString(t.name), QString::fromStdString(t.dtypeLabel),
              QString::fromStdString(t.shapeString()), locale.toString(t.nbytes),
              locale.toString(t.offset));
   if (role != Qt::DisplayRole) return {};
   switch (index.column()) {
-    case NameCol: return QString::fromStdString(t.name);
+    case NameCol: return labels_.of(t.name);
     case ShapeCol: return QString::fromStdString(t.shapeString());
     case ParamsCol:
       return t.isParameter ? locale.toString(t.elements()) : tr("buffer");

@@ -1,10 +1,13 @@
 #pragma once
 // The model panel's item model: a thin adapter over a ModelFile's tensor table, grouped by the
 // model's ModelGraph into "Embeddings", one node per block, "Head" and "Other". Columns: name,
-// shape, parameters, dtype.
+// shape, parameters, dtype. Linear weights show their layer name (widgets/layer_labels.h), the
+// same as the Plan and Sensitivity tabs; the file's tensor name is in the tooltip and the filter.
 #include <QAbstractItemModel>
 #include <memory>
 #include <vector>
+
+#include "widgets/layer_labels.h"
 
 namespace qs {
 class ModelFile;
@@ -17,7 +20,9 @@ class ModelTreeModel : public QAbstractItemModel {
   Q_OBJECT
  public:
   enum Column { NameCol, ShapeCol, ParamsCol, DTypeCol, ColumnCount };
-  enum Roles { TensorNameRole = Qt::UserRole + 1 };
+  // TensorNameRole: the file's tensor name; FilterRole: layer name and tensor name (what the
+  // panel's filter box matches).
+  enum Roles { TensorNameRole = Qt::UserRole + 1, FilterRole };
 
   explicit ModelTreeModel(QObject* parent = nullptr);
   ~ModelTreeModel() override;
@@ -41,6 +46,7 @@ class ModelTreeModel : public QAbstractItemModel {
   };
   std::shared_ptr<const ModelFile> model_;
   std::vector<Group> groups_;
+  LayerLabels labels_;
 };
 
 }  // namespace qs::widgets

@@ -26,7 +26,13 @@ QString fieldsText(const LayerAssignment& a) {
   return s;
 }
 QString num(double v, int prec = 3) { return std::isfinite(v) ? QString::number(v, 'g', prec) : QStringLiteral("–"); }
-QString kib(uint64_t b) { return QString::number(double(b) / 1024.0, 'f', 1) + QStringLiteral(" KiB"); }
+// Sizes as people read them: "69.61 MiB", not "71280.0 KiB".
+QString kib(uint64_t b) {
+  const double v = double(b);
+  if (v >= double(1 << 30)) return QString::number(v / double(1 << 30), 'f', 2) + QStringLiteral(" GiB");
+  if (v >= double(1 << 20)) return QString::number(v / double(1 << 20), 'f', 2) + QStringLiteral(" MiB");
+  return QString::number(v / 1024.0, 'f', 1) + QStringLiteral(" KiB");
+}
 }  // namespace
 
 PlanCompareView::PlanCompareView(QWidget* parent) : QWidget(parent) {
@@ -60,8 +66,12 @@ void PlanCompareView::setOnlyDifferences(bool only) {
 void PlanCompareView::setPlans(const ModelGraph& graph, const Plan& a, const Plan& b,
                                std::shared_ptr<const SensitivityTable> sensitivity,
                                std::optional<PlanRunFigures> runA, std::optional<PlanRunFigures> runB) {
-  const QString na = QString::fromStdString(a.name.empty() ? "A" : a.name);
-  const QString nb = QString::fromStdString(b.name.empty() ? "B" : b.name);
+  // Two plans of one name ("plan" / "plan") are told apart: the edited one and the file's.
+  QString na = QString::fromStdString(a.name.empty() ? "A" : a.name);
+  QString nb = QString::fromStdString(b.name.empty() ? "B" : b.name);
+  if (!nameA_.isEmpty()) na = nameA_;
+  if (!nameB_.isEmpty()) nb = nameB_;
+  if (na == nb) na += tr(" (edited)"), nb += tr(" (file)");
   table_->setHorizontalHeaderLabels({tr("layer"), na, nb, tr("bytes %1").arg(na), tr("bytes %1").arg(nb),
                                      tr("pred. error %1").arg(na), tr("pred. error %1").arg(nb)});
   const ResolvedPlan ra = resolvePlan(a, graph), rb = resolvePlan(b, graph);
@@ -87,7 +97,7 @@ void PlanCompareView::setPlans(const ModelGraph& graph, const Plan& a, const Pla
     }
   }
   auto col = [](const PlanFigures& f, const std::optional<PlanRunFigures>& run) {
-    QString s = QStringLiteral("%1 KiB, %2 bits/w").arg(double(f.weightBytes) / 1024.0, 0, 'f', 1).arg(f.bitsPerWeight, 0, 'f', 2);
+    QString s = QStringLiteral("%1, %2 bits/w").arg(kib(f.weightBytes)).arg(f.bitsPerWeight, 0, 'f', 2);
     if (f.haveSensitivity) s += QStringLiteral(", predicted %1").arg(num(f.predictedError));
     if (run) s += QStringLiteral("; measured KL %1, perplexity %2, top-1 %3 %")
                       .arg(num(run->kl), num(run->perplexity, 6), num(100 * run->top1, 4));

@@ -27,6 +27,11 @@ class PlanCompareView : public QWidget {
  public:
   explicit PlanCompareView(QWidget* parent = nullptr);
   // Resolves both plans against the graph (problems are shown per layer, never thrown).
+  // Column titles for the two plans (default: their names; equal names get "(edited)"/"(file)").
+  void setPlanTitles(const QString& a, const QString& b) {
+    nameA_ = a;
+    nameB_ = b;
+  }
   void setPlans(const ModelGraph& graph, const Plan& a, const Plan& b,
                 std::shared_ptr<const SensitivityTable> sensitivity = nullptr,
                 std::optional<PlanRunFigures> runA = std::nullopt, std::optional<PlanRunFigures> runB = std::nullopt);
@@ -38,6 +43,7 @@ class PlanCompareView : public QWidget {
   QString totalsText() const;
 
  private:
+  QString nameA_, nameB_;
   QTableWidget* table_ = nullptr;
   QCheckBox* only_ = nullptr;
   QLabel* totals_ = nullptr;

@@ -20,6 +20,8 @@
 #include "core/plan/plan_editor.h"
 #include "core/plan/plan_figures.h"
 #include "core/plan/planner.h"
+#include "core/plan/layer_names.h"
+#include <QAbstractItemView>
 #include "kernels/common/error.h"
 #include "widgets/pareto_plot.h"
 
@@ -219,7 +221,15 @@ class ChoiceDelegate : public QStyledItemDelegate {
     auto* c = new QComboBox(parent);
     c->setEditable(true);
     c->addItems(planFieldChoices(*f));
+    // Whole choices, never "in…ym": the popup is as wide as its longest entry.
+    c->setSizeAdjustPolicy(QComboBox::AdjustToContents);
+    c->view()->setMinimumWidth(c->view()->sizeHintForColumn(0) + 24);
     return c;
+  }
+  void updateEditorGeometry(QWidget* e, const QStyleOptionViewItem& o, const QModelIndex& i) const override {
+    QStyledItemDelegate::updateEditorGeometry(e, o, i);
+    // The editor is at least as wide as its contents (the column may be narrower).
+    e->setGeometry(QRect(e->pos(), QSize(std::max(e->width(), e->sizeHint().width()), e->height())));
   }
   void setEditorData(QWidget* e, const QModelIndex& i) const override {
     if (auto* c = qobject_cast<QComboBox*>(e)) c->setCurrentText(i.data(Qt::EditRole).toString());
@@ -251,10 +261,19 @@ void PlanEditorView::buildUi() {
 
   // Row 1: undo/redo, open/save, auto-plan, totals.
   auto* bar = new QHBoxLayout;
+  // The buttons say "Undo" / "Redo"; what they would undo is in the tooltip (a long command
+  // text on the button would widen the tab and squeeze the model panel).
   auto tool = [&](QAction* a, const QString& name) {
     auto* b = new QToolButton;
-    b->setDefaultAction(a);
     b->setObjectName(name);
+    b->setText(name == QLatin1String("planUndo") ? tr("Undo") : tr("Redo"));
+    b->setEnabled(a->isEnabled());
+    b->setToolTip(a->text());
+    connect(b, &QToolButton::clicked, a, &QAction::trigger);
+    connect(a, &QAction::changed, b, [a, b] {
+      b->setEnabled(a->isEnabled());
+      b->setToolTip(a->text());
+    });
     bar->addWidget(b);
     return b;
   };
@@ -279,11 +298,14 @@ void PlanEditorView::buildUi() {
   bar->addWidget(compareBtn);
   bar->addWidget(autoBtn);
   bar->addStretch(1);
+  outer->addLayout(bar);
+  // The totals on a line of their own: however long, they never widen the tab (and so never
+  // squeeze the model panel beside it); the whole text is in the tooltip.
   totals_ = new QLabel;
   totals_->setObjectName(QStringLiteral("planTotals"));
   totals_->setTextInteractionFlags(Qt::TextSelectableByMouse);
-  bar->addWidget(totals_);
-  outer->addLayout(bar);
+  totals_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Fixed);
+  outer->addWidget(totals_);
 
   // Row 2: pattern edits and the budget slider.
   auto* bulk = new QHBoxLayout;
@@ -295,6 +317,8 @@ void PlanEditorView::buildUi() {
   patternValue_ = new QComboBox;
   patternValue_->setObjectName(QStringLiteral("planPatternValue"));
   patternValue_->setEditable(true);
+  patternValue_->setSizeAdjustPolicy(QComboBox::AdjustToContents);
+  patternField_->setSizeAdjustPolicy(QComboBox::AdjustToContents);
   for (PlanField f : {PlanField::Weight, PlanField::Group, PlanField::Scale, PlanField::Activation, PlanField::Method})
     patternField_->addItem(QString::fromLatin1(planFieldName(f).data(), int(planFieldName(f).size())), int(f));
   auto refillValues = [this] {
@@ -409,6 +433,8 @@ void PlanEditorView::setModel(const ModelGraph* graph, const std::string& modelN
     p.name = "plan";
     p.model.name = modelName;
     p.model.hash = modelHash;
+    // Valid for every layer from the start: a row set to INT gets a group that divides its K.
+    p.defaults.group = validGroup_ ? GroupChoice{Granularity::Group, validGroup_} : GroupChoice{Granularity::Channel, 0};
   }
   ResolveOptions ro;
   ro.modelName = modelName;
@@ -526,6 +552,14 @@ bool PlanEditorView::setField(const std::vector<int>& rows, PlanField field, con
 bool PlanEditorView::applyPattern(const QString& selector, PlanField field, const QString& text, QString* error) {
   if (!doc_) return false;
   try {
+    // A pattern that names no layer is an error, not a silent no-op.
+    const LayerSelector sel = LayerSelector::parse(selector.trimmed().toStdString(), "pattern");
+    int matched = 0;
+    for (const PlanLayer& l : planLayers(*graph_)) matched += sel.matches(l);
+    if (matched == 0)
+      throw Error(ErrorKind::BadInput,
+                  "no layer matches '" + selector.trimmed().toStdString() +
+                      "' (layer names look like blocks.0.attn.q, blocks.*.mlp.down, head)");
     pushCommand(makeSetFieldsCommand(*doc_, EditTarget::pattern(selector.trimmed().toStdString()),
                                      fieldsFromText(field, text)));
     return true;
@@ -598,6 +632,12 @@ bool PlanEditorView::loadParetoPoint(int index, QString* error) {
     p.description = "auto: Pareto point at " + QString::number(bits, 'f', 2).toStdString() + " bits/weight";
     p.model = doc_->plan().model;
     pushCommand(makeReplacePlanCommand(*doc_, std::move(p), "load Pareto point " + std::to_string(index)));
+    // The slider follows the loaded point (never a stale budget beside another plan).
+    {
+      const QSignalBlocker block(budget_);
+      budget_->setValue(int(std::lround((bits - budget_->property("loBits").toDouble()) * 20.0)));
+    }
+    budgetLabel_->setText(tr("≤ %1 bits/weight").arg(bits, 0, 'f', 2));
     return true;
   } catch (const std::exception& e) {
     if (error) *error = QString::fromStdString(e.what());
@@ -678,6 +718,7 @@ void PlanEditorView::updateTotals() {
     parts << tr("predicted speedup %1× at %2 tok").arg(f.predictedSpeedup, 0, 'f', 2).arg(f.speedTokens);
   if (f.invalidLayers > 0) parts << tr("⚠ %1 invalid layers").arg(f.invalidLayers);
   totals_->setText(parts.join(QStringLiteral("  ·  ")));
+  totals_->setToolTip(totals_->text());
   pareto_->setCurrent(f.bitsPerWeight, f.haveSensitivity ? f.predictedError : NAN,
                       f.haveSpeed ? f.predictedSpeedup : NAN);
 }

@@ -47,6 +47,9 @@ class PlanEditorView : public QWidget {
   void setModel(const ModelGraph* graph, const std::string& modelName, const std::string& modelHash,
                 std::optional<Plan> plan = std::nullopt);
   void clearModel();
+  // The group size a new plan's defaults use (the largest that divides every layer's K, so any
+  // row set to INT is valid; 0: per channel). Set before setModel.
+  void setValidGroup(uint32_t groupSize) { validGroup_ = groupSize; }
   // Tables behind the predicted figures and the auto-planner (null: none).
   void setSensitivity(std::shared_ptr<const SensitivityTable> table);
   void setSpeed(std::shared_ptr<const SpeedTable> table, int64_t tokens);
@@ -115,6 +118,7 @@ class PlanEditorView : public QWidget {
   QLabel* budgetLabel_ = nullptr;
   ParetoPlot* pareto_ = nullptr;
   uint64_t dragKey_ = 0;
+  uint32_t validGroup_ = 128;
 };
 
 // The choices a column offers (shared by the delegate, the pattern box and tests).

@@ -10,6 +10,8 @@
 #include <QSvgGenerator>
 #include <qcustomplot.h>
 
+#include <cmath>
+
 #include "core/io/atomic_file.h"
 #include "kernels/common/error.h"
 
@@ -96,6 +98,57 @@ bool exportPlot(QCustomPlot* plot, const QString& path, QString* error, int widt
   return commitBytes(path, buffer.data(), error);
 }
 
+namespace {
+// The text label a text ticker puts at `coord`, if any (layer and format names).
+QString tickLabel(const QCPAxis* axis, double coord) {
+  auto text = axis->ticker().dynamicCast<QCPAxisTickerText>();
+  if (!text) return {};
+  const auto it = text->ticks().constFind(coord);
+  return it == text->ticks().constEnd() ? QString() : it.value();
+}
+QString number(double v) { return std::isfinite(v) ? QString::number(v, 'g', 10) : QString(); }
+}  // namespace
+
+QString plotDataCsv(QCustomPlot* plot) {
+  QString out = QStringLiteral("series,x,y,value,x_label,y_label\n");
+  for (int i = 0; i < plot->plottableCount(); ++i) {
+    QCPAbstractPlottable* p = plot->plottable(i);
+    if (!p->visible()) continue;
+    const QString name = csvField(p->name().isEmpty() ? QStringLiteral("series %1").arg(i) : p->name());
+    QCPAxis* keyAxis = p->keyAxis();
+    QCPAxis* valueAxis = p->valueAxis();
+    // Bars drawn sideways (key on the y axis) still read as x = value, y = key.
+    const bool sideways = keyAxis && keyAxis->orientation() == Qt::Vertical;
+    auto row = [&](double key, double value) {
+      const double x = sideways ? value : key, y = sideways ? key : value;
+      QCPAxis* xa = sideways ? valueAxis : keyAxis;
+      QCPAxis* ya = sideways ? keyAxis : valueAxis;
+      out += QStringLiteral("%1,%2,%3,,%4,%5\n")
+                 .arg(name, number(x), number(y), csvField(tickLabel(xa, x)), csvField(tickLabel(ya, y)));
+    };
+    if (auto* g = qobject_cast<QCPGraph*>(p)) {
+      for (auto it = g->data()->constBegin(); it != g->data()->constEnd(); ++it) row(it->key, it->value);
+    } else if (auto* b = qobject_cast<QCPBars*>(p)) {
+      for (auto it = b->data()->constBegin(); it != b->data()->constEnd(); ++it) row(it->key, it->value);
+    } else if (auto* m = qobject_cast<QCPColorMap*>(p)) {
+      QCPColorMapData* d = m->data();
+      for (int x = 0; x < d->keySize(); ++x)
+        for (int y = 0; y < d->valueSize(); ++y) {
+          double kx, vy;
+          d->cellToCoord(x, y, &kx, &vy);
+          out += QStringLiteral("%1,%2,%3,%4,%5,%6\n")
+                     .arg(name, number(kx), number(vy), number(d->cell(x, y)),
+                          csvField(tickLabel(keyAxis, kx)), csvField(tickLabel(valueAxis, vy)));
+        }
+    }
+  }
+  return out;
+}
+
+bool exportPlotData(QCustomPlot* plot, const QString& path, QString* error) {
+  return commitBytes(path, plotDataCsv(plot).toUtf8(), error);
+}
+
 bool exportTableCsv(const QAbstractItemModel* model, const QString& path, QString* error) {
   QString out;
   QStringList header;
@@ -118,6 +171,14 @@ void installPlotExportMenu(QCustomPlot* plot) {
       QString error;
       if (!exportPlot(plot, path, &error))
         QMessageBox::warning(plot, QObject::tr("Export failed"), error);
+    });
+    menu.addAction(QObject::tr("Export data as CSV…"), plot, [plot] {
+      const QString path = QFileDialog::getSaveFileName(plot, QObject::tr("Export plot data"),
+                                                        plot->objectName() + QStringLiteral(".csv"),
+                                                        QObject::tr("CSV (*.csv)"));
+      if (path.isEmpty()) return;
+      QString error;
+      if (!exportPlotData(plot, path, &error)) QMessageBox::warning(plot, QObject::tr("Export failed"), error);
     });
     menu.addAction(QObject::tr("Reset zoom"), plot, [plot] {
       plot->rescaleAxes();

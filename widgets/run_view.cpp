@@ -1,6 +1,8 @@
 #include "widgets/run_view.h"
 
 #include <QComboBox>
+#include <QScrollArea>
+#include <QToolTip>
 #include <QHBoxLayout>
 #include <QHeaderView>
 #include <QLabel>
@@ -66,10 +68,24 @@ RunView::RunView(QWidget* parent) : QWidget(parent) {
   addTitle(speedPlot_, tr("Speedup per layer"));
 
   for (QCustomPlot* p : {errPlot_, cosPlot_, speedPlot_}) {
-    p->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
+    if (p != speedPlot_) p->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);  // the speed chart scrolls
     p->setMinimumHeight(160);
     installPlotExportMenu(p);
   }
+  // The speed chart: one readable bar per layer (it grows and scrolls), a read-out on hover and
+  // the layer on click.
+  speedPlot_->setMouseTracking(true);
+  speedPlot_->yAxis->setTickLabelFont(QFont(font().family(), 8));
+  connect(speedPlot_, &QCustomPlot::mouseMove, this, [this](QMouseEvent* ev) {
+    const QString text = speedBarText(speedBarAt(ev->pos()));
+    if (text.isEmpty()) QToolTip::hideText();
+    else QToolTip::showText(speedPlot_->mapToGlobal(ev->pos()), text, speedPlot_);
+  });
+  connect(speedPlot_, &QCustomPlot::mousePress, this, [this](QMouseEvent* ev) {
+    const RunSpeed* s = shownSpeed();
+    const int i = speedBarAt(ev->pos());
+    if (s && ev->button() == Qt::LeftButton && i >= 0 && i < s->weightNames.size()) emit layerClicked(s->weightNames[i]);
+  });
 
   speedRun_ = new QComboBox;
   speedRun_->setObjectName(QStringLiteral("speedRunCombo"));
@@ -97,7 +113,12 @@ RunView::RunView(QWidget* parent) : QWidget(parent) {
   pick->addWidget(new QLabel(tr("Speed of")));
   pick->addWidget(speedRun_, 1);
   rl->addLayout(pick);
-  rl->addWidget(speedPlot_, 1);
+  auto* speedScroll = new QScrollArea;
+  speedScroll->setWidget(speedPlot_);
+  speedScroll->setWidgetResizable(true);
+  speedScroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+  speedScroll->setFrameShape(QFrame::NoFrame);
+  rl->addWidget(speedScroll, 1);
   auto* split = new QSplitter(Qt::Horizontal);
   split->addWidget(left);
   split->addWidget(right);
@@ -161,6 +182,28 @@ void RunView::removeRun(const QString& name) {
   rebuildTable();
 }
 
+const RunSpeed* RunView::shownSpeed() const {
+  for (const Entry& r : runs_)
+    if (r.hasSpeed && r.curve.name == speedRun_->currentText()) return &r.speed;
+  return nullptr;
+}
+
+int RunView::speedBarAt(const QPoint& pos) const {
+  const RunSpeed* s = shownSpeed();
+  if (!s || !speedPlot_->axisRect()->rect().contains(pos)) return -1;
+  const int i = int(std::lround(speedPlot_->yAxis->pixelToCoord(pos.y())));
+  return i >= 0 && i < s->layers.size() ? i : -1;
+}
+
+QString RunView::speedBarText(int i) const {
+  const RunSpeed* s = shownSpeed();
+  if (!s || i < 0 || i >= s->layers.size()) return {};
+  const double v = i < int(s->speedup.size()) ? s->speedup[size_t(i)] : RunCurve::nan;
+  return tr("<b>%1</b><br>%2<br>speedup %3 over %4<br><small>click: open the layer</small>")
+      .arg(s->layers[i].toHtmlEscaped(), i < s->weightNames.size() ? s->weightNames[i].toHtmlEscaped() : QString(),
+           fmt(v, 3, QStringLiteral("×")), s->baseline.toHtmlEscaped());
+}
+
 void RunView::clear() {
   runs_.clear();
   speedRun_->clear();
@@ -220,6 +263,10 @@ void RunView::rebuildSpeed() {
   for (const Entry& r : runs_)
     if (r.hasSpeed && r.curve.name == speedRun_->currentText()) e = &r;
   if (!e) {
+    // No labels of a previous model or run may stay behind (issue 27: GPT-2 with SmolLM2's names).
+    speedPlot_->yAxis->setTicker(QSharedPointer<QCPAxisTicker>(new QCPAxisTicker));
+    speedPlot_->yAxis->setRange(0, 1);
+    speedPlot_->setMinimumHeight(160);
     title(speedPlot_)->setText(tr("Speedup per layer (no measurement yet)"));
     speedPlot_->replot();
     return;
@@ -243,8 +290,15 @@ void RunView::rebuildSpeed() {
   for (int i = 0; i < e->speed.layers.size() && i < int(e->speed.speedup.size()); ++i)
     if (std::isfinite(e->speed.speedup[size_t(i)]) && e->speed.speedup[size_t(i)] < 1.0)
       slower->addData(i, e->speed.speedup[size_t(i)]);
+  // Grey where the layer stays FP16 (exactly the baseline, 1×): neither faster nor slower.
+  auto* same = new QCPBars(speedPlot_->yAxis, speedPlot_->xAxis);
+  same->setPen(Qt::NoPen);
+  same->setBrush(QColor(160, 160, 160));
+  for (int i = 0; i < e->speed.layers.size() && i < int(e->speed.speedup.size()); ++i)
+    if (e->speed.speedup[size_t(i)] == 1.0) same->addData(i, 1.0);
   speedPlot_->yAxis->setTicker(ticker);
   speedPlot_->yAxis->setRange(-0.7, e->speed.layers.size() - 0.3);
+  speedPlot_->setMinimumHeight(std::max(160, int(e->speed.layers.size()) * kRowPixels + 100));
   speedPlot_->xAxis->setRange(0, maxS * 1.1);
   auto* one = new QCPItemStraightLine(speedPlot_);  // the baseline: 1×
   one->point1->setCoords(1, 0);

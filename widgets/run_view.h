@@ -33,7 +33,8 @@ struct RunCurve {
 };
 
 struct RunSpeed {
-  QStringList layers;            // short layer names, execution order
+  QStringList layers;            // layer names (widgets/layer_labels.h), execution order
+  QStringList weightNames;       // their weight tensors (click-through to the Layer tab)
   std::vector<double> speedup;   // per layer: baseline time / plan kernel time (NaN: not measured)
   double wholeModel = RunCurve::nan;
   QString baseline;              // e.g. "cuBLAS FP16 on NVIDIA H200, 1 token"
@@ -57,11 +58,20 @@ class RunView : public QWidget {
   QCustomPlot* cosinePlot() const { return cosPlot_; }
   QCustomPlot* speedPlot() const { return speedPlot_; }
   QTableWidget* metricsTable() const { return table_; }
+  static constexpr int kRowPixels = 14;  // one bar per layer in the speed chart, label included
+  // The hover text of the speed chart at a bar (layer index in the shown run), "" when none.
+  QString speedBarText(int layer) const;
+
+ signals:
+  // A bar of the speed chart was clicked: its layer's weight tensor.
+  void layerClicked(const QString& weightName);
 
  private:
   void rebuildCurves();
   void rebuildSpeed();
   void rebuildTable();
+  const struct RunSpeed* shownSpeed() const;
+  int speedBarAt(const QPoint& pos) const;
 
   struct Entry {
     RunCurve curve;

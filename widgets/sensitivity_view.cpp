@@ -1,6 +1,8 @@
 #include "widgets/sensitivity_view.h"
 
 #include <QComboBox>
+#include <QScrollArea>
+#include <QToolTip>
 #include <QHBoxLayout>
 #include <QLabel>
 #include <QSplitter>
@@ -8,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <tuple>
 #include <qcustomplot.h>
 
 #include "core/analysis/rank_correlation.h"
@@ -16,10 +19,17 @@
 namespace qs::widgets {
 
 namespace {
-QString shortLayerName(const LayerRef& l) {
-  return l.block >= 0 ? QStringLiteral("%1.%2").arg(l.block).arg(QString::fromStdString(l.role))
-                      : QString::fromStdString(l.role.empty() ? l.weightName : l.role);
+// A plot inside a vertical scroll area: its height grows with its rows, the width follows the
+// viewport (so a 211-layer heatmap keeps readable rows instead of squeezing them to 2.7 px).
+QScrollArea* scrolling(QCustomPlot* plot) {
+  auto* area = new QScrollArea;
+  area->setWidget(plot);
+  area->setWidgetResizable(true);
+  area->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+  area->setFrameShape(QFrame::NoFrame);
+  return area;
 }
+const QColor kNotApplicable(150, 150, 150);
 }  // namespace
 
 SensitivityView::SensitivityView(QWidget* parent) : QWidget(parent) {
@@ -32,15 +42,16 @@ SensitivityView::SensitivityView(QWidget* parent) : QWidget(parent) {
                           tr("Weight SQNR (dB)"), tr("Perplexity change (%)")});
   barFormat_ = new QComboBox;
   barFormat_->setObjectName(QStringLiteral("barFormatCombo"));
+  barFormat_->setSizeAdjustPolicy(QComboBox::AdjustToContents);
   summary_ = new QLabel;
   summary_->setObjectName(QStringLiteral("sensitivitySummary"));
+  summary_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Fixed);  // never widens the window
   controls->addWidget(new QLabel(tr("Metric")));
   controls->addWidget(metricCombo_);
   controls->addSpacing(16);
   controls->addWidget(new QLabel(tr("Bars for")));
   controls->addWidget(barFormat_);
-  controls->addStretch(1);
-  controls->addWidget(summary_);
+  controls->addWidget(summary_, 1);
   outer->addLayout(controls);
 
   heat_ = new QCustomPlot;
@@ -57,12 +68,18 @@ SensitivityView::SensitivityView(QWidget* parent) : QWidget(parent) {
   g.setNanHandling(QCPColorGradient::nhTransparent);  // not measured yet: blank
   map_->setGradient(g);
   map_->setInterpolate(false);
-  connect(heat_, &QCustomPlot::plottableClick, this, [this](QCPAbstractPlottable*, int, QMouseEvent* ev) {
-    double key, value;
-    map_->pixelsToCoords(ev->pos(), key, value);
-    const int f = int(std::lround(key)), l = int(std::lround(value));
-    if (f >= 0 && f < int(table_.formats.size()) && l >= 0 && l < int(table_.layers.size())) emit cellClicked(l, f);
-  });
+  // Not applicable (the format cannot take the layer's shape): grey, outside the colour scale.
+  naMap_ = new QCPColorMap(heat_->xAxis, heat_->yAxis);
+  naMap_->setName(tr("not applicable"));
+  QCPColorGradient grey;
+  grey.clearColorStops();
+  grey.setColorStopAt(0, kNotApplicable);
+  grey.setColorStopAt(1, kNotApplicable);
+  grey.setNanHandling(QCPColorGradient::nhTransparent);
+  naMap_->setGradient(grey);
+  naMap_->setInterpolate(false);
+  naMap_->setDataRange(QCPRange(0, 1));
+  map_->setName(tr("sensitivity"));
   installPlotExportMenu(heat_);
 
   bars_ = new QCustomPlot;
@@ -88,22 +105,109 @@ SensitivityView::SensitivityView(QWidget* parent) : QWidget(parent) {
   scatter_->plotLayout()->addElement(0, 0, new QCPTextElement(scatter_, QString(), QFont(font().family(), 10, QFont::Bold)));
   installPlotExportMenu(scatter_);
   for (QCustomPlot* p : {heat_, bars_, scatter_}) {
-    p->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
     p->setMinimumHeight(180);
+    p->setMouseTracking(true);
+    // Hover: the cell's figures; click: that layer (no drag/zoom: the scroll area scrolls).
+    connect(p, &QCustomPlot::mouseMove, this, [this, p](QMouseEvent* ev) { hover(p, ev->pos()); });
+    connect(p, &QCustomPlot::mousePress, this, [this, p](QMouseEvent* ev) {
+      if (ev->button() == Qt::LeftButton) click(p, ev->pos());
+    });
   }
+  scatter_->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
 
   auto* right = new QSplitter(Qt::Vertical);
-  right->addWidget(bars_);
+  right->addWidget(scrolling(bars_));
   right->addWidget(scatter_);
   auto* split = new QSplitter(Qt::Horizontal);
-  split->addWidget(heat_);
+  split->addWidget(scrolling(heat_));
   split->addWidget(right);
   split->setStretchFactor(0, 3);
   split->setStretchFactor(1, 2);
+  split->setSizes({600, 420});
   outer->addWidget(split, 1);
 
   connect(metricCombo_, &QComboBox::currentIndexChanged, this, [this] { rebuild(); });
   connect(barFormat_, &QComboBox::currentIndexChanged, this, [this] { rebuildBars(); });
+}
+
+void SensitivityView::setLayerLabels(LayerLabels labels) {
+  labels_ = std::move(labels);
+  rebuild();
+}
+
+QString SensitivityView::layerName(int l) const {
+  return l >= 0 && l < int(table_.layers.size()) ? labels_.of(table_.layers[size_t(l)]) : QString();
+}
+
+int SensitivityView::notApplicableCells() const {
+  int n = 0;
+  for (const auto& e : table_.entries) n += !e.applicable;
+  return n;
+}
+
+int SensitivityView::labelledRows() const {
+  auto t = heat_->yAxis->ticker().dynamicCast<QCPAxisTickerText>();
+  return t ? int(t->ticks().size()) : 0;
+}
+
+int SensitivityView::barLayer(int bar) const {
+  return bar >= 0 && bar < int(barLayers_.size()) ? barLayers_[size_t(bar)] : -1;
+}
+
+QString SensitivityView::cellText(int l, int f) const {
+  if (l < 0 || f < 0 || l >= int(table_.layers.size()) || f >= int(table_.formats.size())) return {};
+  const LayerRef& ref = table_.layers[size_t(l)];
+  const SensitivityEntry& e = table_.at(size_t(l), size_t(f));
+  QString text = tr("<b>%1</b> · %2<br><small>%3, %4×%5</small><br>")
+                     .arg(layerName(l).toHtmlEscaped(), QString::fromStdString(formatToString(table_.formats[size_t(f)])),
+                          QString::fromStdString(ref.weightName).toHtmlEscaped())
+                     .arg(ref.outFeatures)
+                     .arg(ref.inFeatures);
+  if (!e.applicable) return text + tr("not applicable: the format's group does not divide K = %1").arg(ref.inFeatures);
+  auto num = [](double v, int prec = 4) { return std::isfinite(v) ? QString::number(v, 'g', prec) : QStringLiteral("–"); };
+  text += tr("KL %1 nats · proxy %2 · SQNR %3 dB").arg(num(e.kl), num(e.weightedError), num(e.weightSqnrDb, 3));
+  if (std::isfinite(e.perplexity)) text += tr("<br>perplexity %1").arg(num(e.perplexity, 5));
+  if (!std::isfinite(e.kl)) text += tr("<br><i>end-to-end KL not measured yet</i>");
+  return text + tr("<br><small>click: open the layer</small>");
+}
+
+std::pair<int, int> SensitivityView::cellAt(QCustomPlot* plot, const QPoint& pos) const {
+  if (!plot->axisRect()->rect().contains(pos)) return {-1, -1};
+  if (plot == heat_) {
+    const int f = int(std::lround(heat_->xAxis->pixelToCoord(pos.x())));
+    const int l = int(std::lround(heat_->yAxis->pixelToCoord(pos.y())));
+    if (f >= 0 && f < int(table_.formats.size()) && l >= 0 && l < int(table_.layers.size())) return {l, f};
+  } else if (plot == bars_) {
+    const int bar = int(std::lround(bars_->yAxis->pixelToCoord(pos.y())));
+    if (barLayer(bar) >= 0) return {barLayer(bar), barFormat_->currentIndex()};
+  } else if (plot == scatter_) {
+    // The nearest point within 8 px.
+    double best = 64;
+    std::pair<int, int> hit{-1, -1};
+    const auto* d = scatterSeries_->data().data();
+    int i = 0;
+    for (auto it = d->constBegin(); it != d->constEnd(); ++it, ++i) {
+      const double dx = scatter_->xAxis->coordToPixel(it->key) - pos.x();
+      const double dy = scatter_->yAxis->coordToPixel(it->value) - pos.y();
+      if (dx * dx + dy * dy < best && i < int(scatterCells_.size())) best = dx * dx + dy * dy, hit = scatterCells_[size_t(i)];
+    }
+    return hit;
+  }
+  return {-1, -1};
+}
+
+void SensitivityView::hover(QCustomPlot* plot, const QPoint& pos) {
+  const auto [l, f] = cellAt(plot, pos);
+  if (l < 0) {
+    QToolTip::hideText();
+    return;
+  }
+  QToolTip::showText(plot->mapToGlobal(pos), cellText(l, f), plot);
+}
+
+void SensitivityView::click(QCustomPlot* plot, const QPoint& pos) {
+  const auto [l, f] = cellAt(plot, pos);
+  if (l >= 0) emit cellClicked(l, f);
 }
 
 void SensitivityView::setMetric(Metric m) { metricCombo_->setCurrentIndex(int(m)); }
@@ -149,24 +253,47 @@ void SensitivityView::rebuild() {
   const int L = int(table_.layers.size()), F = int(table_.formats.size());
   // Log colours for error-like metrics (they span decades); linear for SQNR and ppl change.
   const bool logScale = metric() == Metric::Kl || metric() == Metric::WeightedError;
-  map_->data()->setSize(std::max(F, 1), std::max(L, 1));
-  map_->data()->setRange(QCPRange(0, std::max(F - 1, 0)), QCPRange(0, std::max(L - 1, 0)));
+  // A colour map of one column (or row) has cells of zero width: QCustomPlot spaces cells by
+  // range / (size - 1). One column or row is drawn as two half-width copies instead (one format
+  // swept: Gemma's walkthrough) so it spans the same -0.5 … +0.5 as any cell.
+  const int FX = F == 1 ? 2 : std::max(F, 1), LX = L == 1 ? 2 : std::max(L, 1);
+  const QCPRange keys = F == 1 ? QCPRange(-0.25, 0.25) : QCPRange(0, std::max(F - 1, 0));
+  const QCPRange rows = L == 1 ? QCPRange(-0.25, 0.25) : QCPRange(0, std::max(L - 1, 0));
+  for (QCPColorMap* m : {map_, naMap_}) {
+    m->data()->setSize(FX, LX);
+    m->data()->setRange(keys, rows);
+    m->data()->fill(std::nan(""));
+  }
+  auto set = [&](QCPColorMap* m, int f, int l, double v) {
+    for (int fx = f; fx < (F == 1 ? 2 : f + 1); ++fx)
+      for (int lx = l; lx < (L == 1 ? 2 : l + 1); ++lx) m->data()->setCell(fx, lx, v);
+  };
+  for (int l = 0; l < L; ++l)
+    for (int f = 0; f < F; ++f)
+      if (!table_.at(size_t(l), size_t(f)).applicable) set(naMap_, f, l, 1.0);
   double lo = INFINITY, hi = -INFINITY;
   for (int l = 0; l < L; ++l)
     for (int f = 0; f < F; ++f) {
       double v = value(table_.at(size_t(l), size_t(f)));
       if (logScale) v = v > 0 ? std::log10(v) : std::nan("");
-      map_->data()->setCell(f, l, v);
+      set(map_, f, l, v);
       if (std::isfinite(v)) lo = std::min(lo, v), hi = std::max(hi, v);
     }
   if (std::isfinite(lo)) map_->setDataRange(QCPRange(lo, hi > lo ? hi : lo + 1));
   map_->colorScale()->axis()->setLabel(metricCombo_->currentText() + (logScale ? tr(" (log10)") : QString()));
-  // Axis labels: formats across, layers down (every n-th label when there are many).
+  // Axis labels: formats across, every layer down (one readable row each: the plot grows and
+  // scrolls rather than dropping labels).
   QSharedPointer<QCPAxisTickerText> fx(new QCPAxisTickerText), ly(new QCPAxisTickerText);
   for (int f = 0; f < F; ++f) fx->addTick(f, QString::fromStdString(formatToString(table_.formats[size_t(f)])));
-  const int every = std::max(1, L / 40);
-  for (int l = 0; l < L; l += every) ly->addTick(l, shortLayerName(table_.layers[size_t(l)]));
+  for (int l = 0; l < L; ++l) ly->addTick(l, layerName(l));
+  heat_->yAxis->setTickLabelFont(QFont(font().family(), 8));
+  heat_->setMinimumHeight(std::max(180, L * kRowPixels + 140));
   heat_->xAxis->setTicker(fx);
+  heat_->xAxis2->setTicker(fx);  // the format names above too: a tall heatmap scrolls
+  heat_->xAxis2->setTickLabels(true);
+  heat_->xAxis2->setTickLabelRotation(-30);
+  heat_->xAxis2->setNumberFormat(QStringLiteral("g"));
+  heat_->xAxis2->setRange(-0.5, F - 0.5);
   // Text ticks: no "beautified" powers (QCustomPlot would typeset "fp8e4m3" as fp8·10^4m3).
   heat_->xAxis->setNumberFormat(QStringLiteral("g"));
   heat_->yAxis->setNumberFormat(QStringLiteral("g"));
@@ -177,7 +304,12 @@ void SensitivityView::rebuild() {
   heat_->replot(QCustomPlot::rpQueuedReplot);
   rebuildBars();
   rebuildScatter();
-  summary_->setText(tr("%1 of %2 cells measured").arg(measuredCells()).arg(L * F));
+  // What the cells were measured on: the table's own text and token count, never the settings'.
+  QString summary = tr("%1 of %2 cells measured").arg(measuredCells()).arg(L * F - notApplicableCells());
+  if (table_.tokens > 0)
+    summary += tr(" on %1 tokens of %2").arg(table_.tokens).arg(QString::fromStdString(table_.textSource));
+  if (notApplicableCells() > 0) summary += tr(" · grey: not applicable (%1)").arg(notApplicableCells());
+  summary_->setText(summary);
 }
 
 void SensitivityView::rebuildBars() {
@@ -193,13 +325,18 @@ void SensitivityView::rebuildBars() {
     // Most sensitive first (for SQNR, the lowest SQNR is the most sensitive).
     const bool ascending = metric() == Metric::WeightSqnr;
     std::sort(order.begin(), order.end(), [ascending](auto a, auto b) { return ascending ? a.first < b.first : a.first > b.first; });
-    const int every = std::max<int>(1, int(order.size()) / 15);
     for (int i = 0; i < int(order.size()); ++i) {
       keys.push_back(i);
       vals.push_back(order[size_t(i)].first);
-      if (i % every == 0) ticks->addTick(i, shortLayerName(table_.layers[size_t(order[size_t(i)].second)]));
+      ticks->addTick(i, layerName(order[size_t(i)].second));
     }
+    barLayers_.clear();
+    for (const auto& o : order) barLayers_.push_back(o.second);
+  } else {
+    barLayers_.clear();
   }
+  bars_->yAxis->setTickLabelFont(QFont(font().family(), 8));
+  bars_->setMinimumHeight(std::max(180, int(keys.size()) * kRowPixels + 90));
   barSeries_->setData(keys, vals, true);
   bars_->yAxis->setTicker(ticks);
   bars_->yAxis->setNumberFormat(QStringLiteral("g"));
@@ -216,20 +353,35 @@ void SensitivityView::rebuildBars() {
 void SensitivityView::rebuildScatter() {
   std::vector<double> proxy, kl;
   QVector<double> x, y;
-  for (const auto& e : table_.entries)
-    if (std::isfinite(e.weightedError) && std::isfinite(e.kl) && e.weightedError > 0 && e.kl > 0) {
-      proxy.push_back(e.weightedError);
-      kl.push_back(e.kl);
-      x.push_back(e.weightedError);
-      y.push_back(e.kl);
-    }
+  scatterCells_.clear();
+  // Key-sorted data (QCustomPlot keeps graphs sorted by x): the cell list follows that order.
+  std::vector<std::tuple<double, double, int, int>> pts;
+  const int F = int(table_.formats.size());
+  for (size_t i = 0; i < table_.entries.size(); ++i) {
+    const auto& e = table_.entries[i];
+    if (std::isfinite(e.weightedError) && std::isfinite(e.kl) && e.weightedError > 0 && e.kl > 0)
+      pts.emplace_back(e.weightedError, e.kl, int(i) / std::max(F, 1), int(i) % std::max(F, 1));
+  }
+  std::stable_sort(pts.begin(), pts.end(), [](const auto& a, const auto& b) { return std::get<0>(a) < std::get<0>(b); });
+  for (const auto& [px, py, l, f] : pts) {
+    proxy.push_back(px);
+    kl.push_back(py);
+    x.push_back(px);
+    y.push_back(py);
+    scatterCells_.emplace_back(l, f);
+  }
   scatterPoints_ = int(x.size());
-  scatterSeries_->setData(x, y);
+  scatterSeries_->setData(x, y, true);
   spearman_ = spearmanRho(proxy, kl);
   auto* title = qobject_cast<QCPTextElement*>(scatter_->plotLayout()->element(0, 0));
   title->setText(std::isfinite(spearman_) ? tr("Proxy vs KL: Spearman ρ = %1 (%2 points)").arg(spearman_, 0, 'f', 3).arg(x.size())
                                           : tr("Proxy vs KL (needs end-to-end results)"));
   scatter_->rescaleAxes();
+  // A margin on log axes (a factor), so no point sits on the frame.
+  for (QCPAxis* ax : {scatter_->xAxis, scatter_->yAxis}) {
+    const QCPRange r = ax->range();
+    if (r.lower > 0 && r.upper > 0) ax->setRange(r.lower / 1.6, r.upper * 1.6);
+  }
   scatter_->replot(QCustomPlot::rpQueuedReplot);
 }
 

@@ -3,10 +3,17 @@
 // weighted proxy, weight SQNR or perplexity change — switchable), a bar chart of the layers
 // sorted by the chosen metric for one format, and the proxy-vs-KL scatter with its Spearman ρ.
 // It fills in live: call setTable() again whenever the sensitivity job delivers more rows;
-// entries not measured yet (NaN) stay blank.
+// entries not measured yet (NaN) stay blank; cells whose format cannot apply to the layer (a group
+// size that does not divide K) are grey, distinct from every colour of the scale.
+// At real-model scale (SmolLM2: 211 layers) the heatmap and the bars scroll with a readable row
+// per layer, each labelled with the layer's one name (layer_labels.h); hovering shows the cell's
+// figures, clicking a cell, a bar or a point emits cellClicked (the window opens that layer).
 #include <QWidget>
 
+#include <vector>
+
 #include "core/analysis/tables.h"
+#include "widgets/layer_labels.h"
 
 class QComboBox;
 class QLabel;
@@ -24,6 +31,10 @@ class SensitivityView : public QWidget {
 
   explicit SensitivityView(QWidget* parent = nullptr);
   void setTable(const SensitivityTable& table);
+  void setLayerLabels(LayerLabels labels);
+  // What the tooltip shows for this layer and format (tests, the hover read-out).
+  QString cellText(int layer, int format) const;
+  static constexpr int kRowPixels = 14;  // one heatmap row / bar per layer, label included
   const SensitivityTable& table() const { return table_; }
 
   void setMetric(Metric m);
@@ -34,6 +45,9 @@ class SensitivityView : public QWidget {
   int measuredCells() const;        // heatmap cells with a finite value of the current metric
   int barCount() const;
   int scatterPointCount() const;
+  int notApplicableCells() const;   // grey cells
+  int labelledRows() const;         // heatmap rows with a label
+  int barLayer(int bar) const;      // the layer behind a bar (-1: none)
   double spearman() const { return spearman_; }  // proxy vs KL over all measured pairs
   QCustomPlot* heatmapPlot() const { return heat_; }
   QCustomPlot* barPlot() const { return bars_; }
@@ -47,6 +61,11 @@ class SensitivityView : public QWidget {
   void rebuild();
   void rebuildBars();
   void rebuildScatter();
+  void hover(QCustomPlot* plot, const QPoint& pos);
+  void click(QCustomPlot* plot, const QPoint& pos);
+  // The (layer, format) under a position of a plot, or {-1, -1}.
+  std::pair<int, int> cellAt(QCustomPlot* plot, const QPoint& pos) const;
+  QString layerName(int layer) const;
 
   SensitivityTable table_;
   QComboBox* metricCombo_ = nullptr;
@@ -54,6 +73,10 @@ class SensitivityView : public QWidget {
   QLabel* summary_ = nullptr;
   QCustomPlot* heat_ = nullptr;
   QCPColorMap* map_ = nullptr;
+  QCPColorMap* naMap_ = nullptr;  // grey where a format does not apply
+  LayerLabels labels_;
+  std::vector<int> barLayers_;
+  std::vector<std::pair<int, int>> scatterCells_;
   QCustomPlot* bars_ = nullptr;
   QCPBars* barSeries_ = nullptr;
   QCustomPlot* scatter_ = nullptr;

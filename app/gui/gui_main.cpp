@@ -7,6 +7,7 @@
 
 #include "app/gui/job_runner.h"
 #include "app/gui/main_window.h"
+#include "app/gui/walkthrough.h"
 #include "core/io/atomic_file.h"
 #include "app/labs/labs_panel.h"
 #include "core/util/datasets.h"
@@ -47,10 +48,27 @@ int runGui(QApplication& app) {
                                         "picture waits for its experiment"),
                          QStringLiteral("N"));
   parser.addOption(lab);
+  QCommandLineOption walkthrough(QStringLiteral("walkthrough"),
+                                 QStringLiteral("Drive the app through open, layer, calibrate, sensitivity, auto plan, run, "
+                                                "speed, export and reopen, saving a screenshot per step into DIR, then quit"),
+                                 QStringLiteral("DIR"));
+  QCommandLineOption wtFormats(QStringLiteral("walkthrough-formats"),
+                               QStringLiteral("Comma-separated formats for the walkthrough's sensitivity sweep"),
+                               QStringLiteral("list"));
+  QCommandLineOption wtTokens(QStringLiteral("walkthrough-tokens"),
+                              QStringLiteral("Evaluation tokens for the walkthrough's jobs (default 256)"), QStringLiteral("N"));
+  QCommandLineOption wtOther(QStringLiteral("walkthrough-other"),
+                             QStringLiteral("The model opened between the two visits (default: the bundled one)"),
+                             QStringLiteral("model"));
+  parser.addOption(walkthrough);
+  parser.addOption(wtFormats);
+  parser.addOption(wtTokens);
+  parser.addOption(wtOther);
   parser.process(app);
 
   auto* window = new MainWindow;
   window->setAttribute(Qt::WA_DeleteOnClose);
+  window->setExitWhenStuck(true);  // Quit always ends the process (main_window.h)
   const QStringList args = parser.positionalArguments();
   const QString model =
       args.isEmpty() ? QString::fromStdString(defaultModelPath()) : args.first();
@@ -100,6 +118,16 @@ int runGui(QApplication& app) {
     });
   window->show();
   window->openModel(model);
+  if (parser.isSet(walkthrough)) {
+    WalkthroughOptions o;
+    o.outDir = parser.value(walkthrough);
+    if (parser.isSet(wtFormats)) o.sweepFormats = parser.value(wtFormats).split(QLatin1Char(','), Qt::SkipEmptyParts);
+    if (parser.isSet(wtTokens)) o.tokens = parser.value(wtTokens).toLongLong();
+    o.otherModel = parser.value(wtOther);
+    auto* wt = new Walkthrough(window, o);
+    QObject::connect(wt, &Walkthrough::finished, window, [](int code) { QCoreApplication::exit(code); });
+    wt->start();
+  }
   return app.exec();
 }
 

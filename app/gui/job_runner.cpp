@@ -81,6 +81,15 @@ bool JobRunner::busy() const {
   return running_ || !queue_.empty();
 }
 
+bool JobRunner::waitIdle(int ms) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  while (busy()) {
+    if (std::chrono::steady_clock::now() >= until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
+
 void JobRunner::loop() {
   for (;;) {
     std::shared_ptr<Job> job;

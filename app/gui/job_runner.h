@@ -35,6 +35,8 @@ class JobRunner : public QObject {
   void cancel(const QString& tag);  // cancel queued and running jobs with this tag
   void cancelAll();
   bool busy() const;
+  // Waits up to `ms` for the queue to empty and the running job to end; false when it did not.
+  bool waitIdle(int ms);
 
  signals:
   void jobStarted(quint64 id, const QString& title);

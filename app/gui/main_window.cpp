@@ -1,6 +1,10 @@
 #include "app/gui/main_window.h"
 
+#include <malloc.h>
 #include <unistd.h>
+
+#include <cstdio>
+#include <thread>
 
 #include <QAction>
 #include <QComboBox>
@@ -49,13 +53,50 @@
 #include "core/analysis/layer_analysis.h"
 #include "widgets/layer_view.h"
 #include "widgets/model_tree_model.h"
+#include "widgets/sensitivity_view.h"
+#include "app/gui/report.h"
+#include "app/gui/help_text.h"
+#include "core/io/atomic_file.h"
+#include <QKeySequence>
+#include <QElapsedTimer>
+#include <QUndoStack>
 
 namespace qs::app {
 
 namespace {
 constexpr int kMaxRecent = 10;
+constexpr int kTreeMinWidth = 320;  // px: "blocks.29.mlp.down" and its shape column stay whole
+constexpr int kStuckGraceMs = 3000;  // Quit: how long jobs get to notice Cancel before we leave
 const char* kRecentKey = "recentModels";
 }  // namespace
+
+static QString metadataValueText(const nlohmann::json& v) {
+  // Long arrays (a tokenizer's 49,152 tokens) show their length and the first few entries.
+  constexpr size_t kShown = 8;
+  constexpr int kMaxChars = 240;
+  QString text;
+  if (v.is_array() && v.size() > kShown) {
+    QStringList first;
+    for (size_t i = 0; i < kShown; ++i) first << QString::fromStdString(v[i].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    text = QObject::tr("[%1 entries] %2, …").arg(v.size()).arg(first.join(QStringLiteral(", ")));
+  } else if (v.is_string()) {
+    text = QString::fromStdString(v.get<std::string>());
+  } else {
+    text = QString::fromStdString(v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  }
+  if (text.size() > kMaxChars) text = text.left(kMaxChars) + QStringLiteral("…");
+  return text;
+}
+
+static QString metadataHtml(const ModelFile& m) {
+  if (m.metadata().empty()) return {};
+  QString html = QStringLiteral("<h3>%1</h3><table cellpadding='2'>").arg(QObject::tr("Metadata (%1 entries)").arg(m.metadata().size()));
+  for (const MetaEntry& e : m.metadata())
+    html += QStringLiteral("<tr><td><tt>%1</tt></td><td><i>%2</i></td><td>%3</td></tr>")
+                .arg(QString::fromStdString(e.key).toHtmlEscaped(), QString::fromStdString(e.type).toHtmlEscaped(),
+                     metadataValueText(e.value).toHtmlEscaped());
+  return html + QStringLiteral("</table>");
+}
 
 quint64 residentMemoryBytes() {
   QFile f(QStringLiteral("/proc/self/statm"));
@@ -71,12 +112,12 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
   setAcceptDrops(true);
   buildUi();
   buildMenus();
-  connect(&loadWatcher_, &QFutureWatcher<LoadResult>::finished, this, &MainWindow::onLoadFinished);
 
   QSettings settings;
   if (!restoreGeometry(settings.value(QStringLiteral("mainWindow/geometry")).toByteArray()))
     resize(1280, 800);
   restoreState(settings.value(QStringLiteral("mainWindow/state")).toByteArray());
+  if (dock_->width() < kTreeMinWidth) resizeDocks({dock_}, {560}, Qt::Horizontal);
 
   // The device query can take a moment on a GPU machine (driver start-up): off the GUI thread.
   // The compute backend (CUDA when a device works, else the CPU reference) starts off the GUI
@@ -109,7 +150,8 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent) {
 MainWindow::~MainWindow() {
   delete jobs_;  // joins the worker before the views its results would update go away
   jobs_ = nullptr;
-  loadWatcher_.waitForFinished();
+  // A load still running is not waited for: its thread posts to qApp, and a window that is gone
+  // (QPointer) drops the result.
 }
 
 void MainWindow::buildUi() {
@@ -119,6 +161,7 @@ void MainWindow::buildUi() {
   treeFilter_->setRecursiveFilteringEnabled(true);
   treeFilter_->setFilterCaseSensitivity(Qt::CaseInsensitive);
   treeFilter_->setFilterKeyColumn(widgets::ModelTreeModel::NameCol);
+  treeFilter_->setFilterRole(widgets::ModelTreeModel::FilterRole);  // layer name or file name
 
   auto* panel = new QWidget;
   auto* layout = new QVBoxLayout(panel);
@@ -137,13 +180,21 @@ void MainWindow::buildUi() {
   tree_->setUniformRowHeights(true);
   tree_->setAlternatingRowColors(true);
   tree_->header()->setStretchLastSection(false);
-  tree_->header()->setSectionResizeMode(widgets::ModelTreeModel::NameCol, QHeaderView::Stretch);
+  // Names whole, never "blocks.0…": the name column is as wide as its longest name (the panel
+  // scrolls sideways when narrower) and the shape/parameter columns fit their contents.
+  tree_->header()->setSectionResizeMode(widgets::ModelTreeModel::NameCol, QHeaderView::ResizeToContents);
+  tree_->setTextElideMode(Qt::ElideMiddle);
   for (int c = 1; c < widgets::ModelTreeModel::ColumnCount; ++c)
     tree_->header()->setSectionResizeMode(c, QHeaderView::ResizeToContents);
   layout->addWidget(filterEdit_);
   layout->addWidget(tree_);
+  // The names must stay readable whatever the tabs ask for (a long Undo label, the totals line):
+  // the panel never narrows below this, and a narrower width saved by an older version is not
+  // restored (see restoreState below).
+  panel->setMinimumWidth(kTreeMinWidth);
 
   auto* dock = new QDockWidget(tr("Model"), this);
+  dock_ = dock;
   dock->setObjectName(QStringLiteral("modelDock"));
   dock->setWidget(panel);
   dock->setFeatures(QDockWidget::DockWidgetMovable | QDockWidget::DockWidgetFloatable);
@@ -169,7 +220,7 @@ void MainWindow::buildUi() {
   connect(tree_->selectionModel(), &QItemSelectionModel::currentChanged, this,
           [this](const QModelIndex& current) {
             const QString name = current.data(widgets::ModelTreeModel::TensorNameRole).toString();
-            if (!name.isEmpty()) selectTensor(name);
+            if (!name.isEmpty() && name != layerView_->tensor()) selectTensor(name);
           });
 
   // Jobs: one worker thread; the status bar shows the running job with a Cancel button.
@@ -178,25 +229,36 @@ void MainWindow::buildUi() {
   jobProgress_ = new QProgressBar;
   jobProgress_->setObjectName(QStringLiteral("jobProgress"));
   jobProgress_->setRange(0, 1000);
-  jobProgress_->setMaximumWidth(180);
+  jobProgress_->setMaximumWidth(320);
   jobCancel_ = new QPushButton(tr("Cancel"));
   jobCancel_->setObjectName(QStringLiteral("jobCancel"));
   for (QWidget* w : {static_cast<QWidget*>(jobLabel_), static_cast<QWidget*>(jobProgress_),
                      static_cast<QWidget*>(jobCancel_)}) {
-    statusBar()->addWidget(w);
+    // Permanent: a status message (showMessage) hides normal widgets, never these — the job's
+    // progress and Cancel stay visible whatever the tabs say.
+    statusBar()->addPermanentWidget(w);
     w->hide();
   }
   connect(jobCancel_, &QPushButton::clicked, jobs_, &JobRunner::cancelAll);
-  connect(jobs_, &JobRunner::jobStarted, this, [this](quint64, const QString& title) {
+  auto jobClock = std::make_shared<QElapsedTimer>();
+  connect(jobs_, &JobRunner::jobStarted, this, [this, jobClock](quint64, const QString& title) {
+    jobClock->start();
     jobLabel_->setText(title);
     jobProgress_->setValue(0);
     jobLabel_->show();
     jobProgress_->show();
     jobCancel_->show();
   });
-  connect(jobs_, &JobRunner::jobProgress, this, [this](quint64, double f, const QString& stage) {
+  connect(jobs_, &JobRunner::jobProgress, this, [this, jobClock](quint64, double f, const QString& stage) {
     jobProgress_->setValue(int(f * 1000));
-    jobProgress_->setFormat(stage);
+    // Time left from the rate so far (once there is a rate to go by).
+    QString text = stage + QStringLiteral(" %p%");
+    const double elapsed = jobClock->isValid() ? double(jobClock->elapsed()) / 1000.0 : 0;
+    if (f > 0.02 && f < 1 && elapsed > 3) {
+      const double left = elapsed * (1 - f) / f;
+      text += left >= 90 ? tr(" · %1 min left").arg(std::lround(left / 60)) : tr(" · %1 s left").arg(std::lround(left));
+    }
+    jobProgress_->setFormat(text);
   });
   auto jobEnded = [this] {
     if (jobs_->busy()) return;
@@ -247,6 +309,31 @@ void MainWindow::buildUi() {
   memoryLabel_->setObjectName(QStringLiteral("memoryLabel"));
   statusBar()->addPermanentWidget(backendLabel_);
   statusBar()->addPermanentWidget(memoryLabel_);
+  // A load that takes long (a slow disk, a network mount) says so and can be left behind.
+  openingLabel_ = new QLabel;
+  openingLabel_->setObjectName(QStringLiteral("openingLabel"));
+  openingLabel_->setStyleSheet(QStringLiteral("color: #8a5a00"));
+  stopWaiting_ = new QPushButton(tr("Stop waiting"));
+  stopWaiting_->setObjectName(QStringLiteral("stopWaitingButton"));
+  statusBar()->insertPermanentWidget(0, openingLabel_);
+  statusBar()->insertPermanentWidget(1, stopWaiting_);
+  openingLabel_->hide();
+  stopWaiting_->hide();
+  connect(stopWaiting_, &QPushButton::clicked, this, &MainWindow::stopWaitingForLoad);
+  openTimer_ = new QTimer(this);
+  openTimer_->setSingleShot(true);
+  connect(openTimer_, &QTimer::timeout, this, [this] {
+    if (loadingPath_.isEmpty()) return;
+    openingLabel_->setText(tr("Still opening %1 after %2 s: the file may be on a slow disk or a network mount.")
+                               .arg(QFileInfo(loadingPath_).fileName())
+                               .arg(double(openTimeoutMs_) / 1000.0, 0, 'g', 3));
+    openingLabel_->setToolTip(loadingPath_);
+    openingLabel_->show();
+    stopWaiting_->show();
+  });
+
+  // A heatmap cell, a bar or a point of the sensitivity plots opens its layer.
+  connect(workspace_, &Workspace::layerRequested, this, [this](const QString& weight) { selectTensor(weight); });
 
   // Labs (issue 13): the course chapters as a tab; they work on the window's model.
   auto* labsPanel = new labs::LabsPanel(jobs_);
@@ -255,7 +342,7 @@ void MainWindow::buildUi() {
   // The labs need the width: the model panel narrows while they are shown, and comes back after.
   connect(tabs_, &QTabWidget::currentChanged, this, [this, labsPanel, dock, wide = 0](int) mutable {
     const bool labs = tabs_->currentWidget() == labsPanel;
-    if (labs && !wide) wide = dock->width(), resizeDocks({dock}, {260}, Qt::Horizontal);
+    if (labs && !wide) wide = dock->width(), resizeDocks({dock}, {kTreeMinWidth}, Qt::Horizontal);
     if (!labs && wide) resizeDocks({dock}, {wide}, Qt::Horizontal), wide = 0;
   });
 }
@@ -297,20 +384,68 @@ void MainWindow::buildMenus() {
     if (!p.isEmpty() && !workspace_->saveSessionAs(p, &err)) statusBar()->showMessage(err, 10000);
   }));
 
-  file->insertAction(quit, file->addAction(tr("&Export…"), this, &MainWindow::openExportDialog));
+  QAction* exportAct = file->addAction(tr("&Export…"), this, &MainWindow::openExportDialog);
+  exportAct->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_E));
+  file->insertAction(quit, exportAct);
+  QAction* report = file->addAction(tr("Export &Report…"), this, [this] {
+    const QString p = QFileDialog::getSaveFileName(this, tr("Export Report"),
+                                                   QFileInfo(modelPath_).completeBaseName() + QStringLiteral("-report.html"),
+                                                   tr("HTML page (*.html)"));
+    QString err;
+    if (p.isEmpty()) return;
+    if (exportReport(p, &err)) statusBar()->showMessage(tr("Report written to %1").arg(p), 10000);
+    else showErrorDialog(tr("Report not written"), tr("The report could not be written."), err);
+  });
+  report->setObjectName(QStringLiteral("exportReportAction"));
+  report->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_E));
+  file->insertAction(quit, report);
+  file->insertSeparator(quit);
+
+  // Edit: the plan's undo history (the same actions as the Plan tab's buttons) and the filter.
+  QMenu* edit = menuBar()->addMenu(tr("&Edit"));
+  QAction* undo = workspace_->planEditor()->undoStack()->createUndoAction(this, tr("&Undo"));
+  undo->setShortcut(QKeySequence::Undo);
+  QAction* redo = workspace_->planEditor()->undoStack()->createRedoAction(this, tr("&Redo"));
+  redo->setShortcut(QKeySequence::Redo);
+  // One owner per key: the window's Edit menu (from any tab), not also the Plan tab's buttons.
+  for (QAction* a : workspace_->planEditor()->actions())
+    if (a->shortcut() == QKeySequence(QKeySequence::Undo) || a->shortcut() == QKeySequence(QKeySequence::Redo))
+      a->setShortcut({});
+  edit->addAction(undo);
+  edit->addAction(redo);
+  edit->addSeparator();
+  QAction* find = edit->addAction(tr("&Find Layer"), this, [this] {
+    filterEdit_->setFocus();
+    filterEdit_->selectAll();
+  });
+  find->setShortcut(QKeySequence::Find);
+
+  // View: one entry per tab (Ctrl+1 … Ctrl+6).
+  QMenu* view = menuBar()->addMenu(tr("&View"));
+  view->setObjectName(QStringLiteral("viewMenu"));
+  for (int i = 0; i < tabs_->count(); ++i) {
+    QAction* a = view->addAction(tabs_->tabText(i), this, [this, i] { tabs_->setCurrentIndex(i); });
+    if (i < 9) a->setShortcut(QKeySequence(Qt::CTRL | Qt::Key(Qt::Key_1 + i)));
+  }
+  view->addSeparator();
+  view->addAction(tr("Reset Model &Panel Width"), this, [this] { resizeDocks({dock_}, {560}, Qt::Horizontal); });
 
   QMenu* analysis = menuBar()->addMenu(tr("&Analysis"));
   analysis->addAction(tr("Evaluation &Text…"), this, &MainWindow::chooseEvalText);
   analysis->addSeparator();
-  analysis->addAction(tr("&Calibrate"), workspace_, &Workspace::calibrate);
-  analysis->addAction(tr("&Sensitivity Sweep"), workspace_, &Workspace::runSensitivity);
-  analysis->addAction(tr("&Run Plan"), this, [this] { workspace_->runPlan(QStringLiteral("plan")); });
-  analysis->addAction(tr("Measure S&peed"), this, [this] { workspace_->measureSpeed(1); });
+  analysis->addAction(tr("&Calibrate"), workspace_, &Workspace::calibrate)->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_C));
+  analysis->addAction(tr("&Sensitivity Sweep"), workspace_, &Workspace::runSensitivity)->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_N));
+  analysis->addAction(tr("&Run Plan"), this, [this] { workspace_->runPlanFromUi(); })->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_R));
+  analysis->addAction(tr("Measure S&peed"), this, [this] { workspace_->measureSpeedFromUi(); })->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_R));
+  analysis->addSeparator();
+  analysis->addAction(tr("Cancel Running &Job"), jobs_, &JobRunner::cancelAll)->setShortcut(QKeySequence(Qt::Key_Escape | Qt::SHIFT));
   menuBar()->addMenu(tr("&Labs"))->addAction(tr("Open the &Labs"), this, [this] {
     tabs_->setCurrentWidget(findChild<labs::LabsPanel*>());
   });
 
   QMenu* help = menuBar()->addMenu(tr("&Help"));
+  QAction* helpAct = help->addAction(tr("Quantscope &Help"), this, &MainWindow::showHelp);
+  helpAct->setShortcut(QKeySequence::HelpContents);  // F1
   help->addAction(tr("&About Quantscope"), this, [this] {
     QMessageBox::about(this, tr("About Quantscope"),
                        tr("<b>Quantscope %1</b><p>A lab for mixed-precision quantization of "
@@ -320,19 +455,42 @@ void MainWindow::buildMenus() {
 }
 
 void MainWindow::openModel(const QString& path) {
-  if (loadWatcher_.isRunning()) loadWatcher_.waitForFinished();  // header reads are short
+  // Never blocks the GUI thread: the file is read on a thread of its own (not the shared pool,
+  // which the app waits for at exit); an earlier load still running is abandoned, not waited for.
+  const quint64 generation = ++loadGeneration_;
   loadingPath_ = path;
   statusBar()->showMessage(tr("Opening %1…").arg(QFileInfo(path).fileName()));
-  const std::string p = path.toStdString();
-  loadWatcher_.setFuture(QtConcurrent::run([p]() -> LoadResult {
+  openingLabel_->hide();
+  stopWaiting_->hide();
+  openTimer_->start(openTimeoutMs_);
+  QPointer<MainWindow> self(this);
+  std::thread([self, generation, path, p = path.toStdString()] {
+    LoadResult r;
     try {
-      return {std::shared_ptr<ModelFile>(qs::openModel(p)), {}};
+      r.model = std::shared_ptr<ModelFile>(qs::openModel(p));
     } catch (const qs::Error& e) {
-      return {nullptr, QString::fromStdString(e.what())};
+      r.error = QString::fromStdString(e.what());
     } catch (const std::exception& e) {
-      return {nullptr, QString::fromStdString(p) + QStringLiteral(": ") + QString::fromUtf8(e.what())};
+      r.error = QString::fromStdString(p) + QStringLiteral(": ") + QString::fromUtf8(e.what());
     }
-  }));
+    // Back on the GUI thread; a window that is gone or a load that was superseded drops it.
+    if (QCoreApplication* app = QCoreApplication::instance())
+      QMetaObject::invokeMethod(app, [self, generation, path, r = std::move(r)]() mutable {
+        if (self) self->onLoadDone(generation, path, std::move(r));
+      }, Qt::QueuedConnection);
+  }).detach();
+}
+
+void MainWindow::stopWaitingForLoad() {
+  if (loadingPath_.isEmpty()) return;
+  const QString path = loadingPath_;
+  ++loadGeneration_;  // whatever the abandoned load delivers is dropped
+  loadingPath_.clear();
+  openTimer_->stop();
+  openingLabel_->hide();
+  stopWaiting_->hide();
+  statusBar()->showMessage(tr("Stopped waiting for %1; the model you had stays open").arg(path), 10000);
+  emit modelLoadFailed(path, tr("stopped waiting"));
 }
 
 ExportDialog* MainWindow::openExportDialog() {
@@ -401,9 +559,12 @@ void MainWindow::chooseEvalText() {
   d->open();
 }
 
-void MainWindow::onLoadFinished() {
-  LoadResult r = loadWatcher_.result();
-  const QString path = loadingPath_;
+void MainWindow::onLoadDone(quint64 generation, const QString& path, LoadResult r) {
+  if (generation != loadGeneration_) return;  // superseded or abandoned
+  loadingPath_.clear();
+  openTimer_->stop();
+  openingLabel_->hide();
+  stopWaiting_->hide();
   statusBar()->clearMessage();
   if (!r.model) {
     // Non-blocking dialog: the app stays usable and the previous model stays loaded.
@@ -411,18 +572,29 @@ void MainWindow::onLoadFinished() {
     emit modelLoadFailed(path, r.error);
     return;
   }
-  model_ = std::move(r.model);
-  modelPath_ = path;
   jobs_->cancel(QStringLiteral("layer"));
   layerView_->setTensor({});
+  // Nothing of the previous model survives: its filter, its layer, its tables (workspace).
+  {
+    const QSignalBlocker block(filterEdit_);
+    filterEdit_->clear();
+    treeFilter_->setFilterFixedString(QString());
+  }
   tabs_->setCurrentWidget(summary_);
-  treeModel_->setModel(model_);
+  treeModel_->setModel(r.model);
+  workspace_->setModel(r.model, path);
+  model_ = std::move(r.model);
+  modelPath_ = path;
   tree_->expandToDepth(0);
   setWindowTitle(tr("%1 — Quantscope").arg(QFileInfo(path).fileName()));
   showSummary();
-  workspace_->setModel(model_, path);
   addRecent(QFileInfo(path).absoluteFilePath());
-  emit modelLoaded(path);
+  emit modelLoaded(path);  // the labs let go of the previous model here
+  // The previous model is gone now (its mapping is unmapped with it): give the heap pages its
+  // tables used back to the system too, so a smaller model replacing a larger one shows a
+  // smaller footprint (issue 27).
+  ::malloc_trim(0);
+  updateMemoryLabel();
 }
 
 void MainWindow::showSummary() {
@@ -442,6 +614,7 @@ void MainWindow::showSummary() {
   row(tr("Tensors"), loc.toString(qulonglong(m.tensors().size())));
   row(tr("Tensor data"), loc.formattedDataSize(qint64(m.tensorDataBytes())));
   html += QStringLiteral("</table>");
+  html += metadataHtml(m);
   const auto cfg = c.toJson();
   if (cfg.size() > 1) {
     html += QStringLiteral("<h3>%1</h3><table cellpadding='3'>").arg(tr("Configuration"));
@@ -480,6 +653,41 @@ void MainWindow::offerCpuBackend(const QString& title, const QString& message) {
   deviceMemoryDialog_->open();  // non-blocking, like every error dialog here
 }
 
+void MainWindow::showHelp() {
+  // Non-modal, one at a time: the page for the tab in front, then the shortcuts.
+  auto* d = findChild<QDialog*>(QStringLiteral("helpDialog"));
+  if (!d) {
+    d = new QDialog(this);
+    d->setObjectName(QStringLiteral("helpDialog"));
+    d->setWindowTitle(tr("Quantscope Help"));
+    d->setAttribute(Qt::WA_DeleteOnClose);
+    auto* browser = new QTextBrowser;
+    browser->setObjectName(QStringLiteral("helpBrowser"));
+    browser->setOpenExternalLinks(true);
+    auto* l = new QVBoxLayout(d);
+    l->addWidget(browser);
+    d->resize(640, 560);
+  }
+  d->findChild<QTextBrowser*>(QStringLiteral("helpBrowser"))->setHtml(helpHtml(tabs_->tabText(tabs_->currentIndex()).remove(QLatin1Char('&'))));
+  d->show();
+  d->raise();
+}
+
+bool MainWindow::exportReport(const QString& path, QString* error) {
+  if (!model_) {
+    if (error) *error = tr("open a model first");
+    return false;
+  }
+  const QByteArray html = buildReportHtml(*this).toUtf8();
+  try {
+    writeFileAtomically(path.toStdString(), std::as_bytes(std::span(html.constData(), size_t(html.size()))));
+    return true;
+  } catch (const Error& e) {
+    if (error) *error = QString::fromStdString(e.what());
+    return false;
+  }
+}
+
 void MainWindow::useCpuBackend() {
   backend_ = std::shared_ptr<Backend>(createCpuBackend());
   backendLabel_->setText(QString::fromStdString(backend_->device().summary()) + tr(" (CPU chosen)"));
@@ -489,6 +697,25 @@ void MainWindow::useCpuBackend() {
 
 void MainWindow::selectTensor(const QString& tensor) {
   layerView_->setTensor(tensor);
+  if (model_) {
+    // K as the analysis sees it: a linear layer's input features (GPT-2 stores some transposed),
+    // else the tensor's last dimension.
+    int64_t k = 0;
+    if (const TensorInfo* t = model_->findTensor(tensor.toStdString()); t && !t->shape.empty()) k = t->shape.back();
+    for (const LinearLayer* l : model_->graph().allLinears())
+      if (l->weightName == tensor.toStdString()) k = l->inFeatures;
+    layerView_->setTensorColumns(k);
+  }
+  // Show the tensor in the tree too (a click in a heatmap or a chart lands here).
+  const QModelIndexList hits = treeModel_->match(treeModel_->index(0, 0), widgets::ModelTreeModel::TensorNameRole, tensor, 1,
+                                                 Qt::MatchExactly | Qt::MatchRecursive);
+  if (!hits.isEmpty()) {
+    const QModelIndex proxied = treeFilter_->mapFromSource(hits.first());
+    if (proxied.isValid() && tree_->currentIndex() != proxied) {
+      tree_->setCurrentIndex(proxied);  // its currentChanged sees this tensor shown already
+      tree_->scrollTo(proxied);
+    }
+  }
   layerView_->setActivations(workspace_->activationsFor(tensor));
   tabs_->setCurrentWidget(layerView_);
   requestLayerAnalysis();
@@ -550,7 +777,16 @@ void MainWindow::closeEvent(QCloseEvent* e) {
   QSettings settings;
   settings.setValue(QStringLiteral("mainWindow/geometry"), saveGeometry());
   settings.setValue(QStringLiteral("mainWindow/state"), saveState());
+  workspace_->flushSession();
   e->accept();
+  // Quit always leaves: a job that does not notice Cancel within the grace period, or a load
+  // stuck in a system call, would otherwise keep the process (and the window's destructor,
+  // which joins the job thread) waiting forever. Everything worth keeping is saved by now.
+  if (exitWhenStuck_ && (!loadingPath_.isEmpty() || !jobs_->waitIdle(kStuckGraceMs))) {
+    settings.sync();
+    std::fflush(nullptr);
+    ::_exit(0);
+  }
 }
 
 void MainWindow::dragEnterEvent(QDragEnterEvent* e) {

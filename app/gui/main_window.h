@@ -17,6 +17,7 @@ class QMessageBox;
 class QProgressBar;
 class QPushButton;
 class QTabWidget;
+class QTimer;
 
 namespace qs {
 class Backend;
@@ -40,8 +41,23 @@ class MainWindow : public QMainWindow {
   explicit MainWindow(QWidget* parent = nullptr);
   ~MainWindow() override;
 
-  // Starts loading `path` on a worker thread; emits modelLoaded or modelLoadFailed.
+  // Starts loading `path` on a thread of its own and returns at once; emits modelLoaded or
+  // modelLoadFailed. It never waits for an earlier load: a newer open abandons it (its result,
+  // whenever it comes, is dropped). A load that takes longer than openTimeoutMs() shows a message
+  // naming the file with a "Stop waiting" button (a slow disk, a network mount).
   void openModel(const QString& path);
+  bool loading() const { return !loadingPath_.isEmpty(); }
+  void setOpenTimeoutMs(int ms) { openTimeoutMs_ = ms; }
+  int openTimeoutMs() const { return openTimeoutMs_; }
+  QLabel* openingLabel() const { return openingLabel_; }  // the slow-open message (hidden when none)
+  void stopWaitingForLoad();                              // abandons the running load
+  // Quit leaves even while a load or a job is stuck in a system call (a file that never answers):
+  // after the session and settings are saved and a grace period, the process ends without
+  // joining the stuck threads. Off in tests (the window is closed without ending the process).
+  void setExitWhenStuck(bool on) { exitWhenStuck_ = on; }
+  // File → Export Report: an HTML page with the model, the plan, the measured KL / speed and the
+  // plots (embedded PNGs), one file to share. Returns false and fills *error on failure.
+  bool exportReport(const QString& path, QString* error);
   const ModelFile* model() const { return model_.get(); }
   const Backend* backend() const { return backend_.get(); }
   QString modelPath() const { return modelPath_; }
@@ -79,7 +95,6 @@ class MainWindow : public QMainWindow {
   };
   void buildUi();
   void buildMenus();
-  void onLoadFinished();
   void showSummary();
   void addRecent(const QString& path);
   void rebuildRecentMenu();
@@ -89,11 +104,19 @@ class MainWindow : public QMainWindow {
   // The non-blocking error dialog (errorDialog()): bad model, plan or session files.
   void showErrorDialog(const QString& title, const QString& text, const QString& details);
   void saveLayerSettings();
+  void showHelp();
+  void onLoadDone(quint64 generation, const QString& path, LoadResult r);
 
   std::shared_ptr<ModelFile> model_;
   std::shared_ptr<Backend> backend_;  // set once started (off the GUI thread)
   QString modelPath_, loadingPath_;
-  QFutureWatcher<LoadResult> loadWatcher_;
+  quint64 loadGeneration_ = 0;  // the newest open; older results are dropped
+  int openTimeoutMs_ = 5000;
+  bool exitWhenStuck_ = false;
+  QTimer* openTimer_ = nullptr;
+  QLabel* openingLabel_ = nullptr;
+  QPushButton* stopWaiting_ = nullptr;
+  class QDockWidget* dock_ = nullptr;
   widgets::ModelTreeModel* treeModel_ = nullptr;
   QSortFilterProxyModel* treeFilter_ = nullptr;
   QTreeView* tree_ = nullptr;

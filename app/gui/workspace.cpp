@@ -31,6 +31,12 @@
 #include "core/plan/model_hash.h"
 #include "core/plan/plan.h"
 #include "core/plan/plan_editor.h"
+#include "core/plan/plan_figures.h"
+#include "core/plan/layer_names.h"
+#include "widgets/layer_labels.h"
+#include <QSettings>
+#include <QGuiApplication>
+#include <QScreen>
 #include "core/runtime/loaded_model.h"
 #include "core/runtime/runtime.h"
 #include "core/tokenizer/tokenizer.h"
@@ -50,9 +56,16 @@ constexpr auto kLiveInterval = std::chrono::milliseconds(250);
 // Calibration tokens for plans with GPTQ / AWQ / SmoothQuant layers (run and export jobs).
 constexpr int64_t kRoundingCalibrationTokens = 2048;
 
-QString shortName(const LayerRef& l) {
-  return l.block >= 0 ? QStringLiteral("%1.%2").arg(l.block).arg(QString::fromStdString(l.role))
-                      : QString::fromStdString(l.role.empty() ? l.weightName : l.role);
+// The largest group size (of those plans offer) that divides every layer's K, so a layer view
+// or a plan row that goes to INT is valid from the start (SmolLM2: K = 576 and 1536 → 64);
+// 0 when none does (then per channel).
+uint32_t groupForAllLayers(const ModelGraph& g) {
+  for (uint32_t size : {128u, 64u, 32u}) {
+    bool all = true;
+    for (const PlanLayer& l : planLayers(g)) all = all && l.linear && l.linear->inFeatures % size == 0;
+    if (all) return size;
+  }
+  return 0;
 }
 }  // namespace
 
@@ -89,6 +102,23 @@ Workspace::Workspace(JobRunner* jobs, QObject* parent) : QObject(parent), jobs_(
   const QString d = datasetsTextDir();
   textPath_ = QDir(d).filePath(QStringLiteral("tinystories_validation_head.txt"));
   buildPages();
+  // A cancelled sweep keeps what it measured: every finished row stays in the session (and the
+  // heatmap), the cells not reached stay blank. (A 1.5-hour sweep cancelled at 80 % keeps 80 %.)
+  connect(jobs_, &JobRunner::jobCancelled, this, [this](quint64 id, const QString&) {
+    if (id != sweepJob_ || !partialSweep_) return;
+    int measured = 0;
+    for (const SensitivityEntry& e : partialSweep_->entries) measured += std::isfinite(e.kl);
+    if (measured > 0) {
+      session_.sensitivity = *partialSweep_;
+      sensitivityView_->setTable(*partialSweep_);
+      planEditor_->setSensitivity(std::make_shared<SensitivityTable>(*partialSweep_));
+      markDirty();
+      updateTextLabel();
+      emit sensitivityChanged();
+      emit message(tr("Sweep cancelled: kept %1 measured cells").arg(measured));
+    }
+    partialSweep_.reset();
+  });
 }
 
 Workspace::~Workspace() = default;
@@ -119,6 +149,8 @@ void Workspace::buildPages() {
   sweep->setToolTip(tr("Every linear layer × candidate format: proxies and end-to-end KL with only that layer quantized"));
   textLabel_ = new QLabel;
   textLabel_->setObjectName(QStringLiteral("evalTextLabel"));
+  textLabel_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);  // long notes never widen the window
+  textLabel_->setWordWrap(true);
   sbar->addWidget(calib);
   sbar->addWidget(sweep);
   sbar->addWidget(textLabel_, 1);
@@ -126,6 +158,10 @@ void Workspace::buildPages() {
   sensitivityView_ = new widgets::SensitivityView;
   sl->addWidget(sensitivityView_, 1);
   connect(calib, &QPushButton::clicked, this, &Workspace::calibrate);
+  connect(sensitivityView_, &widgets::SensitivityView::cellClicked, this, [this](int layer, int) {
+    const SensitivityTable& t = sensitivityView_->table();
+    if (layer >= 0 && layer < int(t.layers.size())) emit layerRequested(QString::fromStdString(t.layers[size_t(layer)].weightName));
+  });
   connect(sweep, &QPushButton::clicked, this, &Workspace::runSensitivity);
 
   planEditor_ = new widgets::PlanEditorView;
@@ -166,6 +202,7 @@ void Workspace::buildPages() {
   rbar->addStretch(1);
   rl->addLayout(rbar);
   runView_ = new widgets::RunView;
+  connect(runView_, &widgets::RunView::layerClicked, this, &Workspace::layerRequested);
   rl->addWidget(runView_, 1);
   connect(run, &QPushButton::clicked, this, [this] { runPlan(runName_->text().trimmed()); });
   connect(speed, &QPushButton::clicked, this, [this] { measureSpeed(speedTokens_->value()); });
@@ -175,7 +212,40 @@ void Workspace::buildPages() {
 void Workspace::setEvalText(const QString& path, qint64 tokens) {
   textPath_ = path;
   textTokens_ = tokens;
-  textLabel_->setText(tr("text: %1, %2 tokens").arg(QFileInfo(path).fileName()).arg(tokens > 0 ? QString::number(tokens) : tr("all")));
+  rememberEvalText();
+  updateTextLabel();
+}
+
+// The text the next job uses, and — when they differ — what the results shown were measured on,
+// so figures from 4,096 tokens never sit under a "256 tokens" label.
+void Workspace::updateTextLabel() {
+  QString text = tr("text: %1, %2 tokens").arg(QFileInfo(textPath_).fileName()).arg(textTokens_ > 0 ? QString::number(textTokens_) : tr("all"));
+  if (session_.sensitivity && session_.sensitivity->tokens > 0) {
+    const SensitivityTable& t = *session_.sensitivity;
+    const bool same = QString::fromStdString(t.textSource) == QFileInfo(textPath_).fileName() &&
+                      (textTokens_ <= 0 || t.tokens == textTokens_);
+    if (!same)
+      text += tr("  —  the results shown were measured on %1 tokens of %2; run the sweep again for this text")
+                  .arg(t.tokens).arg(QString::fromStdString(t.textSource));
+  }
+  textLabel_->setText(text);
+}
+
+void Workspace::rememberEvalText() {
+  if (hash_.empty() || !model_) return;
+  QSettings st;
+  st.setValue(QStringLiteral("evalText/%1/path").arg(QString::fromStdString(hash_)), textPath_);
+  st.setValue(QStringLiteral("evalText/%1/tokens").arg(QString::fromStdString(hash_)), textTokens_);
+}
+
+void Workspace::runPlanFromUi() { runPlan(runName_->text().trimmed()); }
+void Workspace::measureSpeedFromUi() { measureSpeed(speedTokens_->value()); }
+
+void Workspace::flushSession() {
+  if (!autosave_.isActive()) return;
+  autosave_.stop();
+  QString err;
+  if (!saveSessionNow(&err)) emit message(tr("Session not saved: %1").arg(err));
 }
 
 void Workspace::setModel(std::shared_ptr<ModelFile> model, const QString& path) {
@@ -190,14 +260,42 @@ void Workspace::setModel(std::shared_ptr<ModelFile> model, const QString& path) 
   model_ = std::move(model);
   modelPath_ = path;
   session_ = Session{};
+  partialSweep_.reset();
+  sweepJob_ = 0;
+  // Nothing of the previous model's results may show on this one (issue 27 item 6): its runs,
+  // speed bars, sensitivity cells, and the plan editor's tables behind the budget and Pareto.
   runView_->clear();
   sensitivityView_->setTable(SensitivityTable{});
-  if (!model_) {
-    planEditor_->clearModel();
-    return;
-  }
+  planEditor_->clearModel();
+  planEditor_->setSensitivity(nullptr);
+  planEditor_->setSpeed(nullptr, 1);
+  if (!model_) return;
   graph_ = buildModelGraph(*model_);
   hash_ = sampledModelHash(*model_);
+  const widgets::LayerLabels labels(graph_);
+  sensitivityView_->setLayerLabels(labels);
+  planEditor_->setValidGroup(groupForAllLayers(graph_));
+  {
+    // The evaluation text chosen for this model last time (kept per model, like its session).
+    QSettings st;
+    const QString key = QStringLiteral("evalText/%1/").arg(QString::fromStdString(hash_));
+    const QString saved = st.value(key + QStringLiteral("path")).toString();
+    if (!saved.isEmpty() && QFileInfo::exists(saved)) {
+      textPath_ = saved;
+      textTokens_ = st.value(key + QStringLiteral("tokens"), textTokens_).toLongLong();
+    } else {
+      // None chosen yet: a text of the model's domain. A held-out text shipped beside the model
+      // (datasets/models/shakespeare-gpt2/heldout.txt); llama2.c checkpoints are TinyStories
+      // models; anything else is a general LLM: WikiText-2.
+      const QDir here = QFileInfo(path).isDir() ? QDir(path) : QFileInfo(path).dir();
+      const QDir texts(datasetsTextDir());
+      QString pick = here.filePath(QStringLiteral("heldout.txt"));
+      if (!QFileInfo::exists(pick))
+        pick = texts.filePath(model_->format() == ModelFormat::Llama2c ? QStringLiteral("tinystories_validation_head.txt")
+                                                                       : QStringLiteral("wikitext2_raw_test.txt"));
+      if (QFileInfo::exists(pick)) textPath_ = pick;
+    }
+  }
   // One session per model content: the data folder, keyed by the hash (a hash has no '/').
   QString safe = QString::fromStdString(hash_);
   safe.replace(QRegularExpression(QStringLiteral("[^A-Za-z0-9_.-]")), QStringLiteral("_"));
@@ -236,8 +334,16 @@ void Workspace::setModel(std::shared_ptr<ModelFile> model, const QString& path) 
       emit message(QString::fromStdString(e.what()));
     }
   }
+  // An untouched plan saved with the old built-in group (128) that does not fit this model gets
+  // the group that does (a plan with entries is the user's: kept as it is).
+  if (plan && plan->entries.empty() && plan->defaults.group == builtinPlanDefaults().group) {
+    const uint32_t g = groupForAllLayers(graph_);
+    if (g != builtinPlanDefaults().group->size)
+      plan->defaults.group = g ? GroupChoice{Granularity::Group, g} : GroupChoice{Granularity::Channel, 0};
+  }
   planEditor_->setModel(&graph_, QFileInfo(path).fileName().toStdString(), hash_, plan);
   showSession();
+  updateTextLabel();
 }
 
 void Workspace::showSession() {
@@ -245,9 +351,16 @@ void Workspace::showSession() {
     sensitivityView_->setTable(*session_.sensitivity);
     planEditor_->setSensitivity(std::make_shared<SensitivityTable>(*session_.sensitivity));
   }
-  if (session_.speed && !session_.speed->tokenCounts.empty())
+  for (const auto& [name, trace] : session_.runs)
+    applyRun(QString::fromStdString(name), trace.result, true, &trace.planJson);
+  if (session_.speed && !session_.speed->tokenCounts.empty()) {
     planEditor_->setSpeed(std::make_shared<SpeedTable>(*session_.speed), session_.speed->tokenCounts[0]);
-  for (const auto& [name, trace] : session_.runs) applyRun(QString::fromStdString(name), trace.result, true);
+    // The speed bars of the plan being edited, as measured (the runs' names: the last one).
+    const QString name = runName_->text().trimmed().isEmpty() ? QStringLiteral("plan") : runName_->text().trimmed();
+    showSpeed(session_.runs.empty() || session_.runs.count(name.toStdString()) ? name
+                                                                               : QString::fromStdString(session_.runs.rbegin()->first),
+              *session_.speed);
+  }
   if (session_.calibration) emit calibrationChanged();
 }
 
@@ -306,7 +419,8 @@ void Workspace::runSensitivity() {
   const std::shared_ptr<const Prepared> p = prepareOrSay(true);
   if (!p) return;
   QPointer<Workspace> self(this);
-  jobs_->submit(QStringLiteral("sensitivity"), tr("Sensitivity sweep"), [p, self](const JobContext& ctx) -> std::function<void()> {
+  partialSweep_.reset();
+  sweepJob_ = jobs_->submit(QStringLiteral("sensitivity"), tr("Sensitivity sweep"), [p, self, formats = sweepFormats_](const JobContext& ctx) -> std::function<void()> {
     int32_t bos = -1;
     ctx.progress(0, "tokenizing");
     const std::vector<int32_t> ids = p->tokenize(&bos);
@@ -315,6 +429,7 @@ void Workspace::runSensitivity() {
     o.eval = p->eval(bos);
     o.textSource = QFileInfo(QString::fromStdString(p->textPath)).fileName().toStdString();
     o.modelHash = p->hash;
+    o.formats = formats;
     SensitivityCallbacks cb;
     auto last = std::make_shared<Clock::time_point>(Clock::now() - kLiveInterval);
     auto post = [self, last](const SensitivityTable& t, bool force) {
@@ -322,19 +437,24 @@ void Workspace::runSensitivity() {
       *last = Clock::now();
       auto copy = std::make_shared<SensitivityTable>(t);
       QMetaObject::invokeMethod(self.data(), [self, copy] {
-        if (self) self->sensitivityView_->setTable(*copy);
+        if (!self || copy->modelHash != self->hash_) return;  // a sweep of the previous model
+        self->partialSweep_ = *copy;  // kept if the sweep is cancelled
+        self->sensitivityView_->setTable(*copy);
       }, Qt::QueuedConnection);
     };
     cb.onProxies = [post](const SensitivityTable& t) { post(t, true); };
-    cb.onRow = [post](const SensitivityTable& t, size_t) { post(t, false); };
+    // Every finished row reaches the GUI (force): a Cancel keeps all of them, not the last drawn.
+    cb.onRow = [post](const SensitivityTable& t, size_t) { post(t, true); };
     auto r = std::make_shared<SensitivityResult>(
         qs::runSensitivity(rt, p->backend->stats(), ids, p->calibration.get(), o, ctx, cb));
     return [self, r] {
       if (!self) return;
+      self->partialSweep_.reset();
       self->session_.sensitivity = r->table;
       self->sensitivityView_->setTable(r->table);
       self->planEditor_->setSensitivity(std::make_shared<SensitivityTable>(r->table));
       self->markDirty();
+      self->updateTextLabel();
       emit self->sensitivityChanged();
     };
   });
@@ -394,26 +514,26 @@ void Workspace::runPlan(const QString& runName) {
     auto last = std::make_shared<Clock::time_point>(Clock::now() - kLiveInterval);
     auto r = std::make_shared<AccumulationResult>(runAccumulation(
         rt, ids, formats, p->calibration.get(), o, ctx,
-        [self, name, last](const AccumulationResult& soFar, int64_t, int block) {
+        [self, name, last, model = p->model](const AccumulationResult& soFar, int64_t, int block) {
           if (block >= 0 && Clock::now() - *last < kLiveInterval) return;  // batch ends always show
           *last = Clock::now();
           auto copy = std::make_shared<AccumulationResult>(soFar);
-          QMetaObject::invokeMethod(self.data(), [self, name, copy] {
-            if (self) self->applyRun(name, *copy, false);
+          QMetaObject::invokeMethod(self.data(), [self, name, copy, model] {
+            if (self && self->model_ == model) self->applyRun(name, *copy, false);  // not a previous model's
           }, Qt::QueuedConnection);
         }));
     r->layerFormats.resize(rt.linears().size());
     return [self, name, r, planJson] {
       if (!self) return;
       self->session_.runs[name.toStdString()] = RunTrace{*planJson, *r};
-      self->applyRun(name, *r, true);
+      self->applyRun(name, *r, true, planJson.get());
       self->markDirty();
       emit self->runChanged(name);
     };
   });
 }
 
-void Workspace::applyRun(const QString& name, const AccumulationResult& r, bool finished) {
+void Workspace::applyRun(const QString& name, const AccumulationResult& r, bool finished, const std::string* planJson) {
   widgets::RunCurve c;
   c.name = name;
   for (const BlockError& b : r.blocks) {
@@ -426,11 +546,17 @@ void Workspace::applyRun(const QString& name, const AccumulationResult& r, bool 
   c.basePerplexity = r.basePerplexity;
   c.kl = r.kl;
   c.top1 = r.top1Agreement;
-  if (planEditor_->document()) {
-    const PlanFigures& f = planEditor_->document()->figures();
-    if (finished && name == runName_->text().trimmed()) {
-      c.weightBytes = double(f.weightBytes);
-      c.baseWeightBytes = double(f.fp16Bytes);
+  if (finished && planJson && model_) {
+    // The weights column: the size of the plan this run ran (also for runs restored from the
+    // session, whatever plan is being edited now).
+    try {
+      ResolveOptions ro;
+      ro.modelHash = hash_;
+      PlanDocument doc(graph_, planFromJson(*planJson, "run " + name.toStdString()), ro);
+      c.weightBytes = double(doc.figures().weightBytes);
+      c.baseWeightBytes = double(doc.figures().fp16Bytes);
+    } catch (const Error&) {
+      // a plan this build cannot read: the column stays empty
     }
   }
   if (const widgets::RunCurve* old = runView_->run(name); old && !std::isfinite(c.weightBytes)) {
@@ -438,6 +564,39 @@ void Workspace::applyRun(const QString& name, const AccumulationResult& r, bool 
     c.baseWeightBytes = old->baseWeightBytes;
   }
   runView_->setRun(c);
+}
+
+// The speed bars of the plan being edited from a speed table (a measurement or the session's).
+void Workspace::showSpeed(const QString& name, const SpeedTable& t, double wholeModel) {
+  if (!planEditor_->document() || t.tokenCounts.empty()) return;
+  std::vector<std::optional<QuantFormat>> plan;
+  try {
+    plan = speedPlanFormats(t.layers, planEditor_->document()->resolved());
+  } catch (const Error&) {
+    return;
+  }
+  widgets::RunSpeed s;
+  const widgets::LayerLabels labels(graph_);
+  double base = 0, kern = 0;
+  for (size_t l = 0; l < t.layers.size() && l < plan.size(); ++l) {
+    s.layers << labels.of(t.layers[l]);
+    s.weightNames << QString::fromStdString(t.layers[l].weightName);
+    double v = widgets::RunCurve::nan;
+    for (size_t f = 0; f < t.formats.size(); ++f)
+      if (plan[l] && t.formats[f] == *plan[l] && std::isfinite(t.at(l, f, 0).kernelMicros)) {
+        v = t.at(l, f, 0).speedup();
+        base += t.at(l, f, 0).baselineMicros;
+        kern += t.at(l, f, 0).kernelMicros;
+      }
+    if (!plan[l]) v = 1.0;  // FP16 baseline itself
+    s.speedup.push_back(v);
+  }
+  // The job's whole-model figure when there is one; from a stored table: its quantized layers.
+  s.wholeModel = std::isfinite(wholeModel) ? wholeModel : kern > 0 ? base / kern : widgets::RunCurve::nan;
+  const bool cpu = QString::fromStdString(t.device).startsWith(QLatin1String("CPU"));
+  s.baseline = cpu ? tr("the CPU reference (fake-quant GEMM, not kernels), %1 tok").arg(t.tokenCounts[0])
+                   : tr("cuBLAS FP16 on %1, %2 tok").arg(QString::fromStdString(t.device)).arg(t.tokenCounts[0]);
+  runView_->setSpeed(name, s);
 }
 
 void Workspace::measureSpeed(qint64 tokens) {
@@ -458,24 +617,11 @@ void Workspace::measureSpeed(qint64 tokens) {
     o.plan = plan;
     o.tokenCounts = {int64_t(tokens)};
     auto r = std::make_shared<SpeedResult>(qs::measureSpeed(*p->backend, p->graph, o, ctx));
-    return [self, r, plan, name, tokens] {
-      if (!self) return;
-      widgets::RunSpeed s;
-      const SpeedTable& t = r->table;
-      for (size_t l = 0; l < t.layers.size(); ++l) {
-        s.layers << shortName(t.layers[l]);
-        double v = widgets::RunCurve::nan;
-        for (size_t f = 0; f < t.formats.size(); ++f)
-          if (plan[l] && t.formats[f] == *plan[l] && std::isfinite(t.at(l, f, 0).kernelMicros)) v = t.at(l, f, 0).speedup();
-        if (!plan[l]) v = 1.0;  // FP16 baseline itself
-        s.speedup.push_back(v);
-      }
-      s.wholeModel = r->planTotals.empty() ? widgets::RunCurve::nan : r->planTotals[0].speedup();
-      s.baseline = r->reference ? tr("the CPU reference (fake-quant GEMM, not kernels), %1 tok").arg(tokens)
-                                : tr("cuBLAS FP16, %1 tok").arg(tokens);
-      self->runView_->setSpeed(name, s);
-      self->session_.speed = t;
-      self->planEditor_->setSpeed(std::make_shared<SpeedTable>(t), int64_t(tokens));
+    return [self, r, name, tokens, model = p->model] {
+      if (!self || self->model_ != model) return;
+      self->session_.speed = r->table;
+      self->showSpeed(name, r->table, r->planTotals.empty() ? widgets::RunCurve::nan : r->planTotals[0].speedup());
+      self->planEditor_->setSpeed(std::make_shared<SpeedTable>(r->table), int64_t(tokens));
       self->markDirty();
       emit self->speedChanged();
     };
@@ -501,7 +647,13 @@ QWidget* Workspace::comparePlanWith(const QString& path) {
   auto* view = new widgets::PlanCompareView;
   view->setAttribute(Qt::WA_DeleteOnClose);
   view->setWindowTitle(tr("Plans side by side — %1").arg(QFileInfo(path).fileName()));
-  view->resize(1100, 700);
+  // Named by where they come from, and never taller than the screen.
+  view->setPlanTitles(tr("%1 (edited)").arg(QString::fromStdString(planEditor_->plan()->name)),
+                      tr("%1 (%2)").arg(QString::fromStdString(other.name), QFileInfo(path).fileName()));
+  QSize size(1100, 700);
+  if (const QScreen* screen = QGuiApplication::primaryScreen())
+    size = size.boundedTo(screen->availableGeometry().size() * 0.9);
+  view->resize(size);
   std::shared_ptr<const SensitivityTable> sens;
   if (session_.sensitivity) sens = std::make_shared<SensitivityTable>(*session_.sensitivity);
   view->setPlans(graph_, *planEditor_->plan(), other, sens, runOf(*planEditor_->plan()), runOf(other));

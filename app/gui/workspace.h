@@ -17,6 +17,7 @@
 #include <QString>
 #include <QTimer>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -69,11 +70,20 @@ class Workspace : public QObject {
   QString evalTextPath() const { return textPath_; }
   qint64 evalTokens() const { return textTokens_; }
 
+  // The formats the sensitivity sweep tries (empty: the default candidates). Few formats make a
+  // CPU sweep of a real model take minutes instead of an hour (the walkthrough uses two).
+  void setSweepFormats(std::vector<QuantFormat> formats) { sweepFormats_ = std::move(formats); }
+
   // Jobs (results land in the views and the session).
   void calibrate();
   void runSensitivity();
   void runPlan(const QString& runName);
   void measureSpeed(qint64 tokens);
+  // The same with the Run tab's run name and token count (menus, shortcuts, the walkthrough).
+  void runPlanFromUi();
+  void measureSpeedFromUi();
+  // Saves the session now when an autosave is pending (Quit, model replaced).
+  void flushSession();
 
   // The plan being edited beside the plan in `path` (a non-modal window); nullptr (and a
   // message) when the file cannot be read.
@@ -108,6 +118,8 @@ class Workspace : public QObject {
   void runChanged(const QString& name);
   void speedChanged();
   void sessionSaved(const QString& path);
+  // A heatmap cell, a bar or a point names a layer: show it (its weight tensor's name).
+  void layerRequested(const QString& weightName);
   void message(const QString& text);  // status bar
   // The model's autosaved session could not be read (`error` names the file and the field): a
   // fresh session was started and the file kept as `keptAs` (empty: it could not be moved, so
@@ -122,7 +134,11 @@ class Workspace : public QObject {
   void markDirty();
   void autosaveNow();
   void showSession();
-  void applyRun(const QString& name, const AccumulationResult& r, bool finished);
+  // `planJson`: the plan the run ran (its weight size fills the table's weights column).
+  void applyRun(const QString& name, const AccumulationResult& r, bool finished, const std::string* planJson = nullptr);
+  void showSpeed(const QString& runName, const SpeedTable& t, double wholeModel = std::numeric_limits<double>::quiet_NaN());
+  void rememberEvalText();  // per model (QSettings, by hash): restored with the session
+  void updateTextLabel();
 
   JobRunner* jobs_;
   std::shared_ptr<ModelFile> model_;
@@ -135,6 +151,9 @@ class Workspace : public QObject {
   QString sessionPath_;
   QTimer autosave_;
   int saving_ = 0;  // background saves in flight
+  quint64 sweepJob_ = 0;
+  std::vector<QuantFormat> sweepFormats_;  // the running sensitivity sweep (its partial table is kept on Cancel)
+  std::optional<SensitivityTable> partialSweep_;
 
   QWidget* sensitivityPage_ = nullptr;
   QWidget* runPage_ = nullptr;

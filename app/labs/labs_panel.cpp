@@ -278,6 +278,11 @@ void LabsPanel::buildUi() {
   ev->addWidget(feedback_);
   connect(answerText_, &QLineEdit::returnPressed, checkButton_, &QPushButton::click);
   connect(checkButton_, &QPushButton::clicked, this, [this] {
+    if (!answerText_->isVisible() && answerChoice_->isVisible() && answerChoice_->currentIndex() <= 0 &&
+        result_ && !result_->settingsExercise) {
+      feedback_->setText(tr("Pick an answer first."));
+      return;
+    }
     check(answerText_->isVisible() ? answerText_->text().toStdString() : answerChoice_->currentText().toStdString());
   });
   connect(showAnswer_, &QPushButton::clicked, this, [this] {
@@ -372,6 +377,8 @@ void LabsPanel::setModel(std::shared_ptr<const ModelFile> model) {
   if (current_) {
     rebuildControls();
     runExperiment();
+  } else {
+    clearResult(env_ ? tr("Pick a lab on the left.") : tr("Open a model to run the experiments."));
   }
 }
 
@@ -598,10 +605,19 @@ void LabsPanel::showResult() {
   table_->resizeRowsToContents();
 
   prompt_->setText(QStringLiteral("<b>%1</b> %2").arg(isDone(current_) ? tr("✓ Solved.") : QString(), q(r.exercisePrompt).toHtmlEscaped()));
-  const QString previous = answerChoice_->currentText();
+  // Another lab's answer never carries over, and no option is pre-selected (the first one may be
+  // the right answer): the list starts at a placeholder.
+  QString previous = answerChoice_->currentIndex() > 0 ? answerChoice_->currentText() : QString();
+  if (answerLab_ != current_) {
+    previous.clear();
+    answerText_->clear();
+    feedback_->clear();
+    answerLab_ = current_;
+  }
   answerChoice_->clear();
+  answerChoice_->addItem(tr("— choose an answer —"));
   for (const auto& o : r.exerciseOptions) answerChoice_->addItem(q(o));
-  if (answerChoice_->findText(previous) >= 0) answerChoice_->setCurrentText(previous);
+  answerChoice_->setCurrentIndex(std::max(0, previous.isEmpty() ? 0 : answerChoice_->findText(previous)));
   answerChoice_->setVisible(!r.settingsExercise && !r.exerciseOptions.empty());
   answerText_->setVisible(!r.settingsExercise && r.exerciseOptions.empty());
   checkButton_->setText(r.settingsExercise ? tr("Check my settings") : tr("Check"));

@@ -113,6 +113,7 @@ class LabsPanel : public QWidget {
   QTableWidget* table_ = nullptr;
   QLabel* prompt_ = nullptr;
   QComboBox* answerChoice_ = nullptr;
+  int answerLab_ = 0;  // the lab the answer fields were filled for (another lab starts them empty)
   QLineEdit* answerText_ = nullptr;
   QPushButton* checkButton_ = nullptr;
   QPushButton* showAnswer_ = nullptr;

@@ -165,6 +165,11 @@ class TestPlanEditor : public QObject {
     QVERIFY(v.loadParetoPoint(v.paretoPoints() - 1, &err));
     QVERIFY(v.document()->figures().bitsPerWeight > bits1);
     QVERIFY(v.totalsText().contains(QStringLiteral("predicted KL")));
+    // The slider follows a loaded Pareto point (issue 27 item 6).
+    QVERIFY(std::abs(v.sliderBits(v.budgetSlider()->value()) - v.document()->figures().bitsPerWeight) < 0.05 + 1e-9);
+    // A pattern that names no layer is refused, not applied silently (item 7).
+    QVERIFY(!v.applyPattern(QStringLiteral("blocks.*.nothing"), qs::PlanField::Weight, QStringLiteral("int8-sym"), &err));
+    QVERIFY2(err.contains(QStringLiteral("no layer matches")), qPrintable(err));
     QTest::qWait(100);
     QDir().mkpath(QS_BINARY_DIR "/screenshots");
     QVERIFY(v.grab().save(QS_BINARY_DIR "/screenshots/plan_editor.png"));

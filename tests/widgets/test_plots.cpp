@@ -37,6 +37,54 @@ class TestPlots : public QObject {
   QTemporaryDir tmp_;
 
  private slots:
+  // Issue 27 item 3: clip lines inside the x range, the legend off the data, a log axis that
+  // shows a single outlier, a 49,152-channel plot that draws, and the data as CSV.
+  void plotsShowWhatTheyClaim() {
+    HistogramPlot p;
+    p.resize(600, 400);
+    p.show();
+    HistogramSeries s = gaussianSeries(64, 100000, 7);
+    s.counts.back() = 1;  // a single outlier in the last bin
+    p.setSeries({s});
+    p.setGrid({}, -6, 7);  // a clip outside the data's range
+    QVERIFY(p.xAxis->range().contains(-6) && p.xAxis->range().contains(7));
+    QVERIFY(p.legend->layout() == p.plotLayout());  // a row of its own, not the data's inset
+    p.setLogScale(true);
+    double total = 0;
+    for (double c : s.counts) total += c;
+    const double single = 1.0 / (total * (8.0 / 64));
+    QVERIFY2(p.yAxis->range().lower <= single, qPrintable(QString::number(p.yAxis->range().lower)));
+    p.setSeries({});
+    p.setGrid({}, 1, 0);
+    QVERIFY(!p.legend->visible());  // no stray legend over an empty plot
+
+    ChannelPlot c;
+    c.resize(600, 300);
+    c.show();
+    std::vector<double> v(49152, 1.0);
+    v[100] = 50;
+    c.setValues(v, "absmax");
+    QCOMPARE(c.outlierCount(), 1);
+    QVERIFY(QTest::qWaitForWindowExposed(&c));
+    c.replot();
+    const QImage img = c.toPixmap(600, 300, 1.0).toImage();
+    int blue = 0;  // bluish pixels (antialiased lines blend into the background)
+    for (int y = 0; y < img.height(); ++y)
+      for (int x = 0; x < img.width(); ++x) {
+        const QColor px(img.pixel(x, y));
+        blue += px.blue() > px.red() + 40 && px.blue() > px.green() + 20;
+      }
+    img.save(QS_BINARY_DIR "/screenshots/channel_plot_dense.png");
+    QVERIFY2(blue > 1000, qPrintable(QString::number(blue)));  // the channels are drawn
+
+    const QString csv = plotDataCsv(&c);
+    QCOMPARE(csv.count('\n'), 1 + 49152);
+    QVERIFY(csv.startsWith("series,x,y"));
+    QString err;
+    QVERIFY2(exportPlotData(&c, tmp_.filePath("channels.csv"), &err), qPrintable(err));
+    QVERIFY(QFileInfo(tmp_.filePath("channels.csv")).size() > 100000);
+  }
+
   void histogramHoldsSeriesAndGrid() {
     HistogramPlot plot;
     plot.resize(640, 400);

@@ -87,6 +87,38 @@ class TestRunView : public QObject {
     QCOMPARE(t->rowCount(), 0);
   }
 
+  // Issue 27 items 4 and 6: a speed chart of 211 layers labels each readably, reads out and
+  // opens a bar, and keeps no labels after clear().
+  void speedChartScalesAndClears() {
+    RunView v;
+    v.resize(1200, 700);
+    v.show();
+    RunSpeed sp;
+    for (int i = 0; i < 211; ++i) {
+      sp.layers << QStringLiteral("blocks.%1.attn.q").arg(i);
+      sp.weightNames << QStringLiteral("model.layers.%1.self_attn.q_proj.weight").arg(i);
+      sp.speedup.push_back(i % 3 == 0 ? 1.0 : 1.5);
+    }
+    sp.baseline = "cuBLAS FP16";
+    v.setSpeed("plan", sp);
+    QVERIFY(QTest::qWaitForWindowExposed(&v));
+    QCustomPlot* p = v.speedPlot();
+    auto ticks = p->yAxis->ticker().dynamicCast<QCPAxisTickerText>();
+    QVERIFY(ticks);
+    QCOMPARE(ticks->ticks().size(), 211);
+    QVERIFY(p->height() >= 211 * RunView::kRowPixels);
+    p->replot();
+    QVERIFY(std::abs(p->yAxis->coordToPixel(1) - p->yAxis->coordToPixel(0)) >= RunView::kRowPixels - 1);
+    QVERIFY(v.speedBarText(5).contains("blocks.5.attn.q"));
+    QSignalSpy clicked(&v, &RunView::layerClicked);
+    QTest::mouseClick(p, Qt::LeftButton, {}, QPoint(int(p->xAxis->coordToPixel(0.5)), int(p->yAxis->coordToPixel(7))));
+    QCOMPARE(clicked.size(), 1);
+    QCOMPARE(clicked.first().at(0).toString(), QStringLiteral("model.layers.7.self_attn.q_proj.weight"));
+    v.clear();
+    auto after = p->yAxis->ticker().dynamicCast<QCPAxisTickerText>();
+    QVERIFY(!after || after->ticks().isEmpty());
+  }
+
   void paretoPointsAreClickable() {
     ParetoPlot p;
     p.resize(900, 350);

@@ -1,6 +1,7 @@
 // widgets/SensitivityView on a table that fills in live: unmeasured cells stay blank, bars and
 // the proxy-vs-KL scatter follow, metric switching works, a screenshot holds the plots.
 #include <QComboBox>
+#include <QLabel>
 #include <QtTest>
 #include <cmath>
 #include <random>
@@ -85,6 +86,81 @@ class TestSensitivityView : public QObject {
     QCOMPARE(clicked.size(), 1);
     QCOMPARE(clicked.first().at(0).toInt(), 5);
     QCOMPARE(clicked.first().at(1).toInt(), 2);
+  }
+
+  // Issue 27 item 4: at SmolLM2's 211 layers every row is labelled and readable (the heatmap
+  // grows and scrolls), not-applicable cells are grey (no colour of the scale), hovering reads a
+  // cell out, and a click on a bar names its layer.
+  void scalesTo211Layers() {
+    SensitivityView v;
+    v.resize(1200, 700);
+    v.show();
+    SensitivityTable t = syntheticTable(211);
+    t.at(6, 0) = SensitivityEntry{};
+    t.at(6, 0).applicable = false;
+    t.tokens = 256;
+    t.textSource = "calib.txt";
+    v.setTable(t);
+    QVERIFY(QTest::qWaitForWindowExposed(&v));
+    QCOMPARE(v.labelledRows(), 211);
+    QCOMPARE(v.notApplicableCells(), 1);
+    QCustomPlot* heat = v.heatmapPlot();
+    QVERIFY(heat->height() >= 211 * SensitivityView::kRowPixels);
+    heat->replot();
+    const double rowPx = std::abs(heat->yAxis->coordToPixel(1) - heat->yAxis->coordToPixel(0));
+    QVERIFY2(rowPx >= SensitivityView::kRowPixels - 1, qPrintable(QString::number(rowPx)));
+    // The grey of a not-applicable cell is drawn where the cell is.
+    const QImage img = heat->toPixmap(heat->width(), heat->height(), 1.0).toImage();
+    const QRgb na = img.pixel(int(heat->xAxis->coordToPixel(0)), int(heat->yAxis->coordToPixel(6)));
+    QCOMPARE(QColor(na), QColor(150, 150, 150));
+    const QRgb measured = img.pixel(int(heat->xAxis->coordToPixel(0)), int(heat->yAxis->coordToPixel(7)));
+    QVERIFY(QColor(measured) != QColor(150, 150, 150));
+    QVERIFY(v.cellText(6, 0).contains("not applicable"));
+    QVERIFY(v.cellText(3, 1).contains("KL"));
+    QVERIFY(v.findChild<QLabel*>("sensitivitySummary")->text().contains("256 tokens of calib.txt"));
+    // Every bar labelled; a click on the first (most sensitive) bar names its layer.
+    QCustomPlot* bars = v.barPlot();
+    QVERIFY(bars->height() >= v.barCount() * SensitivityView::kRowPixels);
+    bars->replot();
+    QSignalSpy clicked(&v, &SensitivityView::cellClicked);
+    const QPoint p(int(bars->xAxis->coordToPixel(bars->xAxis->range().center())), int(bars->yAxis->coordToPixel(0)));
+    QTest::mouseClick(bars, Qt::LeftButton, {}, p);
+    QCOMPARE(clicked.size(), 1);
+    QCOMPARE(clicked.first().at(0).toInt(), v.barLayer(0));
+    // The scatter's points keep off the frame.
+    QCustomPlot* sc = v.scatterPlot();
+    double lo = INFINITY, hi = 0;
+    for (const auto& e : t.entries)
+      if (e.kl > 0) lo = std::min(lo, e.kl), hi = std::max(hi, e.kl);
+    QVERIFY(sc->yAxis->range().lower < lo && sc->yAxis->range().upper > hi);
+    QVERIFY(sc->yAxis->range().lower * 1.2 < lo);
+  }
+
+  // One format swept: the single column is coloured (QCustomPlot would give it zero width).
+  void oneFormatIsDrawn() {
+    SensitivityView v;
+    v.resize(900, 600);
+    v.show();
+    SensitivityTable t = syntheticTable(14);
+    SensitivityTable one = t;
+    one.formats = {t.formats[0]};
+    one.entries.clear();
+    for (size_t l = 0; l < t.layers.size(); ++l) one.entries.push_back(t.at(l, 0));
+    v.setTable(one);
+    QVERIFY(QTest::qWaitForWindowExposed(&v));
+    QCustomPlot* heat = v.heatmapPlot();
+    heat->replot();
+    const QImage img = heat->toPixmap(heat->width(), heat->height(), 1.0).toImage();
+    // The cells carry the scale's colours (an undrawn column is the background, one colour).
+    QSet<QRgb> colours;
+    int saturated = 0;
+    for (int l = 0; l < 14; ++l) {
+      const QRgb px = img.pixel(int(heat->xAxis->coordToPixel(0.3)), int(heat->yAxis->coordToPixel(l)));
+      colours.insert(px);
+      saturated += QColor(px).saturation() > 60;
+    }
+    QVERIFY2(colours.size() >= 5, qPrintable(QString::number(colours.size())));
+    QVERIFY(saturated >= 12);  // all but the top of the scale (thermal: white)
   }
 };
 

@@ -1,0 +1,63 @@
+#pragma once
+// A scripted walkthrough of the app as a new user would take it, driven through the real widgets
+// (buttons clicked by object name, the tree's selection, the menus' functions), saving a
+// screenshot of the window after each step:
+//   01-open  02-layer  03-calibrate  04-sensitivity  05-autoplan  06-run  07-speed  08-export
+//   09-report (File → Export Report, written as report.html)  10-reopen-sensitivity
+//   11-reopen-run  (the model opened again after another one: the session restored)
+// `quantscope MODEL --walkthrough DIR` runs it (scripts/gui/walkthrough.sh under Xvfb); the
+// process exits 0 when every step finished, 2 naming the step that failed or timed out.
+#include <QObject>
+#include <QString>
+#include <QStringList>
+#include <QTimer>
+#include <functional>
+#include <vector>
+
+namespace qs::app {
+
+class MainWindow;
+
+struct WalkthroughOptions {
+  QString outDir;
+  QString otherModel;                 // opened between the two visits (default: bundled stories260K)
+  // Few formats (a CPU sweep of SmolLM2 takes minutes per format); an INT4 for every layer (the
+  // auto-planner needs one: per channel where K takes no group) and an INT8.
+  QStringList sweepFormats{"int4-g32-sym", "int4-ch-sym", "int8-ch-sym"};
+  qint64 tokens = 256;                // evaluation tokens (calibrate, sweep, run)
+  int stepTimeoutSec = 1800;
+};
+
+class Walkthrough : public QObject {
+  Q_OBJECT
+ public:
+  Walkthrough(MainWindow* window, WalkthroughOptions options);
+  void start();  // after the window's first openModel
+  QStringList shots() const { return shots_; }
+
+ signals:
+  void finished(int exitCode);
+
+ private:
+  struct Step {
+    QString name;
+    std::function<void()> act;  // starts the step; done() ends it
+  };
+  void next();
+  void done();
+  void fail(const QString& why);
+  void shoot(const QString& name);
+  // Runs `act` and waits for the job with this title prefix to finish (fail on failure).
+  // `then` runs before the screenshot (e.g. to show the tab the result is on).
+  void waitJob(const QString& titlePrefix, const std::function<void()>& act, std::function<void()> then = {});
+
+  MainWindow* w_;
+  WalkthroughOptions o_;
+  std::vector<Step> steps_;
+  size_t current_ = 0;
+  QStringList shots_;
+  QMetaObject::Connection pending_[3];
+  QTimer* timeout_ = nullptr;
+};
+
+}  // namespace qs::app
