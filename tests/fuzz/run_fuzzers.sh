@@ -68,7 +68,10 @@ for t in "${targets[@]}"; do
   fi
   for c in "$findings"/crash-*; do
     [[ -e $c ]] || continue
-    if run "$c" 2>&1 | grep -q "libhdf5_serial"; then
+    # The replay's output first: under pipefail, `run | grep -q` would take the replay's own
+    # (crash) status and call every crash ours.
+    replay=$(run "$c" 2>&1 || true)
+    if grep -q "libhdf5_serial" <<<"$replay"; then
       echo "fuzz_$t: $(basename "$c"): a crash inside libhdf5 (contained by the child process in the product)"
     else
       echo "fuzz_$t: FINDING $(basename "$c") (replay: $build/bin/fuzz_$t $c)" >&2
