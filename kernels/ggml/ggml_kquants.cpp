@@ -42,10 +42,10 @@ void storeBlock(std::byte* out, uint64_t i, const Block& b) {
 
 // ---- scale searches (ggml's make_*_quants) -----------------------------------------------
 
-// Symmetric levels L in [0, 2·nmax) around nmax, scale chosen by weighted least squares over 19
-// trial inverse scales. Weights: `qw`, or x² (rmseType 1). Returns the scale.
-float searchSymmetric(int n, int nmax, const float* x, int8_t* L, const float* qw) {
-  float max = 0, amax = 0;
+// The value of largest |x| (the first of equals, as ggml scans) with its magnitude in `amax`.
+float signedMax(int n, const float* x, float& amax) {
+  float max = 0;
+  amax = 0;
   for (int i = 0; i < n; ++i) {
     const float ax = std::fabs(x[i]);
     if (ax > amax) {
@@ -53,6 +53,14 @@ float searchSymmetric(int n, int nmax, const float* x, int8_t* L, const float* q
       max = x[i];
     }
   }
+  return max;
+}
+
+// Symmetric levels L in [0, 2·nmax) around nmax, scale chosen by weighted least squares over 19
+// trial inverse scales. Weights: `qw`, or x² (rmseType 1). Returns the scale.
+float searchSymmetric(int n, int nmax, const float* x, int8_t* L, const float* qw) {
+  float amax = 0;
+  const float max = signedMax(n, x, amax);
   if (amax < kGroupMaxEps) {
     std::fill(L, L + n, int8_t(0));
     return 0.f;
@@ -94,14 +102,8 @@ float searchSymmetric(int n, int nmax, const float* x, int8_t* L, const float* q
 // Q3_K's search: start from the max-based levels, then move single levels while the x²-weighted
 // fit improves (up to 5 sweeps). L ends in [0, 2·nmax).
 float searchSymmetricQ3(int n, int nmax, const float* x, int8_t* L) {
-  float max = 0, amax = 0;
-  for (int i = 0; i < n; ++i) {
-    const float ax = std::fabs(x[i]);
-    if (ax > amax) {
-      amax = ax;
-      max = x[i];
-    }
-  }
+  float amax = 0;
+  const float max = signedMax(n, x, amax);
   if (amax < kGroupMaxEps) {
     std::fill(L, L + n, int8_t(0));
     return 0.f;

@@ -15,22 +15,13 @@
 #include "core/runtime/runtime.h"
 #include "kernels/common/error.h"
 #include "kernels/ops/cpu_transformer_ops.h"
+#include "tests/core/cpu_runtime_fixture.h"
 #include "tests/test_util.h"
 
 using namespace qs;
 
 namespace {
-struct Loaded {
-  std::unique_ptr<ModelFile> file;
-  ModelGraph graph;
-  std::unique_ptr<TransformerOps> ops = createCpuTransformerOps();
-  std::unique_ptr<Runtime> rt;
-  explicit Loaded(const QString& path) {
-    file = openModel(path.toStdString());
-    graph = buildModelGraph(*file);
-    rt = std::make_unique<Runtime>(*file, graph, *ops);
-  }
-};
+using Loaded = qs::test::CpuRuntime;
 std::vector<int32_t> iota(int n, int32_t from = 0) {
   std::vector<int32_t> v(static_cast<size_t>(n));
   std::iota(v.begin(), v.end(), from);
