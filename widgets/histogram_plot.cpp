@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "widgets/plot_export.h"
+#include "widgets/plot_tickers.h"
 
 namespace qs::widgets {
 
@@ -57,7 +58,7 @@ void HistogramPlot::setLogScale(bool log) {
   log_ = log;
   if (log) {
     yAxis->setScaleType(QCPAxis::stLogarithmic);
-    yAxis->setTicker(QSharedPointer<QCPAxisTickerLog>(new QCPAxisTickerLog));
+    yAxis->setTicker(makeLogTicker());
   } else {
     yAxis->setScaleType(QCPAxis::stLinear);
     yAxis->setTicker(QSharedPointer<QCPAxisTicker>(new QCPAxisTicker));

@@ -6,6 +6,7 @@
 #include <qcustomplot.h>
 
 #include "widgets/plot_export.h"
+#include "widgets/plot_tickers.h"
 
 namespace qs::widgets {
 
@@ -47,7 +48,7 @@ ParetoPlot::ParetoPlot(QWidget* parent) : QWidget(parent) {
   speed_->xAxis->setLabel(tr("predicted speedup (×)"));
   for (QCustomPlot* p : {size_, speed_}) {
     p->yAxis->setScaleType(QCPAxis::stLogarithmic);
-    p->yAxis->setTicker(QSharedPointer<QCPAxisTickerLog>(new QCPAxisTickerLog));
+    p->yAxis->setTicker(makeLogTicker());
     p->setMinimumSize(220, 160);
     installPlotExportMenu(p);
   }

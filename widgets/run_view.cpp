@@ -14,6 +14,7 @@
 #include <qcustomplot.h>
 
 #include "widgets/plot_export.h"
+#include "widgets/plot_tickers.h"
 
 namespace qs::widgets {
 
@@ -51,7 +52,8 @@ RunView::RunView(QWidget* parent) : QWidget(parent) {
   errPlot_->xAxis->setLabel(tr("block"));
   errPlot_->yAxis->setLabel(tr("relative L2 error of the residual stream"));
   errPlot_->yAxis->setScaleType(QCPAxis::stLogarithmic);
-  errPlot_->yAxis->setTicker(QSharedPointer<QCPAxisTickerLog>(new QCPAxisTickerLog));
+  errPlot_->yAxis->setTicker(makeLogTicker());
+  errPlot_->xAxis->setTicker(makeIntegerTicker());
   errPlot_->legend->setVisible(true);
   errPlot_->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignBottom | Qt::AlignRight);
   addTitle(errPlot_, tr("Error accumulation"));
@@ -59,6 +61,7 @@ RunView::RunView(QWidget* parent) : QWidget(parent) {
   cosPlot_ = new QCustomPlot;
   cosPlot_->setObjectName(QStringLiteral("runCosinePlot"));
   cosPlot_->xAxis->setLabel(tr("block"));
+  cosPlot_->xAxis->setTicker(makeIntegerTicker());
   cosPlot_->yAxis->setLabel(tr("cosine similarity"));
 
   speedPlot_ = new QCustomPlot;

@@ -15,6 +15,7 @@
 
 #include "core/analysis/rank_correlation.h"
 #include "widgets/plot_export.h"
+#include "widgets/plot_tickers.h"
 
 namespace qs::widgets {
 
@@ -99,7 +100,7 @@ SensitivityView::SensitivityView(QWidget* parent) : QWidget(parent) {
   scatter_->yAxis->setLabel(tr("end-to-end KL (nats)"));
   for (QCPAxis* ax : {scatter_->xAxis, scatter_->yAxis}) {
     ax->setScaleType(QCPAxis::stLogarithmic);
-    ax->setTicker(QSharedPointer<QCPAxisTickerLog>(new QCPAxisTickerLog));
+    ax->setTicker(makeLogTicker());
   }
   scatter_->plotLayout()->insertRow(0);
   scatter_->plotLayout()->addElement(0, 0, new QCPTextElement(scatter_, QString(), QFont(font().family(), 10, QFont::Bold)));

@@ -27,6 +27,7 @@
 #include "app/labs/lab_env.h"
 #include "widgets/histogram_plot.h"
 #include "widgets/plot_export.h"
+#include "widgets/plot_tickers.h"
 
 static void initLabResources() { Q_INIT_RESOURCE(labs); }
 
@@ -57,7 +58,7 @@ void drawChart(QCustomPlot* plot, const LabChart& c) {
     const bool log = ax == plot->xAxis ? c.logX : c.logY;
     ax->setScaleType(log ? QCPAxis::stLogarithmic : QCPAxis::stLinear);
     if (log)
-      ax->setTicker(QSharedPointer<QCPAxisTickerLog>::create());
+      ax->setTicker(qs::widgets::makeLogTicker());
     else
       ax->setTicker(QSharedPointer<QCPAxisTicker>::create());
     ax->ticker()->setTickCount(ax == plot->xAxis ? 4 : 5);  // readable in a narrow column

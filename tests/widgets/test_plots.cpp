@@ -2,12 +2,14 @@
 // to PNG/SVG/PDF (atomically), and tables export to CSV.
 #include <QStandardItemModel>
 #include <QtTest>
+#include <cmath>
 #include <random>
 
 #include "tests/test_util.h"
 #include "widgets/channel_plot.h"
 #include "widgets/histogram_plot.h"
 #include "widgets/plot_export.h"
+#include "widgets/plot_tickers.h"
 
 using namespace qs::widgets;
 
@@ -83,6 +85,37 @@ class TestPlots : public QObject {
     QString err;
     QVERIFY2(exportPlotData(&c, tmp_.filePath("channels.csv"), &err), qPrintable(err));
     QVERIFY(QFileInfo(tmp_.filePath("channels.csv")).size() > 100000);
+  }
+
+  // Tick labels that never overlap: a log axis over about one decade gets 1-2-5 ticks (QCustomPlot
+  // alone spaced 0.01 … 0.07 linearly, and their labels ran together at the top of the decade),
+  // wide ranges keep one tick per decade, and block axes are whole numbers.
+  void tickersStayReadable() {
+    auto ticks = [](const QSharedPointer<QCPAxisTicker>& t, double lo, double hi) {
+      QVector<double> major, sub;
+      QVector<QString> labels;
+      t->generate(QCPRange(lo, hi), QLocale::c(), QLatin1Char('g'), 6, major, &sub, &labels);
+      return major;
+    };
+    const QVector<double> narrow = ticks(makeLogTicker(), 0.008, 0.072);
+    QCOMPARE(narrow.size(), 3);
+    QCOMPARE(narrow[0], 0.01);
+    QCOMPARE(narrow[1], 0.02);
+    QCOMPARE(narrow[2], 0.05);
+    // Less than half a decade: 1 … 9 multiples, still at least three ticks.
+    const QVector<double> tight = ticks(makeLogTicker(), 0.031, 0.069);
+    QCOMPARE(tight.size(), 3);
+    QCOMPARE(tight[0], 0.04);
+    QCOMPARE(tight[1], 0.05);
+    QCOMPARE(tight[2], 0.06);
+    // Four decades: powers of ten only.
+    for (double v : ticks(makeLogTicker(), 1e-5, 0.2)) {
+      const double e = std::log10(v);
+      QVERIFY2(std::abs(e - std::round(e)) < 1e-9, qPrintable(QString::number(v)));
+    }
+    const QVector<double> blocks = ticks(makeIntegerTicker(), -0.5, 17.5);
+    QVERIFY(blocks.size() >= 3);
+    for (double v : blocks) QVERIFY2(v == std::round(v), qPrintable(QString::number(v)));
   }
 
   void histogramHoldsSeriesAndGrid() {
