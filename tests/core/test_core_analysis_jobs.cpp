@@ -374,6 +374,20 @@ class TestAnalysisJobs : public QObject {
     for (size_t k = 0; k < t.entries.size(); ++k) QCOMPARE(back.sensitivity->entries[k].klSource, t.entries[k].klSource);
   }
 
+  // A session written before kl_source existed (the fuzzer's seed, made by the CLI then): it
+  // opens, and every finite KL reads as measured.
+  void sessionFromBeforeKlSourceOpens() {
+    const std::string path = QS_SOURCE_DIR "/tests/fuzz/corpus/session/sensitivity_runs_plans.qsession";
+    const Session s = loadSession(path);
+    QVERIFY(s.sensitivity.has_value());
+    int64_t finite = 0;
+    for (const SensitivityEntry& e : s.sensitivity->entries) {
+      finite += std::isfinite(e.kl);
+      QCOMPARE(e.klSource, std::isfinite(e.kl) ? KlSource::Measured : KlSource::None);
+    }
+    QVERIFY(finite > 0);
+  }
+
   // The automatic probe tokens keep the reference and the probes within the budget of forward
   // passes over the evaluation tokens, never below kMinProbeTokens; no calibration is BadInput.
   void estimateProbeTokensFollowTheBudget() {
