@@ -1,6 +1,7 @@
 // quantscope-cli sensitivity MODEL [--session FILE] [--text FILE] [--tokens N] [--ctx C]
 //                                  [--formats F,F,…] [--mode exact|estimate|proxies]
-//                                  [--probe-tokens N | --probe-budget P] [--compare TABLE.json]
+//                                  [--probe-tokens N | --probe-budget P] [--probes one|family]
+//                                  [--compare TABLE.json]
 //                                  [--proxies-only] [--table FILE] [--json]
 // Every linear layer × candidate format: the proxies and, with only that layer quantised, the
 // end-to-end KL, perplexity and top-1 agreement (--mode exact), or per layer one measured probe
@@ -48,7 +49,7 @@ std::vector<QuantFormat> parseFormatList(const std::string& list) {
 
 void registerSensitivity(CLI::App& app, CliContext& ctx) {
   struct Args : AnalysisArgs {
-    std::string formats, table, mode = "exact", compare;
+    std::string formats, table, mode = "exact", compare, probes = "one";
     bool proxiesOnly = false;
     int jobs = 0;
     int64_t probeTokens = 0;
@@ -72,6 +73,9 @@ void registerSensitivity(CLI::App& app, CliContext& ctx) {
   cmd->add_option("--probe-budget", a->probeBudget,
                   "--mode estimate: forward passes over the evaluation tokens the reference and the probes may "
                   "cost (default 25)");
+  cmd->add_option("--probes", a->probes,
+                  "--mode estimate: one probe per layer (one, default), or one per error family (family: "
+                  "integer grids and floating point, each family priced from its own probe; twice the probes)");
   cmd->add_option("--compare", a->compare,
                   "A sensitivity table (JSON, --table of an exact sweep): Spearman rho of this sweep's KL against its KL");
   cmd->add_option("--jobs", a->jobs,
@@ -100,6 +104,11 @@ void registerSensitivity(CLI::App& app, CliContext& ctx) {
       throw Error(ErrorKind::BadInput, "give --probe-tokens or --probe-budget, not both", {}, "--probe-budget");
     if (!a->compare.empty() && o.mode == SensitivityMode::Proxies)
       throw Error(ErrorKind::BadInput, "compares KL figures, which --mode proxies does not make", {}, "--compare");
+    if (a->probes != "one" && a->probes != "family")
+      throw Error(ErrorKind::BadInput, "'" + a->probes + "' is neither one nor family", {}, "--probes");
+    if (a->probes == "family" && !estimateMode)
+      throw Error(ErrorKind::BadInput, "only with --mode estimate", {}, "--probes");
+    o.probePerFamily = a->probes == "family";
     o.probeTokens = a->probeTokens;
     if (a->probeBudget > 0) o.probeForwardBudget = a->probeBudget;
     if (!a->formats.empty()) o.formats = parseFormatList(a->formats);
@@ -183,6 +192,10 @@ void registerSensitivity(CLI::App& app, CliContext& ctx) {
           row["probe"] = r.probeFormat[l] >= 0 ? nlohmann::ordered_json(formatToString(t.formats[size_t(r.probeFormat[l])]))
                                                 : nlohmann::ordered_json(nullptr);
           row["gain"] = jsonNumber(r.gain[l]);
+          if (r.floatProbeFormat[l] >= 0) {
+            row["float_probe"] = formatToString(t.formats[size_t(r.floatProbeFormat[l])]);
+            row["float_gain"] = jsonNumber(r.floatGain[l]);
+          }
         }
         row["figures"] = figs;
         row["not_applicable"] = na;

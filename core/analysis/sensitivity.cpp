@@ -1,6 +1,7 @@
 #include "core/analysis/sensitivity.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -153,6 +154,11 @@ SensitivityResult runSensitivity(Runtime& rt, StatsOps& stats, std::span<const i
   // Formats that round the activations too: measured in estimate mode (the weight proxy misses
   // the activation error).
   auto quantisesActivations = [&](size_t f) { return t.formats[f].act.kind != QuantKind::F32; };
+  // The error family of a weight-only format (probePerFamily): 0 integer grids, 1 floating point.
+  auto family = [&](size_t f) {
+    const QuantKind k = t.formats[f].weight.kind;
+    return options.probePerFamily && k != QuantKind::INT4 && k != QuantKind::INT8 ? 1 : 0;
+  };
   // Blocks a cell of this layer recomputes, + the head: its cost in forward passes × (blocks + 1).
   auto blocksToRun = [&](size_t layer) {
     const int from = t.layers[layer].block < 0 ? blocks : t.layers[layer].block;
@@ -164,16 +170,17 @@ SensitivityResult runSensitivity(Runtime& rt, StatsOps& stats, std::span<const i
   double totalWork = 0, exactWork = 0;
   for (size_t i = 0; i < L; ++i) {
     size_t measured = 0;
-    bool weightOnly = false;
+    bool weightOnly[2] = {false, false};
     for (size_t f = 0; f < F; ++f) {
       const bool ok = formatFitsShape(t.formats[f], t.layers[i].outFeatures, t.layers[i].inFeatures);
       t.at(i, f).applicable = ok;
       if (!ok) continue;
       fits[i].push_back(f);
-      if (estimate && !quantisesActivations(f)) weightOnly = true;
+      if (estimate && !quantisesActivations(f)) weightOnly[family(f)] = true;
       else ++measured;
     }
-    measured += weightOnly ? 1 : 0;  // the probe (its format is chosen once the proxies are in)
+    // The probes (their formats are chosen once the proxies are in).
+    measured += size_t(weightOnly[0]) + size_t(weightOnly[1]);
     totalWork += double(measured) * blocksToRun(i);
     exactWork += double(fits[i].size()) * blocksToRun(i);
   }
@@ -255,19 +262,25 @@ SensitivityResult runSensitivity(Runtime& rt, StatsOps& stats, std::span<const i
   std::vector<Pair> pairs;
   res.probeFormat.assign(L, -1);
   res.gain.assign(L, kNotMeasured);
+  res.floatProbeFormat.assign(L, -1);
+  res.floatGain.assign(L, kNotMeasured);
+  std::vector<std::array<int, 2>> probes(L, {-1, -1});  // per family
   totalWork = 0;
   for (size_t i = 0; i < L; ++i) {
-    int probe = -1;
+    std::array<int, 2>& probe = probes[i];
     for (size_t f : fits[i]) {
       if (!estimate || quantisesActivations(f)) {
         pairs.push_back({i, f});
         continue;
       }
+      int& p = probe[size_t(family(f))];
       const double oe = t.at(i, f).outputError;
-      if (std::isfinite(oe) && oe > 0 && (probe < 0 || oe > t.at(i, size_t(probe)).outputError)) probe = int(f);
+      if (std::isfinite(oe) && oe > 0 && (p < 0 || oe > t.at(i, size_t(p)).outputError)) p = int(f);
     }
-    if (probe >= 0) pairs.push_back({i, size_t(probe)});
-    res.probeFormat[i] = probe;
+    for (int p : probe)
+      if (p >= 0) pairs.push_back({i, size_t(p)});
+    res.probeFormat[i] = probe[0] >= 0 ? probe[0] : probe[1];
+    if (probe[0] >= 0 && probe[1] >= 0) res.floatProbeFormat[i] = probe[1];
   }
   for (const Pair& p : pairs) totalWork += blocksToRun(p.layer);
   res.cells = int64_t(pairs.size());
@@ -277,20 +290,22 @@ SensitivityResult runSensitivity(Runtime& rt, StatsOps& stats, std::span<const i
   // Estimate mode: a layer's weight-only cells from its probe (once the probe is measured).
   // Without a probe every weight-only format leaves the output unchanged to second order (no
   // output error): KL 0.
+  // A family without a probe (no error in it) borrows the other family's gain.
   auto fillEstimates = [&](size_t i, std::vector<size_t>& filled) {
     if (!estimate) return;
-    const int probe = res.probeFormat[i];
-    double gain = 0;
-    if (probe >= 0) {
-      const SensitivityEntry& pe = t.at(i, size_t(probe));
-      gain = std::max(0.0, pe.kl) / pe.outputError;
-      res.gain[i] = gain;
-    }
+    double gain[2] = {kNotMeasured, kNotMeasured};
+    for (size_t k = 0; k < 2; ++k)
+      if (const int p = probes[i][k]; p >= 0)
+        gain[k] = std::max(0.0, t.at(i, size_t(p)).kl) / t.at(i, size_t(p)).outputError;
+    for (size_t k = 0; k < 2; ++k)
+      if (!std::isfinite(gain[k])) gain[k] = std::isfinite(gain[1 - k]) ? gain[1 - k] : 0.0;
+    if (res.probeFormat[i] >= 0) res.gain[i] = probes[i][0] >= 0 ? gain[0] : gain[1];
+    if (res.floatProbeFormat[i] >= 0) res.floatGain[i] = gain[1];
     for (size_t f : fits[i]) {
-      if (quantisesActivations(f) || int(f) == probe) continue;
+      if (quantisesActivations(f) || int(f) == probes[i][0] || int(f) == probes[i][1]) continue;
       SensitivityEntry& e = t.at(i, f);
       if (!std::isfinite(e.outputError)) continue;
-      e.kl = gain * e.outputError;
+      e.kl = gain[family(f)] * e.outputError;
       e.klSource = KlSource::Estimated;
       ++res.estimatedCells;
       filled.push_back(f);

@@ -76,6 +76,11 @@ struct SensitivityOptions {
   // probes may cost together).
   int64_t probeTokens = 0;
   double probeForwardBudget = 25;
+  // Estimate mode: false: one probe per layer; true: one per error family — integer grids
+  // (INT4/INT8: an error spread evenly over a group or row) and floating point (FP8/FP16: a
+  // relative error, concentrated on the large weights) — each family's cells priced from its
+  // own probe's gain. Twice the probes; see docs/analysis.md for when it pays.
+  bool probePerFamily = false;
   std::string textSource, modelHash; // copied into the table
   // More runtimes of the same model on host op-sets (each on its own CPU TransformerOps) to
   // measure (layer, format) pairs in parallel: one thread per runtime, `rt` included, each
@@ -115,6 +120,10 @@ struct SensitivityResult {
   // error) and gain = probe KL / probe output error (NaN without a probe).
   std::vector<int> probeFormat;
   std::vector<double> gain;
+  // With probePerFamily: the floating-point family's probe and gain when the layer has both
+  // families (probeFormat / gain are then the integer family's); -1 / NaN otherwise.
+  std::vector<int> floatProbeFormat;
+  std::vector<double> floatGain;
 };
 
 // Live results, for the GUI's heatmap: every callback runs on the calling thread with the table

@@ -165,6 +165,8 @@ class TestCliAnalysis : public QObject {
         {{"--mode", "estimate", "--probe-budget=-1"}, "--probe-budget"},
         {{"--mode", "estimate", "--probe-tokens", "64", "--probe-budget", "5"}, "--probe-budget"},
         {{"--mode", "proxies", "--compare", missing}, "--compare"},
+        {{"--mode", "estimate", "--probes", "two"}, "--probes"},
+        {{"--probes", "family"}, "--probes"},
     };
     for (const auto& [extra, option] : cases) {
       std::vector<std::string> a{"sensitivity", model_, "--tokens", "64"};

@@ -374,6 +374,36 @@ class TestAnalysisJobs : public QObject {
     for (size_t k = 0; k < t.entries.size(); ++k) QCOMPARE(back.sensitivity->entries[k].klSource, t.entries[k].klSource);
   }
 
+  // One probe per error family: the integer formats priced from the largest-error integer
+  // format's probe, the floating-point ones from the largest-error float format's.
+  void estimatePerFamilyProbes() {
+    Runtime rt(*m_.file, m_.graph, *cpu_);
+    CalibrationOptions co;
+    co.eval = eval(96, 48);
+    const CalibrationResult calib = runCalibration(rt, cpu_->stats(), text_, co);
+    SensitivityOptions o;
+    o.eval = eval(96, 48);
+    o.formats = {parseQuantFormat("int4-g32-sym"), parseQuantFormat("int8-ch-sym"), parseQuantFormat("fp8e4m3-ch"),
+                 parseQuantFormat("fp16")};
+    o.mode = SensitivityMode::Estimate;
+    o.probePerFamily = true;
+    const SensitivityResult r = runSensitivity(rt, cpu_->stats(), text_, &calib, o);
+    const SensitivityTable& t = r.table;
+    for (size_t l = 0; l < t.layers.size(); ++l) {
+      const bool g32 = t.at(l, 0).applicable;
+      QCOMPARE(r.probeFormat[l], g32 ? 0 : 1);
+      QCOMPARE(r.floatProbeFormat[l], 2);  // FP8 errs more than FP16
+      QCOMPARE(t.at(l, 2).klSource, KlSource::Measured);
+      QCOMPARE(t.at(l, 3).klSource, KlSource::Estimated);
+      QCOMPARE(t.at(l, 3).kl, r.floatGain[l] * t.at(l, 3).outputError);
+      if (g32) {
+        QCOMPARE(t.at(l, 1).klSource, KlSource::Estimated);
+        QCOMPARE(t.at(l, 1).kl, r.gain[l] * t.at(l, 1).outputError);
+      }
+    }
+    QCOMPARE(r.cells, int64_t(2 * t.layers.size()));
+  }
+
   // A session written before kl_source existed (the fuzzer's seed, made by the CLI then): it
   // opens, and every finite KL reads as measured.
   void sessionFromBeforeKlSourceOpens() {
