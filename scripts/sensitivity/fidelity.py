@@ -4,7 +4,7 @@
 
 usage: scripts/sensitivity/fidelity.py MODEL --text SWEEP_TEXT --heldout HELDOUT_TEXT
            [--tokens 511] [--ctx C] [--formats F,F,...] [--budgets 4.5,5.5] [--heldout-tokens 2047]
-           [--jobs 1] [--build build] [--out DIR] [--backend cpu]
+           [--jobs 1] [--probe-tokens N] [--probes one|family] [--build build] [--out DIR] [--backend cpu]
 
 One calibration (stored in a session both sweeps reuse), then on the same SWEEP_TEXT tokens:
   exact     quantscope-cli sensitivity --mode exact    (every cell measured end to end)
@@ -49,6 +49,7 @@ def main():
     ap.add_argument("--heldout-tokens", default="2047")
     ap.add_argument("--jobs", default="1")
     ap.add_argument("--probe-tokens", default="", help="estimate mode: probe tokens (default: the budget's)")
+    ap.add_argument("--probes", default="one", help="estimate mode: one | family (sensitivity --probes)")
     ap.add_argument("--build", default=os.path.join(os.path.dirname(__file__), "..", "..", "build"))
     ap.add_argument("--backend", default="cpu")
     ap.add_argument("--out", default="")
@@ -72,7 +73,7 @@ def main():
     if err:
         sys.exit("exact sweep: " + err)
     exact = json.loads(text)
-    probe = ["--probe-tokens", a.probe_tokens] if a.probe_tokens else []
+    probe = (["--probe-tokens", a.probe_tokens] if a.probe_tokens else []) + ["--probes", a.probes]
     text, fast_s, err = run(sweep + ["--mode", "estimate", "--table", fast_t, "--compare", exact_t] + probe,
                             os.path.join(out, "fast.out.json"))
     if err:
