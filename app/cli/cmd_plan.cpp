@@ -225,6 +225,11 @@ ojson figuresJson(const PlanFigures& f) {
     j["metric"] = std::string(errorMetricName(f.metric));
     j["predicted_error"] = f.predictedError;
     j["layers_without_error"] = f.errorMissing;
+    j["error_basis"] = {{"measured", f.errorMeasured},
+                        {"estimated", f.errorEstimated},
+                        {"proxy", f.errorProxy},
+                        {"by_rule", f.errorByRule},
+                        {"missing", f.errorMissing}};
   }
   if (f.haveSpeed) {
     j["speed_tokens"] = f.speedTokens;
@@ -242,6 +247,7 @@ void printFigures(std::ostream& os, const PlanFigures& f) {
        << (f.metric == ErrorMetric::Kl ? " nats" : "") << " (sum of single-layer figures";
     if (f.errorMissing) os << "; " << f.errorMissing << " layers without a figure";
     os << ")\n";
+    os << "rests on: " << errorBasisText(f) << "\n";
   }
   if (f.haveSpeed) {
     os << "predicted speedup at " << f.speedTokens << " tokens: " << errText(f.predictedSpeedup) << "x";

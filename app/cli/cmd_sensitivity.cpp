@@ -1,9 +1,16 @@
 // quantscope-cli sensitivity MODEL [--session FILE] [--text FILE] [--tokens N] [--ctx C]
-//                                  [--formats F,F,…] [--proxies-only] [--table FILE] [--json]
+//                                  [--formats F,F,…] [--mode exact|estimate|proxies]
+//                                  [--probe-tokens N | --probe-budget P] [--probes one|family]
+//                                  [--compare TABLE.json]
+//                                  [--proxies-only] [--table FILE] [--json]
 // Every linear layer × candidate format: the proxies and, with only that layer quantised, the
-// end-to-end KL, perplexity and top-1 agreement; Spearman ρ of each proxy against KL. Reuses
-// the session's calibration (or calibrates first and stores it); stores the table.
+// end-to-end KL, perplexity and top-1 agreement (--mode exact), or per layer one measured probe
+// and every other cell's KL estimated as gain × output error (--mode estimate, sensitivity.h);
+// Spearman ρ of each proxy against the measured KL; with --compare, ρ of this table's KL against
+// another table's (an exact sweep). Reuses the session's calibration (or calibrates first and
+// stores it); stores the table.
 #include <chrono>
+#include <map>
 
 #include "app/cli/analysis_support.h"
 #include "app/cli/text_table.h"
@@ -42,9 +49,11 @@ std::vector<QuantFormat> parseFormatList(const std::string& list) {
 
 void registerSensitivity(CLI::App& app, CliContext& ctx) {
   struct Args : AnalysisArgs {
-    std::string formats, table;
+    std::string formats, table, mode = "exact", compare, probes = "one";
     bool proxiesOnly = false;
     int jobs = 0;
+    int64_t probeTokens = 0;
+    double probeBudget = 0;
   };
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand(
@@ -54,23 +63,66 @@ void registerSensitivity(CLI::App& app, CliContext& ctx) {
   cmd->add_option("--formats", a->formats,
                   "Comma-separated candidate formats (default: int4-g32/g64/g128-sym, int8-ch-sym, "
                   "fp8e4m3-ch, fp8e5m2-ch, fp16)");
-  cmd->add_flag("--proxies-only", a->proxiesOnly, "Only the proxies (no forward passes)");
+  cmd->add_option("--mode", a->mode,
+                  "exact: every cell measured end to end (default); estimate: per layer one measured probe, "
+                  "the other cells' KL = gain x output error (W8A8 cells measured); proxies: no forward passes");
+  cmd->add_flag("--proxies-only", a->proxiesOnly, "Only the proxies (no forward passes): --mode proxies");
+  cmd->add_option("--probe-tokens", a->probeTokens,
+                  "--mode estimate: text tokens the probes run on (default: as many as keep the sweep within "
+                  "--probe-budget forward passes)");
+  cmd->add_option("--probe-budget", a->probeBudget,
+                  "--mode estimate: forward passes over the evaluation tokens the reference and the probes may "
+                  "cost (default 25)");
+  cmd->add_option("--probes", a->probes,
+                  "--mode estimate: one probe per layer (one, default), or one per error family (family: "
+                  "integer grids and floating point, each family priced from its own probe; twice the probes)");
+  cmd->add_option("--compare", a->compare,
+                  "A sensitivity table (JSON, --table of an exact sweep): Spearman rho of this sweep's KL against its KL");
   cmd->add_option("--jobs", a->jobs,
                   "Runtimes measuring in parallel, one thread each (0: one per core while the extra "
                   "weight copies stay under 2 GiB)")
       ->check(CLI::Range(0, 256));
   cmd->add_option("--table", a->table, "Also write the table as the planner's JSON to this file");
   cmd->callback([&ctx, a] {
+    // Option values first: a bad one is one line naming it, before any work.
+    const auto mode = sensitivityModeFromName(a->mode);
+    if (!mode) throw Error(ErrorKind::BadInput, "unknown mode '" + a->mode + "' (exact, estimate, proxies)", {}, "--mode");
+    if (a->proxiesOnly && *mode != SensitivityMode::Proxies && a->mode != "exact")
+      throw Error(ErrorKind::BadInput, "conflicts with --mode " + a->mode, {}, "--proxies-only");
+    SensitivityOptions o;
+    o.mode = a->proxiesOnly ? SensitivityMode::Proxies : *mode;
+    const bool estimateMode = o.mode == SensitivityMode::Estimate;
+    if (a->probeTokens < 0 || (a->probeTokens > 0 && !estimateMode))
+      throw Error(ErrorKind::BadInput,
+                  a->probeTokens < 0 ? "must be positive" : "only with --mode estimate", {}, "--probe-tokens");
+    if (a->probeBudget < 0 || !std::isfinite(a->probeBudget) || (a->probeBudget > 0 && !estimateMode))
+      throw Error(ErrorKind::BadInput,
+                  estimateMode || a->probeBudget < 0 ? "must be a positive number of forward passes"
+                                                     : "only with --mode estimate",
+                  {}, "--probe-budget");
+    if (a->probeTokens > 0 && a->probeBudget > 0)
+      throw Error(ErrorKind::BadInput, "give --probe-tokens or --probe-budget, not both", {}, "--probe-budget");
+    if (!a->compare.empty() && o.mode == SensitivityMode::Proxies)
+      throw Error(ErrorKind::BadInput, "compares KL figures, which --mode proxies does not make", {}, "--compare");
+    if (a->probes != "one" && a->probes != "family")
+      throw Error(ErrorKind::BadInput, "'" + a->probes + "' is neither one nor family", {}, "--probes");
+    if (a->probes == "family" && !estimateMode)
+      throw Error(ErrorKind::BadInput, "only with --mode estimate", {}, "--probes");
+    o.probePerFamily = a->probes == "family";
+    o.probeTokens = a->probeTokens;
+    if (a->probeBudget > 0) o.probeForwardBudget = a->probeBudget;
+    if (!a->formats.empty()) o.formats = parseFormatList(a->formats);
+    std::optional<SensitivityTable> against;
+    if (!a->compare.empty()) against = loadSensitivityTable(a->compare);
+
     TerminalProgress progress;
     AnalysisSetup s = setUpAnalysis(ctx, *a, progress);
-    SensitivityOptions o;
     o.eval = s.eval;
-    o.endToEnd = !a->proxiesOnly;
-    if (!a->formats.empty()) o.formats = parseFormatList(a->formats);
     o.textSource = s.textSource;
     o.modelHash = s.modelHash;
     const CalibrationResult& calib = calibrationFor(ctx, s, progress);
-    const WorkerRuntimes workers = o.endToEnd ? makeWorkerRuntimes(s, a->jobs, progress) : WorkerRuntimes{};
+    const bool e2e = o.mode != SensitivityMode::Proxies;
+    const WorkerRuntimes workers = e2e ? makeWorkerRuntimes(s, a->jobs, progress) : WorkerRuntimes{};
     o.workers = workers.pointers();
     const auto t0 = std::chrono::steady_clock::now();
     SensitivityResult r = runSensitivity(*s.run.runtime, *s.stats, s.tokens, &calib, o,
@@ -80,13 +132,17 @@ void registerSensitivity(CLI::App& app, CliContext& ctx) {
     if (s.session) s.session->sensitivity = t;
     saveIfSession(*a, s);
     if (!a->table.empty()) writeFileAtomically(a->table, sensitivityTableToJson(t));
+    std::vector<ProxyCorrelation> agreement;
+    if (against) agreement = klRankCorrelations(t, *against);
+    const double totalForward = r.referenceForwardEquivalents + r.forwardEquivalents;
 
     if (a->json) {
       auto j = analysisJsonHeader("sensitivity", *a, s);
       j["tokens"] = t.tokens;
       j["context"] = t.context;
       j["protocol"] = r.protocol;
-      j["end_to_end"] = o.endToEnd;
+      j["mode"] = std::string(sensitivityModeName(o.mode));
+      j["end_to_end"] = e2e;
       j["base_perplexity"] = jsonNumber(t.basePerplexity);
       j["seconds"] = seconds;
       j["jobs"] = int64_t(o.workers.size()) + 1;
@@ -94,8 +150,14 @@ void registerSensitivity(CLI::App& app, CliContext& ctx) {
                      {"proxies_s", r.proxySeconds},
                      {"cells_s", r.cellSeconds},
                      {"cells", r.cells},
+                     {"estimated_cells", r.estimatedCells},
+                     {"eval_tokens", r.evalTokens},
+                     {"probe_tokens", r.probeTokens},
                      {"forward_equivalents", r.forwardEquivalents},
                      {"forward_equivalents_without_reuse", r.forwardEquivalentsWithoutReuse},
+                     {"reference_forward_equivalents", r.referenceForwardEquivalents},
+                     {"total_forward_equivalents", totalForward},
+                     {"exact_forward_equivalents", r.exactForwardEquivalents},
                      {"cells_over_reference", r.referenceSeconds > 0 ? r.cellSeconds / r.referenceSeconds : 0.0}};
       auto formats = nlohmann::ordered_json::array();
       for (const auto& f : t.formats) formats.push_back(formatToString(f));
@@ -122,8 +184,18 @@ void registerSensitivity(CLI::App& app, CliContext& ctx) {
                                                 {"weighted_error", jsonNumber(e.weightedError)},
                                                 {"output_error", jsonNumber(e.outputError)},
                                                 {"kl", jsonNumber(e.kl)},
+                                                {"kl_source", klSourceName(e.klSource)},
                                                 {"perplexity", jsonNumber(e.perplexity)},
                                                 {"top1_agreement", jsonNumber(e.top1Agreement)}};
+        }
+        if (estimateMode && l < r.probeFormat.size()) {
+          row["probe"] = r.probeFormat[l] >= 0 ? nlohmann::ordered_json(formatToString(t.formats[size_t(r.probeFormat[l])]))
+                                                : nlohmann::ordered_json(nullptr);
+          row["gain"] = jsonNumber(r.gain[l]);
+          if (r.floatProbeFormat[l] >= 0) {
+            row["float_probe"] = formatToString(t.formats[size_t(r.floatProbeFormat[l])]);
+            row["float_gain"] = jsonNumber(r.floatGain[l]);
+          }
         }
         row["figures"] = figs;
         row["not_applicable"] = na;
@@ -134,15 +206,23 @@ void registerSensitivity(CLI::App& app, CliContext& ctx) {
       for (const auto& c : r.correlations)
         corr.push_back({{"proxy", c.proxy}, {"format", c.format}, {"rho", jsonNumber(c.rho)}, {"n", c.n}});
       j["correlations"] = corr;
+      if (against) {
+        auto kc = nlohmann::ordered_json::array();
+        for (const auto& c : agreement) kc.push_back({{"format", c.format}, {"rho", jsonNumber(c.rho)}, {"n", c.n}});
+        j["kl_against"] = {{"table", a->compare}, {"spearman", kc}};
+      }
       ctx.out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
       return;
     }
-    const bool e2e = o.endToEnd;
     ctx.out << (e2e ? "end-to-end: " + r.protocol + "\n" : std::string("proxies only\n"))
             << "text: " << s.textSource << "\n";
     if (e2e) ctx.out << "base perplexity " << num(t.basePerplexity, 6) << "\n";
     ctx.out << (e2e ? "mean KL (nats) with only that layer quantised; '-': the shape cannot take the format\n"
                     : "activation-weighted error proxy; '-': the shape cannot take the format\n");
+    if (estimateMode)
+      ctx.out << "'~': estimated (the layer's gain from one measured probe x the format's output error); "
+                 "the rest measured on "
+              << r.probeTokens << " of " << r.evalTokens << " tokens\n";
     std::vector<std::string> header{"layer"};
     std::vector<bool> right{false};
     for (const auto& f : t.formats) {
@@ -152,15 +232,24 @@ void registerSensitivity(CLI::App& app, CliContext& ctx) {
     TextTable tab(header, right);
     for (size_t l = 0; l < t.layers.size(); ++l) {
       std::vector<std::string> row{t.layers[l].weightName};
-      for (size_t f = 0; f < t.formats.size(); ++f)
-        row.push_back(num(e2e ? t.at(l, f).kl : t.at(l, f).weightedError));
+      for (size_t f = 0; f < t.formats.size(); ++f) {
+        const SensitivityEntry& e = t.at(l, f);
+        const std::string v = num(e2e ? e.kl : e.weightedError);
+        row.push_back(e2e && e.klSource == KlSource::Estimated && v != "-" ? "~" + v : v);
+      }
       tab.addRow(row);
     }
     tab.print(ctx.out);
     if (!r.correlations.empty()) {
-      ctx.out << "Spearman rho against end-to-end KL across layers:\n";
+      ctx.out << "Spearman rho against the measured end-to-end KL across layers:\n";
       TextTable c({"proxy", "format", "rho", "n"}, {false, false, true, true});
       for (const auto& pc : r.correlations) c.addRow({pc.proxy, pc.format, num(pc.rho), std::to_string(pc.n)});
+      c.print(ctx.out, "  ");
+    }
+    if (against) {
+      ctx.out << "Spearman rho of this KL against " << a->compare << "'s:\n";
+      TextTable c({"format", "rho", "n"}, {false, true, true});
+      for (const auto& pc : agreement) c.addRow({pc.format, num(pc.rho, 4), std::to_string(pc.n)});
       c.print(ctx.out, "  ");
     }
     if (s.session) ctx.out << "session: " << a->session << " (sensitivity table stored)\n";
@@ -173,6 +262,11 @@ void registerSensitivity(CLI::App& app, CliContext& ctx) {
               << num(r.cellSeconds / r.referenceSeconds, 3) << " x the reference pass; the cells cost "
               << num(r.forwardEquivalents, 4) << " forward passes with the cached residual stream, "
               << num(r.forwardEquivalentsWithoutReuse, 4) << " without\n";
+    if (estimateMode)
+      ctx.out << "estimate: " << r.cells << " cells measured on " << r.probeTokens << " tokens, " << r.estimatedCells
+              << " estimated; " << num(totalForward, 4) << " forward passes over the " << r.evalTokens
+              << " evaluation tokens (reference " << num(r.referenceForwardEquivalents, 3) << " + cells "
+              << num(r.forwardEquivalents, 4) << "), an exact sweep " << num(r.exactForwardEquivalents + 1, 4) << "\n";
   });
 }
 

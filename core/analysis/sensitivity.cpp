@@ -1,11 +1,13 @@
 #include "core/analysis/sensitivity.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
 #include <exception>
+#include <map>
 #include <mutex>
 #include <thread>
 #ifdef _OPENMP
@@ -29,6 +31,21 @@ int64_t finitePairs(const std::vector<double>& a, const std::vector<double>& b) 
 
 }  // namespace
 
+std::string_view sensitivityModeName(SensitivityMode m) {
+  switch (m) {
+    case SensitivityMode::Exact: return "exact";
+    case SensitivityMode::Estimate: return "estimate";
+    case SensitivityMode::Proxies: return "proxies";
+  }
+  return "exact";
+}
+
+std::optional<SensitivityMode> sensitivityModeFromName(std::string_view name) {
+  for (SensitivityMode m : {SensitivityMode::Exact, SensitivityMode::Estimate, SensitivityMode::Proxies})
+    if (sensitivityModeName(m) == name) return m;
+  return std::nullopt;
+}
+
 std::vector<ProxyCorrelation> proxyCorrelations(const SensitivityTable& t) {
   std::vector<ProxyCorrelation> out;
   using Proxy = std::pair<const char*, double SensitivityEntry::*>;
@@ -41,7 +58,7 @@ std::vector<ProxyCorrelation> proxyCorrelations(const SensitivityTable& t) {
       std::vector<double> p, k;
       for (size_t l = 0; l < t.layers.size(); ++l) {
         const SensitivityEntry& e = t.at(l, f);
-        if (!e.applicable) continue;
+        if (!e.applicable || e.klSource == KlSource::Estimated) continue;
         p.push_back(e.*member);
         k.push_back(e.kl);
       }
@@ -60,6 +77,36 @@ std::vector<ProxyCorrelation> proxyCorrelations(const SensitivityTable& t) {
   return out;
 }
 
+std::vector<ProxyCorrelation> klRankCorrelations(const SensitivityTable& a, const SensitivityTable& b) {
+  std::map<std::string, size_t> rowOf;
+  for (size_t l = 0; l < b.layers.size(); ++l) rowOf.emplace(b.layers[l].weightName, l);
+  std::vector<ProxyCorrelation> out;
+  std::vector<double> allA, allB;
+  for (size_t fa = 0; fa < a.formats.size(); ++fa) {
+    const auto it = std::find(b.formats.begin(), b.formats.end(), a.formats[fa]);
+    if (it == b.formats.end()) continue;
+    const size_t fb = size_t(it - b.formats.begin());
+    std::vector<double> x, y;
+    for (size_t l = 0; l < a.layers.size(); ++l) {
+      const auto r = rowOf.find(a.layers[l].weightName);
+      if (r == rowOf.end()) continue;
+      x.push_back(a.at(l, fa).kl);
+      y.push_back(b.at(r->second, fb).kl);
+    }
+    ProxyCorrelation c{"kl", formatToString(a.formats[fa])};
+    c.rho = spearmanRho(x, y);
+    c.n = finitePairs(x, y);
+    out.push_back(c);
+    allA.insert(allA.end(), x.begin(), x.end());
+    allB.insert(allB.end(), y.begin(), y.end());
+  }
+  ProxyCorrelation c{"kl", "pooled"};
+  c.rho = spearmanRho(allA, allB);
+  c.n = finitePairs(allA, allB);
+  out.push_back(c);
+  return out;
+}
+
 SensitivityResult runSensitivity(Runtime& rt, StatsOps& stats, std::span<const int32_t> text,
                                  const CalibrationResult* calibration,
                                  const SensitivityOptions& options, const JobContext& ctx,
@@ -74,6 +121,9 @@ SensitivityResult runSensitivity(Runtime& rt, StatsOps& stats, std::span<const i
   t.textSource = options.textSource;
   const size_t L = t.layers.size(), F = t.formats.size();
   const int blocks = int(rt.graph().blocks.size());
+  const SensitivityMode mode = options.mode;
+  const bool endToEnd = mode != SensitivityMode::Proxies;
+  const bool estimate = mode == SensitivityMode::Estimate;
 
   if (calibration) {
     if (calibration->layers.size() != L)
@@ -95,37 +145,81 @@ SensitivityResult runSensitivity(Runtime& rt, StatsOps& stats, std::span<const i
       throw Error(ErrorKind::BadInput,
                   "format '" + formatToString(f) + "' needs a static activation scale from calibration",
                   {}, "formats");
+  if (estimate && !calibration)
+    throw Error(ErrorKind::BadInput, "the estimate needs a calibration (E[x²] for each format's output error)",
+                {}, "mode");
+  if (estimate && !(options.probeForwardBudget > 0))
+    throw Error(ErrorKind::BadInput, "the probes' forward-pass budget must be positive", {}, "probeForwardBudget");
 
-  // Which pairs can run, and how much forward work each costs (blocks to recompute + head).
+  // Formats that round the activations too: measured in estimate mode (the weight proxy misses
+  // the activation error).
+  auto quantisesActivations = [&](size_t f) { return t.formats[f].act.kind != QuantKind::F32; };
+  // The error family of a weight-only format (probePerFamily): 0 integer grids, 1 floating point.
+  auto family = [&](size_t f) {
+    const QuantKind k = t.formats[f].weight.kind;
+    return options.probePerFamily && k != QuantKind::INT4 && k != QuantKind::INT8 ? 1 : 0;
+  };
+  // Blocks a cell of this layer recomputes, + the head: its cost in forward passes × (blocks + 1).
+  auto blocksToRun = [&](size_t layer) {
+    const int from = t.layers[layer].block < 0 ? blocks : t.layers[layer].block;
+    return double(blocks - from + 1);
+  };
+
+  // Which pairs can run, and how much forward work the measured ones cost.
   std::vector<std::vector<size_t>> fits(L);
-  double totalWork = 0;
+  double totalWork = 0, exactWork = 0;
   for (size_t i = 0; i < L; ++i) {
+    size_t measured = 0;
+    bool weightOnly[2] = {false, false};
     for (size_t f = 0; f < F; ++f) {
       const bool ok = formatFitsShape(t.formats[f], t.layers[i].outFeatures, t.layers[i].inFeatures);
       t.at(i, f).applicable = ok;
-      if (ok) fits[i].push_back(f);
+      if (!ok) continue;
+      fits[i].push_back(f);
+      if (estimate && !quantisesActivations(f)) weightOnly[family(f)] = true;
+      else ++measured;
     }
-    const int from = t.layers[i].block < 0 ? blocks : t.layers[i].block;
-    totalWork += double(fits[i].size()) * double(blocks - from + 1);
+    // The probes (their formats are chosen once the proxies are in).
+    measured += size_t(weightOnly[0]) + size_t(weightOnly[1]);
+    totalWork += double(measured) * blocksToRun(i);
+    exactWork += double(fits[i].size()) * blocksToRun(i);
   }
 
   ScopedPlanReset restore(rt);
   ReferencePass ref;
-  const double refShare = options.endToEnd ? 1.0 / (1.0 + totalWork / double(blocks + 1)) : 0.0;
   using Clock = std::chrono::steady_clock;
   auto since = [](Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); };
   auto t0 = Clock::now();
-  if (options.endToEnd) {
-    const EvalWindows ew = makeEvalWindows(text, options.eval, rt.maxSeq());
+  double tokenShare = 1;  // probe tokens / evaluation tokens
+  double refShare = 0;    // the reference pass's share of the progress bar
+  if (endToEnd) {
+    const EvalWindows full = makeEvalWindows(text, options.eval, rt.maxSeq());
+    EvalWindows ew = full;
+    res.evalTokens = full.textTokens;
+    if (estimate) {
+      // Forward passes over the evaluation tokens at probe share s: s · (1 + work / (blocks + 1)).
+      int64_t want = options.probeTokens;
+      if (want <= 0)
+        want = int64_t(std::floor(double(full.textTokens) * options.probeForwardBudget /
+                                  (1.0 + totalWork / double(blocks + 1))));
+      want = std::max(want, std::min<int64_t>(kMinProbeTokens, full.textTokens));
+      if (want < full.textTokens) {
+        EvalOptions pe = options.eval;
+        pe.maxTokens = want;
+        ew = makeEvalWindows(text, pe, rt.maxSeq());
+      }
+      tokenShare = double(ew.textTokens) / double(std::max<int64_t>(full.textTokens, 1));
+    }
+    refShare = 1.0 / (1.0 + totalWork / double(blocks + 1));
     ref = runReferencePass(rt, ew, ctx, 0.0, refShare);
     t.tokens = ew.textTokens;
     t.context = ew.context;
     t.basePerplexity = ref.perplexity;
+    res.probeTokens = ew.textTokens;
     res.protocol = ew.protocol;
     res.referenceSeconds = since(t0);
-    for (size_t i = 0; i < L; ++i) res.cells += int64_t(fits[i].size());
-    res.forwardEquivalents = totalWork / double(blocks + 1);
-    res.forwardEquivalentsWithoutReuse = double(res.cells);
+    res.referenceForwardEquivalents = tokenShare;
+    res.exactForwardEquivalents = exactWork / double(blocks + 1);
   }
   t0 = Clock::now();
 
@@ -153,24 +247,78 @@ SensitivityResult runSensitivity(Runtime& rt, StatsOps& stats, std::span<const i
   res.proxySeconds = since(t0);
   if (callbacks.onProxies) callbacks.onProxies(t);
   t0 = Clock::now();
-  if (!options.endToEnd) {
+  if (!endToEnd) {
     for (size_t i = 0; i < L; ++i)
       if (callbacks.onRow) callbacks.onRow(t, i);
     ctx.progress(1.0, "sensitivity");
     return res;
   }
 
-  // End to end: one (layer, format) pair at a time on a runtime.
+  // The cells to measure: every applicable one, or (estimate) each layer's probe and the cells
+  // that round activations.
   struct Pair {
     size_t layer, format;
   };
   std::vector<Pair> pairs;
-  for (size_t i = 0; i < L; ++i)
-    for (size_t f : fits[i]) pairs.push_back({i, f});
-  auto blocksToRun = [&](size_t layer) {
-    const int from = t.layers[layer].block < 0 ? blocks : t.layers[layer].block;
-    return double(blocks - from + 1);
+  res.probeFormat.assign(L, -1);
+  res.gain.assign(L, kNotMeasured);
+  res.floatProbeFormat.assign(L, -1);
+  res.floatGain.assign(L, kNotMeasured);
+  std::vector<std::array<int, 2>> probes(L, {-1, -1});  // per family
+  totalWork = 0;
+  for (size_t i = 0; i < L; ++i) {
+    std::array<int, 2>& probe = probes[i];
+    for (size_t f : fits[i]) {
+      if (!estimate || quantisesActivations(f)) {
+        pairs.push_back({i, f});
+        continue;
+      }
+      int& p = probe[size_t(family(f))];
+      const double oe = t.at(i, f).outputError;
+      if (std::isfinite(oe) && oe > 0 && (p < 0 || oe > t.at(i, size_t(p)).outputError)) p = int(f);
+    }
+    for (int p : probe)
+      if (p >= 0) pairs.push_back({i, size_t(p)});
+    res.probeFormat[i] = probe[0] >= 0 ? probe[0] : probe[1];
+    if (probe[0] >= 0 && probe[1] >= 0) res.floatProbeFormat[i] = probe[1];
+  }
+  for (const Pair& p : pairs) totalWork += blocksToRun(p.layer);
+  res.cells = int64_t(pairs.size());
+  res.forwardEquivalents = tokenShare * totalWork / double(blocks + 1);
+  res.forwardEquivalentsWithoutReuse = tokenShare * double(pairs.size());
+
+  // Estimate mode: a layer's weight-only cells from its probe (once the probe is measured).
+  // Without a probe every weight-only format leaves the output unchanged to second order (no
+  // output error): KL 0.
+  // A family without a probe (no error in it) borrows the other family's gain.
+  auto fillEstimates = [&](size_t i, std::vector<size_t>& filled) {
+    if (!estimate) return;
+    double gain[2] = {kNotMeasured, kNotMeasured};
+    for (size_t k = 0; k < 2; ++k)
+      if (const int p = probes[i][k]; p >= 0)
+        gain[k] = std::max(0.0, t.at(i, size_t(p)).kl) / t.at(i, size_t(p)).outputError;
+    for (size_t k = 0; k < 2; ++k)
+      if (!std::isfinite(gain[k])) gain[k] = std::isfinite(gain[1 - k]) ? gain[1 - k] : 0.0;
+    if (res.probeFormat[i] >= 0) res.gain[i] = probes[i][0] >= 0 ? gain[0] : gain[1];
+    if (res.floatProbeFormat[i] >= 0) res.floatGain[i] = gain[1];
+    for (size_t f : fits[i]) {
+      if (quantisesActivations(f) || int(f) == probes[i][0] || int(f) == probes[i][1]) continue;
+      SensitivityEntry& e = t.at(i, f);
+      if (!std::isfinite(e.outputError)) continue;
+      e.kl = gain[family(f)] * e.outputError;
+      e.klSource = KlSource::Estimated;
+      ++res.estimatedCells;
+      filled.push_back(f);
+    }
   };
+  auto finishRow = [&](size_t i) {
+    std::vector<size_t> filled;
+    fillEstimates(i, filled);
+    for (size_t f : filled)
+      if (callbacks.onCell) callbacks.onCell(t, i, f);
+    if (callbacks.onRow) callbacks.onRow(t, i);
+  };
+
   struct Scratch {
     RuntimeTensor x, logits;
   };
@@ -195,9 +343,13 @@ SensitivityResult runSensitivity(Runtime& rt, StatsOps& stats, std::span<const i
     e.kl = ds.meanKl();
     e.perplexity = ds.perplexity();
     e.top1Agreement = ds.top1Agreement();
+    e.klSource = KlSource::Measured;
   };
-  auto report = [&](double done) {
-    ctx.progress(refShare + (1 - refShare) * done / std::max(totalWork, 1.0), "sensitivity");
+  // Progress: the measured cells' share of the forward work; the stage counts cells.
+  const std::string what = estimate ? " cells measured (probes)" : " cells measured";
+  auto report = [&](double done, size_t cellsDone) {
+    ctx.progress(refShare + (1 - refShare) * done / std::max(totalWork, 1.0),
+                 "sensitivity: " + std::to_string(cellsDone) + "/" + std::to_string(pairs.size()) + what);
   };
 
   std::vector<Runtime*> runtimes{&rt};
@@ -215,10 +367,10 @@ SensitivityResult runSensitivity(Runtime& rt, StatsOps& stats, std::span<const i
       for (; p < pairs.size() && pairs[p].layer == i; ++p) {
         measure(rt, pairs[p], s);
         done += blocksToRun(i);
-        report(done);
+        report(done, p + 1);
         if (callbacks.onCell) callbacks.onCell(t, i, pairs[p].format);
       }
-      if (callbacks.onRow) callbacks.onRow(t, i);
+      finishRow(i);
     }
   } else {
     if (rt.onDevice())
@@ -235,6 +387,7 @@ SensitivityResult runSensitivity(Runtime& rt, StatsOps& stats, std::span<const i
     std::atomic<bool> stop{false};
     std::exception_ptr failure;
     double done = 0;
+    size_t cellsDone = 0;
     auto worker = [&](Runtime* run) {
 #ifdef _OPENMP
       omp_set_num_threads(1);  // this thread's OpenMP regions (the CPU ops) stay on it
@@ -249,6 +402,7 @@ SensitivityResult runSensitivity(Runtime& rt, StatsOps& stats, std::span<const i
           --remaining[pairs[k].layer];
           finished.push_back(k);
           done += blocksToRun(pairs[k].layer);
+          ++cellsDone;
           cv.notify_one();
         }
       } catch (...) {
@@ -279,20 +433,20 @@ SensitivityResult runSensitivity(Runtime& rt, StatsOps& stats, std::span<const i
         ctx.checkCancelled();
       }
       const double d = done;
+      const size_t c = cellsDone;
       std::vector<size_t> cells;
       cells.swap(finished);
       std::vector<size_t> ready;
       while (reported < L && remaining[reported] == 0) ready.push_back(reported++);
       lk.unlock();
-      report(d);
+      report(d, c);
       for (size_t k : cells)
         if (callbacks.onCell) callbacks.onCell(t, pairs[k].layer, pairs[k].format);
-      for (size_t i : ready)
-        if (callbacks.onRow) callbacks.onRow(t, i);
+      for (size_t i : ready) finishRow(i);  // a finished row's cells are no longer written
     }
   }
   res.cellSeconds = since(t0);
-  if (options.endToEnd) res.correlations = proxyCorrelations(t);
+  res.correlations = proxyCorrelations(t);
   ctx.progress(1.0, "sensitivity");
   return res;
 }

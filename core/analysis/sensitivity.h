@@ -20,10 +20,30 @@
 //
 // A (layer, format) pair whose shape the format cannot take (a group size that does not divide
 // K) is marked not applicable and left NaN.
+//
+// Estimate mode (SensitivityMode::Estimate, `sensitivity --mode estimate`): second order, the KL
+// a small perturbation δ of a layer's output causes is ½ δᵀFδ (F: the Fisher information of the
+// next-token distribution with respect to that output), and with the output error of a weight
+// error ΔW being δ = ΔW x, its expectation is ≈ gain_layer · Σ_k E[x_k²] Σ_n ΔW²_{n,k} — the
+// output_error proxy — when F is close to isotropic over the layer's outputs and the inputs'
+// channels are close to uncorrelated (the diagonal approximation imatrix quantisation and
+// autoquant rest on). So per layer ONE cell is measured end to end (the probe), gain = probe KL /
+// probe output error, and every other weight-only cell of the layer is gain × its output error.
+// The probe format is the layer's applicable weight-only format with the largest output error
+// (for the default set a 4-bit one): its KL stands furthest above the floor of rounding and
+// token-sampling noise, and at 4 bits single-layer KLs are still small (10⁻⁴ … 10⁻² nats on the
+// models measured), inside the quadratic regime (docs/analysis.md has the fidelity measured).
+// Formats that also quantise the activations (":int8-tok", ":int8-t-kl", …) add an activation
+// rounding error the weight proxy does not see: those cells are measured exactly, not estimated.
+// The probes (and the reference they compare with) run on the first `probeTokens` text tokens of
+// the evaluation text, by default as many as keep the whole end-to-end work within
+// `probeForwardBudget` forward passes over the evaluation tokens.
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/analysis/calibrate.h"
@@ -35,10 +55,32 @@
 
 namespace qs {
 
+enum class SensitivityMode {
+  Exact,     // every applicable cell measured end to end
+  Estimate,  // one measured probe cell per layer, the other weight-only cells = gain × output error
+  Proxies,   // the proxies only (no forward passes)
+};
+std::string_view sensitivityModeName(SensitivityMode m);  // "exact", "estimate", "proxies"
+std::optional<SensitivityMode> sensitivityModeFromName(std::string_view name);
+
+// Estimate mode: the fewest probe tokens the automatic choice goes down to (fewer make the
+// gains noisy; the budget is then exceeded, and the result says by how much).
+inline constexpr int64_t kMinProbeTokens = 64;
+
 struct SensitivityOptions {
   EvalOptions eval;
   std::vector<QuantFormat> formats;  // empty: defaultSensitivityCandidates()
-  bool endToEnd = true;              // false: proxies only (no forward passes)
+  SensitivityMode mode = SensitivityMode::Exact;
+  // Estimate mode: probe tokens (the first text tokens of the evaluation text; 0: automatic,
+  // from probeForwardBudget: forward passes over the evaluation tokens the reference and the
+  // probes may cost together).
+  int64_t probeTokens = 0;
+  double probeForwardBudget = 25;
+  // Estimate mode: false: one probe per layer; true: one per error family — integer grids
+  // (INT4/INT8: an error spread evenly over a group or row) and floating point (FP8/FP16: a
+  // relative error, concentrated on the large weights) — each family's cells priced from its
+  // own probe's gain. Twice the probes; see docs/analysis.md for when it pays.
+  bool probePerFamily = false;
   std::string textSource, modelHash; // copied into the table
   // More runtimes of the same model on host op-sets (each on its own CPU TransformerOps) to
   // measure (layer, format) pairs in parallel: one thread per runtime, `rt` included, each
@@ -58,15 +100,30 @@ struct ProxyCorrelation {
 
 struct SensitivityResult {
   SensitivityTable table;
-  std::vector<ProxyCorrelation> correlations;  // empty without end-to-end figures
+  // Proxies against measured KL (estimated cells left out); empty without measured figures.
+  std::vector<ProxyCorrelation> correlations;
   std::string protocol;
   // Timing, for the benchmark: the reference run (one unquantised forward pass over every
   // window, the baseline), the proxies, and the end-to-end cells; and how many forward passes
-  // the cells cost (Σ over cells of (blocks recomputed + 1) / (blocks + 1)), with and without
-  // reusing the cached residual stream.
+  // over the evaluation tokens the measured cells cost (Σ over cells of (blocks recomputed + 1)
+  // / (blocks + 1), times probe tokens / evaluation tokens in estimate mode), with and without
+  // reusing the cached residual stream; the reference pass's share likewise (1 in exact mode).
   double referenceSeconds = 0, proxySeconds = 0, cellSeconds = 0;
   double forwardEquivalents = 0, forwardEquivalentsWithoutReuse = 0;
-  int64_t cells = 0;
+  double referenceForwardEquivalents = 0;
+  double exactForwardEquivalents = 0;  // what measuring every applicable cell would cost
+  int64_t cells = 0;                   // cells measured end to end
+  int64_t estimatedCells = 0;          // cells estimated (estimate mode)
+  int64_t evalTokens = 0;              // text tokens of the evaluation windows asked for
+  int64_t probeTokens = 0;             // text tokens behind the measured figures
+  // Estimate mode, per layer: the probe's format index (-1: none: no weight-only format with an
+  // error) and gain = probe KL / probe output error (NaN without a probe).
+  std::vector<int> probeFormat;
+  std::vector<double> gain;
+  // With probePerFamily: the floating-point family's probe and gain when the layer has both
+  // families (probeFormat / gain are then the integer family's); -1 / NaN otherwise.
+  std::vector<int> floatProbeFormat;
+  std::vector<double> floatGain;
 };
 
 // Live results, for the GUI's heatmap: every callback runs on the calling thread with the table
@@ -89,8 +146,14 @@ SensitivityResult runSensitivity(Runtime& rt, StatsOps& stats, std::span<const i
                                  const SensitivityOptions& options, const JobContext& ctx = {},
                                  const SensitivityCallbacks& callbacks = {});
 
-// The correlations of a finished table (per format and pooled; n < 3 gives NaN).
+// The correlations of a finished table (per format and pooled; n < 3 gives NaN), against the
+// measured KL only (estimated cells are the output-error proxy scaled, so not evidence).
 std::vector<ProxyCorrelation> proxyCorrelations(const SensitivityTable& table);
+
+// Spearman ρ between the KL of two tables of the same model (say an estimate and an exact
+// sweep), per format of `a` that `b` has too and pooled over every cell where both are finite;
+// layers are matched by weight name. proxy = "kl".
+std::vector<ProxyCorrelation> klRankCorrelations(const SensitivityTable& a, const SensitivityTable& b);
 // (core/analysis/rank_correlation.h: only pairs where both values are finite count.)
 
 }  // namespace qs

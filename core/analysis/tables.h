@@ -26,6 +26,17 @@ struct LayerRef {
 
 inline constexpr double kNotMeasured = std::numeric_limits<double>::quiet_NaN();
 
+// Where a cell's KL comes from (sensitivity.h, SensitivityMode). Stored values never change
+// meaning (the session file keeps them as u8).
+enum class KlSource : uint8_t {
+  None = 0,       // no KL figure
+  Measured = 1,   // an end-to-end run with only this layer quantised
+  Estimated = 2,  // the layer's gain (one measured probe) × this format's output error
+};
+inline const char* klSourceName(KlSource s) {
+  return s == KlSource::Measured ? "measured" : s == KlSource::Estimated ? "estimated" : "none";
+}
+
 struct SensitivityEntry {
   double weightSqnrDb = kNotMeasured;  // 10·log10(Σw² / Σ(w−ŵ)²)
   double weightedError = kNotMeasured; // Σ_k E[x_k²]·Σ_n (W−Ŵ)²_{n,k} / Σ_k E[x_k²]·Σ_n W²_{n,k}
@@ -34,6 +45,8 @@ struct SensitivityEntry {
   double kl = kNotMeasured;            // mean KL(p_ref ‖ p_quant) over the evaluation tokens, nats
   double perplexity = kNotMeasured;    // with only this layer quantised
   double top1Agreement = kNotMeasured; // fraction of positions whose argmax is unchanged
+                                       // (perplexity and top-1 are NaN for estimated cells)
+  KlSource klSource = KlSource::None;  // what `kl` rests on
   bool applicable = true;              // false: the layer's shape cannot take the format
                                        // (a group size that does not divide K); all NaN
 };

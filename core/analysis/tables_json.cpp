@@ -160,7 +160,9 @@ std::string sensitivityTableToJson(const SensitivityTable& t) {
       };
       put("weight_sqnr_db", e.weightSqnrDb);
       put("weighted_error", e.weightedError);
+      put("output_error", e.outputError);
       put("kl", e.kl);
+      if (std::isfinite(e.kl) && e.klSource == KlSource::Estimated) x["kl_source"] = "estimated";
       put("perplexity", e.perplexity);
       put("top1_agreement", e.top1Agreement);
       if (!x.empty()) figs[formatToString(t.formats[f])] = x;
@@ -213,18 +215,26 @@ SensitivityTable sensitivityTableFromJson(std::string_view text, const std::stri
       auto fi = formatIndex.find(it.key());
       if (fi == formatIndex.end()) r.fail(fw, "format not listed in \"formats\"");
       r.object(*it, fw);
-      r.onlyKeys(*it, fw, {"weight_sqnr_db", "weighted_error", "kl", "perplexity", "top1_agreement"});
+      r.onlyKeys(*it, fw, {"weight_sqnr_db", "weighted_error", "output_error", "kl", "kl_source", "perplexity",
+                           "top1_agreement"});
       SensitivityEntry& e = t.at(l, fi->second);
       if (!e.applicable)
         r.fail(fw, "layer '" + ref.weightName + "' with K = " + std::to_string(ref.inFeatures) +
                        " inputs cannot take this format (the group size does not divide K)");
       e.weightSqnrDb = r.real(*it, "weight_sqnr_db", fw);
       e.weightedError = r.real(*it, "weighted_error", fw);
+      e.outputError = r.real(*it, "output_error", fw);
       e.kl = r.real(*it, "kl", fw);
+      const std::string source = r.string(*it, "kl_source", fw);
+      if (!source.empty() && source != "measured" && source != "estimated")
+        r.fail(fw + ".kl_source", "'" + source + "' is neither \"measured\" nor \"estimated\"");
+      if (!source.empty() && !std::isfinite(e.kl)) r.fail(fw + ".kl_source", "given without a KL figure");
+      if (std::isfinite(e.kl)) e.klSource = source == "estimated" ? KlSource::Estimated : KlSource::Measured;
       e.perplexity = r.real(*it, "perplexity", fw);
       e.top1Agreement = r.real(*it, "top1_agreement", fw);
       if (std::isfinite(e.kl) && e.kl < 0) r.fail(fw + ".kl", "a KL divergence cannot be negative");
       if (std::isfinite(e.weightedError) && e.weightedError < 0) r.fail(fw + ".weighted_error", "cannot be negative");
+      if (std::isfinite(e.outputError) && e.outputError < 0) r.fail(fw + ".output_error", "cannot be negative");
     }
   }
   return t;

@@ -17,6 +17,9 @@
 //                    "int8-ch-sym": {…}}}
 //     ]
 //   }
+//   Optional per figure too: "output_error" (the unnormalised weighted error) and "kl_source":
+//   "estimated" when the KL is the estimate mode's gain × output error (sensitivity.h); absent
+//   or "measured" for a measured KL.
 //   "figures" is keyed by the strings of "formats" (another key is an error; a format left out
 //   is not measured for that layer, or not applicable: a group size that does not divide K —
 //   SensitivityEntry::applicable is derived from the shape on reading); every figure is

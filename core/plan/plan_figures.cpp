@@ -81,6 +81,39 @@ double SensitivityLookup::error(const std::string& weightName, const QuantFormat
   return std::numeric_limits<double>::quiet_NaN();
 }
 
+FigureBasis SensitivityLookup::basis(const std::string& weightName, const QuantFormat& format) const {
+  if (const auto l = findLayer(layerIndex_, weightName)) {
+    for (size_t f = 0; f < table_->formats.size(); ++f)
+      if (table_->formats[f] == format) {
+        const SensitivityEntry& e = table_->at(*l, f);
+        if (metric_ == ErrorMetric::WeightedError) {
+          if (std::isfinite(e.weightedError)) return FigureBasis::Proxy;
+        } else if (std::isfinite(e.kl)) {
+          return e.klSource == KlSource::Estimated ? FigureBasis::Estimated : FigureBasis::Measured;
+        }
+        break;
+      }
+  }
+  if (isUnquantized(format)) return FigureBasis::Rule;
+  if (isPlainFp16(format) && !hasFp16Column_) return FigureBasis::Rule;
+  return FigureBasis::Unknown;
+}
+
+std::string errorBasisText(const PlanFigures& f) {
+  if (!f.haveSensitivity) return {};
+  std::string s;
+  auto add = [&](int n, const char* what) {
+    if (n == 0) return;
+    s += (s.empty() ? "" : ", ") + std::to_string(n) + " " + what;
+  };
+  add(f.errorMeasured, "measured KL");
+  add(f.errorEstimated, "estimated KL (gain x output error)");
+  add(f.errorProxy, "weighted-error proxy");
+  add(f.errorByRule, "counted 0 (unquantised or FP16)");
+  add(f.errorMissing, "without a figure");
+  return s.empty() ? "no layers" : "layers: " + s;
+}
+
 SpeedLookup::SpeedLookup(const SpeedTable& table, int64_t tokens)
     : table_(&table), layerIndex_(indexLayers(table.layers)) {
   auto it = std::find(table.tokenCounts.begin(), table.tokenCounts.end(), tokens);
@@ -146,6 +179,13 @@ PlanFigures computePlanFigures(const ResolvedPlan& plan, const SensitivityLookup
       lf.error = sensitivity->error(a.weightName, a.format);
       if (std::isfinite(lf.error)) out.predictedError += lf.error;
       else ++out.errorMissing;
+      switch (std::isfinite(lf.error) ? sensitivity->basis(a.weightName, a.format) : FigureBasis::Unknown) {
+        case FigureBasis::Measured: ++out.errorMeasured; break;
+        case FigureBasis::Estimated: ++out.errorEstimated; break;
+        case FigureBasis::Proxy: ++out.errorProxy; break;
+        case FigureBasis::Rule: ++out.errorByRule; break;
+        case FigureBasis::Unknown: break;
+      }
     }
     if (speed) {
       std::tie(lf.kernelMicros, lf.baselineMicros) = speed->times(a.weightName, a.format);

@@ -42,6 +42,15 @@ std::optional<ErrorMetric> errorMetricFromName(std::string_view name);
 // Kl when the table has any KL figure, otherwise WeightedError.
 ErrorMetric defaultErrorMetric(const SensitivityTable& table);
 
+// What a layer's predicted figure rests on.
+enum class FigureBasis {
+  Measured,   // KL measured end to end with only that layer quantised
+  Estimated,  // KL estimated: the layer's gain (one measured probe) × the format's output error
+  Proxy,      // the weighted-error proxy (metric weighted-error)
+  Rule,       // counted 0 by the lookup rules (unquantised, or FP16 without an FP16 column)
+  Unknown,    // no figure
+};
+
 class SensitivityLookup {
  public:
   SensitivityLookup(const SensitivityTable& table, ErrorMetric metric);
@@ -49,6 +58,8 @@ class SensitivityLookup {
   ErrorMetric metric() const { return metric_; }
   // The layer's figure for this format by the rules above; NaN when unknown.
   double error(const std::string& weightName, const QuantFormat& format) const;
+  // What error() of the same arguments rests on.
+  FigureBasis basis(const std::string& weightName, const QuantFormat& format) const;
   bool hasLayer(const std::string& weightName) const;
 
  private:
@@ -91,6 +102,8 @@ struct PlanFigures {
   ErrorMetric metric = ErrorMetric::Kl;
   double predictedError = 0;  // sum over the layers with a figure
   int errorMissing = 0;       // layers without one
+  // Layers by what their figure rests on (FigureBasis; Unknown = errorMissing).
+  int errorMeasured = 0, errorEstimated = 0, errorProxy = 0, errorByRule = 0;
 
   bool haveSpeed = false;
   int64_t speedTokens = 0;
@@ -103,6 +116,10 @@ struct PlanFigures {
 
 PlanFigures computePlanFigures(const ResolvedPlan& plan, const SensitivityLookup* sensitivity,
                                const SpeedLookup* speed);
+
+// One line: what the predicted error rests on, e.g. "120 layers measured KL, 91 estimated KL
+// (gain × output error), 0 counted 0 (unquantised)". Empty without sensitivity.
+std::string errorBasisText(const PlanFigures& figures);
 
 // Storage of one layer in a format (quantStorage), 0 when the format cannot take the shape.
 uint64_t layerBytes(const QuantFormat& format, int64_t outFeatures, int64_t inFeatures);

@@ -150,6 +150,9 @@ void writeSensitivity(h5::File& f, const SensitivityTable& t) {
   std::vector<uint8_t> app;
   for (const SensitivityEntry& e : t.entries) app.push_back(e.applicable ? 1 : 0);
   f.write(g + "/applicable", {hs(L), hs(F)}, app.data());
+  std::vector<uint8_t> source;
+  for (const SensitivityEntry& e : t.entries) source.push_back(uint8_t(e.klSource));
+  f.write(g + "/kl_source", {hs(L), hs(F)}, source.data());
 }
 
 void writeRun(h5::File& f, const std::string& name, const RunTrace& run) {
@@ -332,6 +335,17 @@ SensitivityTable readSensitivity(const h5::File& f) {
   matrix("top1_agreement", &SensitivityEntry::top1Agreement);
   const auto app = f.readUInts(g + "/applicable", lf);
   for (size_t i = 0; i < app.size(); ++i) t.entries[i].applicable = app[i] != 0;
+  // kl_source (KlSource) came with the estimate mode; before it every KL was measured.
+  if (f.exists(g + "/kl_source")) {
+    const auto source = f.readUInts(g + "/kl_source", lf);
+    for (size_t i = 0; i < source.size(); ++i) {
+      if (source[i] > uint64_t(KlSource::Estimated))
+        f.fail(g + "/kl_source", "unknown KL source " + std::to_string(source[i]));
+      t.entries[i].klSource = KlSource(source[i]);
+    }
+  }
+  for (SensitivityEntry& e : t.entries)
+    if (e.klSource == KlSource::None && std::isfinite(e.kl)) e.klSource = KlSource::Measured;
   return t;
 }
 

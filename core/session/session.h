@@ -22,6 +22,8 @@
 //       weight_sqnr_db weighted_error output_error kl perplexity top1_agreement
 //                              f64[L, F] (NaN: not measured)
 //       applicable             u8[L, F]
+//       kl_source              u8[L, F]: KlSource (0 none, 1 measured, 2 estimated); optional
+//                              (files before it: every finite KL measured)
 //   /speed                     @device; layers/ and formats as in /sensitivity; token_counts
 //                              (i64[M]); kernel_us baseline_us f64[L·F, M] (row layer·F + format;
 //                              NaN: not measured)

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "app/cli/cli.h"
+#include "app/cli/terminal_progress.h"
 #include "core/session/session.h"
 #include "core/util/datasets.h"
 #include "tests/cli_in_process.h"
@@ -100,6 +101,91 @@ class TestCliAnalysis : public QObject {
       if (t["format"] == "int4-g32-sym") QVERIFY(t["layers_with_kernel"].get<int>() > 0);
     }
     QVERIFY(sawG128);
+  }
+
+  // --mode estimate end to end: the table marks which KL figures are estimated, --compare gives
+  // ρ against an exact sweep, and a plan made from the table says what it rests on.
+  void estimateModeMarksCellsAndPlansSayWhatTheyRestOn() {
+    QTemporaryDir dir;
+    const std::string exact = dir.filePath("exact.json").toStdString();
+    const std::string fast = dir.filePath("fast.json").toStdString();
+    const std::vector<std::string> common{"sensitivity", model_, "--tokens", "128", "--ctx", "64",
+                                          "--formats", "int4-g32-sym,int8-ch-sym,fp16"};
+    auto with = [&](std::vector<std::string> more) {
+      std::vector<std::string> a = common;
+      a.insert(a.end(), more.begin(), more.end());
+      return a;
+    };
+    const Run ex = runCli(with({"--table", exact}));
+    QVERIFY2(ex.code == 0, ex.err.c_str());
+    const Run est = runCli(with({"--mode", "estimate", "--table", fast, "--compare", exact, "--json"}));
+    QVERIFY2(est.code == 0, est.err.c_str());
+    const auto j = nlohmann::json::parse(est.out);
+    QCOMPARE(j["mode"].get<std::string>(), std::string("estimate"));
+    QCOMPARE(j["timing"]["estimated_cells"].get<int64_t>(), int64_t(36 * 3 - 5 - 36));  // w2 (K = 172): no int4-g32
+    QCOMPARE(j["timing"]["cells"].get<int64_t>(), int64_t(36));                         // one probe per layer
+    QVERIFY(j["timing"]["total_forward_equivalents"].get<double>() <
+            j["timing"]["exact_forward_equivalents"].get<double>() / 2);
+    const auto& figs = j["layers"][0]["figures"];
+    QCOMPARE(j["layers"][0]["probe"].get<std::string>(), std::string("int4-g32-sym"));
+    QCOMPARE(figs["int4-g32-sym"]["kl_source"].get<std::string>(), std::string("measured"));
+    QCOMPARE(figs["int8-ch-sym"]["kl_source"].get<std::string>(), std::string("estimated"));
+    const auto& rho = j["kl_against"]["spearman"];
+    QCOMPARE(rho.back()["format"].get<std::string>(), std::string("pooled"));
+    QCOMPARE(rho.back()["n"].get<int64_t>(), int64_t(36 * 3 - 5));
+    QVERIFY(rho.back()["rho"].get<double>() > 0.8);
+
+    const std::string plan = dir.filePath("plan.json").toStdString();
+    const Run p = runCli({"plan", "auto", model_, "--sensitivity", fast, "--budget-bits", "6", "-o", plan, "--json"});
+    QVERIFY2(p.code == 0, p.err.c_str());
+    const auto pj = nlohmann::json::parse(p.out);
+    const auto basis = pj["figures"]["error_basis"];
+    int planLayers = 0;  // 35: the tied head is the embedding table, not a plan layer
+    for (const auto& [format, n] : pj["formats"].items()) planLayers += n.get<int>();
+    QVERIFY(basis["measured"].get<int>() > 0 && basis["estimated"].get<int>() > 0);
+    QCOMPARE(basis["measured"].get<int>() + basis["estimated"].get<int>() + basis["by_rule"].get<int>(), planLayers);
+    QCOMPARE(basis["missing"].get<int>(), 0);
+    const Run show = runCli({"plan", "show", plan, "--model", model_, "--sensitivity", fast});
+    QVERIFY2(show.code == 0, show.err.c_str());
+    QVERIFY2(show.out.find("rests on: layers: ") != std::string::npos, show.out.c_str());
+    QVERIFY(show.out.find("estimated KL") != std::string::npos);
+    const Run showExact = runCli({"plan", "show", plan, "--model", model_, "--sensitivity", exact});
+    QVERIFY(showExact.out.find("estimated KL") == std::string::npos);
+    QVERIFY(showExact.out.find("measured KL") != std::string::npos);
+  }
+
+  // A bad value of the sweep's options: exit 2, one line naming the option, before any work.
+  void badSweepOptionsNameTheOption() {
+    QTemporaryDir dir;
+    const std::string missing = dir.filePath("none.json").toStdString();
+    const std::vector<std::pair<std::vector<std::string>, std::string>> cases{
+        {{"--mode", "fast"}, "--mode"},
+        {{"--mode", "estimate", "--proxies-only"}, "--proxies-only"},
+        {{"--probe-tokens", "100"}, "--probe-tokens"},
+        {{"--mode", "estimate", "--probe-budget=-1"}, "--probe-budget"},
+        {{"--mode", "estimate", "--probe-tokens", "64", "--probe-budget", "5"}, "--probe-budget"},
+        {{"--mode", "proxies", "--compare", missing}, "--compare"},
+        {{"--mode", "estimate", "--probes", "two"}, "--probes"},
+        {{"--probes", "family"}, "--probes"},
+    };
+    for (const auto& [extra, option] : cases) {
+      std::vector<std::string> a{"sensitivity", model_, "--tokens", "64"};
+      a.insert(a.end(), extra.begin(), extra.end());
+      const Run r = runCli(a);
+      QCOMPARE(r.code, 2);
+      const size_t at = r.err.find("quantscope-cli:");
+      QVERIFY2(at != std::string::npos, r.err.c_str());
+      QCOMPARE(lines(r.err.substr(at)), 1);
+      QVERIFY2(r.err.find(option, at) != std::string::npos, r.err.c_str());
+    }
+  }
+
+  void progressTimesAreHonest() {
+    using qs::cli::TerminalProgress;
+    QCOMPARE(TerminalProgress::timeText(10, 0, 0.5), std::string("10 s elapsed, ~10 s left"));
+    QCOMPARE(TerminalProgress::timeText(30, 0.2, 0.4), std::string("30 s elapsed, ~1 min 30 s left"));
+    QCOMPARE(TerminalProgress::timeText(0.5, 0, 0.3), std::string("0 s elapsed"));  // no rate yet
+    QCOMPARE(TerminalProgress::timeText(5, 0.4, 0.4), std::string("5 s elapsed"));   // no progress yet
   }
 
   void badInputIsExitCodeTwo() {

@@ -1,19 +1,23 @@
 // The analysis jobs on stories260K on the CPU backend (runs in CI, seconds): calibration against
 // an independent tap, sensitivity cells against a full forward pass with the layer quantised by
 // hand (the residual-stream reuse must not change the figures), parallel workers against one
-// runtime, live callbacks, error accumulation, the session file (round trip, corrupt and
-// truncated files, another model), cancellation.
+// runtime, live callbacks, the estimate mode (probe cells against the exact sweep, estimated
+// cells marked and equal to gain × output error, ρ against the exact sweep), error
+// accumulation, the session file (round trip, corrupt and truncated files, another model),
+// cancellation.
 #include <QtTest>
 #include <atomic>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <numeric>
 
 #include "core/analysis/accumulate.h"
 #include "core/analysis/calibrate.h"
 #include "core/analysis/sensitivity.h"
 #include "core/analysis/speed.h"
+#include "core/analysis/tables_json.h"
 #include "core/plan/model_hash.h"
 #include "core/runtime/loaded_model.h"
 #include "core/runtime/runtime.h"
@@ -242,6 +246,206 @@ class TestAnalysisJobs : public QObject {
       QVERIFY2(std::fabs(a - b) <= 1e-9 * std::fabs(a) + 1e-12, qPrintable(QString("%1 vs %2").arg(a).arg(b)));
     }
     QVERIFY(std::isnan(one.table.at(0, 0).weightedError));  // no calibration: no weighted proxy
+  }
+
+  // Estimate mode against the exact sweep on the same (probe) tokens: each layer's probe is the
+  // weight-only format with the largest output error, measured exactly (the same figure as the
+  // exact sweep's cell); every other weight-only cell is marked estimated and is gain × its
+  // output error; the W8A8 cells are measured; ρ of the KL against the exact sweep's is computed
+  // over every cell.
+  void estimateModeAgainstTheExactSweep() {
+    Runtime rt(*m_.file, m_.graph, *cpu_);
+    CalibrationOptions co;
+    co.eval = eval(128, 64);
+    const CalibrationResult calib = runCalibration(rt, cpu_->stats(), text_, co);
+    SensitivityOptions o;
+    o.eval = eval(128, 64);
+    o.formats = {parseQuantFormat("int4-g32-sym"), parseQuantFormat("int8-ch-sym"), parseQuantFormat("fp16"),
+                 parseQuantFormat("int8-ch-sym:int8-tok"), parseQuantFormat("int4-g128-sym")};
+    o.mode = SensitivityMode::Estimate;
+    o.probeTokens = 96;  // of 128: the probes run on fewer tokens than the evaluation text
+    size_t estimatedSeen = 0;
+    SensitivityCallbacks cb;
+    cb.onCell = [&](const SensitivityTable& t, size_t l, size_t f) {
+      QVERIFY(std::isfinite(t.at(l, f).kl));
+      estimatedSeen += t.at(l, f).klSource == KlSource::Estimated;
+    };
+    const SensitivityResult est = runSensitivity(rt, cpu_->stats(), text_, &calib, o, {}, cb);
+    QCOMPARE(est.evalTokens, int64_t(128));
+    QCOMPARE(est.probeTokens, int64_t(96));
+    QCOMPARE(est.table.tokens, int64_t(96));
+    QCOMPARE(est.referenceForwardEquivalents, 96.0 / 128.0);
+
+    SensitivityOptions x = o;
+    x.mode = SensitivityMode::Exact;
+    x.eval = eval(96, 64);
+    const SensitivityResult exact = runSensitivity(rt, cpu_->stats(), text_, &calib, x);
+    const SensitivityTable& t = est.table;
+    const SensitivityTable& e = exact.table;
+    QCOMPARE(t.entries.size(), e.entries.size());
+    int64_t measured = 0, estimated = 0, applicable = 0;
+    for (size_t l = 0; l < t.layers.size(); ++l) {
+      const int probe = est.probeFormat[l];
+      // int4-g32: the largest output error wherever it fits; on K = 172 (w2) INT8.
+      QCOMPARE(probe, t.at(l, 0).applicable ? 0 : 1);
+      QVERIFY(std::isfinite(est.gain[l]) && est.gain[l] >= 0);
+      for (size_t f = 0; f < t.formats.size(); ++f) {
+        const SensitivityEntry& c = t.at(l, f);
+        QCOMPARE(c.applicable, e.at(l, f).applicable);
+        if (!c.applicable) {
+          QCOMPARE(c.klSource, KlSource::None);
+          continue;
+        }
+        ++applicable;
+        QCOMPARE(c.outputError, e.at(l, f).outputError);
+        if (int(f) == probe || f == 3) {
+          // Measured, the exact sweep's figure; for the probe also the estimate's.
+          ++measured;
+          QCOMPARE(c.klSource, KlSource::Measured);
+          QVERIFY2(std::fabs(c.kl - e.at(l, f).kl) <= 1e-9 * e.at(l, f).kl + 1e-15,
+                   qPrintable(QString("%1 vs %2").arg(c.kl).arg(e.at(l, f).kl)));
+          QCOMPARE(c.perplexity, e.at(l, f).perplexity);
+          if (int(f) == probe)
+            QVERIFY(std::fabs(est.gain[l] * c.outputError - e.at(l, f).kl) <= 1e-12 * e.at(l, f).kl + 1e-18);
+        } else {
+          ++estimated;
+          QCOMPARE(c.klSource, KlSource::Estimated);
+          QCOMPARE(c.kl, est.gain[l] * c.outputError);
+          QVERIFY(std::isnan(c.perplexity) && std::isnan(c.top1Agreement));
+        }
+      }
+    }
+    QCOMPARE(est.cells, measured);
+    QCOMPARE(est.estimatedCells, estimated);
+    QCOMPARE(int64_t(estimatedSeen), estimated);
+    QCOMPARE(exact.cells, applicable);
+    QVERIFY(est.forwardEquivalents < 0.6 * exact.forwardEquivalents);
+    for (const SensitivityEntry& c : e.entries) QVERIFY(!c.applicable || c.klSource == KlSource::Measured);
+
+    // ρ against the exact sweep: over every cell with both figures, per format and pooled.
+    const auto rho = klRankCorrelations(t, e);
+    QCOMPARE(rho.size(), t.formats.size() + 1);
+    QCOMPARE(rho.back().format, std::string("pooled"));
+    QCOMPARE(rho.back().n, applicable);
+    QVERIFY2(rho.back().rho > 0.8, qPrintable(QString::number(rho.back().rho)));
+    QVERIFY(rho[3].rho > 1 - 1e-12);  // W8A8: measured in both
+    for (const auto& c : klRankCorrelations(e, e))
+      if (c.n >= 3) QVERIFY(c.rho > 1 - 1e-12);
+    // Proxy correlations rest on the measured cells only: no FP16 cell is, INT8 only as the
+    // probe of the layers INT4-g32 cannot take.
+    int64_t int8Probes = 0;
+    for (size_t l = 0; l < t.layers.size(); ++l) int8Probes += est.probeFormat[l] == 1;
+    QVERIFY(int8Probes > 0);
+    for (const auto& c : est.correlations) {
+      if (c.format == "fp16") QCOMPARE(c.n, int64_t(0));
+      if (c.format == "int8-ch-sym") QCOMPARE(c.n, int8Probes);
+    }
+
+    // Which cells are estimated survives the JSON table and the session file; a table without
+    // the marks (written before them) reads every KL as measured.
+    const SensitivityTable j = sensitivityTableFromJson(sensitivityTableToJson(t), "mem");
+    for (size_t k = 0; k < t.entries.size(); ++k) {
+      QCOMPARE(j.entries[k].klSource, t.entries[k].klSource);
+      QVERIFY(sameOrBothNan(j.entries[k].outputError, t.entries[k].outputError));
+    }
+    nlohmann::json old = nlohmann::json::parse(sensitivityTableToJson(t));
+    for (auto& layer : old["layers"])
+      for (auto& fig : layer["figures"]) fig.erase("kl_source");
+    QVERIFY(old.dump().find("estimated") == std::string::npos);
+    for (const SensitivityEntry& c : sensitivityTableFromJson(old.dump(), "old").entries)
+      QVERIFY(std::isfinite(c.kl) ? c.klSource == KlSource::Measured : c.klSource == KlSource::None);
+    try {
+      std::string bad = sensitivityTableToJson(t);
+      bad.replace(bad.find("\"estimated\""), 11, "\"guessed\"");
+      sensitivityTableFromJson(bad, "bad");
+      QFAIL("an unknown kl_source was accepted");
+    } catch (const Error& err) {
+      QCOMPARE(err.kind(), ErrorKind::BadInput);
+      QVERIFY(err.message().find("kl_source") != std::string::npos || err.field().find("kl_source") != std::string::npos);
+    }
+    QTemporaryDir dir;
+    Session s;
+    s.modelPath = "m";
+    s.modelHash = "xxh3-64-sampled:0000000000000001";
+    s.sensitivity = t;
+    const std::string path = dir.filePath("e.qsession").toStdString();
+    saveSession(s, path);
+    const Session back = loadSession(path);
+    for (size_t k = 0; k < t.entries.size(); ++k) QCOMPARE(back.sensitivity->entries[k].klSource, t.entries[k].klSource);
+  }
+
+  // One probe per error family: the integer formats priced from the largest-error integer
+  // format's probe, the floating-point ones from the largest-error float format's.
+  void estimatePerFamilyProbes() {
+    Runtime rt(*m_.file, m_.graph, *cpu_);
+    CalibrationOptions co;
+    co.eval = eval(96, 48);
+    const CalibrationResult calib = runCalibration(rt, cpu_->stats(), text_, co);
+    SensitivityOptions o;
+    o.eval = eval(96, 48);
+    o.formats = {parseQuantFormat("int4-g32-sym"), parseQuantFormat("int8-ch-sym"), parseQuantFormat("fp8e4m3-ch"),
+                 parseQuantFormat("fp16")};
+    o.mode = SensitivityMode::Estimate;
+    o.probePerFamily = true;
+    const SensitivityResult r = runSensitivity(rt, cpu_->stats(), text_, &calib, o);
+    const SensitivityTable& t = r.table;
+    for (size_t l = 0; l < t.layers.size(); ++l) {
+      const bool g32 = t.at(l, 0).applicable;
+      QCOMPARE(r.probeFormat[l], g32 ? 0 : 1);
+      QCOMPARE(r.floatProbeFormat[l], 2);  // FP8 errs more than FP16
+      QCOMPARE(t.at(l, 2).klSource, KlSource::Measured);
+      QCOMPARE(t.at(l, 3).klSource, KlSource::Estimated);
+      QCOMPARE(t.at(l, 3).kl, r.floatGain[l] * t.at(l, 3).outputError);
+      if (g32) {
+        QCOMPARE(t.at(l, 1).klSource, KlSource::Estimated);
+        QCOMPARE(t.at(l, 1).kl, r.gain[l] * t.at(l, 1).outputError);
+      }
+    }
+    QCOMPARE(r.cells, int64_t(2 * t.layers.size()));
+  }
+
+  // A session written before kl_source existed (the fuzzer's seed, made by the CLI then): it
+  // opens, and every finite KL reads as measured.
+  void sessionFromBeforeKlSourceOpens() {
+    const std::string path = QS_SOURCE_DIR "/tests/fuzz/corpus/session/sensitivity_runs_plans.qsession";
+    const Session s = loadSession(path);
+    QVERIFY(s.sensitivity.has_value());
+    int64_t finite = 0;
+    for (const SensitivityEntry& e : s.sensitivity->entries) {
+      finite += std::isfinite(e.kl);
+      QCOMPARE(e.klSource, std::isfinite(e.kl) ? KlSource::Measured : KlSource::None);
+    }
+    QVERIFY(finite > 0);
+  }
+
+  // The automatic probe tokens keep the reference and the probes within the budget of forward
+  // passes over the evaluation tokens, never below kMinProbeTokens; no calibration is BadInput.
+  void estimateProbeTokensFollowTheBudget() {
+    Runtime rt(*m_.file, m_.graph, *cpu_);
+    CalibrationOptions co;
+    co.eval = eval(64, 64);
+    const CalibrationResult calib = runCalibration(rt, cpu_->stats(), text_, co);
+    SensitivityOptions o;
+    o.eval = eval(300, 150);
+    o.formats = {parseQuantFormat("int8-ch-sym"), parseQuantFormat("fp16")};
+    o.mode = SensitivityMode::Estimate;
+    o.probeForwardBudget = 10;
+    SensitivityResult r = runSensitivity(rt, cpu_->stats(), text_, &calib, o);
+    QCOMPARE(r.evalTokens, int64_t(300));
+    QVERIFY(r.probeTokens >= kMinProbeTokens && r.probeTokens < 300);
+    QVERIFY2(r.referenceForwardEquivalents + r.forwardEquivalents <= 10.0 + 1e-9,
+             qPrintable(QString::number(r.referenceForwardEquivalents + r.forwardEquivalents)));
+    QVERIFY(r.exactForwardEquivalents > r.forwardEquivalents / r.referenceForwardEquivalents);
+    o.probeForwardBudget = 0.01;  // below what kMinProbeTokens costs: the floor wins
+    r = runSensitivity(rt, cpu_->stats(), text_, &calib, o);
+    QCOMPARE(r.probeTokens, kMinProbeTokens);
+    try {
+      runSensitivity(rt, cpu_->stats(), text_, nullptr, o);
+      QFAIL("the estimate ran without a calibration");
+    } catch (const Error& e) {
+      QCOMPARE(e.kind(), ErrorKind::BadInput);
+      QCOMPARE(e.field(), std::string("mode"));
+    }
   }
 
   void accumulationBuildsUpBlockByBlock() {
