@@ -306,7 +306,17 @@ void SensitivityView::rebuild() {
   rebuildBars();
   rebuildScatter();
   // What the cells were measured on: the table's own text and token count, never the settings'.
+  int estimated = 0, klMeasured = 0;
+  for (const auto& e : table_.entries) {
+    estimated += e.klSource == KlSource::Estimated;
+    klMeasured += e.klSource == KlSource::Measured;
+  }
   QString summary = tr("%1 of %2 cells measured").arg(measuredCells()).arg(L * F - notApplicableCells());
+  // Say what the KL figures rest on when some are estimates (sensitivity.h, estimate mode).
+  if (estimated > 0)
+    summary = tr("%1 of %2 cells (KL: %3 measured, %4 estimated from one probe per layer)")
+                  .arg(measuredCells()).arg(L * F - notApplicableCells())
+                  .arg(klMeasured).arg(estimated);
   if (table_.tokens > 0)
     summary += tr(" on %1 tokens of %2").arg(table_.tokens).arg(QString::fromStdString(table_.textSource));
   if (notApplicableCells() > 0) summary += tr(" · grey: not applicable (%1)").arg(notApplicableCells());

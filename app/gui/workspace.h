@@ -28,6 +28,7 @@
 
 class QWidget;
 class QSpinBox;
+class QComboBox;
 class QLabel;
 class QLineEdit;
 
@@ -161,6 +162,9 @@ class Workspace : public QObject {
   widgets::PlanEditorView* planEditor_ = nullptr;
   widgets::RunView* runView_ = nullptr;
   QLabel* textLabel_ = nullptr;
+  // Exact, estimate or automatic (estimate on the CPU, where an exact sweep of a real model takes
+  // hours; exact on a GPU). core/analysis/sensitivity.h says what the estimate rests on.
+  QComboBox* sweepMode_ = nullptr;
   QLineEdit* runName_ = nullptr;
   QSpinBox* speedTokens_ = nullptr;
 };

@@ -136,6 +136,22 @@ class TestSensitivityView : public QObject {
     QVERIFY(sc->yAxis->range().lower * 1.2 < lo);
   }
 
+  // Estimate mode (issue 24): the summary says how many KL figures are measured and how many
+  // estimated, so a user knows what the heatmap rests on.
+  void summarySaysWhatIsEstimated() {
+    SensitivityView v;
+    SensitivityTable t = syntheticTable(14);
+    for (int l = 0; l < 14; ++l)
+      for (int f = 0; f < 5; ++f) t.at(size_t(l), size_t(f)).klSource = f == 0 ? KlSource::Measured : KlSource::Estimated;
+    v.setTable(t);
+    const QString s = v.findChild<QLabel*>("sensitivitySummary")->text();
+    QVERIFY2(s.contains("14 measured, 56 estimated"), qPrintable(s));
+    // All measured: no such note.
+    for (auto& e : t.entries) e.klSource = KlSource::Measured;
+    v.setTable(t);
+    QVERIFY(!v.findChild<QLabel*>("sensitivitySummary")->text().contains("estimated"));
+  }
+
   // One format swept: the single column is coloured (QCustomPlot would give it zero width).
   void oneFormatIsDrawn() {
     SensitivityView v;
