@@ -157,7 +157,8 @@ void Workspace::buildPages() {
                             "Exact: every layer × format run with only that layer quantized.\n"
                             "Estimate: one measured probe per layer; the layer's other weight-only formats are\n"
                             "its gain × their activation-weighted error (about 25 forward passes in all).\n"
-                            "Automatic: estimate on the CPU, exact on a GPU."));
+                            "The estimate needs Calibrate first.\n"
+                            "Automatic: the estimate on the CPU once calibrated, else exact."));
   textLabel_ = new QLabel;
   textLabel_->setObjectName(QStringLiteral("evalTextLabel"));
   textLabel_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);  // long notes never widen the window
@@ -433,9 +434,11 @@ void Workspace::runSensitivity() {
   QPointer<Workspace> self(this);
   partialSweep_.reset();
   const int modeChoice = sweepMode_->currentData().toInt();
+  // Automatic: the estimate where an exact sweep is slow (the CPU) and it can rest on something
+  // (the estimate prices formats by their activation-weighted error, from the calibration).
   const SensitivityMode mode = modeChoice >= 0 ? SensitivityMode(modeChoice)
-                               : p->backend->kind() == BackendKind::Cpu ? SensitivityMode::Estimate
-                                                                         : SensitivityMode::Exact;
+                               : p->backend->kind() == BackendKind::Cpu && p->calibration ? SensitivityMode::Estimate
+                                                                                           : SensitivityMode::Exact;
   sweepJob_ = jobs_->submit(QStringLiteral("sensitivity"), tr("Sensitivity sweep"), [p, self, mode, formats = sweepFormats_](const JobContext& ctx) -> std::function<void()> {
     int32_t bos = -1;
     ctx.progress(0, "tokenizing");
