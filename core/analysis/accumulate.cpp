@@ -143,12 +143,26 @@ AccumulationResult runAccumulation(Runtime& rt, std::span<const int32_t> text,
                       "' needs a static activation scale from a calibration of this model",
                   {}, linearAt(rt, i).weightName);
   }
+  for (size_t i = 0; i < L; ++i)
+    if (plan.formats[i] && plan.formats[i]->weight.method == ScaleMethod::Importance &&
+        (!calibration || calibration->layers.size() != L ||
+         calibration->layers[i].layer.weightName != linearAt(rt, i).weightName))
+      throw Error(ErrorKind::BadInput,
+                  "format '" + formatToString(*plan.formats[i]) +
+                      "' needs the importance of each input column (E[x²]) from a calibration of this model",
+                  {}, linearAt(rt, i).weightName);
   if (!plan.rounding.empty() && plan.rounding.size() != L)
     throw Error(ErrorKind::Internal, "the plan's rounding methods do not cover its layers");
   const QuantizationPlan qplan = plan.quantization();
   const bool rounding = needsRounding(qplan);
   if (rounding) {
     for (size_t i = 0; i < L; ++i) {
+      if (plan.formats[i] && plan.formats[i]->weight.method == ScaleMethod::Importance)
+        throw Error(ErrorKind::Unsupported,
+                    "format '" + formatToString(*plan.formats[i]) +
+                        "': imatrix layers together with GPTQ / AWQ / SmoothQuant layers in one plan are not "
+                        "supported yet",
+                    {}, linearAt(rt, i).weightName);
       if (plan.formats[i] && plan.formats[i]->act.scaling == ActScaling::PerTensorStatic)
         throw Error(ErrorKind::Unsupported,
                     "format '" + formatToString(*plan.formats[i]) +
@@ -211,6 +225,20 @@ AccumulationResult runAccumulation(Runtime& rt, std::span<const int32_t> text,
       ctx.checkCancelled();
       applyLayerFormat(rt, int(i), *plan.formats[i], calibration, options.mode);
     }
+  }
+  // --protocol llama.cpp: a layer in a ggml format also carries the rounding llama.cpp's CPU
+  // product gives its activations (Q8_0 / Q8_1 / Q8_K, ggml::activationTypeFor), as a GGUF of
+  // this plan measured by llama-perplexity would.
+  if (options.eval.protocol == EvalProtocol::LlamaCpp) {
+    int rounded = 0;
+    for (size_t i = 0; i < L; ++i)
+      if (plan.formats[i] && isGgmlKind(plan.formats[i]->weight.kind)) {
+        rt.setLinearGgmlActivations(int(i), quantKindTraits(plan.formats[i]->weight.kind).dtype);
+        ++rounded;
+      }
+    if (rounded)
+      r.protocol += "; the activations of the " + std::to_string(rounded) +
+                    " ggml-format layers rounded as llama.cpp's CPU products round them";
   }
   for (size_t i = 0; i < L; ++i)
     r.layerKernels.push_back(rt.linearKernel(int(i), ew.context));

@@ -7,7 +7,9 @@
 // format with a static per-tensor activation scale (":int8-t-kl" …) needs calibration, which the
 // runtime does not have: its weight part goes through setLinearFormat and the activations are
 // fake-quantised with the scale the calibration's |x| histogram gives
-// (Runtime::setLinearInputQuant).
+// (Runtime::setLinearInputQuant). A ggml format with the imatrix method ("q4_k-imatrix") takes
+// the importance of each input column, E[x_c²], from the calibration (Runtime::
+// setLinearImportance), as llama-quantize takes it from llama-imatrix.
 #include <optional>
 
 #include "core/analysis/calibrate.h"
@@ -15,13 +17,14 @@
 
 namespace qs {
 
-// Throws BadInput when a static activation scale is needed and `calibration` is null or does
-// not cover layer i, and whatever setLinearFormat throws (a shape the format cannot take).
+// Throws BadInput when a static activation scale or an importance is needed and `calibration`
+// is null or does not cover layer i, and whatever setLinearFormat throws (a shape the format cannot take).
 void applyLayerFormat(Runtime& rt, int i, const QuantFormat& format,
                       const CalibrationResult* calibration, LinearMode mode);
 // The layer unquantised again (format and input quantisation cleared).
 void clearLayerFormat(Runtime& rt, int i);
-// Every layer unquantised, with the weights and norms as loaded.
+// Every layer unquantised, with the weights and norms as loaded (no importance, no llama.cpp
+// activation rounding).
 void clearAllLayerFormats(Runtime& rt);
 
 // Clears every layer's format when it goes out of scope (jobs leave the runtime as they found
