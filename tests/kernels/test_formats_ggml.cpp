@@ -12,6 +12,7 @@
 #include "kernels/formats/quant_format.h"
 #include "kernels/formats/weight_codec.h"
 #include "kernels/ggml/ggml_types.h"
+#include "kernels/stats/sensitivity.h"
 
 using namespace qs;
 
@@ -226,6 +227,37 @@ class TestFormatsGgml : public QObject {
         }
       QVERIFY2(eb < ea, name);
     }
+  }
+
+  // The sensitivity proxy of a ggml candidate is that of the ggml quantizer's Ŵ; an -imatrix
+  // candidate is weighted by the same E[x²] the proxy weights the error with.
+  void sensitivityProxyUsesTheGgmlQuantizer() {
+    const int64_t rows = 6, cols = 256;
+    const auto w = weights(rows, cols, 51);
+    const auto impF = importance(cols, 52);
+    const std::vector<double> imp(impF.begin(), impF.end());
+    const std::vector<QuantFormat> cands = {parseQuantFormat("q4_k"), parseQuantFormat("q4_k-imatrix"),
+                                            parseQuantFormat("q8_0")};
+    const auto r = weightSensitivityCpu(w, rows, cols, imp, cands, "t");
+    QCOMPARE(r.size(), cands.size());
+    for (size_t f = 0; f < cands.size(); ++f) {
+      std::vector<float> fq(w.size());
+      fakeQuantWeightWithImportance(cands[f].weight, w, fq, rows, cols, impF);
+      double se = 0, we = 0;
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t k = 0; k < cols; ++k) {
+          const size_t j = size_t(i * cols + k);
+          const double d = double(w[j] - fq[j]);
+          se += d * d;
+          we += imp[size_t(k)] * (d * d);
+        }
+      QVERIFY(std::fabs(r[f].sumSqError - se) <= 1e-12 * se);
+      QVERIFY(std::fabs(r[f].weightedSqError - we) <= 1e-12 * we);
+      QCOMPARE(r[f].bitsPerWeight, f == 2 ? 8.5 : 4.5);
+    }
+    QVERIFY(r[1].weightedSqError < r[0].weightedSqError);  // the importance-weighted search wins on its metric
+    // Without activations' importance an -imatrix candidate cannot be computed: BadInput.
+    QVERIFY_THROWS_EXCEPTION(Error, weightSensitivityCpu(w, rows, cols, {}, std::span(&cands[1], 1), "t"));
   }
 
   void threadCountDoesNotMatter() {
