@@ -189,7 +189,8 @@ ExportResult exportLlamaQuantize(const Plan& plan, const ResolvedPlan& r, const 
     }
     if (a.format.weight.method == ScaleMethod::Importance)
       warn.add("imatrix: give llama-quantize --imatrix FILE (llama-imatrix on the calibration text) for this layer's "
-               "importance-weighted search; `quantscope-cli export --to gguf --calib-text` writes it directly",
+               "importance-weighted search (llama-quantize then weights every tensor with it, the plan's plain ggml "
+               "layers too); `quantscope-cli export --to gguf --calib-text` writes each layer as planned",
                a.layer);
     else if (a.format.weight.method != ScaleMethod::AbsMax && quantKindTraits(a.format.weight.kind).cls != QuantClass::Float)
       warn.add("scale method " + scaleChoiceText(ScaleChoice{a.format.weight.method, a.format.weight.percentile}) +

@@ -16,6 +16,7 @@
 #include "core/analysis/calibrate.h"
 #include "core/export/model_export.h"
 #include "core/plan/plan.h"
+#include "core/plan/plan_export.h"
 #include "core/plan/plan_figures.h"
 #include "core/runtime/loaded_model.h"
 #include "core/runtime/runtime.h"
@@ -323,6 +324,39 @@ class TestGgmlPlan : public QObject {
         QVERIFY2(m.find("blocks.0.attn.qkv: format q5_1 is a ggml block type") != std::string::npos, m.c_str());
       }
       QVERIFY(!QFileInfo::exists(QString::fromStdString(out)));
+    }
+  }
+
+  // plan export: llama-quantize gets each layer's own type (--tensor-type …=q4_k) and, for
+  // imatrix layers, the advice to pass --imatrix; compressed-tensors / GPTQModel refuse them.
+  void planExportsNameGgmlTypes() {
+    const Plan p = plan(kGpt2Plan);
+    const ResolvedPlan r = resolvePlanStrict(p, gpt2_.graph);
+    for (const auto& a : r.layers) {
+      const GgufTypeChoice g = ggufTypeFor(a.format, a.inFeatures);
+      if (!isGgmlKind(a.format.weight.kind)) continue;
+      QVERIFY(g.exact);
+      QCOMPARE(g.ggmlType, ggml::ggmlTraitsForDType(quantKindTraits(a.format.weight.kind).dtype)->id);
+    }
+    const ExportResult e = exportPlan(p, r, gpt2_.graph, ExportTarget::LlamaQuantize);
+    QVERIFY2(e.text.find("=q4_k'") != std::string::npos && e.text.find("=q6_k'") != std::string::npos &&
+                 e.text.find("=q5_1'") != std::string::npos,
+             e.text.c_str());
+    bool imatrixAdvice = false;
+    for (const auto& w : e.warnings) imatrixAdvice |= w.find("--imatrix FILE") != std::string::npos;
+    QVERIFY(imatrixAdvice);
+    for (ExportTarget t : {ExportTarget::LlmCompressor, ExportTarget::GptqModel}) {
+      for (Inexpressible in : {Inexpressible::Refuse, Inexpressible::Nearest}) {
+        ExportOptions o;
+        o.inexpressible = in;
+        try {
+          (void)exportPlan(p, r, gpt2_.graph, t, o);
+          QFAIL("a ggml layer was exported to a compressed-tensors / GPTQ config");
+        } catch (const Error& err) {
+          QCOMPARE(err.kind(), ErrorKind::BadInput);
+          QVERIFY2(std::string(err.what()).find("ggml block type") != std::string::npos, err.what());
+        }
+      }
     }
   }
 
