@@ -18,6 +18,8 @@
 #include "core/plan/plan.h"
 #include "core/plan/plan_export.h"
 #include "core/plan/plan_figures.h"
+#include "core/runtime/evaluate.h"
+#include "core/runtime/llamacpp_arithmetic.h"
 #include "core/runtime/loaded_model.h"
 #include "core/runtime/runtime.h"
 #include "kernels/backend/backend.h"
@@ -303,6 +305,41 @@ class TestGgmlPlan : public QObject {
     QString bytesText = QString::number(fileTensorBytes);
     for (int i = bytesText.size() - 3; i > 0; i -= 3) bytesText.insert(i, ',');
     QVERIFY2(shown.contains("as GGUF: ") && shown.contains(bytesText + expected), qPrintable(shown + "\nexpected: " + bytesText + expected));
+  }
+
+  // What accumulate predicts under --protocol llama.cpp (ggml layers fake-quantized, their
+  // activations rounded as llama.cpp's products round them) is what the exported GGUF then
+  // measures, run as llama.cpp runs a GGUF (perplexity --protocol llama.cpp --base): the same
+  // weights, the same activation rounding, the same windows.
+  void exportedGgufMeasuresWhatAccumulatePredicted() {
+    QTemporaryDir dir;
+    Plan p = plan(kGpt2Plan);
+    for (auto& e : p.entries) e.fields.scale.reset();  // plain search: no calibration involved
+    const ResolvedPlan r = resolvePlanStrict(p, gpt2_.graph);
+    const std::string out = dir.filePath("plain.gguf").toStdString();
+    ModelExportOptions xo;
+    xo.format = ModelExportFormat::Gguf;
+    (void)exportModel(ExportSource{*gpt2_.file, gpt2_.graph, gpt2_.tokenizer.get(), p, r}, out, xo);
+    const LoadedModel g = loadModel(out);
+    Runtime base(*gpt2_.file, gpt2_.graph, cpu_->transformer());
+    Runtime q(*g.file, g.graph, cpu_->transformer());
+    (void)emulateLlamaCppActivations(q, *g.file);
+    const std::vector<int32_t> text = tokensOf(gpt2_, "models/shakespeare-gpt2/heldout.txt", 6000);
+    EvalOptions o;
+    o.context = 128;
+    o.maxTokens = 640;
+    o.bos = g.tokenizer->sequenceStart();
+    o.protocol = EvalProtocol::LlamaCpp;
+    const KlResult measured = evaluateKlAgainstBase(base, q, text, o);
+    AccumulationOptions ao;
+    ao.eval = o;
+    ao.mode = LinearMode::FakeQuant;
+    const AccumulationResult predicted = runAccumulation(base, text, layerFormatsFromPlan(base, r), nullptr, ao);
+    QCOMPARE(predicted.scoredPositions, measured.scoredTokens);
+    QVERIFY2(std::fabs(predicted.kl - measured.meanKl) <= 1e-6 * measured.meanKl,
+             (std::to_string(predicted.kl) + " vs " + std::to_string(measured.meanKl)).c_str());
+    QVERIFY(std::fabs(predicted.perplexity - measured.perplexity) <= 1e-6 * measured.perplexity);
+    QVERIFY(measured.meanKl > 0);
   }
 
   // safetensors and HDF5 hold no ggml blocks: refused before writing, naming the layer and format.
