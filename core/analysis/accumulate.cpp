@@ -226,20 +226,10 @@ AccumulationResult runAccumulation(Runtime& rt, std::span<const int32_t> text,
       applyLayerFormat(rt, int(i), *plan.formats[i], calibration, options.mode);
     }
   }
-  // --protocol llama.cpp: a layer in a ggml format also carries the rounding llama.cpp's CPU
-  // product gives its activations (Q8_0 / Q8_1 / Q8_K, ggml::activationTypeFor), as a GGUF of
-  // this plan measured by llama-perplexity would.
-  if (options.eval.protocol == EvalProtocol::LlamaCpp) {
-    int rounded = 0;
-    for (size_t i = 0; i < L; ++i)
-      if (plan.formats[i] && isGgmlKind(plan.formats[i]->weight.kind)) {
-        rt.setLinearGgmlActivations(int(i), quantKindTraits(plan.formats[i]->weight.kind).dtype);
-        ++rounded;
-      }
-    if (rounded)
-      r.protocol += "; the activations of the " + std::to_string(rounded) +
-                    " ggml-format layers rounded as llama.cpp's CPU products round them";
-  }
+  // --protocol llama.cpp: each planned layer also carries the rounding llama.cpp's CPU product
+  // gives its activations once the plan is a GGUF (Q8_0 / Q8_1 / Q8_K / F16 for the layer's GGUF
+  // type), as llama-perplexity would measure the exported file.
+  if (options.eval.protocol == EvalProtocol::LlamaCpp) r.protocol += "; " + roundActivationsAsLlamaCpp(rt, plan.formats);
   for (size_t i = 0; i < L; ++i)
     r.layerKernels.push_back(rt.linearKernel(int(i), ew.context));
 

@@ -1,6 +1,11 @@
 #include "core/analysis/layer_format.h"
 
+#include <map>
+
+#include "core/plan/plan_export.h"
 #include "kernels/common/error.h"
+#include "kernels/ggml/ggml_activations.h"
+#include "kernels/ggml/ggml_types.h"
 
 namespace qs {
 
@@ -55,6 +60,31 @@ void clearAllLayerFormats(Runtime& rt) {
   // Weights and norms as loaded: GPTQ / AWQ / SmoothQuant (core/rounding) replace them.
   rt.restoreAllWeights();
   rt.restoreNorms();
+}
+
+std::string roundActivationsAsLlamaCpp(Runtime& rt, const std::vector<std::optional<QuantFormat>>& formats) {
+  if (formats.size() != rt.linears().size())
+    throw Error(ErrorKind::Internal, "roundActivationsAsLlamaCpp: " + std::to_string(formats.size()) + " formats for " +
+                                         std::to_string(rt.linears().size()) + " layers");
+  std::map<std::string, int> counts;
+  for (size_t i = 0; i < formats.size(); ++i) {
+    if (!formats[i]) continue;
+    const auto* tr = ggml::ggmlTypeTraits(ggufTypeFor(*formats[i], rt.linears()[i]->inFeatures).ggmlType);
+    if (!tr) throw Error(ErrorKind::Internal, "roundActivationsAsLlamaCpp: no ggml type for " + formatToString(*formats[i]));
+    const DType weight = tr->dtype;
+    const DType act = weight == DType::F32 ? DType::F32 : ggml::activationTypeFor(weight);
+    if (act == DType::Unknown) {  // e.g. BF16: its product's rounding is not modelled here
+      ++counts["unchanged (" + std::string(tr->name) + ", not modelled)"];
+      continue;
+    }
+    rt.setLinearGgmlActivations(int(i), weight);
+    ++counts[std::string(dtypeName(act))];
+  }
+  std::string line = "activations of the planned layers rounded as llama.cpp's CPU products round them for their GGUF types:";
+  for (const auto& [type, n] : counts) line += " " + type + " on " + std::to_string(n) + (n == 1 ? " layer," : " layers,");
+  if (counts.empty()) line += " none";
+  else line.pop_back();
+  return line;
 }
 
 ScopedPlanReset::~ScopedPlanReset() {

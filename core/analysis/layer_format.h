@@ -27,6 +27,16 @@ void clearLayerFormat(Runtime& rt, int i);
 // activation rounding).
 void clearAllLayerFormats(Runtime& rt);
 
+// `--protocol llama.cpp` with a plan: each layer with a format gets the activation rounding
+// llama.cpp's CPU product gives it once the plan is a GGUF (Runtime::setLinearGgmlActivations
+// with the type the GGUF export writes the format as, ggufTypeFor: a ggml format its own type,
+// INT4 Q4_0/Q4_1, INT8 and FP8 Q8_0, FP16 F16, F32 none — so Q8_0 / Q8_1 / Q8_K / F16 per
+// ggml::activationTypeFor). Layers without a format are left as they are; a format's own
+// activation spec (":int8-tok" …) still applies first (a GGUF would not keep it); a GGUF type
+// whose product is not modelled (BF16) is left unrounded and counted as such. Returns one line
+// saying how many layers take which activation type. clearAllLayerFormats undoes it.
+std::string roundActivationsAsLlamaCpp(Runtime& rt, const std::vector<std::optional<QuantFormat>>& formats);
+
 // Clears every layer's format when it goes out of scope (jobs leave the runtime as they found
 // it, also on errors and cancellation).
 class ScopedPlanReset {

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "core/analysis/accumulate.h"
 #include "core/analysis/calibrate.h"
@@ -221,7 +222,8 @@ class TestGgmlPlan : public QObject {
     AccumulationOptions ol = o;
     ol.eval.protocol = EvalProtocol::LlamaCpp;
     const AccumulationResult l = runAccumulation(rt, text, lf, &calib, ol);
-    QVERIFY2(l.protocol.find("activations of the 16 ggml-format layers rounded") != std::string::npos, l.protocol.c_str());
+    QVERIFY2(l.protocol.find("for their GGUF types: Q8_0 on 4 layers, Q8_1 on 8 layers, Q8_K on 4 layers") != std::string::npos,
+             l.protocol.c_str());
     QVERIFY(std::isfinite(l.kl) && l.kl > 0);
     // The runtime is left as it was found (no importance, no activation rounding).
     const std::vector<int32_t> few(text.begin(), text.begin() + 16);
@@ -340,6 +342,20 @@ class TestGgmlPlan : public QObject {
              (std::to_string(predicted.kl) + " vs " + std::to_string(measured.meanKl)).c_str());
     QVERIFY(std::fabs(predicted.perplexity - measured.perplexity) <= 1e-6 * measured.perplexity);
     QVERIFY(measured.meanKl > 0);
+    // `perplexity MODEL --plan PLAN --protocol llama.cpp --base MODEL` predicts the same figures.
+    const QString planPath = qs::test::writeFile(dir, "plain.json", QByteArray::fromStdString(planToJson(p)));
+    QProcess proc;
+    proc.start(QS_CLI_EXE, {"--backend", "cpu", "perplexity", QString::fromStdString(gpt2Path()), "--plan", planPath,
+                            "--fake-quant", "--text", qs::test::datasetPath("models/shakespeare-gpt2/heldout.txt"),
+                            "--tokens", "640", "--ctx", "128", "--protocol", "llama.cpp", "--base",
+                            QString::fromStdString(gpt2Path()), "--json"});
+    QVERIFY(proc.waitForFinished(120000));
+    const QByteArray err = proc.readAllStandardError();
+    QVERIFY2(proc.exitCode() == 0, err.constData());
+    const auto j = nlohmann::json::parse(proc.readAllStandardOutput().toStdString());
+    QVERIFY2(std::fabs(j["mean_kl"].get<double>() - measured.meanKl) <= 1e-6 * measured.meanKl, j.dump().c_str());
+    QVERIFY(std::fabs(j["perplexity"].get<double>() - measured.perplexity) <= 1e-6 * measured.perplexity);
+    QVERIFY2(j["arithmetic"].get<std::string>().find("Q8_K on 4 layers") != std::string::npos, j.dump().c_str());
   }
 
   // safetensors and HDF5 hold no ggml blocks: refused before writing, naming the layer and format.
