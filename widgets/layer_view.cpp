@@ -27,7 +27,10 @@ namespace {
 const char* const kPresets[] = {"int4-g32-sym",  "int4-g64-sym", "int4-g128-sym", "int4-g128-asym",
                                 "int4-ch-sym",   "int8-g128-sym", "int8-ch-sym",  "int8-t-sym",
                                 "fp8e4m3-ch",    "fp8e4m3-t",    "fp8e4m3-b128",  "fp8e5m2-ch",
-                                "fp16",          "bf16",         "f32"};
+                                "fp16",          "bf16",         "f32",           "q4_0",
+                                "q4_1",          "q5_0",         "q5_1",          "q8_0",
+                                "q2_k",          "q3_k",         "q4_k",          "q5_k",
+                                "q6_k"};
 const char* const kMethods[] = {"absmax", "mse", "p99.9", "p99", "kl"};
 
 HistogramSeries toSeries(const Histogram& h, const QString& name, QColor color) {
@@ -270,7 +273,9 @@ std::optional<LayerAnalysisRequest> LayerView::request() const {
   QString text = formatText();
   const QString method = method_->currentText();
   // The method applies to quantised kinds only; append it unless the text names one already.
-  const bool plain = text == QLatin1String("fp16") || text == QLatin1String("bf16") || text == QLatin1String("f32");
+  // ggml block types (q4_0 … q6_k) choose their scales themselves: no method is appended.
+  const bool plain = text == QLatin1String("fp16") || text == QLatin1String("bf16") || text == QLatin1String("f32") ||
+                     text.startsWith(QLatin1Char('q')) || text.startsWith(QLatin1Char('Q'));
   if (!plain && method != QLatin1String("absmax") && !text.contains(QLatin1String("-mse")) &&
       !text.contains(QLatin1String("-kl")) && !text.contains(QRegularExpression(QStringLiteral("-p[0-9]"))))
     text += QLatin1Char('-') + method;

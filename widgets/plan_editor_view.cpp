@@ -119,9 +119,13 @@ class QtPlanCommand : public QUndoCommand {
 QStringList planFieldChoices(PlanField field) {
   switch (field) {
     case PlanField::Weight:
-      return {"int4-sym", "int4-asym", "int8-sym", "int8-asym", "fp8e4m3", "fp8e5m2", "fp16", "bf16", "f32"};
+      // The ggml block types are GGUF's own (K a multiple of 32, or 256 for the K-quants; other
+      // rows show the plan's problem as any shape a format cannot take does).
+      return {"int4-sym", "int4-asym", "int8-sym", "int8-asym", "fp8e4m3", "fp8e5m2", "fp16", "bf16", "f32",
+              "q4_0",     "q4_1",      "q5_0",     "q5_1",      "q8_0",    "q2_k",    "q3_k", "q4_k", "q5_k",
+              "q6_k"};
     case PlanField::Group: return {"32", "64", "128", "256", "channel", "tensor", "block128"};
-    case PlanField::Scale: return {"absmax", "mse", "p99.9", "p99.99"};
+    case PlanField::Scale: return {"absmax", "mse", "p99.9", "p99.99", "imatrix"};
     case PlanField::Activation:
       return {"f32", "fp16", "bf16", "int8-tok", "fp8e4m3-tok", "fp8e5m2-tok"};
     case PlanField::Method: return {"rtn", "gptq", "awq"};

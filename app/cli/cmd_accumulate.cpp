@@ -100,7 +100,8 @@ void registerAccumulate(CLI::App& app, CliContext& ctx) {
 
     bool needsCalibration = false;
     for (const auto& f : plan.formats)
-      if (f && f->act.scaling == ActScaling::PerTensorStatic) needsCalibration = true;
+      if (f && (f->act.scaling == ActScaling::PerTensorStatic || f->weight.method == ScaleMethod::Importance))
+        needsCalibration = true;  // static activation scales; the importance of ggml -imatrix layers
     const CalibrationResult* calib = needsCalibration ? &calibrationFor(ctx, s, progress) : nullptr;
 
     AccumulationOptions o;

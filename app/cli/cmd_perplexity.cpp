@@ -1,9 +1,17 @@
 // quantscope-cli perplexity MODEL --text FILE [--tokens N] [--ctx C] [--tokenizer T]
-//                            [--protocol quantscope|llama.cpp] [--base BASE] [--json]
+//                            [--protocol quantscope|llama.cpp] [--base BASE]
+//                            [--plan PLAN [--fake-quant] [--allow-other-model]] [--json]
+// --plan runs MODEL with a plan's formats (a Quantscope plan or the simple map; rounding methods
+// are not applied: round to nearest). Formats that need a calibration (static activation scales,
+// the ggml types' imatrix) are calibrated on the scored text itself. With --protocol llama.cpp
+// each planned layer's activations are also rounded as llama.cpp rounds them for the GGUF type
+// the plan exports to, so the figures are those the exported GGUF will give.
 #include <nlohmann/json.hpp>
 
 #include "app/cli/commands.h"
 #include "app/cli/run_support.h"
+#include "core/analysis/calibrate.h"
+#include "core/analysis/layer_format.h"
 #include "core/runtime/evaluate.h"
 #include "core/runtime/llamacpp_arithmetic.h"
 
@@ -11,9 +19,9 @@ namespace qs::cli {
 
 void registerPerplexity(CLI::App& app, CliContext& ctx) {
   struct Args {
-    std::string model, tokenizer, text, protocol = "quantscope", base;
+    std::string model, tokenizer, text, protocol = "quantscope", base, plan;
     int64_t tokens = 0, context = 0;
-    bool json = false;
+    bool json = false, fakeQuant = false, allowOtherModel = false;
   };
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("perplexity", "Perplexity of a model on a text file");
@@ -29,6 +37,12 @@ void registerPerplexity(CLI::App& app, CliContext& ctx) {
   cmd->add_option("--base", a->base,
                   "Also measure KL(base || model) per scored position against this model, as "
                   "llama-perplexity --kl-divergence does");
+  auto* plan = cmd->add_option("--plan", a->plan,
+                               "Run MODEL with a plan's formats: a Quantscope plan (quantscope-cli plan …) or a JSON "
+                               "object tensor name → format, \"*\" for the rest");
+  cmd->add_flag("--fake-quant", a->fakeQuant, "With --plan: fake-quantize every layer instead of the GEMM kernels")
+      ->needs(plan);
+  cmd->add_flag("--allow-other-model", a->allowOtherModel, "Accept a plan made for a model with another hash")->needs(plan);
   cmd->add_flag("--json", a->json, "Print JSON on stdout");
   cmd->callback([&ctx, a] {
     checkRegularFile(a->text, "text file");  // before the model loads: a bad path fails fast
@@ -48,6 +62,36 @@ void registerPerplexity(CLI::App& app, CliContext& ctx) {
     const bool llama = o.protocol == EvalProtocol::LlamaCpp;
     std::string arithmetic;
     if (llama) arithmetic = emulateLlamaCppActivations(*m.runtime, *m.model.file);
+    std::string planLine;
+    if (!a->plan.empty()) {
+      Runtime& rt = *m.runtime;
+      std::vector<std::string> names;
+      for (const LinearLayer* l : rt.linears()) names.push_back(l->weightName);
+      const LinearPlan lp = planFormatsFromFile(a->plan, m.model, names, a->allowOtherModel, "perplexity", ctx.err);
+      bool needsCalibration = false;
+      for (const auto& f : lp)
+        if (f && (f->act.scaling == ActScaling::PerTensorStatic || f->weight.method == ScaleMethod::Importance))
+          needsCalibration = true;
+      std::optional<CalibrationResult> calib;
+      if (needsCalibration) {
+        CalibrationOptions co;
+        co.eval = o;
+        JobContext cj;
+        cj.onProgress = [&progress](double f, std::string_view s) { progress.update(f, s); };
+        calib = runCalibration(rt, ctx.backend().stats(), ids, co, cj);
+        ctx.err << "calibration: " << calib->tokens << " tokens of " << a->text
+                << " (static activation scales, imatrix importance)\n";
+      }
+      int planned = 0;
+      for (int i = 0; i < int(lp.size()); ++i)
+        if (lp[size_t(i)]) {
+          applyLayerFormat(rt, i, *lp[size_t(i)], calib ? &*calib : nullptr,
+                           a->fakeQuant ? LinearMode::FakeQuant : LinearMode::Kernel);
+          ++planned;
+        }
+      planLine = std::to_string(planned) + " of " + std::to_string(lp.size()) + " layers in the formats of " + a->plan;
+      if (llama) arithmetic += "; " + roundActivationsAsLlamaCpp(rt, lp);
+    }
     JobContext job;
     job.onProgress = [&progress](double f, std::string_view s) { progress.update(f, s); };
     std::optional<KlResult> kl;
@@ -80,6 +124,7 @@ void registerPerplexity(CLI::App& app, CliContext& ctx) {
       j["protocol"] = r.protocol;
       j["protocol_name"] = std::string(evalProtocolName(o.protocol));
       if (llama) j["arithmetic"] = arithmetic;
+      if (!planLine.empty()) j["plan"] = planLine;
       if (kl) {
         j["base"] = a->base;
         j["base_perplexity"] = kl->basePerplexity;
@@ -94,6 +139,7 @@ void registerPerplexity(CLI::App& app, CliContext& ctx) {
       ctx.out << "perplexity " << r.perplexity << " (mean NLL " << r.meanNll << " nats/token)\n"
               << "protocol: " << r.protocol << "\n";
       if (llama) ctx.out << "arithmetic: " << arithmetic << "\n";
+      if (!planLine.empty()) ctx.out << "plan: " << planLine << "\n";
       if (kl)
         ctx.out << "against " << a->base << " (perplexity " << kl->basePerplexity << "): mean KL " << kl->meanKl
                 << " +/- " << kl->klStdError << ", median " << kl->klMedian << ", 99th percentile " << kl->klP99

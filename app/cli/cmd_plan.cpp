@@ -18,6 +18,7 @@
 #include "app/cli/text_table.h"
 #include "core/analysis/rank_correlation.h"
 #include "core/analysis/tables_json.h"
+#include "core/export/model_export.h"
 #include "core/io/atomic_file.h"
 #include "core/model/model_file.h"
 #include "core/plan/layer_names.h"
@@ -212,6 +213,41 @@ std::string formatHistogram(const ResolvedPlan& r) {
   std::string s;
   for (const auto& f : order) s += (s.empty() ? "" : ", ") + f + " ×" + std::to_string(count[f]);
   return s;
+}
+
+// The plan as a GGUF file, counted as llama.cpp counts it at load ("file size … (… BPW)"): the
+// bytes of every tensor the export writes (embeddings, norms and head included, in the types the
+// GGUF writer chooses) and bits per weight over all their elements. bytes 0 with `why` when the
+// export would refuse the model or the plan.
+struct GgufSize {
+  uint64_t bytes = 0, parameters = 0;
+  std::string why;
+  double bpw() const { return parameters ? 8.0 * double(bytes) / double(parameters) : 0.0; }
+};
+GgufSize ggufSize(const ModelFile& file, const Plan& plan, const ResolvedPlan& r) {
+  GgufSize g;
+  if (!r.valid()) {
+    g.why = "the plan has problems";
+    return g;
+  }
+  // The importance of imatrix layers changes their bytes' values, not their number: sized as the
+  // plain search (the export itself needs --calib-text for them).
+  ResolvedPlan sized = r;
+  for (auto& a : sized.layers)
+    if (a.format.weight.method == ScaleMethod::Importance) a.format.weight.method = ScaleMethod::AbsMax;
+  const ExportSource src{file, file.graph(), nullptr, plan, sized};
+  ModelExportOptions o;
+  o.format = ModelExportFormat::Gguf;
+  // A name no file has: the preview only sizes the tensors (nothing is opened or written).
+  const ExportPreview p = previewModelExport(src, "/nonexistent/quantscope-plan-show.gguf", o);
+  for (const auto& x : p.refusals)
+    if (x.rfind("GGUF vocabulary", 0) != 0) {  // a missing tokenizer does not change the tensors
+      g.why = x;
+      return g;
+    }
+  g.bytes = p.estimatedBytes;
+  for (const auto& t : p.tensors) g.parameters += file.tensors()[size_t(t.sourceTensor)].elements();
+  return g;
 }
 
 ojson figuresJson(const PlanFigures& f) {
@@ -453,6 +489,8 @@ void registerShow(CLI::App& plan, CliContext& ctx) {
       }
       j["layers"] = layers;
       j["figures"] = figuresJson(f);
+      if (const GgufSize g = ggufSize(*m.file, p, r); g.bytes)
+        j["gguf"] = {{"tensor_bytes", g.bytes}, {"parameters", g.parameters}, {"bits_per_weight", g.bpw()}};
       ojson probs = ojson::array();
       for (const auto& pr : r.problems) probs.push_back({{"field", pr.field}, {"message", pr.message}});
       j["problems"] = probs;
@@ -469,6 +507,12 @@ void registerShow(CLI::App& plan, CliContext& ctx) {
       }
       t.print(ctx.out);
       printFigures(ctx.out, f);
+      if (const GgufSize g = ggufSize(*m.file, p, r); g.bytes)
+        ctx.out << "as GGUF: " << humanBytes(g.bytes) << " (" << withThousands(g.bytes) << " bytes of tensors, "
+                << fmt("%.2f", g.bpw()) << " BPW over all " << withThousands(g.parameters)
+                << " parameters, as llama.cpp counts it)\n";
+      else if (r.valid())
+        ctx.out << "as GGUF: not writable (" << g.why << ")\n";
       for (const auto& pr : r.problems) ctx.out << "problem: " << pr.field << ": " << pr.message << "\n";
     }
     if (!r.valid())

@@ -143,12 +143,26 @@ AccumulationResult runAccumulation(Runtime& rt, std::span<const int32_t> text,
                       "' needs a static activation scale from a calibration of this model",
                   {}, linearAt(rt, i).weightName);
   }
+  for (size_t i = 0; i < L; ++i)
+    if (plan.formats[i] && plan.formats[i]->weight.method == ScaleMethod::Importance &&
+        (!calibration || calibration->layers.size() != L ||
+         calibration->layers[i].layer.weightName != linearAt(rt, i).weightName))
+      throw Error(ErrorKind::BadInput,
+                  "format '" + formatToString(*plan.formats[i]) +
+                      "' needs the importance of each input column (E[x²]) from a calibration of this model",
+                  {}, linearAt(rt, i).weightName);
   if (!plan.rounding.empty() && plan.rounding.size() != L)
     throw Error(ErrorKind::Internal, "the plan's rounding methods do not cover its layers");
   const QuantizationPlan qplan = plan.quantization();
   const bool rounding = needsRounding(qplan);
   if (rounding) {
     for (size_t i = 0; i < L; ++i) {
+      if (plan.formats[i] && plan.formats[i]->weight.method == ScaleMethod::Importance)
+        throw Error(ErrorKind::Unsupported,
+                    "format '" + formatToString(*plan.formats[i]) +
+                        "': imatrix layers together with GPTQ / AWQ / SmoothQuant layers in one plan are not "
+                        "supported yet",
+                    {}, linearAt(rt, i).weightName);
       if (plan.formats[i] && plan.formats[i]->act.scaling == ActScaling::PerTensorStatic)
         throw Error(ErrorKind::Unsupported,
                     "format '" + formatToString(*plan.formats[i]) +
@@ -212,6 +226,10 @@ AccumulationResult runAccumulation(Runtime& rt, std::span<const int32_t> text,
       applyLayerFormat(rt, int(i), *plan.formats[i], calibration, options.mode);
     }
   }
+  // --protocol llama.cpp: each planned layer also carries the rounding llama.cpp's CPU product
+  // gives its activations once the plan is a GGUF (Q8_0 / Q8_1 / Q8_K / F16 for the layer's GGUF
+  // type), as llama-perplexity would measure the exported file.
+  if (options.eval.protocol == EvalProtocol::LlamaCpp) r.protocol += "; " + roundActivationsAsLlamaCpp(rt, plan.formats);
   for (size_t i = 0; i < L; ++i)
     r.layerKernels.push_back(rt.linearKernel(int(i), ew.context));
 

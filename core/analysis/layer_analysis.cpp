@@ -131,7 +131,7 @@ LayerAnalysis analyzeLayer(const ModelFile& model, const LayerAnalysisRequest& r
   if (a.quantized) {
     a.storage = quantStorage(spec, a.rows, a.cols);
     a.bitsPerWeight = effectiveBitsPerWeight(spec, a.rows, a.cols);
-    if (quantKindTraits(spec.kind).cls == QuantClass::Float) {  // FP16/BF16: a cast, no scales
+    if (quantKindTraits(spec.kind).cls == QuantClass::Float || isGgmlKind(spec.kind)) {  // a cast, or ggml blocks (scales inside)
       ctx.progress(1.0, "done");
       return a;
     }

@@ -25,16 +25,32 @@ std::string ggmlName(uint32_t t) {
 }
 
 // llama.cpp's LLAMA_FTYPE for general.file_type (llama.h: ALL_F32 0, MOSTLY_F16 1,
-// MOSTLY_Q4_0 2, MOSTLY_Q4_1 3, MOSTLY_Q8_0 7, MOSTLY_BF16 32).
+// MOSTLY_Q4_0 2, MOSTLY_Q4_1 3, MOSTLY_Q8_0 7, MOSTLY_Q5_0 8, MOSTLY_Q5_1 9, MOSTLY_Q2_K 10,
+// MOSTLY_Q3_K_M 12, MOSTLY_Q4_K_M 15, MOSTLY_Q5_K_M 17, MOSTLY_Q6_K 18, MOSTLY_BF16 32), by
+// the ggml type id (ggml.h: Q5_0 6, Q5_1 7, Q2_K 10 … Q6_K 14).
 uint32_t fileTypeOf(uint32_t ggmlType) {
   switch (ggmlType) {
     case kF16: return 1;
     case kQ4_0: return 2;
     case kQ4_1: return 3;
     case kQ8_0: return 7;
+    case 6: return 8;    // Q5_0
+    case 7: return 9;    // Q5_1
+    case 10: return 10;  // Q2_K
+    case 11: return 12;  // Q3_K (as Q3_K_M)
+    case 12: return 15;  // Q4_K (as Q4_K_M)
+    case 13: return 17;  // Q5_K (as Q5_K_M)
+    case 14: return 18;  // Q6_K
     case kBF16: return 32;
     default: return 0;
   }
+}
+
+// The GGUF type id of a ggml plan kind (q4_k → 12).
+uint32_t ggmlIdOf(QuantKind kind) {
+  const auto* tr = ggml::ggmlTraitsForDType(quantKindTraits(kind).dtype);
+  if (!tr) throw Error(ErrorKind::Internal, "GGUF export: no ggml type for " + std::string(quantKindTraits(kind).name));
+  return tr->id;
 }
 
 // The GGUF type of a plan layer and whether it holds the plan's values exactly.
@@ -51,6 +67,9 @@ Choice chooseType(const LayerAssignment& a) {
     case QuantKind::BF16: return {kBF16, true, {}};
     default: break;
   }
+  // A ggml plan kind is its own GGUF type, written by the same ggml-exact quantizer the runtime
+  // fake-quantizes with (the plan already refused a K that is not a whole number of blocks).
+  if (isGgmlKind(w.kind)) return {ggmlIdOf(w.kind), true, {}};
   if (a.inFeatures % kBlock != 0)
     return {kF16, false, "K = " + std::to_string(a.inFeatures) +
                              " is not a multiple of the 32-value GGUF blocks: F16 of the plan's values"};
@@ -312,8 +331,17 @@ void planGguf(const ExportSource& src, const std::string& out, const ModelExport
         const std::string line = planWord(a) + " → " + ggmlName(c.type) + ": " + c.why;
         if (o.inexpressible == Inexpressible::Refuse) p.refusals.push_back(line + " (--nearest writes the nearest form instead, with a warning)");
         else p.warnings.push_back(line);
-      } else if (type == kQ4_1) {
+      } else if (type == kQ4_1 && !isGgmlKind(a.format.weight.kind)) {
         t.note = "Q4_1 minimum m = -z·s rounded to FP16";
+      }
+      if (a.format.weight.method == ScaleMethod::Importance) {
+        const ExportLayerStats* st = o.calibration ? o.calibration->find(a.weightName) : nullptr;
+        if (!st || int64_t(st->channelMeanSquare.size()) != a.inFeatures)
+          p.refusals.push_back(planWord(a) + ": the imatrix search needs the importance of each input column "
+                                             "(E[x²]) from a calibration: give --calib-text FILE");
+        else
+          t.note = "ggml " + ggmlName(type) + " with the importance E[x²] of " + std::to_string(st->tokens) +
+                   " calibration tokens (llama-quantize --imatrix)";
       }
       if (quantKindTraits(a.format.act.kind).cls != QuantClass::Float)
         p.warnings.push_back(a.layer + ": activation format " + activationText(a.format.act) +
@@ -383,7 +411,17 @@ void writeGguf(const ExportSource& src, const ExportPreview& p, const ModelExpor
       const LayerAssignment& a = src.resolved.layers[size_t(t.planLayer)];
       const bool blocks = type == kQ4_0 || type == kQ4_1 || type == kQ8_0;
       const QuantKind kind = a.format.weight.kind;
-      if (t.exact && blocks) {
+      if (isGgmlKind(kind)) {
+        // The ggml-exact quantizer (byte-identical to llama-quantize), with the calibration's
+        // importance when the plan says imatrix (planGguf checked that it is there).
+        std::span<const float> importance;
+        if (a.format.weight.method == ScaleMethod::Importance)
+          importance = o.calibration->find(a.weightName)->channelMeanSquare;
+        const QuantizedTensor q = quantizeWeightWithImportance(a.format.weight, loadForExport(src, t), a.outFeatures,
+                                                               a.inFeatures, importance, t.sourceName);
+        bytes.resize(q.payload.size());
+        std::memcpy(bytes.data(), q.payload.data(), bytes.size());
+      } else if (t.exact && blocks) {
         bytes = packBlocks(quantizeForExport(src, t), type);
       } else if (t.exact) {  // F32 / F16 / BF16: the codec's payload is the GGUF data
         const QuantizedTensor q = quantizeForExport(src, t);

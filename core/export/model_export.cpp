@@ -321,6 +321,16 @@ ExportPreview previewModelExport(const ExportSource& src, const std::string& out
     if (const TensorInfo* t = src.file.findTensor(a.weightName); t && isIntegerTensor(*t))
       p.warnings.push_back(a.layer + ": " + t->name + " is an integer tensor (" + t->dtypeLabel +
                            "): copied unchanged, not quantised");
+  // The ggml block types (q4_0 … q6_k) exist only in GGUF: never widened silently to something
+  // a safetensors or HDF5 file can hold.
+  if (o.format != ModelExportFormat::Gguf) {
+    for (const auto& a : src.resolved.layers)
+      if (isGgmlKind(a.format.weight.kind))
+        p.refusals.push_back(a.layer + ": format " + weightSpecToString(a.format.weight) + " is a ggml block type, which " +
+                             std::string(modelExportFormatName(o.format)) +
+                             " cannot hold (use --to gguf)");
+    if (!p.refusals.empty()) return p;
+  }
   switch (o.format) {
     case ModelExportFormat::Gguf: planGguf(src, outPath, o, p); break;
     case ModelExportFormat::Safetensors: planSafetensors(src, outPath, o, p); break;

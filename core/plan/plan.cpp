@@ -171,7 +171,8 @@ WeightKindChoice parseWeightChoice(std::string_view text, const std::string& whe
   const auto kind = quantKindFromName(kindTok);
   if (!kind)
     badField(where, "unknown weight kind '" + std::string(kindTok) +
-                        "' (int4, int8, fp8e4m3, fp8e5m2, fp16, bf16, f32)");
+                        "' (int4, int8, fp8e4m3, fp8e5m2, fp16, bf16, f32, or a ggml type: q4_0 q4_1 q5_0 "
+                        "q5_1 q8_0 q2_k q3_k q4_k q5_k q6_k)");
   WeightKindChoice w{*kind, true};
   const auto cls = quantKindTraits(*kind).cls;
   if (dash == std::string_view::npos) return w;
@@ -201,8 +202,9 @@ GroupChoice parseGroupChoice(std::string_view text, const std::string& where) {
 
 ScaleChoice parseScaleChoice(std::string_view text, const std::string& where) {
   if (text == "absmax") return {};
+  if (text == "imatrix") return {ScaleMethod::Importance, 0};  // ggml types: llama-quantize's imatrix search
   if (text.empty() || text.find_first_of("-:") != std::string_view::npos)
-    badField(where, "scale method '" + std::string(text) + "' is not one of absmax, mse, kl, pNN");
+    badField(where, "scale method '" + std::string(text) + "' is not one of absmax, mse, kl, pNN, imatrix");
   const QuantFormat f = viaFormats(where, text, [&] {
     return parseQuantFormat("int8-t-sym-" + std::string(text));
   });
@@ -223,6 +225,11 @@ QuantFormat composeFormat(const WeightKindChoice& w, const GroupChoice& g, const
   f.act = a;
   f.weight.kind = w.kind;
   if (quantKindTraits(w.kind).cls == QuantClass::Float) return f;
+  if (isGgmlKind(w.kind)) {  // the block is the type's own: group ignored, the scale field says imatrix or not
+    f.weight.method = s.method;
+    f.weight.percentile = s.method == ScaleMethod::Percentile ? s.percentile : 0.0f;
+    return f;
+  }
   f.weight.granularity = g.granularity;
   f.weight.groupSize = (g.granularity == Granularity::Group || g.granularity == Granularity::Block) ? g.size : 0;
   f.weight.symmetric = quantKindTraits(w.kind).cls == QuantClass::Int ? w.symmetric : true;
@@ -234,7 +241,9 @@ QuantFormat composeFormat(const WeightKindChoice& w, const GroupChoice& g, const
 PlanFields splitFormat(const QuantFormat& f) {
   PlanFields p;
   p.weight = WeightKindChoice{f.weight.kind, f.weight.symmetric};
-  if (quantKindTraits(f.weight.kind).cls != QuantClass::Float) {
+  if (isGgmlKind(f.weight.kind)) {
+    p.scale = ScaleChoice{f.weight.method, f.weight.percentile};
+  } else if (quantKindTraits(f.weight.kind).cls != QuantClass::Float) {
     p.group = GroupChoice{f.weight.granularity, f.weight.groupSize};
     p.scale = ScaleChoice{f.weight.method, f.weight.percentile};
   } else {
@@ -268,8 +277,23 @@ void checkLayer(LayerAssignment& a) {
     a.problem = layerLabel(a) + ": " + msg;
     a.problemField = src(f);
   };
-  if (cls != QuantClass::Float) {
+  if (cls == QuantClass::Ggml) {
     const WeightSpec& w = a.format.weight;
+    const int64_t block = quantKindTraits(w.kind).blockElems;
+    if (a.inFeatures % block != 0)
+      return fail(PlanField::Weight, "K = " + std::to_string(a.inFeatures) + " inputs is not a multiple of the " +
+                                         std::to_string(block) + "-value block of " + weightChoiceText(*a.fields.weight));
+    if (w.method != ScaleMethod::AbsMax && w.method != ScaleMethod::Importance)
+      return fail(PlanField::Scale, weightChoiceText(*a.fields.weight) + " takes scale absmax (llama-quantize's own "
+                                    "search) or imatrix, the scale is " + scaleChoiceText(*a.fields.scale));
+    if (a.method != QuantMethod::Rtn)
+      return fail(PlanField::Method, std::string(quantMethodName(a.method)) + " is not available for the ggml types "
+                                     "(they round with llama-quantize's search; scale imatrix weights it by calibration)");
+  } else if (cls != QuantClass::Float) {
+    const WeightSpec& w = a.format.weight;
+    if (w.method == ScaleMethod::Importance)
+      return fail(PlanField::Scale, "the imatrix scale is for the ggml types (q4_0 … q6_k), the weight is " +
+                                        weightChoiceText(*a.fields.weight));
     if (w.granularity == Granularity::Block && cls != QuantClass::Fp8)
       return fail(PlanField::Group, "128x128 blocks are for FP8 weights only, the weight is " +
                                         weightChoiceText(*a.fields.weight));
@@ -468,6 +492,7 @@ Plan planFromLayerFields(const ModelGraph& graph, const std::vector<PlanFields>&
       if ((f == PlanField::Group || f == PlanField::Scale) && p.weight &&
           quantKindTraits(p.weight->kind).cls == QuantClass::Float)
         continue;
+      if (f == PlanField::Group && p.weight && isGgmlKind(p.weight->kind)) continue;
       if (!p.has(f)) continue;
       auto [it, fresh] = count.try_emplace(fieldKey(f, p), 0, i);
       ++it->second.first;
@@ -489,6 +514,7 @@ Plan planFromLayerFields(const ModelGraph& graph, const std::vector<PlanFields>&
     for (PlanField f : kAllPlanFields) {
       if (!layerFields[i].has(f)) continue;
       if ((f == PlanField::Group || f == PlanField::Scale) && isFloat) continue;
+      if (f == PlanField::Group && layerFields[i].weight && isGgmlKind(layerFields[i].weight->kind)) continue;
       if (f == PlanField::Note && layerFields[i].note->empty() && !plan.defaults.note) continue;
       PlanFields d = plan.defaults;
       if (f == PlanField::Note && !d.note) d.note = std::string();

@@ -9,9 +9,13 @@
 // selectors (core/plan/layer_names.h) and sets some fields; entries apply in order, a later one
 // overriding an earlier one field by field. The fields are the columns of the plan editor:
 //
-//   weight        kind and symmetry: "int4-sym", "int4-asym", "int8-sym", "fp8e4m3", "fp16", …
-//   group_size    32 | 64 | 128 | 256 | "channel" | "tensor" | "block128" (ignored by float kinds)
-//   scale         how scales are chosen: "absmax" | "mse" | "kl" | "p99.9" (ignored by float kinds)
+//   weight        kind and symmetry: "int4-sym", "int4-asym", "int8-sym", "fp8e4m3", "fp16", …,
+//                 or a ggml block type: "q4_0" "q4_1" "q5_0" "q5_1" "q8_0" "q2_k" … "q6_k"
+//   group_size    32 | 64 | 128 | 256 | "channel" | "tensor" | "block128" (ignored by float kinds
+//                 and by the ggml types, whose block is their own: 32, or 256 for the K-quants)
+//   scale         how scales are chosen: "absmax" | "mse" | "kl" | "p99.9" (ignored by float
+//                 kinds); for the ggml types "absmax" (llama-quantize's search without an
+//                 importance matrix) or "imatrix" (with the calibration's E[x_c²] per column)
 //   activation    "f32" (untouched) | "fp16" | "bf16" | "int8-tok" | "fp8e4m3-tok" | "int8-t-kl" | …
 //   method        "rtn" | "gptq" | "awq" — how the weights are rounded ([rounding] implements the
 //                 last two; the schema accepts them now so plans stay valid); ignored by float

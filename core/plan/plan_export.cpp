@@ -187,7 +187,12 @@ ExportResult exportLlamaQuantize(const Plan& plan, const ResolvedPlan& r, const 
       if (o.inexpressible == Inexpressible::Refuse) refuse.add(fmt + " (" + g.why + ")", a.layer);
       else warn.add("mapped " + fmt + " to the nearest GGUF type " + g.name + " (" + g.why + ")", a.layer);
     }
-    if (a.format.weight.method != ScaleMethod::AbsMax && quantKindTraits(a.format.weight.kind).cls != QuantClass::Float)
+    if (a.format.weight.method == ScaleMethod::Importance)
+      warn.add("imatrix: give llama-quantize --imatrix FILE (llama-imatrix on the calibration text) for this layer's "
+               "importance-weighted search (llama-quantize then weights every tensor with it, the plan's plain ggml "
+               "layers too); `quantscope-cli export --to gguf --calib-text` writes each layer as planned",
+               a.layer);
+    else if (a.format.weight.method != ScaleMethod::AbsMax && quantKindTraits(a.format.weight.kind).cls != QuantClass::Float)
       warn.add("scale method " + scaleChoiceText(ScaleChoice{a.format.weight.method, a.format.weight.percentile}) +
                    " is not carried over (llama-quantize computes its own scales, importance-weighted with --imatrix)",
                a.layer);
@@ -206,7 +211,7 @@ ExportResult exportLlamaQuantize(const Plan& plan, const ResolvedPlan& r, const 
   // The base type: the most common quantised type (overrides only apply when the base is one).
   std::map<uint32_t, size_t> count;
   for (uint32_t t : types) ++count[t];
-  auto isQuantised = [](uint32_t t) { return t == kGgmlQ4_0 || t == kGgmlQ4_1 || t == kGgmlQ8_0; };
+  auto isQuantised = [](uint32_t t) { return t != kGgmlF32 && t != kGgmlF16 && t != kGgmlBf16; };
   uint32_t base = kGgmlQ8_0;
   size_t best = 0;
   for (auto [t, n] : count)
@@ -282,6 +287,10 @@ std::optional<ojson> weightArgs(const LayerAssignment& a, const ExportOptions& o
   const WeightSpec& s = a.format.weight;
   const auto cls = quantKindTraits(s.kind).cls;
   if (cls == QuantClass::Float) return std::nullopt;
+  if (cls == QuantClass::Ggml) {  // never widened: compressed-tensors has no ggml blocks
+    ref.add(weightSpecToString(s) + " (a ggml block type: compressed-tensors cannot hold it)", a.layer);
+    return std::nullopt;
+  }
   ojson q;
   if (cls == QuantClass::Int) {
     q["num_bits"] = s.kind == QuantKind::INT4 ? 4 : 8;
@@ -458,6 +467,10 @@ ExportResult exportGptqModel(const Plan& plan, const ResolvedPlan& r, const Mode
             cls == QuantClass::Int ? s.symmetric : true};
       const std::string fmt = weightSpecToString(s);
       std::string why;
+      if (cls == QuantClass::Ggml) {  // refused even with --inexpressible nearest: no GPTQ type is near a K-quant
+        refuse.add(fmt + " (a ggml block type: GPTQModel cannot hold it)", a.layer);
+        continue;
+      }
       if (cls == QuantClass::Fp8) why = "GPTQ stores integers: nearest is INT8 per channel";
       else if (s.granularity == Granularity::Tensor) why = "GPTQ has no per-tensor scale: nearest is per channel (group_size -1)";
       if (!why.empty()) {
@@ -598,6 +611,10 @@ GgufTypeChoice ggufTypeFor(const QuantFormat& f, int64_t inFeatures) {
     case QuantKind::FP16: set(kGgmlF16, true, {}); return c;
     case QuantKind::BF16: set(kGgmlBf16, true, {}); return c;
     default: break;
+  }
+  if (isGgmlKind(w.kind)) {  // the plan names the GGUF type itself (the plan checked K)
+    set(ggml::ggmlTraitsForDType(quantKindTraits(w.kind).dtype)->id, true, {});
+    return c;
   }
   const bool g32 = w.granularity == Granularity::Group && w.groupSize == 32;
   if (w.kind == QuantKind::INT4 && g32) {

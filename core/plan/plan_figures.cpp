@@ -148,6 +148,7 @@ uint64_t layerBytes(const QuantFormat& format, int64_t outFeatures, int64_t inFe
   const WeightSpec& w = format.weight;
   if (w.granularity == Granularity::Group && (w.groupSize == 0 || inFeatures % int64_t(w.groupSize) != 0))
     return 0;
+  if (isGgmlKind(w.kind) && inFeatures % int64_t(quantKindTraits(w.kind).blockElems) != 0) return 0;  // partial block
   return quantStorage(w, outFeatures, inFeatures).totalBytes();
 }
 

@@ -459,6 +459,21 @@ void Runtime::setLinearInputQuant(int i, const ActSpec& spec, float staticScale)
   lw.inputQuant = spec;
   lw.inputScale = staticScale;
 }
+void Runtime::setLinearImportance(int i, std::vector<float> importance) {
+  LinearWeights& lw = weights_.at(size_t(i));
+  const LinearLayer& l = *linears_.at(size_t(i));
+  if (!importance.empty() && int64_t(importance.size()) != l.inFeatures)
+    throw Error(ErrorKind::Internal, "setLinearImportance: " + std::to_string(importance.size()) + " values for " +
+                                         std::to_string(l.inFeatures) + " inputs of " + l.weightName);
+  lw.importance = std::move(importance);
+  if (lw.format && lw.format->weight.method == ScaleMethod::Importance) prepareLinear(i);
+}
+void Runtime::clearAllImportance() {
+  for (auto& lw : weights_) {
+    lw.importance.clear();
+    lw.importance.shrink_to_fit();
+  }
+}
 void Runtime::clearLinearInputQuant(int i) { weights_.at(size_t(i)).inputQuant = ActSpec{}; }
 void Runtime::setLinearGgmlActivations(int i, DType weightType) {
   LinearWeights& lw = weights_.at(size_t(i));
@@ -570,6 +585,12 @@ void Runtime::prepareLinear(int i) {
     fakePool_.erase(it);
   } else {
     lw.devFake.mem = ops_.allocate(size_t(n * k) * sizeof(float));
+  }
+  if (isGgmlKind(f.weight.kind)) {  // the ggml-exact quantizer on the host (no device codec for the blocks)
+    std::vector<float> v(w.size());
+    fakeQuantWeightWithImportance(f.weight, w, v, n, k, lw.importance, l.weightName);
+    ops_.upload(lw.devFake.mem.get(), v.data(), v.size() * sizeof(float));
+    return;
   }
   if (fixed) {  // the codec on the host with the given scales (the op-set chooses its own)
     const std::vector<float> v = dequantizeWeight(quantized());

@@ -19,6 +19,9 @@
 //                          GEMM op-set is the fake-quant reference of the same kernels
 //   format, FakeQuant mode FP32 fake-quantized by the formats codecs (on the device on CUDA),
 //                          activations fake-quantized per the format, then the FP32 linear
+//   ggml format (q4_0 … q6_k) always fake-quantized: the weight rounded by the ggml-exact
+//                          quantizer on the host (with the layer's importance for -imatrix),
+//                          dequantized, uploaded; there is no GEMM kernel for the blocks
 // A linear layer's weight can be replaced (e.g. fake-quantized by a caller) and restored; the
 // source file is never touched.
 #include <cstdint>
@@ -134,6 +137,13 @@ class Runtime {
   void restoreNorms();
   void clearLinearInputQuant(int i);
   void clearAllInputQuant();
+  // The importance of each input column of linear i (E[x_c²] from a calibration, in features
+  // values >= 0; empty: none), which a ggml format with scale method imatrix ("q4_k-imatrix")
+  // weights llama-quantize's search with. Setting it re-prepares the layer's current format.
+  // Such a format without importance is BadInput naming the layer. clearAllImportance: none on
+  // any layer.
+  void setLinearImportance(int i, std::vector<float> importance);
+  void clearAllImportance();
   // Rounds the activations entering linear i as llama.cpp's CPU backend does for a product with
   // weights of ggml type `weightType` (ggml::activationTypeFor: Q8_0 for Q4_0, Q8_K for the
   // K-quants, F16 for F16 …), after any input quantisation above. F32 (or Unknown) turns it off.
@@ -218,6 +228,7 @@ class Runtime {
     ActSpec inputQuant;       // kind F32: the input is used as it is
     float inputScale = 0.0f;  // static per-tensor activation scale
     DType ggmlActivations = DType::F32;  // llama.cpp's activation type for this layer (F32: off)
+    std::vector<float> importance;     // E[x_c²] per input column for imatrix formats (empty: none)
     bool fake = false;                 // runs fake-quantized (FakeQuant mode or no kernel)
     std::string fakeReason;            // why it is fake-quantized
     Buffer devFake;                    // fake-quantized weight [out, in]

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernels/common/error.h"
+#include "kernels/ggml/ggml_blocks.h"
 
 namespace qs {
 namespace {
@@ -25,7 +26,30 @@ constexpr std::array kKindTraits = {
     QuantKindTraits{QuantKind::INT8, "int8", QuantClass::Int, 8, 1, 1, -128, 127, 255, 127.0f,
                     DType::I8},
     QuantKindTraits{QuantKind::INT4, "int4", QuantClass::Int, 4, 2, 1, -8, 7, 15, 7.0f, DType::I8},
+    // ggml block types: one block (its scales included) of blockElems values in blockBytes bytes
+    // (kernels/ggml/ggml_blocks.h, whose structs are checked against these sizes below).
+    QuantKindTraits{QuantKind::Q4_0, "q4_0", QuantClass::Ggml, 4, 32, 18, 0, 0, 0, 0.0f, DType::Q4_0},
+    QuantKindTraits{QuantKind::Q4_1, "q4_1", QuantClass::Ggml, 4, 32, 20, 0, 0, 0, 0.0f, DType::Q4_1},
+    QuantKindTraits{QuantKind::Q5_0, "q5_0", QuantClass::Ggml, 5, 32, 22, 0, 0, 0, 0.0f, DType::Q5_0},
+    QuantKindTraits{QuantKind::Q5_1, "q5_1", QuantClass::Ggml, 5, 32, 24, 0, 0, 0, 0.0f, DType::Q5_1},
+    QuantKindTraits{QuantKind::Q8_0, "q8_0", QuantClass::Ggml, 8, 32, 34, 0, 0, 0, 0.0f, DType::Q8_0},
+    QuantKindTraits{QuantKind::Q2_K, "q2_k", QuantClass::Ggml, 2, 256, 84, 0, 0, 0, 0.0f, DType::Q2_K},
+    QuantKindTraits{QuantKind::Q3_K, "q3_k", QuantClass::Ggml, 3, 256, 110, 0, 0, 0, 0.0f, DType::Q3_K},
+    QuantKindTraits{QuantKind::Q4_K, "q4_k", QuantClass::Ggml, 4, 256, 144, 0, 0, 0, 0.0f, DType::Q4_K},
+    QuantKindTraits{QuantKind::Q5_K, "q5_k", QuantClass::Ggml, 5, 256, 176, 0, 0, 0, 0.0f, DType::Q5_K},
+    QuantKindTraits{QuantKind::Q6_K, "q6_k", QuantClass::Ggml, 6, 256, 210, 0, 0, 0, 0.0f, DType::Q6_K},
 };
+static_assert(kKindTraits[size_t(QuantKind::Q4_0)].blockBytes == sizeof(ggml::BlockQ4_0));
+static_assert(kKindTraits[size_t(QuantKind::Q4_1)].blockBytes == sizeof(ggml::BlockQ4_1));
+static_assert(kKindTraits[size_t(QuantKind::Q5_0)].blockBytes == sizeof(ggml::BlockQ5_0));
+static_assert(kKindTraits[size_t(QuantKind::Q5_1)].blockBytes == sizeof(ggml::BlockQ5_1));
+static_assert(kKindTraits[size_t(QuantKind::Q8_0)].blockBytes == sizeof(ggml::BlockQ8_0));
+static_assert(kKindTraits[size_t(QuantKind::Q2_K)].blockBytes == sizeof(ggml::BlockQ2_K));
+static_assert(kKindTraits[size_t(QuantKind::Q3_K)].blockBytes == sizeof(ggml::BlockQ3_K));
+static_assert(kKindTraits[size_t(QuantKind::Q4_K)].blockBytes == sizeof(ggml::BlockQ4_K));
+static_assert(kKindTraits[size_t(QuantKind::Q5_K)].blockBytes == sizeof(ggml::BlockQ5_K));
+static_assert(kKindTraits[size_t(QuantKind::Q6_K)].blockBytes == sizeof(ggml::BlockQ6_K));
+static_assert(kKindTraits[size_t(QuantKind::Q6_K)].blockElems == ggml::kQK_K);
 
 std::string quoted(std::string_view s) { return "'" + std::string(s) + "'"; }
 
@@ -57,6 +81,7 @@ std::string methodSuffix(ScaleMethod m, float p) {
     case ScaleMethod::Percentile: return "-p" + percentileText(p);
     case ScaleMethod::MseClip: return "-mse";
     case ScaleMethod::KlEntropy: return "-kl";
+    case ScaleMethod::Importance: return "-imatrix";
   }
   return {};
 }
@@ -66,6 +91,7 @@ bool parseMethod(std::string_view tok, std::string_view text, ScaleMethod& m, fl
   if (tok == "absmax") { m = ScaleMethod::AbsMax; p = 0; return true; }
   if (tok == "mse") { m = ScaleMethod::MseClip; p = 0; return true; }
   if (tok == "kl") { m = ScaleMethod::KlEntropy; p = 0; return true; }
+  if (tok == "imatrix") { m = ScaleMethod::Importance; p = 0; return true; }
   if (tok.size() > 1 && tok[0] == 'p' && (std::isdigit(static_cast<unsigned char>(tok[1])))) {
     float v = 0;
     const auto res = std::from_chars(tok.data() + 1, tok.data() + tok.size(), v);
@@ -95,7 +121,8 @@ WeightSpec parseWeight(std::string_view part, std::string_view text) {
   const auto kind = quantKindFromName(toks[0]);
   if (!kind)
     badFormat(text, "unknown weight kind " + quoted(toks[0]) +
-                        " (int4, int8, fp8e4m3, fp8e5m2, fp16, bf16, f32)");
+                        " (int4, int8, fp8e4m3, fp8e5m2, fp16, bf16, f32, or a ggml type: q4_0 q4_1 "
+                        "q5_0 q5_1 q8_0 q2_k q3_k q4_k q5_k q6_k)");
   w.kind = *kind;
   bool haveGran = false, haveSym = false, haveMethod = false;
   for (size_t i = 1; i < toks.size(); ++i) {
@@ -134,6 +161,15 @@ WeightSpec parseWeight(std::string_view part, std::string_view text) {
     }
   }
   const auto cls = quantKindTraits(w.kind).cls;
+  if (cls == QuantClass::Ggml) {
+    if (haveGran || haveSym)
+      badFormat(text, std::string(toks[0]) + " is a ggml block type: its block and symmetry are the "
+                                             "type's own (no granularity or sym/asym token)");
+    if (haveMethod && w.method != ScaleMethod::AbsMax && w.method != ScaleMethod::Importance)
+      badFormat(text, std::string(toks[0]) + " takes no scale method but imatrix (llama-quantize's "
+                                             "importance-weighted search)");
+    return w;
+  }
   if (cls != QuantClass::Float && !haveGran)
     badFormat(text, std::string(toks[0]) +
                         " needs a granularity: t, ch, g32, g64, g128, g256 (FP8 also b128)");
@@ -149,7 +185,7 @@ ActSpec parseAct(std::string_view part, std::string_view text) {
   const auto toks = splitOn(part, '-');
   ActSpec a;
   const auto kind = quantKindFromName(toks[0]);
-  if (!kind || *kind == QuantKind::INT4)
+  if (!kind || *kind == QuantKind::INT4 || isGgmlKind(*kind))
     badFormat(text, "unknown activation kind " + quoted(toks[0]) +
                         " (fp16, bf16, int8, fp8e4m3, fp8e5m2)");
   a.kind = *kind;
@@ -186,6 +222,16 @@ const char* kindLabel(QuantKind k) {
     case QuantKind::FP8_E5M2: return "FP8 E5M2";
     case QuantKind::INT8: return "INT8";
     case QuantKind::INT4: return "INT4";
+    case QuantKind::Q4_0: return "ggml Q4_0";
+    case QuantKind::Q4_1: return "ggml Q4_1";
+    case QuantKind::Q5_0: return "ggml Q5_0";
+    case QuantKind::Q5_1: return "ggml Q5_1";
+    case QuantKind::Q8_0: return "ggml Q8_0";
+    case QuantKind::Q2_K: return "ggml Q2_K";
+    case QuantKind::Q3_K: return "ggml Q3_K";
+    case QuantKind::Q4_K: return "ggml Q4_K";
+    case QuantKind::Q5_K: return "ggml Q5_K";
+    case QuantKind::Q6_K: return "ggml Q6_K";
   }
   return "?";
 }
@@ -196,6 +242,7 @@ std::string methodLabel(ScaleMethod m, float p) {
     case ScaleMethod::Percentile: return "percentile " + percentileText(p);
     case ScaleMethod::MseClip: return "MSE clip search";
     case ScaleMethod::KlEntropy: return "KL/entropy";
+    case ScaleMethod::Importance: return "importance-weighted (imatrix)";
   }
   return "?";
 }
@@ -212,6 +259,17 @@ const QuantKindTraits& quantKindTraits(QuantKind kind) {
 std::optional<QuantKind> quantKindFromName(std::string_view name) {
   for (const auto& t : kKindTraits)
     if (t.name == name) return t.kind;
+  // ggml kinds in any case: "Q4_K" as llama.cpp writes it.
+  std::string lower(name);
+  for (char& c : lower) c = char(std::tolower(static_cast<unsigned char>(c)));
+  for (const auto& t : kKindTraits)
+    if (t.cls == QuantClass::Ggml && t.name == lower) return t.kind;
+  return std::nullopt;
+}
+
+std::optional<QuantKind> quantKindOfGgmlType(DType type) {
+  for (const auto& t : kKindTraits)
+    if (t.cls == QuantClass::Ggml && t.dtype == type) return t.kind;
   return std::nullopt;
 }
 
@@ -226,6 +284,16 @@ void validateWeightSpec(const WeightSpec& w) {
       bad(std::string(tr.name) + " is a plain cast: no granularity, symmetry or scale method");
     return;
   }
+  if (tr.cls == QuantClass::Ggml) {
+    if (w.granularity != Granularity::None || w.groupSize != 0 || !w.symmetric)
+      bad(std::string(tr.name) + " is a ggml block type: no granularity or symmetry of its own");
+    if (w.method != ScaleMethod::AbsMax && w.method != ScaleMethod::Importance)
+      bad(std::string(tr.name) + " takes no scale method but imatrix");
+    if (w.percentile != 0) bad("a percentile is set but the method is not percentile");
+    return;
+  }
+  if (w.method == ScaleMethod::Importance)
+    bad("the imatrix method is for the ggml types (q4_0 … q6_k) only");
   switch (w.granularity) {
     case Granularity::None: bad(std::string(tr.name) + " needs a granularity"); break;
     case Granularity::Tensor:
@@ -261,6 +329,7 @@ void validateQuantFormat(const QuantFormat& f) {
   if (size_t(a.kind) >= kKindTraits.size()) bad("unknown activation kind " + std::to_string(int(a.kind)));
   const auto& tr = quantKindTraits(a.kind);
   if (a.kind == QuantKind::INT4) bad("INT4 activations are not supported");
+  if (tr.cls == QuantClass::Ggml) bad("ggml block types are for weights, not activations");
   if (tr.cls == QuantClass::Float) {
     if (a.scaling != ActScaling::None || a.method != ScaleMethod::AbsMax || a.percentile != 0)
       bad(std::string(tr.name) + " activations are a plain cast: no scaling or method");
@@ -270,6 +339,7 @@ void validateQuantFormat(const QuantFormat& f) {
     bad(std::string(tr.name) + " activations need per-token or per-tensor scaling");
   if (a.scaling == ActScaling::PerTokenDynamic && a.method != ScaleMethod::AbsMax)
     bad("dynamic per-token scales are always absmax");
+  if (a.method == ScaleMethod::Importance) bad("the imatrix method is for weights");
   if (a.method == ScaleMethod::MseClip)
     bad("the MSE clip search is for weights; static activation scales use absmax, pNN or kl");
   if (a.method == ScaleMethod::KlEntropy && tr.cls != QuantClass::Int)
@@ -335,6 +405,10 @@ std::string describeFormat(const QuantFormat& f) {
   if (quantKindTraits(w.kind).cls == QuantClass::Int)
     s += w.symmetric ? ", symmetric" : ", asymmetric";
   if (w.granularity != Granularity::None) s += ", " + methodLabel(w.method, w.percentile);
+  if (isGgmlKind(w.kind))
+    s += ", blocks of " + std::to_string(quantKindTraits(w.kind).blockElems) + " along K, " +
+         (w.method == ScaleMethod::Importance ? std::string("llama-quantize's importance-weighted (imatrix) search")
+                                              : std::string("llama-quantize's search without imatrix"));
   s += "; activations ";
   if (f.act.kind == QuantKind::F32) return s + "unchanged";
   s += kindLabel(f.act.kind);
@@ -351,6 +425,16 @@ ScaleGrid scaleGrid(const WeightSpec& w, int64_t rows, int64_t cols, std::string
   if (rows <= 0 || cols <= 0)
     throw Error(ErrorKind::BadInput, "shape " + shape + " is empty or negative", {}, field);
   ScaleGrid g;
+  if (isGgmlKind(w.kind)) {  // one cell per block of the type
+    const int64_t b = quantKindTraits(w.kind).blockElems;
+    if (cols % b != 0)
+      throw Error(ErrorKind::BadInput,
+                  "shape " + shape + ": K = " + std::to_string(cols) + " is not a multiple of the " +
+                      std::to_string(b) + "-value block of " + weightSpecToString(w),
+                  {}, field);
+    g = {rows, cols / b, 1, b};
+    return g;
+  }
   switch (w.granularity) {
     case Granularity::None:  // no scales; the grid is empty
       return g;
@@ -387,6 +471,7 @@ QuantStorage quantStorage(const WeightSpec& w, int64_t rows, int64_t cols) {
   const ScaleGrid g = scaleGrid(w, rows, cols);
   QuantStorage s;
   s.payloadBytes = uint64_t(rows) * payloadRowBytes(w.kind, cols);
+  if (isGgmlKind(w.kind)) return s;  // the blocks hold their scales: exactly the GGUF bytes
   s.scaleBytes = uint64_t(g.count()) * 2;
   const auto& tr = quantKindTraits(w.kind);
   if (tr.cls == QuantClass::Int && !w.symmetric)

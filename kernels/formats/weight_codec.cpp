@@ -11,6 +11,7 @@
 #include "kernels/common/storage_convert.h"
 #include "kernels/formats/parallel.h"
 #include "kernels/formats/quant_math.h"
+#include "kernels/ggml/ggml_types.h"
 #include "kernels/stats/entropy_calibration.h"
 
 namespace qs {
@@ -265,6 +266,7 @@ CellParams chooseCell(const KindInfo& k, const WeightSpec& spec, const float* w,
   baseRange(k, mm, lo, hi);
   switch (spec.method) {
     case ScaleMethod::AbsMax: return paramsForClip(k, lo, hi);
+    case ScaleMethod::Importance: break;  // ggml kinds only (validated): never reaches a scale cell
     case ScaleMethod::Percentile:
     case ScaleMethod::KlEntropy: {
       float clip;
@@ -591,7 +593,7 @@ WeightScales chooseWeightScales(const WeightSpec& spec, std::span<const float> w
   checkShape(spec, w, rows, cols, name);
   const KindInfo k(spec);
   WeightScales out;
-  if (k.cls == QuantClass::Float) return out;
+  if (k.cls == QuantClass::Float || k.cls == QuantClass::Ggml) return out;  // ggml: in the blocks
   const ScaleGrid g = scaleGrid(spec, rows, cols, name);
   std::vector<CellParams> params(size_t(g.count()));
   if (g.count() == 1) {  // one big cell: parallel inside it
@@ -617,6 +619,63 @@ WeightScales chooseWeightScales(const WeightSpec& spec, std::span<const float> w
 }
 
 namespace {
+
+// ---- ggml kinds: the blocks of kernels/ggml (ggml_quantize_chunk's arithmetic, byte-identical to
+// llama-quantize), rows in parallel (each row is quantized on its own, so the bytes do not depend
+// on the split).
+QuantizedTensor quantizeGgml(const WeightSpec& spec, std::span<const float> w, int64_t rows,
+                             int64_t cols, std::span<const float> importance, std::string_view name) {
+  checkShape(spec, w, rows, cols, name);
+  if (spec.method == ScaleMethod::Importance && importance.empty())
+    throw Error(ErrorKind::BadInput,
+                weightSpecToString(spec) + " needs the importance of each input column (E[x²] from a "
+                                           "calibration of the model); none was given",
+                {}, tensorField(name));
+  if (spec.method != ScaleMethod::Importance) importance = {};  // plain: llama-quantize without imatrix
+  if (!importance.empty()) {
+    if (int64_t(importance.size()) != cols)
+      throw Error(ErrorKind::Internal, std::to_string(importance.size()) + " importance values for K = " +
+                                           std::to_string(cols), {}, tensorField(name));
+    for (size_t c = 0; c < importance.size(); ++c)
+      if (!(importance[c] >= 0.0f) || !std::isfinite(importance[c]))
+        throw Error(ErrorKind::BadInput, "importance of input column " + std::to_string(c) + " is " +
+                                             std::to_string(importance[c]) + " (must be finite and >= 0)",
+                    {}, tensorField(name));
+  }
+  const auto& tr = quantKindTraits(spec.kind);
+  QuantizedTensor q;
+  q.spec = spec;
+  q.rows = rows;
+  q.cols = cols;
+  q.grid = scaleGrid(spec, rows, cols, name);
+  const uint64_t rowBytes = payloadRowBytes(spec.kind, cols);
+  q.payload.assign(size_t(rowBytes * uint64_t(rows)), 0);
+  parallelFor(rows, std::max<int64_t>(1, (1 << 14) / cols), [&](int64_t b, int64_t e) {
+    for (int64_t row = b; row < e; ++row) checkFinite(w.data(), cols, row, 0, cols, name);
+    ggml::quantizeRows(tr.dtype, w.subspan(size_t(b * cols), size_t((e - b) * cols)),
+                       std::as_writable_bytes(std::span(q.payload.data() + size_t(b) * rowBytes,
+                                                        size_t(uint64_t(e - b) * rowBytes))),
+                       cols, importance);
+  });
+  return q;
+}
+
+void dequantizeGgml(const QuantizedTensor& q, std::span<float> out) {
+  const auto& tr = quantKindTraits(q.spec.kind);
+  const uint64_t rowBytes = payloadRowBytes(q.spec.kind, q.cols);
+  parallelFor(q.rows, std::max<int64_t>(1, (1 << 16) / q.cols), [&](int64_t b, int64_t e) {
+    ggml::dequantize(tr.dtype,
+                     std::as_bytes(std::span(q.payload.data() + size_t(b) * rowBytes, size_t(uint64_t(e - b) * rowBytes))),
+                     out.subspan(size_t(b * q.cols), size_t((e - b) * q.cols)));
+  });
+}
+
+[[noreturn]] void noFixedScales(const WeightSpec& spec, std::string_view name) {
+  throw Error(ErrorKind::Unsupported,
+              weightSpecToString(spec) + " chooses its scales inside its blocks: it cannot take fixed scales "
+                                         "(GPTQ's are for INT formats)",
+              {}, tensorField(name));
+}
 
 // checkInput = false when the scales were just chosen from the same values (which checked
 // them for NaN/Inf already): saves a pass.
@@ -668,13 +727,25 @@ void fakeQuantImpl(const WeightSpec& spec, std::span<const float> w, std::span<f
 QuantizedTensor quantizeWeightWithScales(const WeightSpec& spec, std::span<const float> w,
                                          int64_t rows, int64_t cols, const WeightScales& scales,
                                          std::string_view name) {
+  if (isGgmlKind(spec.kind)) {
+    if (!scales.scales.empty() || !scales.zeros.empty()) noFixedScales(spec, name);
+    return quantizeGgml(spec, w, rows, cols, {}, name);
+  }
   return quantizeImpl(spec, w, rows, cols, scales, name, true);
 }
 
 QuantizedTensor quantizeWeight(const WeightSpec& spec, std::span<const float> w, int64_t rows,
                                int64_t cols, std::string_view name) {
+  if (isGgmlKind(spec.kind)) return quantizeGgml(spec, w, rows, cols, {}, name);
   const WeightScales s = chooseWeightScales(spec, w, rows, cols, name);
   return quantizeImpl(spec, w, rows, cols, s, name, s.scales.empty());
+}
+
+QuantizedTensor quantizeWeightWithImportance(const WeightSpec& spec, std::span<const float> w, int64_t rows,
+                                            int64_t cols, std::span<const float> importance,
+                                            std::string_view name) {
+  if (isGgmlKind(spec.kind)) return quantizeGgml(spec, w, rows, cols, importance, name);
+  return quantizeWeight(spec, w, rows, cols, name);
 }
 
 WeightScales weightScalesOf(const QuantizedTensor& q) {
@@ -693,6 +764,10 @@ void dequantizeWeight(const QuantizedTensor& q, std::span<float> out) {
   const uint64_t rowBytes = payloadRowBytes(q.spec.kind, q.cols);
   if (out.size() != size_t(q.rows * q.cols) || q.payload.size() != size_t(rowBytes * q.rows))
     throw Error(ErrorKind::Internal, "dequantizeWeight: buffer sizes do not match the shape");
+  if (k.cls == QuantClass::Ggml) {
+    dequantizeGgml(q, out);
+    return;
+  }
   if (k.cls == QuantClass::Float) {
     forEachCastRow(q.rows, q.cols, [&](int64_t row) {
       const auto bytes = std::as_bytes(std::span(q.payload.data() + size_t(row) * rowBytes,
@@ -751,11 +826,32 @@ void fakeQuantImpl(const WeightSpec& spec, std::span<const float> w, std::span<f
 void fakeQuantWeightWithScales(const WeightSpec& spec, std::span<const float> w,
                                std::span<float> out, int64_t rows, int64_t cols,
                                const WeightScales& scales, std::string_view name) {
+  if (isGgmlKind(spec.kind)) {
+    if (!scales.scales.empty() || !scales.zeros.empty()) noFixedScales(spec, name);
+    fakeQuantWeightWithImportance(spec, w, out, rows, cols, {}, name);
+    return;
+  }
   fakeQuantImpl(spec, w, out, rows, cols, scales, name, true);
+}
+
+void fakeQuantWeightWithImportance(const WeightSpec& spec, std::span<const float> w, std::span<float> out,
+                                   int64_t rows, int64_t cols, std::span<const float> importance,
+                                   std::string_view name) {
+  if (!isGgmlKind(spec.kind)) {
+    fakeQuantWeight(spec, w, out, rows, cols, name);
+    return;
+  }
+  if (out.size() != w.size())
+    throw Error(ErrorKind::Internal, "fakeQuantWeight: output size differs from input size");
+  dequantizeGgml(quantizeGgml(spec, w, rows, cols, importance, name), out);  // out may be w
 }
 
 void fakeQuantWeight(const WeightSpec& spec, std::span<const float> w, std::span<float> out,
                      int64_t rows, int64_t cols, std::string_view name) {
+  if (isGgmlKind(spec.kind)) {
+    fakeQuantWeightWithImportance(spec, w, out, rows, cols, {}, name);
+    return;
+  }
   const WeightScales s = chooseWeightScales(spec, w, rows, cols, name);
   fakeQuantImpl(spec, w, out, rows, cols, s, name, s.scales.empty());
 }

@@ -14,6 +14,8 @@
 //                  INT8 tensor cores take), asymmetric uint8 (0..255)
 //            FP8   one E4M3/E5M2 code per byte
 //            FP16 / BF16  two bytes little-endian;  F32  four bytes little-endian
+//            ggml kinds  the type's blocks along each row (kernels/ggml/ggml_blocks.h), scales
+//                  inside: exactly the bytes of a GGUF tensor of that type; `scales` stays empty
 //   scales   FP16 bits, one per grid cell (none for FP16/BF16/F32)
 //   zeros    asymmetric INT only: the integer zero point of each cell, INT4 packed two per byte
 //            over the cell index (low nibble first), INT8 one byte each
@@ -67,6 +69,17 @@ QuantizedTensor quantizeWeight(const WeightSpec& spec, std::span<const float> w,
 QuantizedTensor quantizeWeightWithScales(const WeightSpec& spec, std::span<const float> w,
                                          int64_t rows, int64_t cols, const WeightScales& scales,
                                          std::string_view tensorName = {});
+
+// ggml kinds with an importance vector (`importance`: one value >= 0 per input column, E[x_c²]
+// from a calibration, as llama-imatrix computes it): what llama-quantize writes with that
+// imatrix, used when the spec's method is imatrix (ignored otherwise: the plain search). Other
+// kinds: quantizeWeight / fakeQuantWeight. A q*-imatrix spec without importance is BadInput.
+QuantizedTensor quantizeWeightWithImportance(const WeightSpec& spec, std::span<const float> w, int64_t rows,
+                                            int64_t cols, std::span<const float> importance,
+                                            std::string_view tensorName = {});
+void fakeQuantWeightWithImportance(const WeightSpec& spec, std::span<const float> w, std::span<float> out,
+                                   int64_t rows, int64_t cols, std::span<const float> importance,
+                                   std::string_view tensorName = {});
 
 // The scales (and unpacked zero points) a quantized tensor was made with.
 WeightScales weightScalesOf(const QuantizedTensor& q);

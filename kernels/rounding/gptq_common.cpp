@@ -68,6 +68,10 @@ GptqPrepared prepareGptq(const WeightSpec& spec, std::span<const float> w, int64
     throw Error(ErrorKind::BadInput,
                 "GPTQ needs a scaled INT or FP8 format, not '" + weightSpecToString(spec) + "'",
                 {}, field);
+  if (cls == QuantClass::Ggml)
+    throw Error(ErrorKind::Unsupported,
+                "GPTQ for the ggml block types ('" + weightSpecToString(spec) + "') is not implemented yet",
+                {}, field);
   if (spec.granularity == Granularity::Block)
     throw Error(ErrorKind::Unsupported,
                 "GPTQ does not handle 128x128 block scales ('" + weightSpecToString(spec) + "')",

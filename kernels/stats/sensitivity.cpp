@@ -51,13 +51,19 @@ std::vector<FormatSensitivity> weightSensitivityCpu(std::span<const float> w, in
   checkImportance(importance, cols);
   std::vector<FormatSensitivity> out(candidates.size());
   std::vector<float> fake(w.size());
+  std::vector<float> impFloat;  // the importance as the ggml quantizers take it (imatrix candidates)
   // Per-row partial sums combined in row order: the result does not depend on the threads.
   std::vector<double> part(size_t(rows) * 2);
   auto e = [&](int64_t k) { return importance.empty() ? 1.0 : importance[size_t(k)]; };
   for (size_t f = 0; f < candidates.size(); ++f) {
     const WeightSpec& spec = candidates[f].weight;
     validateQuantFormat(candidates[f]);
-    fakeQuantWeight(spec, w, fake, rows, cols, name);  // validates shape, NaN/Inf
+    if (spec.method == ScaleMethod::Importance) {  // ggml -imatrix: weighted by the same E[x²]
+      if (impFloat.empty()) impFloat.assign(importance.begin(), importance.end());
+      fakeQuantWeightWithImportance(spec, w, fake, rows, cols, impFloat, name);
+    } else {
+      fakeQuantWeight(spec, w, fake, rows, cols, name);  // validates shape, NaN/Inf
+    }
     FormatSensitivity& s = out[f];
     s.format = candidates[f];
     s.bitsPerWeight = effectiveBitsPerWeight(spec, rows, cols);

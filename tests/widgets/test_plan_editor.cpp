@@ -124,6 +124,37 @@ class TestPlanEditor : public QObject {
     QVERIFY(err.contains(QStringLiteral("missing.json")));
   }
 
+  // The ggml block types are choices of the weight column (imatrix of the scale column); a row
+  // whose K is not a whole number of the type's blocks shows its problem, as any misfit does.
+  void ggmlTypesInTheEditor() {
+    const QStringList weights = widgets::planFieldChoices(PlanField::Weight);
+    for (const char* t : {"q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k"})
+      QVERIFY2(weights.contains(QString::fromLatin1(t)), t);
+    for (const QString& w : weights) (void)parseWeightChoice(w.toStdString(), "weight");  // every choice is valid
+    QVERIFY(widgets::planFieldChoices(PlanField::Scale).contains(QStringLiteral("imatrix")));
+    for (const QString& sc : widgets::planFieldChoices(PlanField::Scale)) (void)parseScaleChoice(sc.toStdString(), "scale");
+    PlanEditorView v;
+    v.setModel(&graph_, "stories260K", "");
+    QAbstractItemModel* m = v.table()->model();
+    QString err;
+    QVERIFY2(v.applyPattern(QStringLiteral("blocks.*"), PlanField::Weight, QStringLiteral("q4_0"), &err), qPrintable(err));
+    int bad = 0, good = 0;
+    for (int r = 0; r < m->rowCount(); ++r) {
+      const QString layer = m->index(r, 0).data().toString();
+      if (!layer.startsWith(QStringLiteral("blocks."))) continue;
+      QCOMPARE(m->index(r, 2).data().toString(), QStringLiteral("q4_0"));
+      const QString tip = m->index(r, 2).data(Qt::ToolTipRole).toString();
+      if (layer.endsWith(QStringLiteral("mlp.down"))) {  // K = 172
+        ++bad;
+        QVERIFY2(tip.contains(QStringLiteral("32-value block of q4_0")), qPrintable(tip));
+      } else {
+        ++good;
+        QVERIFY2(tip.isEmpty() || !tip.contains(QStringLiteral("block of")), qPrintable(tip));
+      }
+    }
+    QCOMPARE(bad, int(graph_.blocks.size()));
+    QVERIFY(good > bad);
+  }
   void compareTwoPlans();
   void budgetSliderAndPareto() {
     PlanEditorView v;

@@ -2,6 +2,7 @@
 // folder. Each call uploads its input to a buffer kept between calls (grown on demand), runs the
 // kernels on the op-set's own stream, downloads the result and merges it into the caller's
 // accumulator on the host (so accumulators stay mergeable with CPU-made ones).
+#include <algorithm>
 #include <cuda_runtime.h>
 
 #include <string>
@@ -86,6 +87,19 @@ class CudaStatsOps final : public StatsOps {
     for (const auto& c : candidates) {
       validateQuantFormat(c);
       (void)scaleGrid(c.weight, rows, cols, name);
+    }
+    // The ggml block types have no device codec: their figures come from the CPU reference (the
+    // ggml-exact quantizer), the others from the device, merged in the candidates' order.
+    if (std::any_of(candidates.begin(), candidates.end(), [](const QuantFormat& c) { return isGgmlKind(c.weight.kind); })) {
+      std::vector<QuantFormat> dev, host;
+      for (const auto& c : candidates) (isGgmlKind(c.weight.kind) ? host : dev).push_back(c);
+      std::vector<FormatSensitivity> d = dev.empty() ? std::vector<FormatSensitivity>{}
+                                                     : weightSensitivity(w, rows, cols, importance, dev, name);
+      std::vector<FormatSensitivity> h = weightSensitivityCpu(w, rows, cols, importance, host, name);
+      std::vector<FormatSensitivity> out;
+      size_t di = 0, hi = 0;
+      for (const auto& c : candidates) out.push_back(isGgmlKind(c.weight.kind) ? h[hi++] : d[di++]);
+      return out;
     }
     checkSize(w, rows, cols, name);
     const DeviceMatrix dw = upload(w, rows, cols);
