@@ -620,6 +620,17 @@ WeightScales chooseWeightScales(const WeightSpec& spec, std::span<const float> w
 
 namespace {
 
+// A tensor of the spec's shape and scale grid, its codes zeroed (the quantizers fill them).
+QuantizedTensor zeroedTensor(const WeightSpec& spec, int64_t rows, int64_t cols, std::string_view name) {
+  QuantizedTensor q;
+  q.spec = spec;
+  q.rows = rows;
+  q.cols = cols;
+  q.grid = scaleGrid(spec, rows, cols, name);
+  q.payload.assign(size_t(payloadRowBytes(spec.kind, cols) * uint64_t(rows)), 0);
+  return q;
+}
+
 // ---- ggml kinds: the blocks of kernels/ggml (ggml_quantize_chunk's arithmetic, byte-identical to
 // llama-quantize), rows in parallel (each row is quantized on its own, so the bytes do not depend
 // on the split).
@@ -643,13 +654,8 @@ QuantizedTensor quantizeGgml(const WeightSpec& spec, std::span<const float> w, i
                     {}, tensorField(name));
   }
   const auto& tr = quantKindTraits(spec.kind);
-  QuantizedTensor q;
-  q.spec = spec;
-  q.rows = rows;
-  q.cols = cols;
-  q.grid = scaleGrid(spec, rows, cols, name);
+  QuantizedTensor q = zeroedTensor(spec, rows, cols, name);
   const uint64_t rowBytes = payloadRowBytes(spec.kind, cols);
-  q.payload.assign(size_t(rowBytes * uint64_t(rows)), 0);
   parallelFor(rows, std::max<int64_t>(1, (1 << 14) / cols), [&](int64_t b, int64_t e) {
     for (int64_t row = b; row < e; ++row) checkFinite(w.data(), cols, row, 0, cols, name);
     ggml::quantizeRows(tr.dtype, w.subspan(size_t(b * cols), size_t((e - b) * cols)),
@@ -684,13 +690,8 @@ QuantizedTensor quantizeImpl(const WeightSpec& spec, std::span<const float> w, i
                              bool checkInput) {
   checkShape(spec, w, rows, cols, name);
   const KindInfo k(spec);
-  QuantizedTensor q;
-  q.spec = spec;
-  q.rows = rows;
-  q.cols = cols;
-  q.grid = scaleGrid(spec, rows, cols, name);
+  QuantizedTensor q = zeroedTensor(spec, rows, cols, name);
   const uint64_t rowBytes = payloadRowBytes(spec.kind, cols);
-  q.payload.assign(size_t(rowBytes * uint64_t(rows)), 0);
   if (k.cls == QuantClass::Float) {
     forEachCastRow(rows, cols, [&](int64_t row) {
       checkFinite(w.data(), cols, row, 0, cols, name);
