@@ -16,6 +16,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -235,8 +236,14 @@ void Workspace::updateTextLabel() {
   QString text = tr("text: %1, %2 tokens").arg(QFileInfo(textPath_).fileName()).arg(textTokens_ > 0 ? QString::number(textTokens_) : tr("all"));
   if (session_.sensitivity && session_.sensitivity->tokens > 0) {
     const SensitivityTable& t = *session_.sensitivity;
-    const bool same = QString::fromStdString(t.textSource) == QFileInfo(textPath_).fileName() &&
-                      (textTokens_ <= 0 || t.tokens == textTokens_);
+    // An estimate sweep measures its probes on the first tokens of the text only (as many as its
+    // forward-pass budget allows), so its table holds fewer tokens than were asked for.
+    const bool estimate = std::any_of(t.entries.begin(), t.entries.end(),
+                                      [](const SensitivityEntry& e) { return e.klSource == KlSource::Estimated; });
+    const bool sameText = QString::fromStdString(t.textSource) == QFileInfo(textPath_).fileName();
+    const bool same = sameText && (textTokens_ <= 0 || t.tokens == textTokens_ || (estimate && t.tokens < textTokens_));
+    if (same && estimate && (textTokens_ <= 0 || t.tokens < textTokens_))
+      text += tr(" (the sweep's KL probes ran on the first %1)").arg(t.tokens);
     if (!same)
       text += tr("  —  the results shown were measured on %1 tokens of %2; run the sweep again for this text")
                   .arg(t.tokens).arg(QString::fromStdString(t.textSource));

@@ -394,6 +394,39 @@ class TestMainWindow : public QObject {
     QCOMPARE(ws->sensitivityView()->measuredCells(), kl);
   }
 
+  // Issue 24 in the GUI: once calibrated, the automatic KL mode estimates on the CPU backend (one
+  // probe per layer); the summary says what is estimated, and the text line says where the probes
+  // ran instead of calling the table stale.
+  void automaticSweepEstimatesOnceCalibrated() {
+    MainWindow w;
+    QSignalSpy loaded(&w, &MainWindow::modelLoaded);
+    w.show();
+    w.openModel(qs::test::stories260K());
+    QVERIFY(loaded.wait(10'000));
+    QTRY_VERIFY_WITH_TIMEOUT(w.backend(), 10'000);
+    qs::app::Workspace* ws = w.workspace();
+    QCOMPARE(w.findChild<QComboBox*>("sensitivityMode")->currentIndex(), 0);  // automatic
+    ws->setEvalText(qs::test::datasetPath("text/tinyshakespeare.txt"), 3000);
+    ws->calibrate();
+    QTRY_VERIFY_WITH_TIMEOUT(!w.jobs()->busy(), 120'000);
+    QVERIFY(ws->session().calibration.has_value());
+    ws->runSensitivity();
+    QTRY_VERIFY_WITH_TIMEOUT(!w.jobs()->busy(), 300'000);
+    QVERIFY(ws->session().sensitivity.has_value());
+    int measured = 0, estimated = 0;
+    for (const auto& e : ws->session().sensitivity->entries) {
+      measured += e.klSource == qs::KlSource::Measured;
+      estimated += e.klSource == qs::KlSource::Estimated;
+    }
+    QVERIFY(measured > 0);
+    QVERIFY(estimated > measured);  // several formats per layer, one probe
+    QVERIFY(w.findChild<QLabel*>("sensitivitySummary")->text().contains(QString("%1 estimated").arg(estimated)));
+    const QString label = w.findChild<QLabel*>("evalTextLabel")->text();
+    QVERIFY2(!label.contains("run the sweep again"), qPrintable(label));
+    if (ws->session().sensitivity->tokens < 3000)
+      QVERIFY2(label.contains(QString("probes ran on the first %1").arg(ws->session().sensitivity->tokens)), qPrintable(label));
+  }
+
   void grabsNonBlankScreenshot() {
     MainWindow w;
     QSignalSpy loaded(&w, &MainWindow::modelLoaded);
