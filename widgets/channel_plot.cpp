@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "widgets/plot_export.h"
+#include "widgets/plot_tickers.h"
 
 namespace qs::widgets {
 
@@ -31,6 +32,7 @@ ChannelPlot::ChannelPlot(QWidget* parent) : QCustomPlot(parent) {
   outlierLines_->setPen(QPen(QColor(215, 45, 45), 1));
   threshold_ = new QCPItemStraightLine(this);
   threshold_->setPen(QPen(QColor(215, 45, 45), 1, Qt::DashLine));
+  xAxis->setTicker(makeIntegerTicker());  // channel indices
   legend->setVisible(true);
   legend->setFont(QFont(font().family(), 8));
   legend->setFillOrder(QCPLegend::foColumnsFirst);
@@ -97,6 +99,9 @@ void ChannelPlot::setValues(std::vector<double> values, const QString& yLabel, d
   threshold_->setVisible(median_ > 0);
   xAxis->setRange(-1, double(values_.size()));
   yAxis->setRange(0, top > 0 ? top * 1.08 : 1);
+  // Nothing to show yet (no calibration): no tick labels crowding an empty range of channels.
+  xAxis->setTickLabels(!values_.empty());
+  yAxis->setTickLabels(!values_.empty());
   replot(QCustomPlot::rpQueuedReplot);
 }
 

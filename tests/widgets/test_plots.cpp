@@ -147,6 +147,11 @@ class TestPlots : public QObject {
     QCOMPARE(plot.pointCount(), 300);
     QCOMPARE(plot.outlierCount(), 2);
     QCOMPARE(plot.median(), 1.0);
+    QVERIFY(plot.xAxis->tickLabels());
+    // Empty (a layer not calibrated yet): no tick labels over an empty channel range.
+    plot.setValues({}, "absmax");
+    QVERIFY(!plot.xAxis->tickLabels());
+    QVERIFY(!plot.yAxis->tickLabels());
   }
 
   void exportsPlotInThreeFormats_data() {
