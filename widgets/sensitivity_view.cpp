@@ -46,7 +46,9 @@ SensitivityView::SensitivityView(QWidget* parent) : QWidget(parent) {
   barFormat_->setSizeAdjustPolicy(QComboBox::AdjustToContents);
   summary_ = new QLabel;
   summary_->setObjectName(QStringLiteral("sensitivitySummary"));
-  summary_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Fixed);  // never widens the window
+  // Never widens the window: a long summary (estimate mode's counts) wraps onto a second line.
+  summary_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
+  summary_->setWordWrap(true);
   controls->addWidget(new QLabel(tr("Metric")));
   controls->addWidget(metricCombo_);
   controls->addSpacing(16);
@@ -321,6 +323,7 @@ void SensitivityView::rebuild() {
     summary += tr(" on %1 tokens of %2").arg(table_.tokens).arg(QString::fromStdString(table_.textSource));
   if (notApplicableCells() > 0) summary += tr(" · grey: not applicable (%1)").arg(notApplicableCells());
   summary_->setText(summary);
+  summary_->setToolTip(summary);
 }
 
 void SensitivityView::rebuildBars() {
