@@ -47,15 +47,30 @@
 
 using qs::app::MainWindow;
 
+namespace {
+// Shows the window, opens stories260K and waits for the model and the compute backend (jobs need
+// both).
+bool openStoriesReady(MainWindow& w, QSignalSpy& loaded) {
+  w.show();
+  w.openModel(qs::test::stories260K());
+  if (!loaded.wait(10'000)) return false;
+  return QTest::qWaitFor([&w] { return bool(w.backend()); }, 10'000);
+}
+}  // namespace
+
 class TestMainWindow : public QObject {
   Q_OBJECT
   QTemporaryDir settingsDir_;
+  QTemporaryDir homeDir_;
 
  private slots:
   void initTestCase() {
     // Tests never touch the user's settings.
     QSettings::setPath(QSettings::NativeFormat, QSettings::UserScope, settingsDir_.path());
     qs::app::setApplicationIdentity();
+    // ctest runs each test function as a process of its own, in parallel: each gets its own
+    // home, so one process's clean start never deletes the sessions another is writing.
+    qputenv("HOME", homeDir_.path().toLocal8Bit());
     QStandardPaths::setTestModeEnabled(true);  // sessions in the test data folder, started clean
     QDir(QStandardPaths::writableLocation(QStandardPaths::AppDataLocation) + "/sessions").removeRecursively();
   }
@@ -366,10 +381,7 @@ class TestMainWindow : public QObject {
   void cancelledSweepKeepsItsRowsAndTextComesBack() {
     MainWindow w;
     QSignalSpy loaded(&w, &MainWindow::modelLoaded);
-    w.show();
-    w.openModel(qs::test::stories260K());
-    QVERIFY(loaded.wait(10'000));
-    QTRY_VERIFY_WITH_TIMEOUT(w.backend(), 10'000);
+    QVERIFY(openStoriesReady(w, loaded));
     qs::app::Workspace* ws = w.workspace();
     const QString text = qs::test::datasetPath("text/tinyshakespeare.txt");
     ws->setEvalText(text, 3000);
@@ -400,19 +412,16 @@ class TestMainWindow : public QObject {
   void automaticSweepEstimatesOnceCalibrated() {
     MainWindow w;
     QSignalSpy loaded(&w, &MainWindow::modelLoaded);
-    w.show();
-    w.openModel(qs::test::stories260K());
-    QVERIFY(loaded.wait(10'000));
-    QTRY_VERIFY_WITH_TIMEOUT(w.backend(), 10'000);
+    QVERIFY(openStoriesReady(w, loaded));
     qs::app::Workspace* ws = w.workspace();
     QCOMPARE(w.findChild<QComboBox*>("sensitivityMode")->currentIndex(), 0);  // automatic
     ws->setEvalText(qs::test::datasetPath("text/tinyshakespeare.txt"), 3000);
+    // Wait on the results, not on the runner (a job may not have started yet when it is asked).
     ws->calibrate();
-    QTRY_VERIFY_WITH_TIMEOUT(!w.jobs()->busy(), 120'000);
-    QVERIFY(ws->session().calibration.has_value());
+    QTRY_VERIFY_WITH_TIMEOUT(ws->session().calibration.has_value(), 120'000);
     ws->runSensitivity();
-    QTRY_VERIFY_WITH_TIMEOUT(!w.jobs()->busy(), 300'000);
-    QVERIFY(ws->session().sensitivity.has_value());
+    QTRY_VERIFY_WITH_TIMEOUT(ws->session().sensitivity.has_value(), 300'000);
+    QTRY_VERIFY_WITH_TIMEOUT(!w.jobs()->busy(), 30'000);
     int measured = 0, estimated = 0;
     for (const auto& e : ws->session().sensitivity->entries) {
       measured += e.klSource == qs::KlSource::Measured;

@@ -89,6 +89,12 @@ class TestAnalysisJobs : public QObject {
     e.bos = m_.tokenizer->bos();
     return e;
   }
+  // The calibration a sensitivity sweep of these tokens rests on.
+  CalibrationResult calibrated(Runtime& rt, int64_t tokens, int64_t ctx) const {
+    CalibrationOptions co;
+    co.eval = eval(tokens, ctx);
+    return runCalibration(rt, cpu_->stats(), text_, co);
+  }
 
  private slots:
   void calibrationMatchesAnIndependentTap() {
@@ -144,9 +150,7 @@ class TestAnalysisJobs : public QObject {
 
   void sensitivityCellsMatchAFullForwardPass() {
     Runtime rt(*m_.file, m_.graph, *cpu_);
-    CalibrationOptions co;
-    co.eval = eval(128, 64);
-    const CalibrationResult calib = runCalibration(rt, cpu_->stats(), text_, co);
+    const CalibrationResult calib = calibrated(rt, 128, 64);
     SensitivityOptions o;
     o.eval = eval(128, 64);
     o.formats = {parseQuantFormat("int4-g32-sym"), parseQuantFormat("int8-ch-sym"), parseQuantFormat("fp16"),
@@ -255,9 +259,7 @@ class TestAnalysisJobs : public QObject {
   // over every cell.
   void estimateModeAgainstTheExactSweep() {
     Runtime rt(*m_.file, m_.graph, *cpu_);
-    CalibrationOptions co;
-    co.eval = eval(128, 64);
-    const CalibrationResult calib = runCalibration(rt, cpu_->stats(), text_, co);
+    const CalibrationResult calib = calibrated(rt, 128, 64);
     SensitivityOptions o;
     o.eval = eval(128, 64);
     o.formats = {parseQuantFormat("int4-g32-sym"), parseQuantFormat("int8-ch-sym"), parseQuantFormat("fp16"),
@@ -378,9 +380,7 @@ class TestAnalysisJobs : public QObject {
   // format's probe, the floating-point ones from the largest-error float format's.
   void estimatePerFamilyProbes() {
     Runtime rt(*m_.file, m_.graph, *cpu_);
-    CalibrationOptions co;
-    co.eval = eval(96, 48);
-    const CalibrationResult calib = runCalibration(rt, cpu_->stats(), text_, co);
+    const CalibrationResult calib = calibrated(rt, 96, 48);
     SensitivityOptions o;
     o.eval = eval(96, 48);
     o.formats = {parseQuantFormat("int4-g32-sym"), parseQuantFormat("int8-ch-sym"), parseQuantFormat("fp8e4m3-ch"),
@@ -422,9 +422,7 @@ class TestAnalysisJobs : public QObject {
   // passes over the evaluation tokens, never below kMinProbeTokens; no calibration is BadInput.
   void estimateProbeTokensFollowTheBudget() {
     Runtime rt(*m_.file, m_.graph, *cpu_);
-    CalibrationOptions co;
-    co.eval = eval(64, 64);
-    const CalibrationResult calib = runCalibration(rt, cpu_->stats(), text_, co);
+    const CalibrationResult calib = calibrated(rt, 64, 64);
     SensitivityOptions o;
     o.eval = eval(300, 150);
     o.formats = {parseQuantFormat("int8-ch-sym"), parseQuantFormat("fp16")};
