@@ -346,7 +346,10 @@ void LayerView::setAnalysis(const LayerAnalysis& a) {
   std::vector<HistogramSeries> series{toSeries(a.weights, tr("weights"), QColor(40, 100, 200))};
   if (a.quantized) series.push_back(toSeries(a.fakeQuant, tr("after %1").arg(fmt), QColor(230, 120, 20)));
   tensorPlot_->setSeries(std::move(series));
-  tensorPlot_->setGrid(a.tensorLevels, a.quantized ? a.clipLo : 1, a.quantized ? a.clipHi : 0);
+  // A ggml block type has no clip of its own: each block picks its scale (and minimum) inside.
+  const bool ggml = quantKindTraits(a.format.weight.kind).cls == QuantClass::Ggml;
+  const bool clipped = a.quantized && !ggml;
+  tensorPlot_->setGrid(a.tensorLevels, clipped ? a.clipLo : 1, clipped ? a.clipHi : 0);
   tensorPlot_->setTitle(tr("Whole tensor (%1 values)").arg(loc.toString(qlonglong(a.rows * a.cols))));
 
   channelPlot_->setValues(std::vector<double>(a.channelAbsmax.begin(), a.channelAbsmax.end()),
@@ -386,8 +389,11 @@ void LayerView::showCell() {
   if (!a.quantized || a.cellCount == 0) {
     cellPlot_->setSeries({});
     cellPlot_->setGrid({}, 1, 0);
-    cellPlot_->setTitle(a.quantized ? tr("No scale grid: %1 is a plain cast").arg(QString::fromStdString(formatToString(a.format)))
-                                    : tr("No quantization grid (unquantised format)"));
+    const QString fmt = QString::fromStdString(formatToString(a.format));
+    cellPlot_->setTitle(!a.quantized ? tr("No quantization grid (unquantised format)")
+                        : quantKindTraits(a.format.weight.kind).cls == QuantClass::Ggml
+                            ? tr("No grid shown: %1 keeps a scale per ggml block").arg(fmt)
+                            : tr("No scale grid: %1 is a plain cast").arg(fmt));
     cellInfo_->clear();
     return;
   }
