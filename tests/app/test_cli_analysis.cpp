@@ -3,6 +3,7 @@
 // content afterwards, and the failures a user meets (a corrupt session file, a session of
 // another model, a bad format) as exit code 2 with one line on stderr.
 #include <QtTest>
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -73,8 +74,25 @@ class TestCliAnalysis : public QObject {
                               "--speed-tokens", "8", "--json"});
     QVERIFY2(front.code == 0, front.err.c_str());
     const auto fj = nlohmann::json::parse(front.out);
-    QVERIFY(fj["points"].size() >= 2);
-    for (const auto& pt : fj["points"]) QVERIFY(pt["predicted_speedup"].get<double>() > 0);
+    // How many points the front has depends on the timings (on a loaded CI machine int4 may time
+    // slower than FP16 on this 64-wide model, and the front is then FP16 alone), so the test checks
+    // what holds for any timings: every point has a speedup, no point dominates another, and the
+    // all-FP16 plan (error 0, speedup 1) is not beaten in speed by the front's fastest point.
+    const auto& pts = fj["points"];
+    QVERIFY(!pts.empty());
+    double fastest = 0;
+    for (const auto& pt : pts) {
+      QVERIFY(pt["predicted_speedup"].get<double>() > 0);
+      fastest = std::max(fastest, pt["predicted_speedup"].get<double>());
+    }
+    QVERIFY2(fastest >= 1.0 - 1e-9, front.out.c_str());
+    for (const auto& a : pts)
+      for (const auto& b : pts) {
+        if (&a == &b) continue;
+        const bool dominates = a["predicted_speedup"].get<double>() >= b["predicted_speedup"].get<double>() &&
+                               a["predicted_error"].get<double>() < b["predicted_error"].get<double>();
+        QVERIFY2(!dominates, front.out.c_str());
+      }
 
     const qs::Session s = qs::loadSession(session);
     QVERIFY(s.calibration && s.sensitivity && s.speed);
