@@ -6,7 +6,8 @@
 
 namespace qs::cli {
 
-enum ExitCode { kExitOk = 0, kExitFailure = 1, kExitBadInput = 2 };
+// 130 (128 + SIGINT): a job stopped by Ctrl-C that kept what it had finished (sensitivity).
+enum ExitCode { kExitOk = 0, kExitFailure = 1, kExitBadInput = 2, kExitInterrupted = 130 };
 
 int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& err);
 

@@ -2,17 +2,21 @@
 //                                  [--formats F,F,…] [--mode exact|estimate|proxies]
 //                                  [--probe-tokens N | --probe-budget P] [--probes one|family]
 //                                  [--compare TABLE.json]
-//                                  [--proxies-only] [--table FILE] [--json]
+//                                  [--proxies-only] [--table FILE] [--resume] [--json]
 // Every linear layer × candidate format: the proxies and, with only that layer quantised, the
 // end-to-end KL, perplexity and top-1 agreement (--mode exact), or per layer one measured probe
 // and every other cell's KL estimated as gain × output error (--mode estimate, sensitivity.h);
 // Spearman ρ of each proxy against the measured KL; with --compare, ρ of this table's KL against
 // another table's (an exact sweep). Reuses the session's calibration (or calibrates first and
-// stores it); stores the table.
+// stores it); stores the table. Ctrl-C stops the sweep and keeps what it measured (exit 130);
+// --resume continues it.
 #include <chrono>
+#include <filesystem>
 #include <map>
 
 #include "app/cli/analysis_support.h"
+#include "app/cli/cli.h"
+#include "app/cli/interrupt.h"
 #include "app/cli/text_table.h"
 #include "core/analysis/sensitivity.h"
 #include "core/analysis/tables_json.h"
@@ -50,7 +54,7 @@ std::vector<QuantFormat> parseFormatList(const std::string& list) {
 void registerSensitivity(CLI::App& app, CliContext& ctx) {
   struct Args : AnalysisArgs {
     std::string formats, table, mode = "exact", compare, probes = "one";
-    bool proxiesOnly = false;
+    bool proxiesOnly = false, resume = false;
     int jobs = 0;
     int64_t probeTokens = 0;
     double probeBudget = 0;
@@ -83,6 +87,9 @@ void registerSensitivity(CLI::App& app, CliContext& ctx) {
                   "weight copies stay under 2 GiB)")
       ->check(CLI::Range(0, 256));
   cmd->add_option("--table", a->table, "Also write the table as the planner's JSON to this file");
+  cmd->add_flag("--resume", a->resume,
+                "Continue a sweep stopped by Ctrl-C: the cells the session's table (or the --table file) "
+                "measured are kept, the others measured (same tokens, text and model, else exit 2)");
   cmd->callback([&ctx, a] {
     // Option values first: a bad one is one line naming it, before any work.
     const auto mode = sensitivityModeFromName(a->mode);
@@ -114,6 +121,11 @@ void registerSensitivity(CLI::App& app, CliContext& ctx) {
     if (!a->formats.empty()) o.formats = parseFormatList(a->formats);
     std::optional<SensitivityTable> against;
     if (!a->compare.empty()) against = loadSensitivityTable(a->compare);
+    if (a->resume && o.mode == SensitivityMode::Proxies)
+      throw Error(ErrorKind::BadInput, "resumes end-to-end measurements, which --mode proxies does not make", {},
+                  "--resume");
+    if (a->resume && a->session.empty() && a->table.empty())
+      throw Error(ErrorKind::BadInput, "needs --session or --table: where the stopped sweep was kept", {}, "--resume");
 
     TerminalProgress progress;
     AnalysisSetup s = setUpAnalysis(ctx, *a, progress);
@@ -124,9 +136,52 @@ void registerSensitivity(CLI::App& app, CliContext& ctx) {
     const bool e2e = o.mode != SensitivityMode::Proxies;
     const WorkerRuntimes workers = e2e ? makeWorkerRuntimes(s, a->jobs, progress) : WorkerRuntimes{};
     o.workers = workers.pointers();
+    std::optional<SensitivityTable> resumeFrom;
+    if (a->resume) {
+      if (s.session && s.session->sensitivity) resumeFrom = *s.session->sensitivity;
+      else if (!a->table.empty() && std::filesystem::exists(a->table)) resumeFrom = loadSensitivityTable(a->table);
+      else
+        throw Error(ErrorKind::BadInput,
+                    "nothing to resume: " + (a->session.empty() ? a->table + " does not exist"
+                                                                : a->session + " holds no sensitivity table"),
+                    {}, "--resume");
+      o.resume = &*resumeFrom;
+      o.resumeStrict = true;
+    }
+    // Ctrl-C: the sweep stops at its next cell and what it measured is kept (session, --table).
+    InterruptScope interrupt;
+    JobContext job = progressContext(progress);
+    job.cancelFlag = interrupt.flag();
+    SensitivityTable partial;
+    o.partial = &partial;
     const auto t0 = std::chrono::steady_clock::now();
-    SensitivityResult r = runSensitivity(*s.run.runtime, *s.stats, s.tokens, &calib, o,
-                                         progressContext(progress));
+    SensitivityResult r;
+    try {
+      r = runSensitivity(*s.run.runtime, *s.stats, s.tokens, &calib, o, job);
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::Cancelled || !interrupt.interrupted()) throw;
+      int64_t measured = 0;
+      for (const SensitivityEntry& en : partial.entries) measured += en.klSource == KlSource::Measured;
+      std::string kept;
+      if (measured > 0) {
+        if (s.session) {
+          s.session->sensitivity = partial;
+          saveIfSession(*a, s);
+          kept = " in " + a->session;
+        }
+        if (!a->table.empty()) {
+          writeFileAtomically(a->table, sensitivityTableToJson(partial));
+          kept += (kept.empty() ? " in " : " and ") + a->table;
+        }
+      }
+      ctx.err << "sensitivity: interrupted; " << measured << " measured cells kept" << (kept.empty() ? " nowhere (no --session or --table)" : kept)
+              << ", " << cellsWithoutKl(partial) << " cells left" << (kept.empty() ? "" : ": run the same command with --resume to measure them") << "\n";
+      ctx.exitCode = kExitInterrupted;
+      return;
+    }
+    if (r.resumedCells > 0)
+      ctx.err << "resumed: " << r.resumedCells << " measured cells kept from the stopped sweep, " << r.cells
+              << " measured now\n";
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const SensitivityTable& t = r.table;
     if (s.session) s.session->sensitivity = t;
@@ -151,6 +206,7 @@ void registerSensitivity(CLI::App& app, CliContext& ctx) {
                      {"cells_s", r.cellSeconds},
                      {"cells", r.cells},
                      {"estimated_cells", r.estimatedCells},
+                     {"resumed_cells", r.resumedCells},
                      {"eval_tokens", r.evalTokens},
                      {"probe_tokens", r.probeTokens},
                      {"forward_equivalents", r.forwardEquivalents},

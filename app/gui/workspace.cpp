@@ -105,11 +105,12 @@ Workspace::Workspace(JobRunner* jobs, QObject* parent) : QObject(parent), jobs_(
   textPath_ = QDir(d).filePath(QStringLiteral("tinystories_validation_head.txt"));
   buildPages();
   // A cancelled sweep keeps what it measured: every finished row stays in the session (and the
-  // heatmap), the cells not reached stay blank. (A 1.5-hour sweep cancelled at 80 % keeps 80 %.)
+  // heatmap), the cells not reached stay blank, and the next sweep measures only those. (A
+  // 1.5-hour sweep cancelled at 80 % keeps 80 %.)
   connect(jobs_, &JobRunner::jobCancelled, this, [this](quint64 id, const QString&) {
     if (id != sweepJob_ || !partialSweep_) return;
     int measured = 0;
-    for (const SensitivityEntry& e : partialSweep_->entries) measured += std::isfinite(e.kl);
+    for (const SensitivityEntry& e : partialSweep_->entries) measured += e.klSource == KlSource::Measured;
     if (measured > 0) {
       session_.sensitivity = *partialSweep_;
       sensitivityView_->setTable(*partialSweep_);
@@ -117,7 +118,7 @@ Workspace::Workspace(JobRunner* jobs, QObject* parent) : QObject(parent), jobs_(
       markDirty();
       updateTextLabel();
       emit sensitivityChanged();
-      emit message(tr("Sweep cancelled: kept %1 measured cells").arg(measured));
+      emit message(tr("Sweep cancelled: kept %1 measured cells (the next sweep resumes from them)").arg(measured));
     }
     partialSweep_.reset();
   });
@@ -446,7 +447,12 @@ void Workspace::runSensitivity() {
   const SensitivityMode mode = modeChoice >= 0 ? SensitivityMode(modeChoice)
                                : p->backend->kind() == BackendKind::Cpu && p->calibration ? SensitivityMode::Estimate
                                                                                            : SensitivityMode::Exact;
-  sweepJob_ = jobs_->submit(QStringLiteral("sensitivity"), tr("Sensitivity sweep"), [p, self, mode, formats = sweepFormats_](const JobContext& ctx) -> std::function<void()> {
+  // A cancelled sweep (the session's table has cells left to measure) resumes: the cells it
+  // measured are kept when the tokens, text and model are the same (runSensitivity checks).
+  std::shared_ptr<const SensitivityTable> resume;
+  if (session_.sensitivity && cellsWithoutKl(*session_.sensitivity) > 0)
+    resume = std::make_shared<SensitivityTable>(*session_.sensitivity);
+  sweepJob_ = jobs_->submit(QStringLiteral("sensitivity"), tr("Sensitivity sweep"), [p, self, mode, resume, formats = sweepFormats_](const JobContext& ctx) -> std::function<void()> {
     int32_t bos = -1;
     ctx.progress(0, "tokenizing");
     const std::vector<int32_t> ids = p->tokenize(&bos);
@@ -457,6 +463,9 @@ void Workspace::runSensitivity() {
     o.modelHash = p->hash;
     o.formats = formats;
     o.mode = mode;
+    o.resume = resume.get();
+    SensitivityTable partial;
+    o.partial = &partial;
     SensitivityCallbacks cb;
     auto last = std::make_shared<Clock::time_point>(Clock::now() - kLiveInterval);
     auto post = [self, last](const SensitivityTable& t, bool force) {
@@ -472,10 +481,25 @@ void Workspace::runSensitivity() {
     cb.onProxies = [post](const SensitivityTable& t) { post(t, true); };
     // Every finished row reaches the GUI (force): a Cancel keeps all of them, not the last drawn.
     cb.onRow = [post](const SensitivityTable& t, size_t) { post(t, true); };
-    auto r = std::make_shared<SensitivityResult>(
-        qs::runSensitivity(rt, p->backend->stats(), ids, p->calibration.get(), o, ctx, cb));
-    return [self, r] {
+    std::shared_ptr<SensitivityResult> r;
+    try {
+      r = std::make_shared<SensitivityResult>(
+          qs::runSensitivity(rt, p->backend->stats(), ids, p->calibration.get(), o, ctx, cb));
+    } catch (const Error& e) {
+      // Every measured cell, not only the finished rows, reaches the GUI before the job's
+      // cancellation does (both are queued to the GUI thread, in this order).
+      if (e.kind() == ErrorKind::Cancelled && !partial.entries.empty()) post(partial, true);
+      throw;
+    }
+    return [self, r, resumed = resume != nullptr] {
       if (!self) return;
+      if (r->resumedCells > 0)
+        emit self->message(tr("Sweep resumed: %1 cells kept from the cancelled sweep, %2 measured now")
+                               .arg(r->resumedCells)
+                               .arg(r->cells));
+      else if (resumed && !r->resumeNote.empty())
+        emit self->message(tr("Measured every cell: the cancelled sweep could not be resumed (%1)")
+                               .arg(QString::fromStdString(r->resumeNote)));
       self->partialSweep_.reset();
       self->session_.sensitivity = r->table;
       self->sensitivityView_->setTable(r->table);

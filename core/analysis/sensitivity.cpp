@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <condition_variable>
 #include <exception>
 #include <map>
@@ -107,11 +108,64 @@ std::vector<ProxyCorrelation> klRankCorrelations(const SensitivityTable& a, cons
   return out;
 }
 
+std::string resumeMismatch(const SensitivityTable& previous, const SensitivityTable& current) {
+  auto num = [](double v) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.6g", v);
+    return std::string(b);
+  };
+  if (!previous.modelHash.empty() && !current.modelHash.empty() && previous.modelHash != current.modelHash)
+    return "it was measured on another model";
+  if (!previous.textSource.empty() && !current.textSource.empty() && previous.textSource != current.textSource)
+    return "it was measured on " + previous.textSource + ", this sweep on " + current.textSource;
+  if (previous.tokens != current.tokens || previous.context != current.context)
+    return "it was measured on " + std::to_string(previous.tokens) + " tokens in windows of " +
+           std::to_string(previous.context) + ", this sweep on " + std::to_string(current.tokens) + " in windows of " +
+           std::to_string(current.context);
+  if (previous.layers.size() != current.layers.size())
+    return "it has " + std::to_string(previous.layers.size()) + " layers, the model " +
+           std::to_string(current.layers.size());
+  for (size_t i = 0; i < current.layers.size(); ++i)
+    if (previous.layers[i].weightName != current.layers[i].weightName)
+      return "its layer " + std::to_string(i) + " is '" + previous.layers[i].weightName + "', the model's '" +
+             current.layers[i].weightName + "'";
+  // The same tokens scored the same way give the same unquantised perplexity (the runtime is
+  // deterministic); another protocol or backend does not.
+  const double a = previous.basePerplexity, b = current.basePerplexity;
+  if (!(std::isfinite(a) && std::isfinite(b) && std::abs(a - b) <= 1e-9 * std::max(std::abs(a), std::abs(b))))
+    return "its unquantised perplexity (" + num(a) + ") is not this sweep's (" + num(b) +
+           "): another protocol, backend or text";
+  return {};
+}
+
+int64_t cellsWithoutKl(const SensitivityTable& table) {
+  int64_t n = 0;
+  for (const SensitivityEntry& e : table.entries) n += e.applicable && !std::isfinite(e.kl);
+  return n;
+}
+
+static void sensitivityInto(SensitivityResult& res, Runtime& rt, StatsOps& stats, std::span<const int32_t> text,
+                            const CalibrationResult* calibration, const SensitivityOptions& options,
+                            const JobContext& ctx, const SensitivityCallbacks& callbacks);
+
 SensitivityResult runSensitivity(Runtime& rt, StatsOps& stats, std::span<const int32_t> text,
                                  const CalibrationResult* calibration,
                                  const SensitivityOptions& options, const JobContext& ctx,
                                  const SensitivityCallbacks& callbacks) {
   SensitivityResult res;
+  try {
+    sensitivityInto(res, rt, stats, text, calibration, options, ctx, callbacks);
+  } catch (...) {
+    // Every worker thread has been joined by now (their owner is gone): the table is still.
+    if (options.partial) *options.partial = res.table;
+    throw;
+  }
+  return res;
+}
+
+static void sensitivityInto(SensitivityResult& res, Runtime& rt, StatsOps& stats, std::span<const int32_t> text,
+                            const CalibrationResult* calibration, const SensitivityOptions& options,
+                            const JobContext& ctx, const SensitivityCallbacks& callbacks) {
   SensitivityTable& t = res.table;
   t.formats = options.formats.empty() ? defaultSensitivityCandidates() : options.formats;
   for (const QuantFormat& f : t.formats) validateQuantFormat(f);
@@ -251,7 +305,7 @@ SensitivityResult runSensitivity(Runtime& rt, StatsOps& stats, std::span<const i
     for (size_t i = 0; i < L; ++i)
       if (callbacks.onRow) callbacks.onRow(t, i);
     ctx.progress(1.0, "sensitivity");
-    return res;
+    return;
   }
 
   // The cells to measure: every applicable one, or (estimate) each layer's probe and the cells
@@ -281,6 +335,35 @@ SensitivityResult runSensitivity(Runtime& rt, StatsOps& stats, std::span<const i
       if (p >= 0) pairs.push_back({i, size_t(p)});
     res.probeFormat[i] = probe[0] >= 0 ? probe[0] : probe[1];
     if (probe[0] >= 0 && probe[1] >= 0) res.floatProbeFormat[i] = probe[1];
+  }
+  // Resuming: the cells the previous (cancelled) sweep measured are taken over, not measured.
+  if (options.resume) {
+    const SensitivityTable& prev = *options.resume;
+    res.resumeNote = resumeMismatch(prev, t);
+    if (!res.resumeNote.empty() && options.resumeStrict)
+      throw Error(ErrorKind::BadInput, "cannot resume from that sweep: " + res.resumeNote, {}, "resume");
+    if (res.resumeNote.empty()) {
+      std::vector<int> prevFormat(F, -1);
+      for (size_t f = 0; f < F; ++f)
+        for (size_t g = 0; g < prev.formats.size(); ++g)
+          if (formatToString(prev.formats[g]) == formatToString(t.formats[f])) prevFormat[f] = int(g);
+      std::vector<Pair> left;
+      for (const Pair& p : pairs) {
+        const int g = prevFormat[p.format];
+        const SensitivityEntry* e = g >= 0 ? &prev.at(p.layer, size_t(g)) : nullptr;
+        if (!e || e->klSource != KlSource::Measured || !std::isfinite(e->kl)) {
+          left.push_back(p);
+          continue;
+        }
+        SensitivityEntry& d = t.at(p.layer, p.format);
+        d.kl = e->kl;
+        d.perplexity = e->perplexity;
+        d.top1Agreement = e->top1Agreement;
+        d.klSource = KlSource::Measured;
+        ++res.resumedCells;
+      }
+      pairs = std::move(left);
+    }
   }
   for (const Pair& p : pairs) totalWork += blocksToRun(p.layer);
   res.cells = int64_t(pairs.size());
@@ -448,7 +531,6 @@ SensitivityResult runSensitivity(Runtime& rt, StatsOps& stats, std::span<const i
   res.cellSeconds = since(t0);
   res.correlations = proxyCorrelations(t);
   ctx.progress(1.0, "sensitivity");
-  return res;
 }
 
 }  // namespace qs

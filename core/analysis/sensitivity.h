@@ -88,7 +88,28 @@ struct SensitivityOptions {
   // a small model). Only for a runtime in host memory (the cached reference is shared). Empty:
   // everything runs on the calling thread.
   std::vector<Runtime*> workers;
+  // Resuming a cancelled sweep: every cell this table measured end to end (kl_source measured,
+  // a finite KL) for a layer and format of this sweep is taken over instead of measured again —
+  // when the table was made on the same evaluation tokens, model and text (resumeMismatch()
+  // below is empty). Estimated cells are not taken over (the probes price them again).
+  const SensitivityTable* resume = nullptr;
+  // What to do with a `resume` table that does not match: true: BadInput (field "resume", the
+  // CLI's --resume); false: measure everything and say why in SensitivityResult::resumeNote.
+  bool resumeStrict = false;
+  // On an error or a cancellation, the table as far as it got (every measured cell in it) is
+  // copied here before the exception leaves: what a cancelled sweep keeps.
+  SensitivityTable* partial = nullptr;
 };
+
+// Why `previous` cannot resume into `current` ("" when it can): `current` is the new sweep's
+// table once its reference pass ran (tokens, context, base perplexity known). Compared: model
+// hash and text source (when both are set), evaluation tokens and window length, the layers'
+// weight names, and the unquantised model's perplexity on those tokens (a different protocol,
+// backend or text scores other positions or other numbers).
+std::string resumeMismatch(const SensitivityTable& previous, const SensitivityTable& current);
+// Applicable cells of `table` without a KL figure (what a resumed sweep still has to do, for a
+// table of the same formats).
+int64_t cellsWithoutKl(const SensitivityTable& table);
 
 // Spearman's rank correlation between a proxy and end-to-end KL across layers.
 struct ProxyCorrelation {
@@ -114,6 +135,8 @@ struct SensitivityResult {
   double exactForwardEquivalents = 0;  // what measuring every applicable cell would cost
   int64_t cells = 0;                   // cells measured end to end
   int64_t estimatedCells = 0;          // cells estimated (estimate mode)
+  int64_t resumedCells = 0;            // measured cells taken over from options.resume
+  std::string resumeNote;              // why options.resume was not used ("" when it was, or none given)
   int64_t evalTokens = 0;              // text tokens of the evaluation windows asked for
   int64_t probeTokens = 0;             // text tokens behind the measured figures
   // Estimate mode, per layer: the probe's format index (-1: none: no weight-only format with an

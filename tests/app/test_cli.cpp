@@ -2,6 +2,8 @@
 // in-process (runCli) and through the real binary.
 #include <QProcess>
 #include <QtTest>
+#include <csignal>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -102,6 +104,70 @@ class TestCli : public QObject {
     QCOMPARE(r.code, 2);
     r = runBinary({"inspect", "a", "--no-such-flag"});
     QCOMPARE(r.code, 2);
+  }
+
+  // Issue 24: Ctrl-C during a sweep keeps what it measured (session and --table, exit 130), and
+  // --resume measures only the rest, ending with the table an uninterrupted sweep makes.
+  void ctrlCKeepsTheSweepAndResumeFinishesIt() {
+    const std::string model = qs::test::stories260K().toStdString();
+    const std::string session = tmp_.filePath("sweep.qsession").toStdString();
+    const std::string table = tmp_.filePath("sweep.json").toStdString();
+    const Run cal = runInProcess({"--backend", "cpu", "calibrate", model, "--session", session, "--tokens", "511"});
+    QVERIFY2(cal.code == 0, cal.err.c_str());
+    const std::string untouched = tmp_.filePath("untouched.qsession").toStdString();
+    QVERIFY(QFile::copy(QString::fromStdString(session), QString::fromStdString(untouched)));
+
+    QProcess p;
+    p.start(QStringLiteral(QS_CLI_EXE), {"--backend", "cpu", "sensitivity", QString::fromStdString(model), "--session",
+                                         QString::fromStdString(session), "--tokens", "511", "--jobs", "1", "--table",
+                                         QString::fromStdString(table)});
+    QVERIFY(p.waitForStarted());
+    QByteArray err;
+    QElapsedTimer t;
+    t.start();
+    while (!err.contains("calibration: from the session") && t.elapsed() < 60'000 && p.state() == QProcess::Running) {
+      p.waitForReadyRead(100);
+      err += p.readAllStandardError();
+    }
+    QVERIFY2(err.contains("calibration: from the session"), err.constData());
+    QThread::msleep(1000);  // into the cells (the whole sweep takes ~10 s of one core)
+    QVERIFY2(p.state() == QProcess::Running, "the sweep ended before Ctrl-C: give it more work");
+    ::kill(pid_t(p.processId()), SIGINT);
+    QVERIFY(p.waitForFinished(60'000));
+    err += p.readAllStandardError();
+    QCOMPARE(p.exitStatus(), QProcess::NormalExit);
+    QCOMPARE(p.exitCode(), 130);
+    QVERIFY2(err.contains("sensitivity: interrupted; ") && err.contains("cells left"), err.constData());
+    const int kept = QString::fromUtf8(err).section("interrupted; ", 1).section(' ', 0, 0).toInt();
+    if (kept > 0) {
+      QVERIFY2(err.contains("kept in " + QByteArray::fromStdString(session) + " and " + QByteArray::fromStdString(table)),
+               err.constData());
+      QVERIFY(std::filesystem::exists(table));
+    }
+
+    const Run resumed = runInProcess({"--backend", "cpu", "sensitivity", model, "--session", session, "--tokens", "511",
+                                      "--resume", "--json"});
+    QVERIFY2(resumed.code == 0, resumed.err.c_str());
+    const auto rj = nlohmann::json::parse(resumed.out);
+    QCOMPARE(rj["timing"]["resumed_cells"].get<int>(), kept);
+    const Run whole = runInProcess({"--backend", "cpu", "sensitivity", model, "--session", untouched, "--tokens", "511", "--json"});
+    QVERIFY2(whole.code == 0, whole.err.c_str());
+    const auto wj = nlohmann::json::parse(whole.out);
+    QCOMPARE(rj["timing"]["cells"].get<int>() + kept, wj["timing"]["cells"].get<int>());
+    for (size_t l = 0; l < wj["layers"].size(); ++l)
+      for (const auto& [f, fig] : wj["layers"][l]["figures"].items()) {
+        const auto& a = fig["kl"];
+        const auto& b = rj["layers"][l]["figures"][f]["kl"];
+        QCOMPARE(a.is_null(), b.is_null());
+        if (!a.is_null())
+          QVERIFY2(std::abs(a.get<double>() - b.get<double>()) <= 1e-9 * std::abs(a.get<double>()) + 1e-15,
+                   (f + " of layer " + std::to_string(l)).c_str());
+      }
+    // Nothing to resume from: one line, exit 2.
+    const Run none = runInProcess({"--backend", "cpu", "sensitivity", model, "--tokens", "64", "--resume"});
+    QCOMPARE(none.code, 2);
+    QCOMPARE(lineCount(none.err), 1);
+    QVERIFY2(none.err.find("--resume") != std::string::npos, none.err.c_str());
   }
 
   void helpExitsZero() {

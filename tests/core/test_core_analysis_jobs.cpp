@@ -252,6 +252,73 @@ class TestAnalysisJobs : public QObject {
     QVERIFY(std::isnan(one.table.at(0, 0).weightedError));  // no calibration: no weighted proxy
   }
 
+  // Issue 24: a sweep stopped after k cells keeps exactly those k measured cells (options.partial),
+  // and resuming from them measures only the rest and ends with the uninterrupted sweep's table,
+  // figure for figure — in exact and in estimate mode (the probes kept). A table of other tokens
+  // does not resume: measured again, and said why (or BadInput when strict).
+  void stoppedSweepResumesToTheSameTable() {
+    Runtime rt(*m_.file, m_.graph, *cpu_);
+    const CalibrationResult calib = calibrated(rt, 96, 48);
+    for (const SensitivityMode mode : {SensitivityMode::Exact, SensitivityMode::Estimate}) {
+      SensitivityOptions o;
+      o.eval = eval(96, 48);
+      o.mode = mode;
+      o.formats = {parseQuantFormat("int4-g32-sym"), parseQuantFormat("int8-ch-sym"), parseQuantFormat("fp16")};
+      const SensitivityResult full = runSensitivity(rt, cpu_->stats(), text_, &calib, o);
+      QVERIFY(full.cells > 8);
+      std::atomic<bool> stop{false};
+      JobContext ctx;
+      ctx.cancelFlag = &stop;
+      size_t measuredSoFar = 0;
+      SensitivityCallbacks cb;
+      cb.onCell = [&](const SensitivityTable& t, size_t l, size_t f) {
+        if (t.at(l, f).klSource == KlSource::Measured && ++measuredSoFar == 7) stop = true;
+      };
+      SensitivityTable partial;
+      o.partial = &partial;
+      bool cancelled = false;
+      try {
+        runSensitivity(rt, cpu_->stats(), text_, &calib, o, ctx, cb);
+      } catch (const Error& e) {
+        cancelled = e.kind() == ErrorKind::Cancelled;
+      }
+      QVERIFY(cancelled);
+      int64_t kept = 0;
+      for (const auto& e : partial.entries) kept += e.klSource == KlSource::Measured;
+      QCOMPARE(kept, int64_t(7));  // the next cell stops at its first window
+      QVERIFY(cellsWithoutKl(partial) > 0);
+      QVERIFY(resumeMismatch(partial, full.table).empty());
+
+      o.partial = nullptr;
+      o.resume = &partial;
+      const SensitivityResult resumed = runSensitivity(rt, cpu_->stats(), text_, &calib, o);
+      QCOMPARE(resumed.resumedCells, int64_t(7));
+      QCOMPARE(resumed.cells, full.cells - 7);
+      QVERIFY(resumed.resumeNote.empty());
+      for (size_t k = 0; k < full.table.entries.size(); ++k) {
+        const auto& a = full.table.entries[k];
+        const auto& b = resumed.table.entries[k];
+        QVERIFY(a.klSource == b.klSource);
+        QVERIFY((std::isnan(a.kl) && std::isnan(b.kl)) || a.kl == b.kl);
+      }
+      QCOMPARE(cellsWithoutKl(resumed.table), int64_t(0));
+
+      // Other tokens: no resume.
+      o.eval = eval(64, 48);
+      const SensitivityResult other = runSensitivity(rt, cpu_->stats(), text_, &calib, o);
+      QCOMPARE(other.resumedCells, int64_t(0));
+      QVERIFY2(other.resumeNote.find("96 tokens") != std::string::npos, other.resumeNote.c_str());
+      o.resumeStrict = true;
+      bool refused = false;
+      try {
+        runSensitivity(rt, cpu_->stats(), text_, &calib, o);
+      } catch (const Error& e) {
+        refused = e.kind() == ErrorKind::BadInput && e.field() == "resume";
+      }
+      QVERIFY(refused);
+    }
+  }
+
   // Estimate mode against the exact sweep on the same (probe) tokens: each layer's probe is the
   // weight-only format with the largest output error, measured exactly (the same figure as the
   // exact sweep's cell); every other weight-only cell is marked estimated and is gain × its
