@@ -29,6 +29,7 @@
 #include <QUndoStack>
 #include <sys/stat.h>
 
+#include "core/analysis/sensitivity.h"
 #include "app/gui/gui_main.h"
 #include "app/gui/job_runner.h"
 #include "app/gui/workspace.h"
@@ -404,6 +405,14 @@ class TestMainWindow : public QObject {
     QCOMPARE(ws->evalTokens(), qint64(3000));
     QVERIFY(ws->session().sensitivity.has_value());  // the partial sweep, restored
     QCOMPARE(ws->sensitivityView()->measuredCells(), kl);
+    // Issue 24: the next sweep resumes — it measures only the cells left and says so.
+    QSignalSpy said(ws, &qs::app::Workspace::message);
+    ws->runSensitivity();
+    QTRY_VERIFY_WITH_TIMEOUT(ws->session().sensitivity && qs::cellsWithoutKl(*ws->session().sensitivity) == 0, 300'000);
+    QTRY_VERIFY_WITH_TIMEOUT(!w.jobs()->busy(), 30'000);
+    bool resumed = false;
+    for (const auto& args : said) resumed |= args.at(0).toString().startsWith(QString("Sweep resumed: %1 cells kept").arg(kl));
+    QVERIFY(resumed);
   }
 
   // Issue 24 in the GUI: once calibrated, the automatic KL mode estimates on the CPU backend (one
