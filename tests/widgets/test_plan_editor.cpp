@@ -228,6 +228,8 @@ void TestPlanEditor::compareTwoPlans() {
   for (int r = 0; r < v.table()->rowCount(); ++r) shown += !v.table()->isRowHidden(r);
   QCOMPARE(shown, v.differingLayers());
   QTest::qWait(100);
+  // ctest runs each test function as its own process, in any order: this one may come first.
+  QDir().mkpath(QS_BINARY_DIR "/screenshots");
   QVERIFY(v.grab().save(QS_BINARY_DIR "/screenshots/plan_compare.png"));
 }
 
