@@ -11,7 +11,9 @@ python=${QS_PYTHON:-$root/.venv/bin/python}
 # machine without a GPU driver.
 # QS_GUI=ON: the whole CPU suite, GUI tests included (offscreen). QS_SANITIZE_NICE (default 15)
 # and QS_SANITIZE_JOBS (default nproc) for a shared machine.
-cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DQS_SANITIZE=ON -DQS_CUDA=OFF -DQS_GUI=ON \
+# QS_CPU_AVX2=OFF: the x86-64 baseline (cmake/QsCpuIsa.cmake). The sanitizers check the code, not
+# the instruction set, and the Debug objects stay valid across that option's default.
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DQS_SANITIZE=ON -DQS_CUDA=OFF -DQS_GUI=ON -DQS_CPU_AVX2=OFF \
       -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" -DQS_PYTHON="$python" >/dev/null
 nice -n "${QS_SANITIZE_NICE:-15}" cmake --build "$build" -j "${QS_SANITIZE_JOBS:-$(nproc)}"
 cd "$build"

@@ -1,7 +1,8 @@
 // quantscope-cli bench runtime: prefill and decode speed of the CPU reference runtime on
 // stories260K and on a generated ~110M-parameter Llama-shaped model, and the GEMM throughput of
 // the prefill's linear layers as a fraction of Eigen's own large-GEMM rate measured in the same
-// run (the baseline). Last line: the headline ratio.
+// run (the baseline: this CPU's measured peak for FP32 GEMM with the instruction set the build
+// uses, QS_CPU_ISA, cmake/QsCpuIsa.cmake). Last line: the headline ratio.
 #include <Eigen/Core>
 #include <algorithm>
 #include <chrono>
@@ -177,6 +178,7 @@ void registerBenchRuntime(CLI::App& bench, CliContext& ctx) {
       nlohmann::ordered_json j;
       j["eigen_large_gemm_gflops"] = eigen;
       j["threads"] = Eigen::nbThreads();
+      j["cpu_isa"] = QS_CPU_ISA;
       for (const Row& r : rows)
         j["models"].push_back({{"model", r.model}, {"parameters", r.params}, {"prefill_tokens", r.prefillTokens},
                                {"prefill_tokens_per_s", r.prefillTokPerSec}, {"decode_tokens_per_s", r.decodeTokPerSec},
@@ -187,8 +189,8 @@ void registerBenchRuntime(CLI::App& bench, CliContext& ctx) {
       ctx.out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
       return;
     }
-    ctx.out << "CPU reference runtime, " << Eigen::nbThreads() << " threads; baseline: Eigen 1024x1024x1024 SGEMM "
-            << eigen << " GFLOP/s (same run)\n";
+    ctx.out << "CPU reference runtime, " << Eigen::nbThreads() << " threads, host code for " << QS_CPU_ISA
+            << "; baseline (this CPU's measured peak): Eigen 1024x1024x1024 SGEMM " << eigen << " GFLOP/s (same run)\n";
     TextTable t({"model", "params", "prefill T", "prefill tok/s", "decode tok/s", "prefill GEMM GFLOP/s",
                  "of Eigen GEMM", "GEMM share of prefill"},
                 {false, true, true, true, true, true, true, true});
