@@ -156,8 +156,16 @@ void registerSensitivity(CLI::App& app, CliContext& ctx) {
     o.partial = &partial;
     const auto t0 = std::chrono::steady_clock::now();
     SensitivityResult r;
+    // Off a terminal (a log, a script) one line says when the end-to-end cells start; on a
+    // terminal the progress bar says it.
+    SensitivityCallbacks cb;
+    if (e2e && !progress.enabled())
+      cb.onProxies = [&ctx](const SensitivityTable& t) {
+        ctx.err << "sensitivity: proxies done for " << cellsWithoutKl(t)
+                << " cells; now the end-to-end measurements (Ctrl-C stops and keeps what is measured)\n";
+      };
     try {
-      r = runSensitivity(*s.run.runtime, *s.stats, s.tokens, &calib, o, job);
+      r = runSensitivity(*s.run.runtime, *s.stats, s.tokens, &calib, o, job, cb);
     } catch (const Error& e) {
       if (e.kind() != ErrorKind::Cancelled || !interrupt.interrupted()) throw;
       int64_t measured = 0;
