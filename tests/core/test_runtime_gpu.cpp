@@ -143,6 +143,12 @@ class TestRuntimeGpu : public QObject {
         // itself differs from the CPU's FP16 reference by up to 36 % of max |logit| on the
         // synthetic 110M model on the H200 (mean 1.7 %), from FP16 output-rounding flips.
         tol *= std::max(1.0, noise->meanRel() / 1e-5);
+        // FP8 E4M3 weights (3 mantissa bits) amplify those flips most: on the H200 the mean
+        // error is 4.7 % (CPU reference built for AVX2+FMA) and 5.2 % (x86-64 baseline) of mean
+        // |logit|, while the perturbation sample behind `noise` varies with the CPU build (it
+        // scaled the bound to 2.5 % in the first and past 5.2 % in the second). A wrong kernel
+        // still gives errors of the order of the logits.
+        if (f.weight.kind == QuantKind::FP8_E4M3) tol = std::max(tol, 8e-2);
         maxTol = INFINITY;
       }
       const Agreement a = compare(c, g, tokens,
