@@ -1,7 +1,7 @@
 // quantscope-cli sensitivity MODEL [--session FILE] [--text FILE] [--tokens N] [--ctx C]
 //                                  [--formats F,F,…] [--mode exact|estimate|proxies]
 //                                  [--probe-tokens N | --probe-budget P] [--probes one|family]
-//                                  [--compare TABLE.json]
+//                                  [--refine-bits B,B,… [--refine-budget P]] [--compare TABLE.json]
 //                                  [--proxies-only] [--table FILE] [--resume] [--json]
 // Every linear layer × candidate format: the proxies and, with only that layer quantised, the
 // end-to-end KL, perplexity and top-1 agreement (--mode exact), or per layer one measured probe
@@ -11,8 +11,11 @@
 // stores it); stores the table. Ctrl-C stops the sweep and keeps what it measured (exit 130);
 // --resume continues it.
 #include <chrono>
+#include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <sstream>
 
 #include "app/cli/analysis_support.h"
 #include "app/cli/cli.h"
@@ -21,6 +24,7 @@
 #include "core/analysis/sensitivity.h"
 #include "core/analysis/tables_json.h"
 #include "core/io/atomic_file.h"
+#include "core/plan/frontier.h"
 
 namespace qs::cli {
 
@@ -53,11 +57,11 @@ std::vector<QuantFormat> parseFormatList(const std::string& list) {
 
 void registerSensitivity(CLI::App& app, CliContext& ctx) {
   struct Args : AnalysisArgs {
-    std::string formats, table, mode = "exact", compare, probes = "one";
+    std::string formats, table, mode = "exact", compare, probes = "one", refineBits;
     bool proxiesOnly = false, resume = false;
     int jobs = 0;
     int64_t probeTokens = 0;
-    double probeBudget = 0;
+    double probeBudget = 0, refineBudget = 0;
   };
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand(
@@ -80,6 +84,13 @@ void registerSensitivity(CLI::App& app, CliContext& ctx) {
   cmd->add_option("--probes", a->probes,
                   "--mode estimate: one probe per layer (one, default), or one per error family (family: "
                   "integer grids and floating point, each family priced from its own probe; twice the probes)");
+  cmd->add_option("--refine-bits", a->refineBits,
+                  "--mode estimate: budgets (bits per weight, comma-separated, as plan auto --budget-bits) whose "
+                  "plans the sweep makes sure of: the estimated cells that decide them are measured end to end "
+                  "(closest to the budget frontier first)");
+  cmd->add_option("--refine-budget", a->refineBudget,
+                  "--refine-bits: forward passes over the evaluation tokens the measured frontier cells may cost "
+                  "(default 5)");
   cmd->add_option("--compare", a->compare,
                   "A sensitivity table (JSON, --table of an exact sweep): Spearman rho of this sweep's KL against its KL");
   cmd->add_option("--jobs", a->jobs,
@@ -119,6 +130,26 @@ void registerSensitivity(CLI::App& app, CliContext& ctx) {
     o.probeTokens = a->probeTokens;
     if (a->probeBudget > 0) o.probeForwardBudget = a->probeBudget;
     if (!a->formats.empty()) o.formats = parseFormatList(a->formats);
+    std::vector<double> refineBits;
+    if (!a->refineBits.empty()) {
+      if (!estimateMode) throw Error(ErrorKind::BadInput, "only with --mode estimate", {}, "--refine-bits");
+      std::string item;
+      std::istringstream in(a->refineBits);
+      while (std::getline(in, item, ',')) {
+        char* end = nullptr;
+        const double b = std::strtod(item.c_str(), &end);
+        if (item.empty() || *end != 0 || !(b > 0 && b < 64))
+          throw Error(ErrorKind::BadInput, "'" + item + "' is not a budget in bits per weight (0 < B < 64)", {},
+                      "--refine-bits");
+        refineBits.push_back(b);
+      }
+    }
+    if (a->refineBudget < 0 || !std::isfinite(a->refineBudget) || (a->refineBudget > 0 && refineBits.empty()))
+      throw Error(ErrorKind::BadInput,
+                  a->refineBudget < 0 || !std::isfinite(a->refineBudget) ? "must be a positive number of forward passes"
+                                                                         : "only with --refine-bits",
+                  {}, "--refine-budget");
+    if (a->refineBudget > 0) o.refineForwardBudget = a->refineBudget;
     std::optional<SensitivityTable> against;
     if (!a->compare.empty()) against = loadSensitivityTable(a->compare);
     if (a->resume && o.mode == SensitivityMode::Proxies)
@@ -136,6 +167,34 @@ void registerSensitivity(CLI::App& app, CliContext& ctx) {
     const bool e2e = o.mode != SensitivityMode::Proxies;
     const WorkerRuntimes workers = e2e ? makeWorkerRuntimes(s, a->jobs, progress) : WorkerRuntimes{};
     o.workers = workers.pointers();
+    if (!refineBits.empty()) {
+      // The plans of these budgets over the table so far; a budget the formats cannot reach is
+      // refused by the planner (exit 2) at the first call, before any refinement is measured.
+      const ModelGraph& graph = s.run.runtime->graph();
+      {  // a budget the formats cannot reach: exit 2 now, not after the probes
+        SensitivityTable shapes;
+        shapes.layers = runtimeLayerRefs(*s.run.runtime);
+        shapes.formats = o.formats.empty() ? defaultSensitivityCandidates() : o.formats;
+        shapes.entries.resize(shapes.layers.size() * shapes.formats.size());
+        for (size_t l = 0; l < shapes.layers.size(); ++l)
+          for (size_t f = 0; f < shapes.formats.size(); ++f) {
+            SensitivityEntry& e = shapes.at(l, f);
+            e.applicable = formatFitsShape(shapes.formats[f], shapes.layers[l].outFeatures, shapes.layers[l].inFeatures);
+            e.kl = e.applicable ? 0.0 : kNotMeasured;
+          }
+        try {
+          const PlannerProblem p = buildPlannerProblem(graph, SensitivityLookup(shapes, ErrorMetric::Kl), nullptr);
+          for (double b : refineBits) solveBudget(p, bytesForBitsBudget(p, b));
+        } catch (const Error& e) {
+          throw Error(ErrorKind::BadInput, e.message(), {}, "--refine-bits");
+        }
+      }
+      o.refine = [&graph, refineBits](const SensitivityTable& table) {
+        std::vector<std::pair<size_t, size_t>> cells;
+        for (const TableCell& c : frontierCells(graph, table, refineBits)) cells.emplace_back(c.layer, c.format);
+        return cells;
+      };
+    }
     std::optional<SensitivityTable> resumeFrom;
     if (a->resume) {
       if (s.session && s.session->sensitivity) resumeFrom = *s.session->sensitivity;
@@ -215,6 +274,8 @@ void registerSensitivity(CLI::App& app, CliContext& ctx) {
                      {"cells", r.cells},
                      {"estimated_cells", r.estimatedCells},
                      {"resumed_cells", r.resumedCells},
+                     {"refined_cells", r.refinedCells},
+                     {"refine_forward_equivalents", r.refineForwardEquivalents},
                      {"eval_tokens", r.evalTokens},
                      {"probe_tokens", r.probeTokens},
                      {"forward_equivalents", r.forwardEquivalents},
@@ -331,6 +392,9 @@ void registerSensitivity(CLI::App& app, CliContext& ctx) {
               << " estimated; " << num(totalForward, 4) << " forward passes over the " << r.evalTokens
               << " evaluation tokens (reference " << num(r.referenceForwardEquivalents, 3) << " + cells "
               << num(r.forwardEquivalents, 4) << "), an exact sweep " << num(r.exactForwardEquivalents + 1, 4) << "\n";
+    if (!refineBits.empty())
+      ctx.out << "refined: " << r.refinedCells << " estimated cells near the frontier of " << a->refineBits
+              << " bits/weight measured end to end (" << num(r.refineForwardEquivalents, 3) << " forward passes)\n";
   });
 }
 

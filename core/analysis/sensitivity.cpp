@@ -246,6 +246,7 @@ static void sensitivityInto(SensitivityResult& res, Runtime& rt, StatsOps& stats
   auto t0 = Clock::now();
   double tokenShare = 1;  // probe tokens / evaluation tokens
   double refShare = 0;    // the reference pass's share of the progress bar
+  double refineWork = 0;  // options.refine's budget, in the units of totalWork
   if (endToEnd) {
     const EvalWindows full = makeEvalWindows(text, options.eval, rt.maxSeq());
     EvalWindows ew = full;
@@ -264,7 +265,11 @@ static void sensitivityInto(SensitivityResult& res, Runtime& rt, StatsOps& stats
       }
       tokenShare = double(ew.textTokens) / double(std::max<int64_t>(full.textTokens, 1));
     }
-    refShare = 1.0 / (1.0 + totalWork / double(blocks + 1));
+    // The refinement's budget in cell work at the probe share (a cell of the layer in block b
+    // costs tokenShare · blocksToRun / (blocks + 1) forward passes).
+    if (estimate && options.refine && options.refineForwardBudget > 0)
+      refineWork = options.refineForwardBudget * double(blocks + 1) / tokenShare;
+    refShare = 1.0 / (1.0 + (totalWork + refineWork) / double(blocks + 1));
     ref = runReferencePass(rt, ew, ctx, 0.0, refShare);
     t.tokens = ew.textTokens;
     t.context = ew.context;
@@ -431,7 +436,7 @@ static void sensitivityInto(SensitivityResult& res, Runtime& rt, StatsOps& stats
   // Progress: the measured cells' share of the forward work; the stage counts cells.
   const std::string what = estimate ? " cells measured (probes)" : " cells measured";
   auto report = [&](double done, size_t cellsDone) {
-    ctx.progress(refShare + (1 - refShare) * done / std::max(totalWork, 1.0),
+    ctx.progress(refShare + (1 - refShare) * done / std::max(totalWork + refineWork, 1.0),
                  "sensitivity: " + std::to_string(cellsDone) + "/" + std::to_string(pairs.size()) + what);
   };
 
@@ -527,6 +532,74 @@ static void sensitivityInto(SensitivityResult& res, Runtime& rt, StatsOps& stats
         if (callbacks.onCell) callbacks.onCell(t, pairs[k].layer, pairs[k].format);
       for (size_t i : ready) finishRow(i);  // a finished row's cells are no longer written
     }
+  }
+  // Refinement (estimate mode): the estimated cells options.refine names, measured end to end
+  // in its order, within the budget, in up to three rounds (half of what is left, half of the
+  // rest, then the rest), each round asking again with the cells measured so far.
+  if (refineWork > 0) {
+    auto measureBatch = [&](const std::vector<Pair>& batch) {
+      if (runtimes.size() == 1) {
+        Scratch s;
+        for (const Pair& p : batch) measure(rt, p, s);
+        return;
+      }
+      std::atomic<size_t> next{0};
+      std::mutex m;
+      std::exception_ptr failure;
+      std::vector<std::thread> threads;
+      for (Runtime* run : runtimes)
+        threads.emplace_back([&, run] {
+#ifdef _OPENMP
+          omp_set_num_threads(1);
+#endif
+          Scratch s;
+          try {
+            for (size_t k = next.fetch_add(1); k < batch.size(); k = next.fetch_add(1)) {
+              measure(*run, batch[k], s);
+              std::lock_guard<std::mutex> g(m);
+              if (failure) break;
+            }
+          } catch (...) {
+            std::lock_guard<std::mutex> g(m);
+            if (!failure) failure = std::current_exception();
+            next = batch.size();
+          }
+        });
+      for (auto& th : threads) th.join();
+      if (failure) std::rethrow_exception(failure);
+    };
+    double spent = 0, done = 0;
+    for (const Pair& p : pairs) done += blocksToRun(p.layer);
+    for (int round = 0; round < 3 && spent < refineWork; ++round) {
+      ctx.checkCancelled();
+      const double allowed = round < 2 ? (refineWork - spent) / 2 : refineWork - spent;
+      std::vector<Pair> batch;
+      double work = 0;
+      for (const auto& [l, f] : options.refine(t)) {
+        if (l >= L || f >= F || t.at(l, f).klSource != KlSource::Estimated || !t.at(l, f).applicable) continue;
+        if (std::any_of(batch.begin(), batch.end(), [&](const Pair& p) { return p.layer == l && p.format == f; }))
+          continue;
+        const double w = blocksToRun(l);
+        // Over this round's share: skipped, unless nothing was taken yet and the whole budget
+        // still holds it (a deep model's first cell can cost more than half the budget).
+        if (work + w > allowed && !(batch.empty() && spent + w <= refineWork)) continue;
+        batch.push_back({l, f});
+        work += w;
+      }
+      if (batch.empty()) break;
+      ctx.progress(refShare + (1 - refShare) * (done + spent) / (totalWork + refineWork),
+                   "sensitivity: measuring " + std::to_string(batch.size()) + " cells near the budget frontier");
+      measureBatch(batch);
+      spent += work;
+      res.refinedCells += int64_t(batch.size());
+      res.estimatedCells -= int64_t(batch.size());
+      for (const Pair& p : batch)
+        if (callbacks.onCell) callbacks.onCell(t, p.layer, p.format);
+    }
+    res.refineForwardEquivalents = tokenShare * spent / double(blocks + 1);
+    res.forwardEquivalents += res.refineForwardEquivalents;
+    res.forwardEquivalentsWithoutReuse += tokenShare * double(res.refinedCells);
+    res.cells += res.refinedCells;
   }
   res.cellSeconds = since(t0);
   res.correlations = proxyCorrelations(t);

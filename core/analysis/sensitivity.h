@@ -99,6 +99,13 @@ struct SensitivityOptions {
   // On an error or a cancellation, the table as far as it got (every measured cell in it) is
   // copied here before the exception leaves: what a cancelled sweep keeps.
   SensitivityTable* partial = nullptr;
+  // Estimate mode, once every layer's probe is in: cells (layer, format) to measure end to end as
+  // well, most decisive first (core/plan/frontier.h: the cells that decide a budget plan). Called
+  // with the table as it stands; its estimated cells are measured in that order on the probe
+  // tokens within refineForwardBudget forward passes over the evaluation tokens, in up to three
+  // rounds (called again after each, so the frontier moves with what was measured).
+  std::function<std::vector<std::pair<size_t, size_t>>(const SensitivityTable&)> refine;
+  double refineForwardBudget = 5;
 };
 
 // Why `previous` cannot resume into `current` ("" when it can): `current` is the new sweep's
@@ -136,6 +143,8 @@ struct SensitivityResult {
   int64_t cells = 0;                   // cells measured end to end
   int64_t estimatedCells = 0;          // cells estimated (estimate mode)
   int64_t resumedCells = 0;            // measured cells taken over from options.resume
+  int64_t refinedCells = 0;            // estimated cells measured by options.refine (in `cells`)
+  double refineForwardEquivalents = 0; // their cost (in forwardEquivalents)
   std::string resumeNote;              // why options.resume was not used ("" when it was, or none given)
   int64_t evalTokens = 0;              // text tokens of the evaluation windows asked for
   int64_t probeTokens = 0;             // text tokens behind the measured figures

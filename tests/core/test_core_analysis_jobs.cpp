@@ -18,6 +18,7 @@
 #include "core/analysis/sensitivity.h"
 #include "core/analysis/speed.h"
 #include "core/analysis/tables_json.h"
+#include "core/plan/frontier.h"
 #include "core/plan/model_hash.h"
 #include "core/runtime/loaded_model.h"
 #include "core/runtime/runtime.h"
@@ -256,6 +257,84 @@ class TestAnalysisJobs : public QObject {
   // and resuming from them measures only the rest and ends with the uninterrupted sweep's table,
   // figure for figure — in exact and in estimate mode (the probes kept). A table of other tokens
   // does not resume: measured again, and said why (or BadInput when strict).
+  // Estimate mode with a refinement: the estimated cells the callback names are measured end to
+  // end on the probe tokens (the exact sweep's figure on those tokens, bit for bit), within the
+  // forward-pass budget, the first named cell always; every other cell keeps the estimate; up to
+  // three rounds. With frontierCells (the cells deciding a 6-bit plan) it measures some.
+  void refinementMeasuresTheNamedCellsWithinItsBudget() {
+    Runtime rt(*m_.file, m_.graph, *cpu_);
+    const CalibrationResult calib = calibrated(rt, 128, 64);
+    SensitivityOptions o;
+    o.eval = eval(128, 64);
+    o.formats = {parseQuantFormat("int4-g32-sym"), parseQuantFormat("int4-g64-sym"), parseQuantFormat("int8-ch-sym"),
+                 parseQuantFormat("fp16")};
+    o.mode = SensitivityMode::Estimate;
+    o.probeTokens = 96;
+    const SensitivityResult base = runSensitivity(rt, cpu_->stats(), text_, &calib, o);
+    SensitivityOptions x = o;
+    x.mode = SensitivityMode::Exact;
+    x.eval = eval(96, 64);
+    const SensitivityResult exact = runSensitivity(rt, cpu_->stats(), text_, &calib, x);
+
+    const SensitivityTable& b = base.table;
+    const double blocks = double(m_.graph.blocks.size());
+    std::vector<std::pair<size_t, size_t>> named;  // every estimated cell, last layer first
+    double cost = 0;                               // forward passes over the 128 evaluation tokens
+    for (size_t l = b.layers.size(); l-- > 0;)
+      for (size_t f = 0; f < b.formats.size(); ++f)
+        if (b.at(l, f).klSource == KlSource::Estimated) {
+          named.emplace_back(l, f);
+          const double from = b.layers[l].block < 0 ? blocks : double(b.layers[l].block);
+          cost += 96.0 / 128.0 * (blocks - from + 1) / (blocks + 1);
+        }
+    QVERIFY(named.size() > 20);
+    int calls = 0;
+    o.refine = [&](const SensitivityTable&) {
+      ++calls;
+      return named;
+    };
+    o.refineForwardBudget = 0.4 * cost;
+    const SensitivityResult r = runSensitivity(rt, cpu_->stats(), text_, &calib, o);
+    QVERIFY(calls >= 1 && calls <= 3);
+    QVERIFY(r.refinedCells > 0 && size_t(r.refinedCells) < named.size());
+    QVERIFY(r.refineForwardEquivalents <= o.refineForwardBudget + 1e-9);
+    QVERIFY(r.refineForwardEquivalents > 0.3 * cost);  // the rounds use most of it
+    QCOMPARE(r.estimatedCells + r.refinedCells, base.estimatedCells);
+    QCOMPARE(r.cells, base.cells + r.refinedCells);
+    QCOMPARE(r.table.at(named[0].first, named[0].second).klSource, KlSource::Measured);
+    int64_t refined = 0;
+    for (size_t k = 0; k < b.entries.size(); ++k) {
+      const SensitivityEntry& before = b.entries[k];
+      const SensitivityEntry& after = r.table.entries[k];
+      if (before.klSource == KlSource::Estimated && after.klSource == KlSource::Measured) {
+        ++refined;
+        QCOMPARE(after.kl, exact.table.entries[k].kl);
+        QCOMPARE(after.perplexity, exact.table.entries[k].perplexity);
+      } else {
+        QCOMPARE(after.klSource, before.klSource);
+        QVERIFY((std::isnan(after.kl) && std::isnan(before.kl)) || after.kl == before.kl);
+      }
+    }
+    QCOMPARE(refined, r.refinedCells);
+
+    // Too small a budget for any cell: nothing measured, the estimate unchanged.
+    o.refineForwardBudget = 1e-6;
+    const SensitivityResult none = runSensitivity(rt, cpu_->stats(), text_, &calib, o);
+    QCOMPARE(none.refinedCells, int64_t(0));
+    QCOMPARE(none.estimatedCells, base.estimatedCells);
+
+    // The cells deciding a 6-bit plan (frontierCells on the model's graph).
+    o.refineForwardBudget = 2;
+    o.refine = [&](const SensitivityTable& t) {
+      std::vector<std::pair<size_t, size_t>> cells;
+      for (const TableCell& c : frontierCells(m_.graph, t, {6.0})) cells.emplace_back(c.layer, c.format);
+      return cells;
+    };
+    const SensitivityResult frontier = runSensitivity(rt, cpu_->stats(), text_, &calib, o);
+    QVERIFY(frontier.refinedCells > 0);
+    QVERIFY(frontier.refineForwardEquivalents <= 2 + 1e-9);
+  }
+
   void stoppedSweepResumesToTheSameTable() {
     Runtime rt(*m_.file, m_.graph, *cpu_);
     const CalibrationResult calib = calibrated(rt, 96, 48);

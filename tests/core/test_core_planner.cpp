@@ -1,10 +1,12 @@
 // core/plan/planner: the exact budget DP against brute force, Pareto front properties (size and
-// speed), thresholds, group size as a search dimension.
+// speed), thresholds, group size as a search dimension; the budget frontier (λ and the layers
+// whose choice is close).
 #include <QtTest>
 #include <random>
 #include <set>
 
 #include "core/model/model_file.h"
+#include "core/plan/frontier.h"
 #include "core/plan/layer_names.h"
 #include "core/plan/planner.h"
 #include "kernels/common/error.h"
@@ -270,6 +272,74 @@ class TestCorePlanner : public QObject {
 
  private:
   static bool contains(const std::string& s, const char* n) { return s.find(n) != std::string::npos; }
+
+  // Three layers, two points each: upgrading A saves 0.100 nats per byte, B 0.099, C 0.001; the
+  // budget holds one upgrade. The relaxation takes A's step, so λ is B's slope: B sits on the
+  // frontier (margin 0), A next to it (ln(0.100 / 0.099)), C far (ln 99).
+  void frontierOfAHandMadeProblem() {
+    const std::vector<std::vector<CostPoint>> layers = {
+        {{100, 20.0}, {200, 10.0}}, {{100, 19.9}, {200, 10.0}}, {{100, 10.1}, {200, 10.0}}};
+    QCOMPARE(budgetLambda(layers, 400), 0.099);  // (19.9 − 10) / 100
+    QCOMPARE(budgetLambda(layers, 600), 0.0);              // everything fits
+    QVERIFY(std::isinf(budgetLambda(layers, 299)));         // nothing fits
+    const auto f = frontierLayers(layers, {1, 0, 0}, 400);
+    QCOMPARE(f.size(), size_t(3));
+    QCOMPARE(f[0].layer, size_t(1));
+    QCOMPARE(f[0].chosen, 0);
+    QCOMPARE(f[0].other, 1);
+    QVERIFY(std::abs(f[0].margin) < 1e-12);
+    QCOMPARE(f[1].layer, size_t(0));
+    QCOMPARE(f[1].chosen, 1);
+    QCOMPARE(f[1].other, 0);
+    QVERIFY(std::abs(f[1].margin - std::log(0.100 / 0.099)) < 1e-9);
+    QCOMPARE(f[2].layer, size_t(2));
+    QVERIFY(std::abs(f[2].margin - std::log(0.099 / 0.001)) < 1e-9);
+    // A point off the lower hull (the exact solver may take one to use the last bytes): margin 0.
+    const std::vector<std::vector<CostPoint>> offHull = {{{100, 20.0}, {150, 19.0}, {200, 10.0}}, {{100, 19.9}, {200, 10.0}}};
+    const auto g = frontierLayers(offHull, {1, 0}, 250);
+    QVERIFY(!g.empty());
+    QCOMPARE(g[0].layer, size_t(0));
+    QCOMPARE(g[0].margin, 0.0);
+    QCOMPARE(g[0].other, 2);
+    QVERIFY(frontierLayers(layers, {1, 1, 1}, 600).empty());  // λ = 0: nothing to trade
+  }
+
+  // On random problems: λ falls as the budget grows, and at λ the relaxation fills the budget —
+  // every hull step steeper than λ fits, and adding the first step at λ would not.
+  void budgetLambdaIsTheRelaxationsPrice() {
+    std::mt19937 rng(7);
+    for (int trial = 0; trial < 30; ++trial) {
+      const PlannerProblem p = randomProblem(rng, 12, 8, false);
+      std::vector<std::vector<CostPoint>> layers;
+      for (const auto& l : p.layers) {
+        std::vector<CostPoint> pts;
+        for (const auto& c : l.choices) pts.push_back({c.bytes, c.error});
+        layers.push_back(pts);
+      }
+      double last = std::numeric_limits<double>::infinity();
+      for (uint64_t b = p.minBytes(); b <= p.maxBytes(); b += std::max<uint64_t>(1, (p.maxBytes() - p.minBytes()) / 17)) {
+        const double lambda = budgetLambda(layers, b);
+        QVERIFY(lambda <= last);
+        last = lambda;
+        // Per layer the point minimising error + λ·bytes with the smallest bytes (steps strictly
+        // steeper than λ taken): their bytes fit the budget.
+        uint64_t used = 0;
+        for (const auto& pts : layers) {
+          size_t best = 0;
+          for (size_t k = 1; k < pts.size(); ++k) {
+            const double a = pts[k].error + lambda * double(pts[k].bytes), c = pts[best].error + lambda * double(pts[best].bytes);
+            if (a < c - 1e-12 || (std::abs(a - c) <= 1e-12 && pts[k].bytes < pts[best].bytes)) best = k;
+          }
+          used += pts[best].bytes;
+        }
+        QVERIFY2(used <= b || lambda == 0, qPrintable(QString("trial %1 budget %2 used %3").arg(trial).arg(b).arg(used)));
+        if (lambda > 0) {
+          const auto f = frontierLayers(layers, solveBudget(p, b).choice, b);
+          for (size_t k = 1; k < f.size(); ++k) QVERIFY(f[k - 1].margin <= f[k].margin);
+        }
+      }
+    }
+  }
 };
 
 QTEST_GUILESS_MAIN(TestCorePlanner)
