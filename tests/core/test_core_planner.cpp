@@ -270,9 +270,6 @@ class TestCorePlanner : public QObject {
     QVERIFY(contains(badInputOf([&] { planByThresholds(g, lookup, o); }).message(), "threshold"));
   }
 
- private:
-  static bool contains(const std::string& s, const char* n) { return s.find(n) != std::string::npos; }
-
   // Three layers, two points each: upgrading A saves 0.100 nats per byte, B 0.099, C 0.001; the
   // budget holds one upgrade. The relaxation takes A's step, so λ is B's slope: B sits on the
   // frontier (margin 0), A next to it (ln(0.100 / 0.099)), C far (ln 99).
@@ -340,6 +337,9 @@ class TestCorePlanner : public QObject {
       }
     }
   }
+
+ private:
+  static bool contains(const std::string& s, const char* n) { return s.find(n) != std::string::npos; }
 };
 
 QTEST_GUILESS_MAIN(TestCorePlanner)
