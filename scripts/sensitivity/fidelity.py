@@ -4,15 +4,19 @@
 
 usage: scripts/sensitivity/fidelity.py MODEL --text SWEEP_TEXT --heldout HELDOUT_TEXT
            [--tokens 511] [--ctx C] [--formats F,F,...] [--budgets 4.5,5.5] [--heldout-tokens 2047]
-           [--jobs 1] [--probe-tokens N] [--probes one|family] [--build build] [--out DIR] [--backend cpu]
+           [--jobs 1] [--probe-tokens N] [--probes one|family] [--refine [--refine-budget P]]
+           [--build build] [--out DIR [--reuse]] [--backend cpu]
 
 One calibration (stored in a session both sweeps reuse), then on the same SWEEP_TEXT tokens:
   exact     quantscope-cli sensitivity --mode exact    (every cell measured end to end)
   estimate  quantscope-cli sensitivity --mode estimate --compare exact.json
             (one probe per layer, the rest gain x output error; Spearman rho of its KL against
             the exact table's, per format and pooled over every cell)
-then at each budget a plan from each table (`plan auto --budget-bits B`), and both plans' real KL
-with every layer fake-quantised at once (`plan measure`) on held-out text. Prints a Markdown
+  refined   (--refine) the estimate with --refine-bits BUDGETS: the estimated cells that decide
+            each budget's plan measured end to end (--refine-budget forward passes)
+then at each budget a plan from each table (`plan auto --budget-bits B`), and the plans' real KL
+with every layer fake-quantised at once (`plan measure`) on held-out text. --reuse takes the
+calibration and sweeps an earlier run left in --out instead of running them again. Prints a Markdown
 table; the raw outputs stay in --out. Nothing here is hard-coded: every figure comes from the CLI.
 """
 import argparse
@@ -50,6 +54,9 @@ def main():
     ap.add_argument("--jobs", default="1")
     ap.add_argument("--probe-tokens", default="", help="estimate mode: probe tokens (default: the budget's)")
     ap.add_argument("--probes", default="one", help="estimate mode: one | family (sensitivity --probes)")
+    ap.add_argument("--refine", action="store_true", help="also the estimate refined at the budgets' frontiers")
+    ap.add_argument("--refine-budget", default="", help="--refine: forward passes for the frontier cells")
+    ap.add_argument("--reuse", action="store_true", help="reuse the calibration and sweeps found in --out")
     ap.add_argument("--build", default=os.path.join(os.path.dirname(__file__), "..", "..", "build"))
     ap.add_argument("--backend", default="cpu")
     ap.add_argument("--out", default="")
@@ -62,47 +69,58 @@ def main():
     fmts = ["--formats", a.formats] if a.formats else []
     common = [a.model, "--session", session, "--text", a.text, "--tokens", a.tokens] + ctx
 
-    if os.path.exists(session):
+    def step(name, cmd):
+        """Runs cmd (output in name.json), or with --reuse reads what an earlier run left."""
+        path = os.path.join(out, name + ".json")
+        if a.reuse and os.path.exists(path):
+            with open(path) as f:
+                return f.read(), 0.0
+        text, seconds, err = run(cmd, path)
+        if err:
+            sys.exit(name + ": " + err)
+        return text, seconds
+
+    if not a.reuse and os.path.exists(session):
         os.remove(session)
-    _, cal_s, err = run(cli + ["calibrate"] + common + ["--json"], os.path.join(out, "calibrate.json"))
-    if err:
-        sys.exit("calibrate: " + err)
-    exact_t, fast_t = os.path.join(out, "exact.json"), os.path.join(out, "fast.json")
+    _, cal_s = step("calibrate", cli + ["calibrate"] + common + ["--json"])
+    tables = {"exact": os.path.join(out, "exact.json"), "fast": os.path.join(out, "fast.json")}
     sweep = cli + ["sensitivity"] + common + fmts + ["--jobs", a.jobs, "--json"]
-    text, exact_s, err = run(sweep + ["--mode", "exact", "--table", exact_t], os.path.join(out, "exact.out.json"))
-    if err:
-        sys.exit("exact sweep: " + err)
+    text, exact_s = step("exact.out", sweep + ["--mode", "exact", "--table", tables["exact"]])
     exact = json.loads(text)
     probe = (["--probe-tokens", a.probe_tokens] if a.probe_tokens else []) + ["--probes", a.probes]
-    text, fast_s, err = run(sweep + ["--mode", "estimate", "--table", fast_t, "--compare", exact_t] + probe,
-                            os.path.join(out, "fast.out.json"))
-    if err:
-        sys.exit("estimate sweep: " + err)
+    text, fast_s = step("fast.out", sweep + ["--mode", "estimate", "--table", tables["fast"], "--compare", tables["exact"]]
+                        + probe)
     fast = json.loads(text)
+    refined, refined_s = None, 0.0
+    if a.refine:
+        tables["refined"] = os.path.join(out, "refined.json")
+        extra = ["--refine-budget", a.refine_budget] if a.refine_budget else []
+        text, refined_s = step("refined.out", sweep + ["--mode", "estimate", "--table", tables["refined"], "--compare",
+                                                       tables["exact"], "--refine-bits", a.budgets] + probe + extra)
+        refined = json.loads(text)
+    names = ["exact", "fast"] + (["refined"] if a.refine else [])
 
     rows = []
     for b in [x for x in a.budgets.split(",") if x]:
-        plans, note = {}, ""
-        for name, table in (("exact", exact_t), ("fast", fast_t)):
+        plans, note = [], ""
+        for name in names:
             path = os.path.join(out, "plan-%s-%s.json" % (name, b))
-            _, _, err = run(cli + ["plan", "auto", a.model, "--sensitivity", table, "--budget-bits", b, "-o", path,
+            _, _, err = run(cli + ["plan", "auto", a.model, "--sensitivity", tables[name], "--budget-bits", b, "-o", path,
                                    "--json"], os.path.join(out, "plan-%s-%s.out.json" % (name, b)))
             if err:
                 note = err
                 break
-            plans[name] = path
+            plans.append(path)
         if note:
-            rows.append((b, None, None, None, None, note))
+            rows.append((b, None, note))
             continue
-        text, _, err = run(cli + ["plan", "measure", a.model, plans["exact"], plans["fast"], "--sensitivity", exact_t,
+        text, _, err = run(cli + ["plan", "measure", a.model] + plans + ["--sensitivity", tables["exact"],
                                   "--text", a.heldout, "--tokens", a.heldout_tokens, "--json"],
                            os.path.join(out, "measure-%s.json" % b))
         if err:
-            rows.append((b, None, None, None, None, err))
+            rows.append((b, None, err))
             continue
-        m = json.loads(text)["plans"]
-        kx, kf = m[0]["measured_kl"], m[1]["measured_kl"]
-        rows.append((b, m[0]["bits_per_weight"], m[1]["bits_per_weight"], kx, kf, ""))
+        rows.append((b, [(p["bits_per_weight"], p["measured_kl"]) for p in json.loads(text)["plans"]], ""))
 
     rho = {c["format"]: c for c in fast["kl_against"]["spearman"]}
     ft, xt = fast["timing"], exact["timing"]
@@ -122,15 +140,27 @@ def main():
           (xt["cells"], xt["probe_tokens"], xt["reference_forward_equivalents"] + xt["forward_equivalents"], exact_s))
     print("| estimate | %d | %d | %d | %.1f | %.1f |" %
           (ft["cells"], ft["estimated_cells"], ft["probe_tokens"], ft["total_forward_equivalents"], fast_s))
-    print("(calibration, shared by both: %.1f s)" % cal_s)
+    if refined:
+        rt_ = refined["timing"]
+        print("| estimate + refined (%d frontier cells, %.1f passes) | %d | %d | %d | %.1f | %.1f |" %
+              (rt_["refined_cells"], rt_["refine_forward_equivalents"], rt_["cells"], rt_["estimated_cells"],
+               rt_["probe_tokens"], rt_["total_forward_equivalents"], refined_s))
+    print("(calibration, shared by all: %.1f s; 0 s: reused from an earlier run)" % cal_s)
     print()
-    print("| budget (bits/weight) | plan from exact: bpw, KL | plan from estimate: bpw, KL | KL lost |")
-    print("|---:|---:|---:|---:|")
-    for b, bx, bf, kx, kf, note in rows:
+    head = "| budget (bits/weight) | plan from exact: bpw, KL | plan from estimate: bpw, KL | KL lost |"
+    if refined:
+        head += " plan from refined: bpw, KL | KL lost |"
+    print(head)
+    print("|---:|---:|---:|---:|" + ("---:|---:|" if refined else ""))
+    for b, plans, note in rows:
         if note:
             print("| %s | %s | | |" % (b, note.replace("|", "/")))
-        else:
-            print("| %s | %.3f, %.5g | %.3f, %.5g | %+.1f %% |" % (b, bx, kx, bf, kf, 100.0 * (kf - kx) / kx))
+            continue
+        bx, kx = plans[0]
+        cells = ["%.3f, %.5g" % (bx, kx)]
+        for bf, kf in plans[1:]:
+            cells += ["%.3f, %.5g" % (bf, kf), "%+.1f %%" % (100.0 * (kf - kx) / kx)]
+        print("| %s | %s |" % (b, " | ".join(cells)))
     print()
     print("raw outputs: " + out)
 
