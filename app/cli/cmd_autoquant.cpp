@@ -1,7 +1,8 @@
 // quantscope-cli autoquant MODEL --calib-text FILE (--target-bpw B | --target-bytes N | --match GGUF)
-//                          --to gguf -o OUT [--formats LIST] [--method imatrix|rtn] [--json]
-// One command, like llama-quantize: calibration, per-layer sensitivity, the budget choice and
-// the ggml-exact rounding (core/autoquant/autoquant.h), then the file.
+//                          --to gguf -o OUT [--formats LIST] [--method imatrix|rtn] [--refine-passes P] [--json]
+// One command, like llama-quantize: calibration, per-layer sensitivity (one exact probe per layer,
+// the rest estimated), the budget choice, the exact measurement of the types that decide it
+// (refineAutoquant) and the ggml-exact rounding (core/autoquant/autoquant.h), then the file.
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -22,6 +23,7 @@ void registerAutoquant(CLI::App& app, CliContext& ctx) {
     double targetBpw = 0;
     uint64_t targetBytes = 0;
     int64_t calibTokens = 4096, context = 512, gainContext = 256, gainWindows = 1, checkWindows = 2;
+    double refinePasses = 10;
     bool json = false;
   };
   auto a = std::make_shared<Args>();
@@ -45,6 +47,10 @@ void registerAutoquant(CLI::App& app, CliContext& ctx) {
   cmd->add_option("--ctx", a->context, "Calibration window length, BOS included (default 512)")->check(CLI::Range(int64_t(16), int64_t(1) << 20));
   cmd->add_option("--gain-windows", a->gainWindows, "Windows used for the exact KL probes (default 1)")->check(CLI::PositiveNumber);
   cmd->add_option("--gain-ctx", a->gainContext, "Tokens per probe window (default 256)")->check(CLI::Range(int64_t(16), int64_t(1) << 20));
+  cmd->add_option("--refine-passes", a->refinePasses,
+                  "Forward passes over the probe windows for measuring exactly the types that decide the choice "
+                  "(those nearest the budget's frontier; 0: none; default 10)")
+      ->check(CLI::Range(0.0, 1e6));
   cmd->add_option("--check-windows", a->checkWindows,
                   "Windows of --ctx tokens for the check pass (the chosen file run as llama.cpp runs it, scored as "
                   "llama-perplexity scores; taken after the calibration tokens; 0: no check; default 2)")
@@ -72,6 +78,7 @@ void registerAutoquant(CLI::App& app, CliContext& ctx) {
     o.context = a->context;
     o.gainWindows = a->gainWindows;
     o.gainContext = a->gainContext;
+    o.refinePasses = a->refinePasses;
     checkRegularFile(a->calibText, "--calib-text");  // before the model loads: a bad path fails fast
     TerminalProgress progress;
     RunnableModel m = loadRunnable(ctx.backend(), a->model, a->tokenizer, true, progress);
@@ -95,9 +102,13 @@ void registerAutoquant(CLI::App& app, CliContext& ctx) {
     job.onProgress = [&progress](double f, std::string_view s) { progress.update(f * 0.85, s); };
     AutoquantPlan plan = measureAutoquant(*m.model.file, *m.runtime, ids, o, job);
     chooseAutoquantTypes(plan, o);
+    JobContext rjob;
+    rjob.cancelFlag = job.cancelFlag;
+    rjob.onProgress = [&progress](double f, std::string_view s) { progress.update(0.85 + 0.03 * f, s); };
+    refineAutoquant(*m.model.file, *m.runtime, ids, plan, o, rjob);
     if (a->checkWindows > 0 && (!held.empty() || int64_t(ids.size()) >= a->context)) {
       JobContext cjob;
-      cjob.onProgress = [&progress](double f, std::string_view s) { progress.update(0.85 + 0.05 * f, s); };
+      cjob.onProgress = [&progress](double f, std::string_view s) { progress.update(0.88 + 0.02 * f, s); };
       checkAutoquant(*m.model.file, *m.runtime, held.empty() ? std::span<const int32_t>(ids) : held, plan, o, cjob);
       if (held.empty()) plan.checkBasis += " (calibration tokens: the text has none beyond them)";
       else plan.checkBasis += " (held-out tokens after the calibration's)";

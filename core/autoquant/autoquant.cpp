@@ -12,6 +12,7 @@
 #include "core/analysis/reference_pass.h"
 #include "core/io/atomic_file.h"
 #include "core/model/gguf_writer.h"
+#include "core/plan/frontier.h"
 #include "core/runtime/runtime.h"
 #include "kernels/common/error.h"
 #include "kernels/common/half.h"
@@ -171,6 +172,40 @@ std::vector<DType> probeTypes(const AutoquantTensor& t, const std::vector<DType>
   return order;
 }
 
+// The unquantized model's logits on the gain windows, which every exact KL compares with.
+ReferencePass gainReference(Runtime& rt, std::span<const int32_t> tokens, const AutoquantOptions& options,
+                            const JobContext& ctx) {
+  EvalOptions go;
+  go.context = std::min(options.gainContext, options.context);
+  go.bos = options.bos;
+  EvalWindows gainWindows = makeEvalWindows(tokens, go, rt.maxSeq());
+  gainWindows.windows.resize(size_t(std::clamp<int64_t>(options.gainWindows, 1, int64_t(gainWindows.windows.size()))));
+  JobContext sub;
+  sub.cancelFlag = ctx.cancelFlag;
+  return runReferencePass(rt, gainWindows, sub);
+}
+
+// Mean KL on the gain windows with only this linear layer's weight replaced by y.
+double layerKl(Runtime& rt, const ReferencePass& ref, int linear, int block, std::span<const float> y,
+               const JobContext& ctx) {
+  rt.setLinearWeight(linear, y);
+  DistributionStats s;
+  RuntimeTensor x, lg;
+  const int from = block >= 0 ? block : int(rt.graph().blocks.size());
+  try {
+    for (const auto& win : ref.windows) {
+      ctx.checkCancelled();
+      resumeFromBlock(rt, win, from, x, lg);
+      compareToReference(rt, lg, win, s);
+    }
+  } catch (...) {
+    rt.restoreLinearWeight(linear);
+    throw;
+  }
+  rt.restoreLinearWeight(linear);
+  return s.meanKl();
+}
+
 uint32_t llamaFileType(DType t) {
   switch (t) {
     case DType::F32: return 0;
@@ -277,13 +312,7 @@ AutoquantPlan measureAutoquant(const ModelFile& file, Runtime& rt, std::span<con
       plan.importance[rt.linears()[i]->weightName] = std::move(imp);
     }
   }
-  EvalOptions go = eo;
-  go.context = std::min(options.gainContext, options.context);
-  EvalWindows gainWindows = makeEvalWindows(tokens, go, rt.maxSeq());
-  gainWindows.windows.resize(size_t(std::clamp<int64_t>(options.gainWindows, 1, int64_t(gainWindows.windows.size()))));
-  JobContext sub;
-  sub.cancelFlag = ctx.cancelFlag;
-  const ReferencePass ref = runReferencePass(rt, gainWindows, sub);
+  const ReferencePass ref = gainReference(rt, tokens, options, ctx);
   plan.referencePerplexity = ref.perplexity;
   plan.gainPositions = ref.scoredPositions;
 
@@ -291,7 +320,6 @@ AutoquantPlan measureAutoquant(const ModelFile& file, Runtime& rt, std::span<con
   size_t nQuant = 0, done = 0;
   for (const auto& t : plan.tensors) nQuant += t.quantizable;
   std::vector<double> measuredGains;
-  RuntimeTensor x, lg;
   for (size_t ti = 0; ti < plan.tensors.size(); ++ti) {
     AutoquantTensor& a = plan.tensors[ti];
     if (!a.quantizable) continue;
@@ -321,15 +349,7 @@ AutoquantPlan measureAutoquant(const ModelFile& file, Runtime& rt, std::span<con
       const double e = weightedError(w, y, cols, imp);
       if (!(e > 0)) continue;
       a.probe = p;
-      rt.setLinearWeight(a.linear, y);
-      DistributionStats s;
-      const int from = a.block >= 0 ? a.block : int(rt.graph().blocks.size());
-      for (const auto& win : ref.windows) {
-        resumeFromBlock(rt, win, from, x, lg);
-        compareToReference(rt, lg, win, s);
-      }
-      rt.restoreLinearWeight(a.linear);
-      a.probeKl = s.meanKl();
+      a.probeKl = layerKl(rt, ref, a.linear, a.block, y, ctx);
       a.gain = std::max(0.0, a.probeKl) / e;
       a.gainMeasured = true;
       measuredGains.push_back(a.gain);
@@ -348,7 +368,13 @@ AutoquantPlan measureAutoquant(const ModelFile& file, Runtime& rt, std::span<con
       a.gain = median;
       ++assumed;
     }
-    for (auto& o : a.options) o.predictedKl = a.gain * (o.error + o.activationError);
+    for (auto& o : a.options) {
+      o.predictedKl = a.gain * (o.error + o.activationError);
+      if (a.gainMeasured && o.type == a.probe) {  // the probe's own KL, not its estimate
+        o.predictedKl = std::max(0.0, a.probeKl) + a.gain * o.activationError;
+        o.measured = true;
+      }
+    }
   }
   plan.basis = "KL(t) = gain x (importance-weighted weight error + llama.cpp's activation-rounding error); gains from one exact KL probe per layer on " +
                std::to_string(plan.gainPositions) + " positions" +
@@ -454,6 +480,77 @@ void chooseAutoquantTypes(AutoquantPlan& plan, const AutoquantOptions& options) 
   }
 }
 
+void refineAutoquant(const ModelFile& file, Runtime& rt, std::span<const int32_t> tokens, AutoquantPlan& plan,
+                     const AutoquantOptions& options, const JobContext& ctx) {
+  if (!(options.refinePasses > 0)) return;
+  const ReferencePass ref = gainReference(rt, tokens, options, ctx);
+  const double blocks = double(rt.graph().blocks.size());
+  auto cost = [&](const AutoquantTensor& t) { return (blocks - (t.block >= 0 ? t.block : blocks) + 1) / (blocks + 1); };
+  uint64_t fixed = 0;
+  for (const auto& t : plan.tensors)
+    if (!t.quantizable) fixed += t.keptBytes;
+  double spent = 0;
+  for (int round = 0; round < 3 && spent < options.refinePasses; ++round) {
+    ctx.checkCancelled();
+    // The choice's frontier: every quantizable tensor is a layer of the knapsack (those without
+    // a linear layer too: they take bytes), only linear layers can be measured.
+    std::vector<size_t> index;
+    std::vector<std::vector<CostPoint>> points;
+    std::vector<int> chosen;
+    for (size_t i = 0; i < plan.tensors.size(); ++i) {
+      const auto& t = plan.tensors[i];
+      if (!t.quantizable || t.chosen < 0) continue;
+      std::vector<CostPoint> p;
+      for (const auto& o : t.options) p.push_back({o.bytes, o.predictedKl});
+      index.push_back(i);
+      points.push_back(std::move(p));
+      chosen.push_back(t.chosen);
+    }
+    const double allowed = round < 2 ? (options.refinePasses - spent) / 2 : options.refinePasses - spent;
+    std::vector<std::pair<size_t, size_t>> batch;  // (tensor, option)
+    double work = 0;
+    for (const FrontierLayer& f : frontierLayers(points, chosen, plan.targetBytes - fixed)) {
+      const size_t ti = index[f.layer];
+      const AutoquantTensor& t = plan.tensors[ti];
+      if (t.linear < 0) continue;
+      for (int k : {f.chosen, f.other}) {
+        if (t.options[size_t(k)].measured) continue;
+        const double w = cost(t);
+        if (work + w > allowed && !(batch.empty() && spent + w <= options.refinePasses)) continue;
+        batch.emplace_back(ti, size_t(k));
+        work += w;
+      }
+    }
+    if (batch.empty()) break;
+    for (size_t b = 0; b < batch.size(); ++b) {
+      const auto [ti, k] = batch[b];
+      AutoquantTensor& t = plan.tensors[ti];
+      AutoquantOption& o = t.options[k];
+      ctx.progress((spent + work * double(b) / double(batch.size())) / options.refinePasses,
+                   "measuring the options that decide the choice: " + t.name);
+      const TensorInfo& info = file.tensors()[ti];
+      const std::vector<float> w = file.tensorToFloat(info);
+      std::span<const float> imp;
+      if (auto it = plan.importance.find(t.name); it != plan.importance.end() && it->second.size() == size_t(t.shape.back()))
+        imp = it->second;
+      const auto y = decode(o.type, encode(o.type, w, t.shape.back(), imp), w.size());
+      o.predictedKl = std::max(0.0, layerKl(rt, ref, t.linear, t.block, y, ctx)) + t.gain * o.activationError;
+      o.measured = true;
+      ++plan.refinedOptions;
+    }
+    spent += work;
+    chooseAutoquantTypes(plan, options);
+  }
+  plan.refinePasses = spent;
+  if (plan.refinedOptions > 0) {
+    char passes[32];
+    std::snprintf(passes, sizeof passes, "%.1f", spent);
+    plan.basis += "; " + std::to_string(plan.refinedOptions) + " options near the budget frontier measured exactly (" +
+                  passes + " forward passes)";
+  }
+  ctx.progress(1.0, "refined");
+}
+
 void checkAutoquant(const ModelFile& file, Runtime& rt, std::span<const int32_t> tokens, AutoquantPlan& plan,
                     const AutoquantOptions& options, const JobContext& ctx) {
   EvalOptions eo;
@@ -526,6 +623,8 @@ std::string autoquantPlanJson(const AutoquantPlan& plan) {
   j["basis"] = plan.basis;
   j["calibration_tokens"] = plan.calibrationTokens;
   j["gain_positions"] = plan.gainPositions;
+  j["refined_options"] = plan.refinedOptions;
+  j["refine_passes"] = plan.refinePasses;
   j["reference_perplexity"] = plan.referencePerplexity;
   if (plan.checkedKl >= 0) {
     j["checked_kl"] = plan.checkedKl;
@@ -550,6 +649,7 @@ std::string autoquantPlanJson(const AutoquantPlan& plan) {
       e["error"] = o.error;
       e["activation_error"] = o.activationError;
       e["predicted_kl"] = o.predictedKl;
+      e["kl_measured"] = o.measured;  // the chosen type's KL measured, not gain × error
       e["gain"] = t.gain;
       e["gain_measured"] = t.gainMeasured;
       e["has_importance"] = plan.importance.count(t.name) > 0;

@@ -17,6 +17,10 @@
 //      layer prices every type of that layer.
 //   4. Choice: the tensor types minimising Σ KL(t) with the file's tensor bytes within the
 //      target: a Lagrangian sweep over the convex hull, then a greedy fill of what is left.
+//   5. Refinement (refineAutoquant): the options that decide the choice — each close tensor's
+//      chosen type and the other end of the hull step nearest the budget's price λ
+//      (core/plan/frontier.h) — are measured exactly like the probes, within a forward-pass
+//      budget, and the choice made again; the estimate prices the rest (issue [fast-sensitivity]).
 // Tensors the runtime has no linear layer for (an untied token embedding) take the median gain,
 // and the plan says so (`basis`).
 #include <cstdint>
@@ -53,6 +57,9 @@ struct AutoquantOptions {
   // them, from the calibration tokens after those the calibration used (or from the start when
   // the text has no more).
   int64_t checkWindows = 2;
+  // The refinement: forward passes over the gain windows its exact measurements may cost
+  // (0: none).
+  double refinePasses = 10;
 };
 
 struct AutoquantOption {
@@ -63,7 +70,8 @@ struct AutoquantOption {
   // type t (Q8_0 / Q8_K / F16: ggml::activationTypeFor): Σ_c E[δ_c²] Σ_r w_rc², δ measured on
   // the calibration activations. 0 for tensors that are not a linear layer's weight.
   double activationError = 0;
-  double predictedKl = 0;  // gain · (error + activationError)
+  double predictedKl = 0;  // gain · (error + activationError), or measured KL + gain · activationError
+  bool measured = false;   // the weight's KL measured exactly (the probe, or the refinement)
 };
 
 struct AutoquantTensor {
@@ -91,6 +99,8 @@ struct AutoquantPlan {
   int64_t calibrationTokens = 0;
   int64_t gainPositions = 0;
   double referencePerplexity = 0;  // of the unquantized model on the gain windows
+  int64_t refinedOptions = 0; // options measured exactly by refineAutoquant
+  double refinePasses = 0;    // what they cost, in forward passes over the gain windows
   std::string basis;          // one line: what the prediction rests on
   // checkAutoquant: the chosen file run as llama.cpp runs it, against the unquantized model.
   double checkedKl = -1;      // mean KL; −1 when not checked
@@ -115,6 +125,13 @@ AutoquantPlan measureAutoquant(const ModelFile& file, Runtime& rt, std::span<con
 // target is below the smallest file the candidates can make or above the largest, naming the
 // reachable range.
 void chooseAutoquantTypes(AutoquantPlan& plan, const AutoquantOptions& options);
+
+// Step 5, after chooseAutoquantTypes: measures the options that decide the choice exactly (the
+// layer alone in that type, KL on the gain windows, as the probes), within options.refinePasses
+// forward passes over the gain windows, in up to three rounds, choosing again after each. `rt`
+// is left as it was.
+void refineAutoquant(const ModelFile& file, Runtime& rt, std::span<const int32_t> tokens, AutoquantPlan& plan,
+                     const AutoquantOptions& options, const JobContext& ctx);
 
 // The check: every chosen type applied at once — weights rounded by the ggml quantizers with the
 // importance, the token-embedding table too, every linear layer's activations rounded as

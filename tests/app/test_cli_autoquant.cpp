@@ -1,7 +1,8 @@
 // quantscope-cli autoquant on a tiny Llama GGUF (gguf-py fixture; in process, CPU backend): the
 // file holds exactly the bytes the plan predicts, within the target, in the plan's types, and
-// decodes; a smaller budget gives a smaller file with a higher predicted KL; bad input is one
-// line with exit 2 naming the option.
+// decodes; a smaller budget gives a smaller file with a higher predicted KL; the refinement
+// measures the types that decide the choice within its budget; bad input is one line with exit 2
+// naming the option.
 #include <QTemporaryDir>
 #include <QtTest>
 #include <cmath>
@@ -89,9 +90,11 @@ class TestCliAutoquant : public QObject {
     uint64_t lastBytes = UINT64_MAX;
     for (const char* bpw : {"9", "6", "4.8"}) {
       const std::string out = (tmp_.path() + "/aq-" + bpw + ".gguf").toStdString();
-      const auto r = autoquant(out, {"--target-bpw", bpw, "--json"});
+      // Without the refinement: every budget's prediction rests on the same figures.
+      const auto r = autoquant(out, {"--target-bpw", bpw, "--refine-passes", "0", "--json"});
       QVERIFY2(r.code == 0, r.err.c_str());
       const auto plan = nlohmann::json::parse(r.out);
+      QCOMPARE(plan["refined_options"].get<int64_t>(), int64_t(0));
       const uint64_t bytes = plan["tensor_bytes"].get<uint64_t>();
       const double kl = plan["predicted_kl"].get<double>();
       QVERIFY2(bytes <= lastBytes, bpw);
@@ -100,6 +103,25 @@ class TestCliAutoquant : public QObject {
       lastKl = kl;
     }
     QVERIFY(lastKl > 0);
+  }
+
+  // The refinement measures, within its forward-pass budget, the types nearest the budget's
+  // frontier; the chosen types it measured say so; the file still holds the plan's bytes.
+  void refinementMeasuresTheDecidingTypes() {
+    const std::string out = (tmp_.path() + "/aq-refined.gguf").toStdString();
+    const auto r = autoquant(out, {"--target-bpw", "5.5", "--refine-passes", "3", "--json"});
+    QVERIFY2(r.code == 0, r.err.c_str());
+    const auto plan = nlohmann::json::parse(r.out);
+    QVERIFY(plan["refined_options"].get<int64_t>() > 0);
+    QVERIFY(plan["refine_passes"].get<double>() > 0 && plan["refine_passes"].get<double>() <= 3 + 1e-9);
+    QVERIFY2(plan["basis"].get<std::string>().find("near the budget frontier measured exactly") != std::string::npos,
+             plan["basis"].get<std::string>().c_str());
+    QVERIFY(plan["tensor_bytes"].get<uint64_t>() <= plan["target_bytes"].get<uint64_t>());
+    QCOMPARE(openModel(out)->tensorDataBytes(), plan["tensor_bytes"].get<uint64_t>());
+    int measured = 0;
+    for (const auto& e : plan["tensors"])
+      if (e["type"] != "kept") measured += e["kl_measured"].get<bool>();
+    QVERIFY(measured > 0);
   }
 
   void badInputIsOneLineExit2() {
