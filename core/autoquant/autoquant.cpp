@@ -186,9 +186,9 @@ ReferencePass gainReference(Runtime& rt, std::span<const int32_t> tokens, const 
 }
 
 // Mean KL on the gain windows with only this linear layer's weight replaced by y.
-double layerKl(Runtime& rt, const ReferencePass& ref, int linear, int block, std::span<const float> y,
+double layerKl(Runtime& rt, const ReferencePass& ref, int linear, int block, std::vector<float> y,
                const JobContext& ctx) {
-  rt.setLinearWeight(linear, y);
+  rt.setLinearWeight(linear, std::move(y));
   DistributionStats s;
   RuntimeTensor x, lg;
   const int from = block >= 0 ? block : int(rt.graph().blocks.size());
