@@ -90,7 +90,7 @@ void registerSensitivity(CLI::App& app, CliContext& ctx) {
                   "(closest to the budget frontier first)");
   cmd->add_option("--refine-budget", a->refineBudget,
                   "--refine-bits: forward passes over the evaluation tokens the measured frontier cells may cost "
-                  "(default 5)");
+                  "(default 10; the probes' default budget is then 20, so the sweep stays within 30)");
   cmd->add_option("--compare", a->compare,
                   "A sensitivity table (JSON, --table of an exact sweep): Spearman rho of this sweep's KL against its KL");
   cmd->add_option("--jobs", a->jobs,
@@ -150,6 +150,8 @@ void registerSensitivity(CLI::App& app, CliContext& ctx) {
                                                                          : "only with --refine-bits",
                   {}, "--refine-budget");
     if (a->refineBudget > 0) o.refineForwardBudget = a->refineBudget;
+    // With a refinement the probes give up a share of the default budget: 20 + 10 passes.
+    if (!refineBits.empty() && a->probeBudget <= 0 && a->probeTokens <= 0) o.probeForwardBudget = 20;
     std::optional<SensitivityTable> against;
     if (!a->compare.empty()) against = loadSensitivityTable(a->compare);
     if (a->resume && o.mode == SensitivityMode::Proxies)

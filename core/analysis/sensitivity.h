@@ -105,7 +105,7 @@ struct SensitivityOptions {
   // tokens within refineForwardBudget forward passes over the evaluation tokens, in up to three
   // rounds (called again after each, so the frontier moves with what was measured).
   std::function<std::vector<std::pair<size_t, size_t>>(const SensitivityTable&)> refine;
-  double refineForwardBudget = 5;
+  double refineForwardBudget = 10;
 };
 
 // Why `previous` cannot resume into `current` ("" when it can): `current` is the new sweep's
