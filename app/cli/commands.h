@@ -55,5 +55,6 @@ void registerBenchSynth(CLI::App& bench, CliContext& ctx);
 void registerBenchRuntime(CLI::App& bench, CliContext& ctx);  // cmd_bench_runtime.cpp
 void registerBenchCalib(CLI::App& bench, CliContext& ctx);   // cmd_bench_calib.cpp
 void registerBenchSweep(CLI::App& bench, CliContext& ctx);   // cmd_bench_sweep.cpp
+void registerBenchE2e(CLI::App& bench, CliContext& ctx);     // cmd_bench_e2e.cpp
 
 }  // namespace qs::cli

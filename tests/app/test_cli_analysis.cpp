@@ -173,6 +173,52 @@ class TestCliAnalysis : public QObject {
   }
 
   // A bad value of the sweep's options: exit 2, one line naming the option, before any work.
+  // --refine-bits: the estimated cells deciding the 6-bit plan are measured (kl_source measured),
+  // and the whole sweep stays within the 30 forward passes (probes 20 + frontier 10).
+  void refinedEstimateMeasuresTheFrontierCells() {
+    QTemporaryDir dir;
+    const std::string session = dir.filePath("r.qsession").toStdString();
+    const Run r = runCli({"sensitivity", model_, "--session", session, "--tokens", "256", "--ctx", "128", "--mode",
+                          "estimate", "--refine-bits", "6,6.5", "--json"});
+    QVERIFY2(r.code == 0, r.err.c_str());
+    const auto j = nlohmann::json::parse(r.out);
+    const auto& t = j["timing"];
+    QVERIFY(t["refined_cells"].get<int64_t>() > 0);
+    QVERIFY(t["refine_forward_equivalents"].get<double>() <= 10 + 1e-9);
+    QVERIFY2(t["total_forward_equivalents"].get<double>() <= 30.5, t.dump().c_str());
+    int64_t measured = 0;
+    for (const auto& l : j["layers"])
+      for (const auto& [f, e] : l["figures"].items()) measured += e["kl_source"] == "measured";
+    QCOMPARE(measured, t["cells"].get<int64_t>());
+  }
+
+  // bench e2e: prefill and decode tokens/s of a plan and of all-FP16, both through the kernels,
+  // in one run; the ratios are the quotients of the rates it prints.
+  void benchE2eTimesAPlanAgainstFp16() {
+    const Run r = runCli({"bench", "e2e", model_, "--format", "int8-ch-sym", "--prompt", "48", "--tokens", "8",
+                          "--repeat", "1", "--json"});
+    QVERIFY2(r.code == 0, r.err.c_str());
+    const auto j = nlohmann::json::parse(r.out);
+    const auto& b = j["baseline"];
+    const auto& p = j["plan"];
+    QCOMPARE(b["name"].get<std::string>(), std::string("fp16"));
+    QCOMPARE(p["name"].get<std::string>(), std::string("all int8-ch-sym"));
+    for (const auto* row : {&b, &p}) {
+      QVERIFY((*row)["prefill_tokens_per_second"].get<double>() > 0);
+      QVERIFY((*row)["decode_tokens_per_second"].get<double>() > 0);
+      QVERIFY(!(*row)["kernels"].get<std::string>().empty());
+    }
+    QVERIFY(p["linear_weight_bytes"].get<uint64_t>() < b["linear_weight_bytes"].get<uint64_t>());  // 1 vs 2 bytes
+    QVERIFY(std::abs(j["decode_ratio"].get<double>() - p["decode_tokens_per_second"].get<double>() /
+                                                          b["decode_tokens_per_second"].get<double>()) < 1e-9);
+    const Run bad = runCli({"bench", "e2e", model_, "--prompt", "100000"});
+    QCOMPARE(bad.code, 2);
+    QVERIFY2(bad.err.find("--prompt") != std::string::npos, bad.err.c_str());
+    const Run badFormat = runCli({"bench", "e2e", model_, "--format", "int5-x"});
+    QCOMPARE(badFormat.code, 2);
+    QVERIFY2(badFormat.err.find("--format") != std::string::npos, badFormat.err.c_str());
+  }
+
   void badSweepOptionsNameTheOption() {
     QTemporaryDir dir;
     const std::string missing = dir.filePath("none.json").toStdString();
@@ -185,6 +231,10 @@ class TestCliAnalysis : public QObject {
         {{"--mode", "proxies", "--compare", missing}, "--compare"},
         {{"--mode", "estimate", "--probes", "two"}, "--probes"},
         {{"--probes", "family"}, "--probes"},
+        {{"--refine-bits", "6"}, "--refine-bits"},
+        {{"--mode", "estimate", "--refine-bits", "6,x"}, "--refine-bits"},
+        {{"--mode", "estimate", "--refine-budget", "3"}, "--refine-budget"},
+        {{"--mode", "estimate", "--refine-bits", "2"}, "--refine-bits"},  // below the smallest plan
     };
     for (const auto& [extra, option] : cases) {
       std::vector<std::string> a{"sensitivity", model_, "--tokens", "64"};
