@@ -13,6 +13,7 @@ void registerBenchSubcommands(CLI::App& bench, CliContext& ctx) {
   registerBenchRuntime(bench, ctx);
   registerBenchCalib(bench, ctx);
   registerBenchSweep(bench, ctx);
+  registerBenchE2e(bench, ctx);
 }
 
 }  // namespace qs::cli
