@@ -58,10 +58,11 @@ E2eResult measure(Runtime& rt, const std::string& name, const LinearPlan& plan, 
   for (int i = 0; i < int(rt.linears().size()); ++i) r.weightBytes += rt.linearWeightBytes(i);
   const SamplingOptions greedy;
   const std::vector<int32_t> noStop;
-  // Warm-up: the kernels' first calls (a wide path is picked by timing at its first call).
+  // Warm-up, a whole prefill and a few steps: the kernels' first calls (a wide path is picked by
+  // timing at its first call), the allocator, the thread pool.
   GenerateStats warm;
   rt.reset();
-  generate(rt, prompt, std::min(tokens, 4), noStop, greedy, {}, &warm);
+  generate(rt, prompt, std::min(tokens, 8), noStop, greedy, {}, &warm);
   std::vector<double> prefill, decode;
   for (int k = 0; k < repeat; ++k) {
     progress.update(double(k) / repeat, name + ": run " + std::to_string(k + 1) + "/" + std::to_string(repeat));
@@ -127,9 +128,15 @@ void registerBenchE2e(CLI::App& bench, CliContext& ctx) {
       planName = a->plan;
     } else {
       // Every layer the format fits; the others stay in FP16 (say, K not a multiple of the group).
-      for (const LinearLayer* l : rt.linears())
-        quant.push_back(formatFitsShape(*format, l->outFeatures, l->inFeatures) ? format : parseQuantFormat("fp16"));
-      planName = "all " + formatToString(*format);
+      size_t fit = 0;
+      for (const LinearLayer* l : rt.linears()) {
+        const bool ok = formatFitsShape(*format, l->outFeatures, l->inFeatures);
+        fit += ok;
+        quant.push_back(ok ? format : parseQuantFormat("fp16"));
+      }
+      planName = formatToString(*format) + (fit == L ? " everywhere"
+                                                     : " on " + std::to_string(fit) + " of " + std::to_string(L) +
+                                                           " layers (fp16 where it does not fit)");
     }
     const LinearPlan fp16(L, parseQuantFormat("fp16"));
     std::mt19937_64 rng(42);

@@ -202,7 +202,7 @@ class TestCliAnalysis : public QObject {
     const auto& b = j["baseline"];
     const auto& p = j["plan"];
     QCOMPARE(b["name"].get<std::string>(), std::string("fp16"));
-    QCOMPARE(p["name"].get<std::string>(), std::string("all int8-ch-sym"));
+    QCOMPARE(p["name"].get<std::string>(), std::string("int8-ch-sym everywhere"));
     for (const auto* row : {&b, &p}) {
       QVERIFY((*row)["prefill_tokens_per_second"].get<double>() > 0);
       QVERIFY((*row)["decode_tokens_per_second"].get<double>() > 0);
