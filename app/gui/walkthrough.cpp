@@ -100,6 +100,10 @@ Walkthrough::Walkthrough(MainWindow* window, WalkthroughOptions options)
        }},
       {QStringLiteral("07-speed"),
        [this] { waitJob(QStringLiteral("Measuring speed"), [this] { child<QPushButton>(w_, "speedButton")->click(); }); }},
+      {QStringLiteral("07b-tokens-per-second"),
+       [this] {
+         waitJob(QStringLiteral("Measuring tokens/s"), [this] { child<QPushButton>(w_, "throughputButton")->click(); });
+       }},
       {QStringLiteral("08-export"),
        [this] {
          ExportDialog* d = w_->openExportDialog();

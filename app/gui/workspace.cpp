@@ -41,6 +41,7 @@
 #include <QScreen>
 #include "core/runtime/loaded_model.h"
 #include "core/runtime/runtime.h"
+#include "core/runtime/throughput.h"
 #include "core/tokenizer/tokenizer.h"
 #include "kernels/backend/backend.h"
 #include "kernels/common/error.h"
@@ -214,6 +215,16 @@ void Workspace::buildPages() {
   rbar->addSpacing(24);
   rbar->addWidget(speedTokens_);
   rbar->addWidget(speed);
+  rbar->addSpacing(24);
+  auto* tps = new QPushButton(tr("Tokens/s"));
+  tps->setObjectName(QStringLiteral("throughputButton"));
+  tps->setToolTip(tr("The whole model with the plan against all-FP16, both through the kernels: "
+                     "a prefill of 256 tokens, then 64 decode steps"));
+  throughput_ = new QLabel;
+  throughput_->setObjectName(QStringLiteral("throughputLabel"));
+  throughput_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  rbar->addWidget(tps);
+  rbar->addWidget(throughput_, 1);
   rbar->addStretch(1);
   rl->addLayout(rbar);
   runView_ = new widgets::RunView;
@@ -221,6 +232,7 @@ void Workspace::buildPages() {
   rl->addWidget(runView_, 1);
   connect(run, &QPushButton::clicked, this, [this] { runPlan(runName_->text().trimmed()); });
   connect(speed, &QPushButton::clicked, this, [this] { measureSpeed(speedTokens_->value()); });
+  connect(tps, &QPushButton::clicked, this, &Workspace::measureTokensPerSecond);
   setEvalText(textPath_, textTokens_);
 }
 
@@ -675,6 +687,45 @@ void Workspace::measureSpeed(qint64 tokens) {
       self->planEditor_->setSpeed(std::make_shared<SpeedTable>(r->table), int64_t(tokens));
       self->markDirty();
       emit self->speedChanged();
+    };
+  });
+}
+
+void Workspace::measureTokensPerSecond() {
+  const std::shared_ptr<const Prepared> p = prepareOrSay(false);
+  if (!p || !planEditor_->document()) return;
+  auto resolved = std::make_shared<ResolvedPlan>(planEditor_->document()->resolved());
+  const QString name = planEditor_->plan() && !planEditor_->plan()->name.empty()
+                           ? QString::fromStdString(planEditor_->plan()->name)
+                           : QStringLiteral("plan");
+  throughput_->setText(tr("measuring…"));
+  QPointer<Workspace> self(this);
+  jobs_->submit(QStringLiteral("throughput"), tr("Measuring tokens/s"),
+                [p, self, resolved, name](const JobContext& ctx) -> std::function<void()> {
+    Runtime rt(*p->model, p->graph, *p->backend, {}, &ctx);
+    const LayerFormats formats = layerFormatsFromPlan(rt, *resolved);
+    ThroughputOptions o;
+    o.decodeTokens = 64;
+    o.promptTokens = std::min<int64_t>(256, rt.maxSeq() - o.decodeTokens);
+    o.repeat = 1;
+    auto r = std::make_shared<ThroughputComparison>(qs::measureThroughput(rt, formats.formats, name.toStdString(), o, ctx));
+    return [self, r, model = p->model, device = QString::fromStdString(p->backend->name())] {
+      if (!self || self->model_ != model) return;
+      self->throughput_->setText(
+          tr("%1: prefill %2 tok/s (%3× FP16), decode %4 tok/s (%5× FP16) — %6 tokens then %7 steps on %8")
+              .arg(QString::fromStdString(r->plan.name))
+              .arg(r->plan.prefillTokensPerSecond, 0, 'f', 0)
+              .arg(r->prefillRatio(), 0, 'f', 2)
+              .arg(r->plan.decodeTokensPerSecond, 0, 'f', 1)
+              .arg(r->decodeRatio(), 0, 'f', 2)
+              .arg(r->options.promptTokens)
+              .arg(r->options.decodeTokens)
+              .arg(device));
+      self->throughput_->setToolTip(tr("FP16: prefill %1 tok/s, decode %2 tok/s\nkernels, FP16: %3\nkernels, plan: %4")
+                                        .arg(r->baseline.prefillTokensPerSecond, 0, 'f', 0)
+                                        .arg(r->baseline.decodeTokensPerSecond, 0, 'f', 1)
+                                        .arg(QString::fromStdString(r->baseline.kernels))
+                                        .arg(QString::fromStdString(r->plan.kernels)));
     };
   });
 }

@@ -80,6 +80,9 @@ class Workspace : public QObject {
   void runSensitivity();
   void runPlan(const QString& runName);
   void measureSpeed(qint64 tokens);
+  // Whole-model tokens/s of the plan being edited against all-FP16 (core/runtime/throughput.h),
+  // shown next to the per-layer speed chart.
+  void measureTokensPerSecond();
   // The same with the Run tab's run name and token count (menus, shortcuts, the walkthrough).
   void runPlanFromUi();
   void measureSpeedFromUi();
@@ -167,6 +170,7 @@ class Workspace : public QObject {
   QComboBox* sweepMode_ = nullptr;
   QLineEdit* runName_ = nullptr;
   QSpinBox* speedTokens_ = nullptr;
+  QLabel* throughput_ = nullptr;
 };
 
 }  // namespace qs::app

@@ -143,6 +143,14 @@ class TestWorkflow : public QObject {
       QVERIFY(waitJobs(w, 300'000));
       QVERIFY(ws->session().speed.has_value());
       QVERIFY(ws->runView()->metricsTable()->item(0, 7)->text().endsWith(QStringLiteral("×")));
+      // The whole model's tokens/s with the plan against all-FP16, beside the speed chart.
+      QLabel* tps = w.findChild<QLabel*>(QStringLiteral("throughputLabel"));
+      QVERIFY(tps);
+      w.findChild<QPushButton*>(QStringLiteral("throughputButton"))->click();
+      QVERIFY(waitJobs(w, 300'000));
+      QVERIFY2(tps->text().contains(QStringLiteral("decode")) && tps->text().contains(QStringLiteral("× FP16")),
+               qPrintable(tps->text()));
+      QVERIFY2(tps->toolTip().contains(QStringLiteral("kernels, plan")), qPrintable(tps->toolTip()));
       // The same plan with GPTQ on every layer (the plan's method field): the run calibrates on
       // the text after the evaluated tokens, rounds, and lands beside the first run.
       std::vector<int> allRows(pe->document()->resolved().layers.size());

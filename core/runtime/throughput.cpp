@@ -1,0 +1,93 @@
+#include "core/runtime/throughput.h"
+
+#include <algorithm>
+#include <map>
+#include <random>
+#include <vector>
+
+#include "core/runtime/evaluate.h"
+#include "kernels/common/error.h"
+
+namespace qs {
+
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+// The kernels the layers run on for T tokens, counted: "180× skinny-mma, 45× cublasGemmEx-f16".
+std::string kernelSummary(const Runtime& rt, int64_t T) {
+  std::map<std::string, int> n;
+  for (int i = 0; i < int(rt.linears().size()); ++i) ++n[rt.linearKernel(i, T)];
+  std::string s;
+  for (const auto& [k, c] : n) s += (s.empty() ? "" : ", ") + std::to_string(c) + "× " + k;
+  return s;
+}
+
+ThroughputResult measureOne(Runtime& rt, const std::string& name, const LinearPlan& plan,
+                            std::span<const int32_t> prompt, const ThroughputOptions& o, const JobContext& ctx,
+                            double from, double to) {
+  ctx.progress(from, "tokens/s: " + name + ": preparing the weights");
+  rt.setPlan(plan, LinearMode::Kernel);
+  ThroughputResult r;
+  r.name = name;
+  r.kernels = "decode: " + kernelSummary(rt, 1) + "; prefill: " + kernelSummary(rt, int64_t(prompt.size()));
+  for (int i = 0; i < int(rt.linears().size()); ++i) r.linearWeightBytes += rt.linearWeightBytes(i);
+  const SamplingOptions greedy;
+  const std::vector<int32_t> noStop;
+  JobContext cancelOnly;  // generate() reports its own 0..1 per call: only cancellation passes
+  cancelOnly.cancelFlag = ctx.cancelFlag;
+  // Warm-up: the kernels' first calls (a wide path is picked by timing at its first call), the
+  // allocator, the thread pool.
+  GenerateStats warm;
+  rt.reset();
+  generate(rt, prompt, std::min(o.decodeTokens, 8), noStop, greedy, {}, &warm, &cancelOnly);
+  std::vector<double> prefill, decode;
+  for (int k = 0; k < o.repeat; ++k) {
+    ctx.checkCancelled();
+    ctx.progress(from + (to - from) * double(k + 1) / double(o.repeat + 1),
+                 "tokens/s: " + name + ": run " + std::to_string(k + 1) + " of " + std::to_string(o.repeat));
+    GenerateStats s;
+    rt.reset();
+    generate(rt, prompt, o.decodeTokens, noStop, greedy, {}, &s, &cancelOnly);
+    if (s.prefillSeconds > 0) prefill.push_back(double(prompt.size()) / s.prefillSeconds);
+    if (s.decodeSeconds > 0) decode.push_back(double(s.decodeSteps) / s.decodeSeconds);
+  }
+  r.prefillTokensPerSecond = median(prefill);
+  r.decodeTokensPerSecond = median(decode);
+  return r;
+}
+
+}  // namespace
+
+ThroughputComparison measureThroughput(Runtime& rt, const LinearPlan& plan, const std::string& planName,
+                                       const ThroughputOptions& options, const JobContext& ctx) {
+  if (options.promptTokens < 1 || options.decodeTokens < 1 || options.repeat < 1)
+    throw Error(ErrorKind::BadInput, "prompt, decode tokens and repeats must be positive", {}, "prompt");
+  if (rt.maxSeq() < options.promptTokens + options.decodeTokens)
+    throw Error(ErrorKind::BadInput,
+                "prompt + decode tokens = " + std::to_string(options.promptTokens + options.decodeTokens) +
+                    " exceed the runtime's context of " + std::to_string(rt.maxSeq()) + " tokens",
+                {}, "prompt");
+  if (plan.size() != rt.linears().size())
+    throw Error(ErrorKind::Internal, "measureThroughput: the plan has " + std::to_string(plan.size()) +
+                                         " layers, the runtime " + std::to_string(rt.linears().size()));
+  std::mt19937_64 rng(42);
+  std::vector<int32_t> prompt(static_cast<size_t>(options.promptTokens));
+  for (auto& t : prompt) t = int32_t(rng() % uint64_t(rt.vocabSize()));
+  ThroughputComparison c;
+  c.options = options;
+  struct Clear {
+    Runtime& rt;
+    ~Clear() { rt.clearPlan(); }
+  } clear{rt};
+  c.baseline = measureOne(rt, "fp16", LinearPlan(rt.linears().size(), parseQuantFormat("fp16")), prompt, options, ctx,
+                          0.0, 0.5);
+  c.plan = measureOne(rt, planName, plan, prompt, options, ctx, 0.5, 1.0);
+  ctx.progress(1.0, "tokens/s");
+  return c;
+}
+
+}  // namespace qs
