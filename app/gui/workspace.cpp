@@ -198,6 +198,7 @@ void Workspace::buildPages() {
   runName_ = new QLineEdit(QStringLiteral("plan"));
   runName_->setObjectName(QStringLiteral("runName"));
   runName_->setMaximumWidth(220);
+  runName_->setMinimumWidth(120);  // the tokens/s text beside the buttons must not squeeze it
   auto* run = new QPushButton(tr("Run plan"));
   run->setObjectName(QStringLiteral("runPlanButton"));
   run->setToolTip(tr("Error accumulation of the plan against the unquantized model, block by block"));
