@@ -224,6 +224,9 @@ void Workspace::buildPages() {
   throughput_ = new QLabel;
   throughput_->setObjectName(QStringLiteral("throughputLabel"));
   throughput_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  // A long result must not widen the window: the label takes the room left and wraps.
+  throughput_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
+  throughput_->setWordWrap(true);
   rbar->addWidget(tps);
   rbar->addWidget(throughput_, 1);
   rbar->addStretch(1);
