@@ -228,8 +228,7 @@ void Workspace::buildPages() {
   throughput_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
   throughput_->setWordWrap(true);
   rbar->addWidget(tps);
-  rbar->addWidget(throughput_, 1);
-  rbar->addStretch(1);
+  rbar->addWidget(throughput_, 1);  // the rest of the row
   rl->addLayout(rbar);
   runView_ = new widgets::RunView;
   connect(runView_, &widgets::RunView::layerClicked, this, &Workspace::layerRequested);
