@@ -501,7 +501,7 @@ void refineAutoquant(const ModelFile& file, Runtime& rt, std::span<const int32_t
       const auto& t = plan.tensors[i];
       if (!t.quantizable || t.chosen < 0) continue;
       std::vector<CostPoint> p;
-      for (const auto& o : t.options) p.push_back({o.bytes, o.predictedKl, o.measured});
+      for (const auto& o : t.options) p.push_back({o.bytes, o.predictedKl});
       index.push_back(i);
       points.push_back(std::move(p));
       chosen.push_back(t.chosen);

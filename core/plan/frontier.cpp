@@ -40,20 +40,6 @@ double stepSlope(const std::vector<CostPoint>& pts, int a, int b) {
   return (pts[a].error - pts[b].error) / double(pts[b].bytes - pts[a].bytes);
 }
 
-double normalCdf(double x) { return 0.5 * std::erfc(-x / std::sqrt(2.0)); }
-
-// Expected regret of a step from a (fewer bytes) to b: its slope X lognormal around the estimate
-// s with spread σ; not taken: Δbytes · E[(X − λ)+]; taken: Δbytes · E[(λ − X)+].
-double stepRegret(const std::vector<CostPoint>& pts, int a, int b, double lambda, bool taken) {
-  const double s = stepSlope(pts, a, b), bytes = double(pts[b].bytes - pts[a].bytes);
-  const double sigma = pts[a].measured && pts[b].measured ? 0.0 : kEstimateSpread;
-  if (!(s > 0) || sigma == 0) return bytes * std::max(0.0, taken ? lambda - s : s - lambda);
-  const double d1 = (std::log(s / lambda) + sigma * sigma) / sigma, d2 = d1 - sigma;
-  const double grown = s * std::exp(sigma * sigma / 2);
-  const double v = taken ? lambda * normalCdf(-d2) - grown * normalCdf(-d1) : grown * normalCdf(d1) - lambda * normalCdf(d2);
-  return bytes * std::max(0.0, v);
-}
-
 }  // namespace
 
 double budgetLambda(const std::vector<std::vector<CostPoint>>& layers, uint64_t budgetBytes) {
@@ -88,39 +74,33 @@ std::vector<FrontierLayer> frontierLayers(const std::vector<std::vector<CostPoin
     if (c < 0 || size_t(c) >= pts.size()) continue;
     const std::vector<int> h = lowerHull(pts);
     const auto at = std::find(h.begin(), h.end(), c);
-    FrontierLayer f{l, c, -1, std::numeric_limits<double>::infinity(), -1};
-    auto consider = [&](int a, int b, int other, bool taken) {
-      const double r = stepRegret(pts, a, b, lambda, taken);
-      if (r > f.regret) {
-        f.regret = r;
-        f.other = other;
-        f.margin = std::abs(std::log(stepSlope(pts, a, b) / lambda));
-      }
-    };
+    FrontierLayer f{l, c, -1, std::numeric_limits<double>::infinity()};
     if (at == h.end()) {
       // Off the hull (the exact solver filling the last bytes): as close as a choice gets. The
       // other end: the hull point next above it in bytes, else the one below.
-      int other = -1;
+      f.margin = 0;
       for (int k : h)
         if (pts[k].bytes > pts[c].bytes) {
-          other = k;
+          f.other = k;
           break;
         }
-      if (other < 0 && !h.empty()) other = h.back();
-      if (other >= 0 && other != c) {
-        if (pts[other].bytes > pts[c].bytes) consider(c, other, other, false);
-        else if (pts[other].bytes < pts[c].bytes) consider(other, c, other, true);
-        f.margin = 0;
-        if (f.other < 0) f.other = other, f.regret = 0;
-      }
+      if (f.other < 0 && !h.empty()) f.other = h.back();
+      if (f.other == c) f.other = -1;
     } else {
       const size_t pos = size_t(at - h.begin());
-      if (pos > 0) consider(h[pos - 1], c, h[pos - 1], true);
-      if (pos + 1 < h.size()) consider(c, h[pos + 1], h[pos + 1], false);
+      auto consider = [&](int a, int b, int other) {
+        const double m = std::abs(std::log(stepSlope(pts, a, b) / lambda));
+        if (m < f.margin) {
+          f.margin = m;
+          f.other = other;
+        }
+      };
+      if (pos > 0) consider(h[pos - 1], c, h[pos - 1]);
+      if (pos + 1 < h.size()) consider(c, h[pos + 1], h[pos + 1]);
     }
     if (f.other >= 0) out.push_back(f);
   }
-  std::stable_sort(out.begin(), out.end(), [](const FrontierLayer& a, const FrontierLayer& b) { return a.regret > b.regret; });
+  std::stable_sort(out.begin(), out.end(), [](const FrontierLayer& a, const FrontierLayer& b) { return a.margin < b.margin; });
   return out;
 }
 
@@ -138,14 +118,7 @@ std::vector<TableCell> frontierCells(const ModelGraph& graph, const SensitivityT
   std::vector<std::vector<CostPoint>> points;
   for (const PlannerLayer& l : problem.layers) {
     std::vector<CostPoint> p;
-    for (const PlannerChoice& c : l.choices) {
-      // FP16 without a column (counted 0 by rule) is as good as measured.
-      const int col = columnOf(c.format);
-      const auto row = rowOf.find(l.weightName);
-      const bool measured = col < 0 || row == rowOf.end() ||
-                            table.at(row->second, size_t(col)).klSource != KlSource::Estimated;
-      p.push_back({c.bytes, c.error, measured});
-    }
+    for (const PlannerChoice& c : l.choices) p.push_back({c.bytes, c.error});
     points.push_back(std::move(p));
   }
   std::vector<std::pair<double, TableCell>> ranked;
@@ -158,7 +131,7 @@ std::vector<TableCell> frontierCells(const ModelGraph& graph, const SensitivityT
       if (row == rowOf.end()) continue;
       for (int k : {f.chosen, f.other}) {
         const int col = columnOf(pl.choices[size_t(k)].format);
-        if (col >= 0) ranked.push_back({-f.regret, TableCell{row->second, size_t(col)}});
+        if (col >= 0) ranked.push_back({f.margin, TableCell{row->second, size_t(col)}});
       }
     }
   }

@@ -11,16 +11,7 @@
 // slope near λ: if that step's error difference were off by the factor slope/λ the layer would
 // move along it. So the margin of a layer is min |ln(slope/λ)| over the steps on either side of
 // its chosen point (0 when the chosen point is off the hull, which the exact solver may pick);
-// the cells to measure are the chosen one and the other end of that step.
-//
-// Which layers first: not simply the smallest margins — a near-tie between two group sizes of
-// INT4 costs almost nothing whichever way it falls, while an INT4 attention layer the estimate
-// under-prices threefold costs a lot. So each step gets its expected regret: with the step's
-// true slope lognormal around the estimate (spread σ = kEstimateSpread when either end is
-// estimated, 0 when both are measured), the expected loss of the current decision is
-// Δbytes · E[(slope − λ)+] for a step not taken and Δbytes · E[(λ − slope)+] for one taken
-// (in nats: the KL a wrong decision would cost). Layers are ranked by the larger regret of the
-// steps on either side of their chosen point.
+// the cells to measure are the chosen one and the other end of that step. Small margins first.
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -33,27 +24,21 @@ namespace qs {
 struct CostPoint {
   uint64_t bytes = 0;
   double error = 0;
-  bool measured = false;  // the error is a measurement, not an estimate
 };
-
-// ln of the typical factor between an estimated and a measured single-layer KL (docs/analysis.md:
-// measured / estimated 0.6–4.5 for attention q and k, 0.8–1.4 for the MLP, 10th–90th percentile).
-inline constexpr double kEstimateSpread = 0.7;
 
 // One layer near the frontier: its chosen point, the other end of the closest hull step, and how
 // far that step's slope is from λ (|ln(slope/λ)|; 0: on it).
 struct FrontierLayer {
   size_t layer = 0;
   int chosen = -1, other = -1;  // indices into that layer's points
-  double margin = 0;            // |ln(slope/λ)| of the step to `other`
-  double regret = 0;            // its expected regret, nats (the ranking)
+  double margin = 0;
 };
 
 // λ of the Lagrangian relaxation at this budget (nats per byte); 0 when every layer's largest
 // point fits (nothing to trade), +inf when not even the smallest points fit.
 double budgetLambda(const std::vector<std::vector<CostPoint>>& layers, uint64_t budgetBytes);
 
-// Every layer with a step on either side of its chosen point, by expected regret (largest first).
+// Every layer with a step on either side of its chosen point, sorted by margin (smallest first).
 // `chosen`: the plan's point per layer (say solveBudget's). Empty when λ is 0 or infinite.
 std::vector<FrontierLayer> frontierLayers(const std::vector<std::vector<CostPoint>>& layers,
                                           const std::vector<int>& chosen, uint64_t budgetBytes);
@@ -64,8 +49,8 @@ struct TableCell {
 };
 
 // For a sensitivity table and budgets in bits per weight (as `plan auto --budget-bits`): the
-// cells that decide each budget's plan, largest expected regret first, budgets interleaved,
-// each cell once. Cells the table has no column for (the planner's FP16 fallback) are left out.
+// cells that decide each budget's plan, closest first, budgets interleaved by margin, each cell
+// once. Cells the table has no column for (the planner's FP16 fallback) are left out.
 std::vector<TableCell> frontierCells(const ModelGraph& graph, const SensitivityTable& table,
                                      const std::vector<double>& budgetsBits, const ProblemOptions& options = {});
 

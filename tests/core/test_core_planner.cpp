@@ -272,8 +272,7 @@ class TestCorePlanner : public QObject {
 
   // Three layers, two points each: upgrading A saves 0.100 nats per byte, B 0.099, C 0.001; the
   // budget holds one upgrade. The relaxation takes A's step, so λ is B's slope: B sits on the
-  // frontier (margin 0), A next to it (ln(0.100 / 0.099)), C far (ln 99) — and last by regret.
-  // Measured points carry no regret: a step between two measurements is not re-measured.
+  // frontier (margin 0), A next to it (ln(0.100 / 0.099)), C far (ln 99).
   void frontierOfAHandMadeProblem() {
     const std::vector<std::vector<CostPoint>> layers = {
         {{100, 20.0}, {200, 10.0}}, {{100, 19.9}, {200, 10.0}}, {{100, 10.1}, {200, 10.0}}};
@@ -282,39 +281,23 @@ class TestCorePlanner : public QObject {
     QVERIFY(std::isinf(budgetLambda(layers, 299)));         // nothing fits
     const auto f = frontierLayers(layers, {1, 0, 0}, 400);
     QCOMPARE(f.size(), size_t(3));
-    auto of = [&](size_t layer) {
-      return *std::find_if(f.begin(), f.end(), [&](const FrontierLayer& x) { return x.layer == layer; });
-    };
-    QCOMPARE(of(1).chosen, 0);
-    QCOMPARE(of(1).other, 1);
-    QVERIFY(std::abs(of(1).margin) < 1e-12);
-    QCOMPARE(of(0).chosen, 1);
-    QCOMPARE(of(0).other, 0);
-    QVERIFY(std::abs(of(0).margin - std::log(0.100 / 0.099)) < 1e-9);
-    QCOMPARE(f[2].layer, size_t(2));  // far from λ: the least regret
+    QCOMPARE(f[0].layer, size_t(1));
+    QCOMPARE(f[0].chosen, 0);
+    QCOMPARE(f[0].other, 1);
+    QVERIFY(std::abs(f[0].margin) < 1e-12);
+    QCOMPARE(f[1].layer, size_t(0));
+    QCOMPARE(f[1].chosen, 1);
+    QCOMPARE(f[1].other, 0);
+    QVERIFY(std::abs(f[1].margin - std::log(0.100 / 0.099)) < 1e-9);
+    QCOMPARE(f[2].layer, size_t(2));
     QVERIFY(std::abs(f[2].margin - std::log(0.099 / 0.001)) < 1e-9);
-    QVERIFY(f[0].regret >= f[1].regret && f[1].regret > 100 * f[2].regret);
-    // A big step at a third of λ (which a threefold under-estimate would hide) outranks a
-    // near-tie of small steps: D's upgrade (2,000 bytes) against E's (10 bytes, at λ) and A's.
-    const std::vector<std::vector<CostPoint>> mixed = {
-        {{100, 20.0}, {200, 10.0}}, {{1000, 76.0}, {3000, 10.0}}, {{1000, 10.99}, {1010, 10.0}}};
-    QVERIFY(std::abs(budgetLambda(mixed, 2200) - 0.099) < 1e-12);
-    const auto g0 = frontierLayers(mixed, {1, 0, 0}, 2200);
-    QCOMPARE(g0.size(), size_t(3));
-    QCOMPARE(g0[0].layer, size_t(1));
-    QCOMPARE(g0[2].layer, size_t(2));
-    auto measuredMixed = mixed;
-    for (auto& p : measuredMixed[1]) p.measured = true;
-    for (const auto& x : frontierLayers(measuredMixed, {1, 0, 0}, 2200))
-      if (x.layer == 1) QCOMPARE(x.regret, 0.0);
     // A point off the lower hull (the exact solver may take one to use the last bytes): margin 0.
     const std::vector<std::vector<CostPoint>> offHull = {{{100, 20.0}, {150, 19.0}, {200, 10.0}}, {{100, 19.9}, {200, 10.0}}};
     const auto g = frontierLayers(offHull, {1, 0}, 250);
     QVERIFY(!g.empty());
-    const auto off = std::find_if(g.begin(), g.end(), [](const FrontierLayer& x) { return x.layer == 0; });
-    QVERIFY(off != g.end());
-    QCOMPARE(off->margin, 0.0);
-    QCOMPARE(off->other, 2);
+    QCOMPARE(g[0].layer, size_t(0));
+    QCOMPARE(g[0].margin, 0.0);
+    QCOMPARE(g[0].other, 2);
     QVERIFY(frontierLayers(layers, {1, 1, 1}, 600).empty());  // λ = 0: nothing to trade
   }
 
@@ -349,7 +332,7 @@ class TestCorePlanner : public QObject {
         QVERIFY2(used <= b || lambda == 0, qPrintable(QString("trial %1 budget %2 used %3").arg(trial).arg(b).arg(used)));
         if (lambda > 0) {
           const auto f = frontierLayers(layers, solveBudget(p, b).choice, b);
-          for (size_t k = 1; k < f.size(); ++k) QVERIFY(f[k - 1].regret >= f[k].regret);
+          for (size_t k = 1; k < f.size(); ++k) QVERIFY(f[k - 1].margin <= f[k].margin);
         }
       }
     }
