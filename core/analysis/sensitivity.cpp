@@ -575,7 +575,8 @@ static void sensitivityInto(SensitivityResult& res, Runtime& rt, StatsOps& stats
       const double allowed = round < 2 ? (refineWork - spent) / 2 : refineWork - spent;
       std::vector<Pair> batch;
       double work = 0;
-      for (const auto& [l, f] : options.refine(t)) {
+      for (const auto& cell : options.refine(t)) {
+        const size_t l = cell.first, f = cell.second;  // (clang 14 cannot capture a structured binding)
         if (l >= L || f >= F || t.at(l, f).klSource != KlSource::Estimated || !t.at(l, f).applicable) continue;
         if (std::any_of(batch.begin(), batch.end(), [&](const Pair& p) { return p.layer == l && p.format == f; }))
           continue;
