@@ -90,6 +90,14 @@ class TestAnalysisJobs : public QObject {
     e.bos = m_.tokenizer->bos();
     return e;
   }
+  // An estimate sweep over `tokens` text tokens in windows of `ctx`, with these formats.
+  SensitivityOptions estimateOptions(int64_t tokens, int64_t ctx, std::initializer_list<const char*> formats) const {
+    SensitivityOptions o;
+    o.eval = eval(tokens, ctx);
+    for (const char* f : formats) o.formats.push_back(parseQuantFormat(f));
+    o.mode = SensitivityMode::Estimate;
+    return o;
+  }
   // The calibration a sensitivity sweep of these tokens rests on.
   CalibrationResult calibrated(Runtime& rt, int64_t tokens, int64_t ctx) const {
     CalibrationOptions co;
@@ -264,11 +272,7 @@ class TestAnalysisJobs : public QObject {
   void refinementMeasuresTheNamedCellsWithinItsBudget() {
     Runtime rt(*m_.file, m_.graph, *cpu_);
     const CalibrationResult calib = calibrated(rt, 128, 64);
-    SensitivityOptions o;
-    o.eval = eval(128, 64);
-    o.formats = {parseQuantFormat("int4-g32-sym"), parseQuantFormat("int4-g64-sym"), parseQuantFormat("int8-ch-sym"),
-                 parseQuantFormat("fp16")};
-    o.mode = SensitivityMode::Estimate;
+    SensitivityOptions o = estimateOptions(128, 64, {"int4-g32-sym", "int4-g64-sym", "int8-ch-sym", "fp16"});
     o.probeTokens = 96;
     const SensitivityResult base = runSensitivity(rt, cpu_->stats(), text_, &calib, o);
     SensitivityOptions x = o;
@@ -406,11 +410,8 @@ class TestAnalysisJobs : public QObject {
   void estimateModeAgainstTheExactSweep() {
     Runtime rt(*m_.file, m_.graph, *cpu_);
     const CalibrationResult calib = calibrated(rt, 128, 64);
-    SensitivityOptions o;
-    o.eval = eval(128, 64);
-    o.formats = {parseQuantFormat("int4-g32-sym"), parseQuantFormat("int8-ch-sym"), parseQuantFormat("fp16"),
-                 parseQuantFormat("int8-ch-sym:int8-tok"), parseQuantFormat("int4-g128-sym")};
-    o.mode = SensitivityMode::Estimate;
+    SensitivityOptions o =
+        estimateOptions(128, 64, {"int4-g32-sym", "int8-ch-sym", "fp16", "int8-ch-sym:int8-tok", "int4-g128-sym"});
     o.probeTokens = 96;  // of 128: the probes run on fewer tokens than the evaluation text
     size_t estimatedSeen = 0;
     SensitivityCallbacks cb;
@@ -527,11 +528,7 @@ class TestAnalysisJobs : public QObject {
   void estimatePerFamilyProbes() {
     Runtime rt(*m_.file, m_.graph, *cpu_);
     const CalibrationResult calib = calibrated(rt, 96, 48);
-    SensitivityOptions o;
-    o.eval = eval(96, 48);
-    o.formats = {parseQuantFormat("int4-g32-sym"), parseQuantFormat("int8-ch-sym"), parseQuantFormat("fp8e4m3-ch"),
-                 parseQuantFormat("fp16")};
-    o.mode = SensitivityMode::Estimate;
+    SensitivityOptions o = estimateOptions(96, 48, {"int4-g32-sym", "int8-ch-sym", "fp8e4m3-ch", "fp16"});
     o.probePerFamily = true;
     const SensitivityResult r = runSensitivity(rt, cpu_->stats(), text_, &calib, o);
     const SensitivityTable& t = r.table;
