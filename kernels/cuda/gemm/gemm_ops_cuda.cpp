@@ -32,6 +32,7 @@
 #include "kernels/common/error.h"
 #include "kernels/cuda/gemm/gemm_cublas.h"
 #include "kernels/cuda/gemm/gemm_dequant.h"
+#include "kernels/cuda/common/device_buffer.h"
 #include "kernels/cuda/gemm/gemm_launch.h"
 #include "kernels/device/device_info.h"
 #include "kernels/gemm/gemm_ops.h"
@@ -42,35 +43,7 @@ namespace {
 
 using cuda_gemm::LtMatmul;
 
-class DeviceBuffer {
- public:
-  DeviceBuffer() = default;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() { reset(); }
-  void reset() {
-    if (ptr_) cudaFree(ptr_);
-    ptr_ = nullptr;
-    bytes_ = 0;
-  }
-  void allocate(size_t bytes) {
-    reset();
-    if (bytes == 0) return;
-    QS_CUDA_CHECK(cudaMalloc(&ptr_, bytes));
-    bytes_ = bytes;
-  }
-  template <typename T>
-  void upload(const std::vector<T>& host) {
-    allocate(host.size() * sizeof(T));
-    if (bytes_) QS_CUDA_CHECK(cudaMemcpy(ptr_, host.data(), bytes_, cudaMemcpyHostToDevice));
-  }
-  void* get() const { return ptr_; }
-  size_t bytes() const { return bytes_; }
-
- private:
-  void* ptr_ = nullptr;
-  size_t bytes_ = 0;
-};
+using cuda::DeviceBuffer;  // kernels/cuda/common/device_buffer.h
 
 class CudaGemmWeight final : public GemmWeight {
  public:

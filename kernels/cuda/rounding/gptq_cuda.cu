@@ -19,6 +19,7 @@
 
 #include "kernels/common/error.h"
 #include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/common/device_buffer.h"
 #include "kernels/rounding/gptq.h"
 
 namespace qs {
@@ -35,26 +36,7 @@ namespace {
                   {}, "cuSOLVER");                                                           \
   } while (0)
 
-template <typename T>
-struct DeviceBuffer {
-  T* p = nullptr;
-  size_t n = 0;
-  DeviceBuffer() = default;
-  explicit DeviceBuffer(size_t count) { resize(count); }
-  ~DeviceBuffer() {
-    if (p) cudaFree(p);
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  void resize(size_t count) {
-    if (count <= n) return;
-    if (p) cudaFree(p);
-    p = nullptr;
-    n = 0;
-    QS_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(count, 1) * sizeof(T)));
-    n = count;
-  }
-};
+using cuda::DeviceBuffer;  // kernels/cuda/common/device_buffer.h
 
 struct Handles {
   cudaStream_t stream = nullptr;
@@ -198,8 +180,8 @@ __global__ void lazyUpdateKernel(float* w, const float* err, const float* u, int
 
 class CudaGram final : public GramAccumulator {
  public:
-  CudaGram(Handles& h, int64_t n) : h_(h), n_(n), mat_(size_t(n * n)) {
-    QS_CUDA_CHECK(cudaMemsetAsync(mat_.p, 0, size_t(n * n) * sizeof(float), h_.stream));
+  CudaGram(Handles& h, int64_t n) : h_(h), n_(n), mat_(std::max<size_t>(1, size_t(n * n)) * sizeof(float), "GPTQ Gram matrix") {
+    QS_CUDA_CHECK(cudaMemsetAsync(mat_.as<float>(), 0, size_t(n * n) * sizeof(float), h_.stream));
   }
   int64_t dim() const override { return n_; }
   int64_t tokens() const override { return tokens_; }
@@ -214,19 +196,19 @@ class CudaGram final : public GramAccumulator {
         throw Error(ErrorKind::BadInput, "activation batch has a NaN or infinite value", {},
                     std::string(name));
     if (rows == 0) return;
-    x_.resize(x.size());
-    QS_CUDA_CHECK(cudaMemcpyAsync(x_.p, x.data(), x.size() * sizeof(float),
+    x_.reserveFor<float>(x.size(), "GPTQ");
+    QS_CUDA_CHECK(cudaMemcpyAsync(x_.as<float>(), x.data(), x.size() * sizeof(float),
                                   cudaMemcpyHostToDevice, h_.stream));
     // Row-major x [rows, n] is column-major A [n, rows]: A·Aᵀ = xᵀx, lower triangle.
     const float one = 1.0f;
     QS_CUBLAS_CHECK(cublasSsyrk(h_.blas, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_N, int(n_), int(rows),
-                                &one, x_.p, int(n_), &one, mat_.p, int(n_)));
+                                &one, x_.as<float>(), int(n_), &one, mat_.as<float>(), int(n_)));
     QS_CUDA_CHECK(cudaStreamSynchronize(h_.stream));  // x is the caller's: reusable on return
     tokens_ += rows;
   }
   std::vector<float> matrix() override {
     std::vector<float> m(size_t(n_ * n_));
-    QS_CUDA_CHECK(cudaMemcpyAsync(m.data(), mat_.p, m.size() * sizeof(float),
+    QS_CUDA_CHECK(cudaMemcpyAsync(m.data(), mat_.as<float>(), m.size() * sizeof(float),
                                   cudaMemcpyDeviceToHost, h_.stream));
     QS_CUDA_CHECK(cudaStreamSynchronize(h_.stream));
     // Column-major lower = row-major upper: mirror it onto the lower side.
@@ -238,7 +220,7 @@ class CudaGram final : public GramAccumulator {
  private:
   Handles& h_;
   int64_t n_, tokens_ = 0;
-  DeviceBuffer<float> mat_, x_;
+  DeviceBuffer mat_, x_;
 };
 
 class CudaGptqOps final : public GptqOps {
@@ -268,42 +250,42 @@ class CudaGptqOps final : public GptqOps {
   void factor(const GptqPrepared& p, const GptqOptions& o, double& lambda, std::string& note,
               std::string_view name) {
     const int64_t n = p.cols;
-    a_.resize(size_t(n * n));
-    b_.resize(size_t(n * n));
-    info_.resize(1);
+    a_.reserveFor<double>(size_t(n * n), "GPTQ");
+    b_.reserveFor<double>(size_t(n * n), "GPTQ");
+    info_.reserveFor<int>(1, "GPTQ");
     int lwork = 0;
-    QS_CUSOLVER_CHECK(cusolverDnDpotrf_bufferSize(h_.solver, CUBLAS_FILL_MODE_LOWER, int(n), a_.p,
+    QS_CUSOLVER_CHECK(cusolverDnDpotrf_bufferSize(h_.solver, CUBLAS_FILL_MODE_LOWER, int(n), a_.as<double>(),
                                                   int(n), &lwork));
     int lwork2 = 0;
-    QS_CUSOLVER_CHECK(cusolverDnDpotrf_bufferSize(h_.solver, CUBLAS_FILL_MODE_UPPER, int(n), b_.p,
+    QS_CUSOLVER_CHECK(cusolverDnDpotrf_bufferSize(h_.solver, CUBLAS_FILL_MODE_UPPER, int(n), b_.as<double>(),
                                                   int(n), &lwork2));
-    work_.resize(size_t(std::max(lwork, lwork2)));
+    work_.reserveFor<double>(size_t(std::max(lwork, lwork2)), "GPTQ");
     const dim3 t2(32, 8), g2(unsigned((n + 31) / 32), unsigned((n + 7) / 8));
     double lam = o.damping;
     for (int attempt = 0; attempt <= o.maxDampingRetries; ++attempt) {
       if (attempt > 0) lam = lam > 0 ? lam * 10 : 0.01;
       const std::vector<double> hd = dampedHessian(p, lam);  // symmetric: either major order
-      QS_CUDA_CHECK(cudaMemcpyAsync(a_.p, hd.data(), hd.size() * sizeof(double),
+      QS_CUDA_CHECK(cudaMemcpyAsync(a_.as<double>(), hd.data(), hd.size() * sizeof(double),
                                     cudaMemcpyHostToDevice, h_.stream));
       int info = 0;
-      QS_CUSOLVER_CHECK(cusolverDnDpotrf(h_.solver, CUBLAS_FILL_MODE_LOWER, int(n), a_.p, int(n),
-                                         work_.p, int(work_.n), info_.p));
-      QS_CUDA_CHECK(cudaMemcpyAsync(&info, info_.p, sizeof(int), cudaMemcpyDeviceToHost, h_.stream));
+      QS_CUSOLVER_CHECK(cusolverDnDpotrf(h_.solver, CUBLAS_FILL_MODE_LOWER, int(n), a_.as<double>(), int(n),
+                                         work_.as<double>(), int((work_.bytes() / sizeof(double))), info_.as<int>()));
+      QS_CUDA_CHECK(cudaMemcpyAsync(&info, info_.as<int>(), sizeof(int), cudaMemcpyDeviceToHost, h_.stream));
       QS_CUDA_CHECK(cudaStreamSynchronize(h_.stream));
       if (info != 0) continue;
-      identityKernel<<<unsigned((n * n + 255) / 256), 256, 0, h_.stream>>>(b_.p, n);
+      identityKernel<<<unsigned((n * n + 255) / 256), 256, 0, h_.stream>>>(b_.as<double>(), n);
       QS_CUDA_LAUNCHED("identityKernel");
-      QS_CUSOLVER_CHECK(cusolverDnDpotrs(h_.solver, CUBLAS_FILL_MODE_LOWER, int(n), int(n), a_.p,
-                                         int(n), b_.p, int(n), info_.p));
-      symmetrizeKernel<<<g2, t2, 0, h_.stream>>>(b_.p, n);
+      QS_CUSOLVER_CHECK(cusolverDnDpotrs(h_.solver, CUBLAS_FILL_MODE_LOWER, int(n), int(n), a_.as<double>(),
+                                         int(n), b_.as<double>(), int(n), info_.as<int>()));
+      symmetrizeKernel<<<g2, t2, 0, h_.stream>>>(b_.as<double>(), n);
       QS_CUDA_LAUNCHED("symmetrizeKernel");
-      QS_CUSOLVER_CHECK(cusolverDnDpotrf(h_.solver, CUBLAS_FILL_MODE_UPPER, int(n), b_.p, int(n),
-                                         work_.p, int(work_.n), info_.p));
-      QS_CUDA_CHECK(cudaMemcpyAsync(&info, info_.p, sizeof(int), cudaMemcpyDeviceToHost, h_.stream));
+      QS_CUSOLVER_CHECK(cusolverDnDpotrf(h_.solver, CUBLAS_FILL_MODE_UPPER, int(n), b_.as<double>(), int(n),
+                                         work_.as<double>(), int((work_.bytes() / sizeof(double))), info_.as<int>()));
+      QS_CUDA_CHECK(cudaMemcpyAsync(&info, info_.as<int>(), sizeof(int), cudaMemcpyDeviceToHost, h_.stream));
       QS_CUDA_CHECK(cudaStreamSynchronize(h_.stream));
       if (info != 0) continue;
-      u_.resize(size_t(n * n));
-      upperToRowMajorKernel<<<g2, t2, 0, h_.stream>>>(b_.p, n, u_.p);
+      u_.reserveFor<float>(size_t(n * n), "GPTQ");
+      upperToRowMajorKernel<<<g2, t2, 0, h_.stream>>>(b_.as<double>(), n, u_.as<float>());
       QS_CUDA_LAUNCHED("upperToRowMajorKernel");
       if (attempt > 0) {
         std::ostringstream s;
@@ -330,34 +312,34 @@ class CudaGptqOps final : public GptqOps {
       scales.scales.assign(size_t(grid.count()), 0);
       if (asym) scales.zeros.assign(size_t(grid.count()), 0);
     }
-    w_.resize(size_t(rows * cols));
-    q_.resize(size_t(rows * cols));
-    err_.resize(size_t(rows * B));
-    loss_.resize(size_t(rows));
-    sc_.resize(scales.scales.size());
-    zr_.resize(std::max<size_t>(1, scales.zeros.size()));
-    perm_.resize(std::max<size_t>(1, p.perm.size()));
-    QS_CUDA_CHECK(cudaMemcpyAsync(w_.p, p.w.data(), p.w.size() * sizeof(float),
+    w_.reserveFor<float>(size_t(rows * cols), "GPTQ");
+    q_.reserveFor<float>(size_t(rows * cols), "GPTQ");
+    err_.reserveFor<float>(size_t(rows * B), "GPTQ");
+    loss_.reserveFor<double>(size_t(rows), "GPTQ");
+    sc_.reserveFor<uint16_t>(scales.scales.size(), "GPTQ");
+    zr_.reserveFor<uint8_t>(std::max<size_t>(1, scales.zeros.size()), "GPTQ");
+    perm_.reserveFor<int32_t>(std::max<size_t>(1, p.perm.size()), "GPTQ");
+    QS_CUDA_CHECK(cudaMemcpyAsync(w_.as<float>(), p.w.data(), p.w.size() * sizeof(float),
                                   cudaMemcpyHostToDevice, h_.stream));
-    QS_CUDA_CHECK(cudaMemcpyAsync(sc_.p, scales.scales.data(), scales.scales.size() * 2,
+    QS_CUDA_CHECK(cudaMemcpyAsync(sc_.as<uint16_t>(), scales.scales.data(), scales.scales.size() * 2,
                                   cudaMemcpyHostToDevice, h_.stream));
     if (asym)
-      QS_CUDA_CHECK(cudaMemcpyAsync(zr_.p, scales.zeros.data(), scales.zeros.size(),
+      QS_CUDA_CHECK(cudaMemcpyAsync(zr_.as<uint8_t>(), scales.zeros.data(), scales.zeros.size(),
                                     cudaMemcpyHostToDevice, h_.stream));
     if (!p.perm.empty())
-      QS_CUDA_CHECK(cudaMemcpyAsync(perm_.p, p.perm.data(), p.perm.size() * 4,
+      QS_CUDA_CHECK(cudaMemcpyAsync(perm_.as<int32_t>(), p.perm.data(), p.perm.size() * 4,
                                     cudaMemcpyHostToDevice, h_.stream));
-    QS_CUDA_CHECK(cudaMemsetAsync(loss_.p, 0, size_t(rows) * sizeof(double), h_.stream));
+    QS_CUDA_CHECK(cudaMemsetAsync(loss_.as<double>(), 0, size_t(rows) * sizeof(double), h_.stream));
 
     BlockArgs a{};
-    a.w = w_.p;
-    a.u = u_.p;
-    a.q = q_.p;
-    a.err = err_.p;
-    a.scales = sc_.p;
-    a.zeros = asym ? zr_.p : nullptr;
-    a.perm = p.perm.empty() ? nullptr : perm_.p;
-    a.rowLoss = loss_.p;
+    a.w = w_.as<float>();
+    a.u = u_.as<float>();
+    a.q = q_.as<float>();
+    a.err = err_.as<float>();
+    a.scales = sc_.as<uint16_t>();
+    a.zeros = asym ? zr_.as<uint8_t>() : nullptr;
+    a.perm = p.perm.empty() ? nullptr : perm_.as<int32_t>();
+    a.rowLoss = loss_.as<double>();
     a.rows = rows;
     a.cols = cols;
     a.gridCols = grid.gridCols;
@@ -379,21 +361,21 @@ class CudaGptqOps final : public GptqOps {
       QS_CUDA_LAUNCHED("gptqBlockKernel");
       if (b1 < cols) {
         const dim3 t(32, 8), g(unsigned((cols - b1 + 31) / 32), unsigned((rows + 7) / 8));
-        lazyUpdateKernel<<<g, t, 0, h_.stream>>>(w_.p, err_.p, u_.p, rows, cols, b0, nb, b1);
+        lazyUpdateKernel<<<g, t, 0, h_.stream>>>(w_.as<float>(), err_.as<float>(), u_.as<float>(), rows, cols, b0, nb, b1);
         QS_CUDA_LAUNCHED("lazyUpdateKernel");
       }
     }
     std::vector<float> q(static_cast<size_t>(rows * cols));
     std::vector<double> rowLoss(static_cast<size_t>(rows));
-    QS_CUDA_CHECK(cudaMemcpyAsync(q.data(), q_.p, q.size() * sizeof(float), cudaMemcpyDeviceToHost,
+    QS_CUDA_CHECK(cudaMemcpyAsync(q.data(), q_.as<float>(), q.size() * sizeof(float), cudaMemcpyDeviceToHost,
                                   h_.stream));
-    QS_CUDA_CHECK(cudaMemcpyAsync(rowLoss.data(), loss_.p, rowLoss.size() * sizeof(double),
+    QS_CUDA_CHECK(cudaMemcpyAsync(rowLoss.data(), loss_.as<double>(), rowLoss.size() * sizeof(double),
                                   cudaMemcpyDeviceToHost, h_.stream));
     if (!p.staticScales) {
-      QS_CUDA_CHECK(cudaMemcpyAsync(scales.scales.data(), sc_.p, scales.scales.size() * 2,
+      QS_CUDA_CHECK(cudaMemcpyAsync(scales.scales.data(), sc_.as<uint16_t>(), scales.scales.size() * 2,
                                     cudaMemcpyDeviceToHost, h_.stream));
       if (asym)
-        QS_CUDA_CHECK(cudaMemcpyAsync(scales.zeros.data(), zr_.p, scales.zeros.size(),
+        QS_CUDA_CHECK(cudaMemcpyAsync(scales.zeros.data(), zr_.as<uint8_t>(), scales.zeros.size(),
                                       cudaMemcpyDeviceToHost, h_.stream));
     }
     QS_CUDA_CHECK(cudaStreamSynchronize(h_.stream));
@@ -403,13 +385,13 @@ class CudaGptqOps final : public GptqOps {
   }
 
   Handles h_;
-  DeviceBuffer<double> a_, b_, work_;
-  DeviceBuffer<int> info_;
-  DeviceBuffer<float> u_, w_, q_, err_;
-  DeviceBuffer<double> loss_;
-  DeviceBuffer<uint16_t> sc_;
-  DeviceBuffer<uint8_t> zr_;
-  DeviceBuffer<int32_t> perm_;
+  DeviceBuffer a_, b_, work_;
+  DeviceBuffer info_;
+  DeviceBuffer u_, w_, q_, err_;
+  DeviceBuffer loss_;
+  DeviceBuffer sc_;
+  DeviceBuffer zr_;
+  DeviceBuffer perm_;
 };
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/common/device_buffer.h"
 
 namespace qs::cuda_stats {
 
@@ -25,37 +26,7 @@ using ::qs::cuda::checkCuda;  // kernels/cuda/common/cuda_check.h
 int currentDeviceMultiprocessors();
 int currentDeviceMaxSharedPerBlockOptin();  // bytes a block may opt in to
 
-// Device memory, freed on destruction (errors from cudaFree are ignored there: a destructor
-// must not throw). Allocation failure is ErrorKind::Device "out of device memory: …".
-class DeviceBuffer {
- public:
-  DeviceBuffer() = default;
-  explicit DeviceBuffer(size_t bytes, const char* what = "buffer") { allocate(bytes, what); }
-  ~DeviceBuffer();
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) {
-    o.ptr_ = nullptr;
-    o.bytes_ = 0;
-  }
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
-
-  void allocate(size_t bytes, const char* what = "buffer");  // frees what was there first
-  // Grows (never shrinks) to at least `bytes`; the contents are not kept.
-  void reserve(size_t bytes, const char* what = "buffer") {
-    if (bytes > bytes_) allocate(bytes, what);
-  }
-  void* get() const { return ptr_; }
-  template <typename T>
-  T* as() const {
-    return static_cast<T*>(ptr_);
-  }
-  size_t bytes() const { return bytes_; }
-
- private:
-  void* ptr_ = nullptr;
-  size_t bytes_ = 0;
-};
+using ::qs::cuda::DeviceBuffer;  // kernels/cuda/common/device_buffer.h
 
 // The stream the convenience API works on, created non-blocking and destroyed with it.
 class Stream {
