@@ -15,14 +15,14 @@ namespace {
 QString fieldsText(const LayerAssignment& a) {
   if (!a.problem.empty()) return QStringLiteral("⚠ ") + QString::fromStdString(a.problem);
   QString s = QString::fromStdString(weightChoiceText(*a.fields.weight));
-  if (a.format.weight.granularity != Granularity::None)
+  if (a.quant.format.weight.granularity != Granularity::None)
   {
     const QString g = QString::fromStdString(groupChoiceText(*a.fields.group));
     s += (g.front().isDigit() ? QStringLiteral(" g") : QStringLiteral(" ")) + g + QStringLiteral(" ") +
          QString::fromStdString(scaleChoiceText(*a.fields.scale));
   }
-  if (a.format.act.kind != QuantKind::F32) s += QStringLiteral(" : ") + QString::fromStdString(activationText(*a.fields.activation));
-  if (a.method != QuantMethod::Rtn) s += QStringLiteral(" [") + QString::fromStdString(std::string(quantMethodName(a.method))) + QStringLiteral("]");
+  if (a.quant.format.act.kind != QuantKind::F32) s += QStringLiteral(" : ") + QString::fromStdString(activationText(*a.fields.activation));
+  if (a.quant.method != QuantMethod::Rtn) s += QStringLiteral(" [") + QString::fromStdString(std::string(quantMethodName(a.quant.method))) + QStringLiteral("]");
   return s;
 }
 QString num(double v, int prec = 3) { return std::isfinite(v) ? QString::number(v, 'g', prec) : QStringLiteral("–"); }

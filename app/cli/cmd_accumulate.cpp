@@ -72,7 +72,8 @@ void registerAccumulate(CLI::App& app, CliContext& ctx) {
     TerminalProgress progress;
     AnalysisSetup s = setUpAnalysis(ctx, *a, progress);
     Runtime& rt = *s.run.runtime;
-    LayerFormats plan;
+    LayerQuants plan;
+    std::vector<std::string> skipped;  // layers a uniform format cannot take
     std::string planText;  // what the session stores
     if (!a->format.empty()) {
       QuantFormat f;
@@ -81,26 +82,27 @@ void registerAccumulate(CLI::App& app, CliContext& ctx) {
       } catch (const Error& e) {
         throw Error(ErrorKind::BadInput, e.message(), {}, "--format");
       }
-      plan = uniformAssignment(rt, f);
-      plan.rounding.assign(plan.formats.size(), {parseRoundingMethod(a->method), a->smoothAlpha});
+      plan = uniformPlan(rt, f, &skipped);
+      const QuantMethod method = parseRoundingMethod(a->method);
+      for (LayerQuant& q : plan)
+        if (!q.unquantized()) {
+          q.method = method;
+          if (a->smoothAlpha >= 0) q.smoothAlpha = a->smoothAlpha;
+        }
     } else {
       const PlanFile pf = readPlanFile(a->plan, s.run.model, a->allowOtherModel, ctx.err);
-      if (pf.resolved) {
-        plan = layerFormatsFromPlan(rt, *pf.resolved);
-        planText = planToJson(*pf.plan);
-      } else {
-        plan = assignmentFromJson(rt, pf.json, a->plan);
-      }
+      plan = pf.resolved.quants(rt.linears().size());
+      planText = planToJson(pf.plan);
     }
     const std::string name = !a->name.empty() ? a->name
                              : !a->format.empty() ? a->format
                                                   : std::filesystem::path(a->plan).stem().string();
     checkSessionName(name, "run");
-    for (const std::string& sk : plan.skipped) ctx.err << "left unquantised: " << sk << "\n";
+    for (const std::string& sk : skipped) ctx.err << "left unquantised: " << sk << "\n";
 
     bool needsCalibration = false;
-    for (const auto& f : plan.formats)
-      if (f && (f->act.scaling == ActScaling::PerTensorStatic || f->weight.method == ScaleMethod::Importance))
+    for (const LayerQuant& q : plan)
+      if (q.format.act.scaling == ActScaling::PerTensorStatic || q.format.weight.method == ScaleMethod::Importance)
         needsCalibration = true;  // static activation scales; the importance of ggml -imatrix layers
     const CalibrationResult* calib = needsCalibration ? &calibrationFor(ctx, s, progress) : nullptr;
 
@@ -108,7 +110,7 @@ void registerAccumulate(CLI::App& app, CliContext& ctx) {
     o.eval = s.eval;
     o.mode = a->fakeQuant ? LinearMode::FakeQuant : LinearMode::Kernel;
     std::vector<int32_t> calibIds;
-    if (plan.needsRounding()) {
+    if (needsRounding(plan)) {
       if (!a->calibText.empty()) {
         calibIds = s.run.model.tokenizer->encode(
             readTextFile(a->calibText, textBytesForTokens(*s.run.model.tokenizer, a->calibTokens)), {});
@@ -145,7 +147,7 @@ void registerAccumulate(CLI::App& app, CliContext& ctx) {
     const auto t0 = std::chrono::steady_clock::now();
     const AccumulationResult r = runAccumulation(rt, s.tokens, plan, calib, o, job, onUpdate);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const nlohmann::ordered_json planJson = assignmentToJson(rt, plan);
+    const nlohmann::ordered_json planJson = quantsToJson(rt, plan);
     if (planText.empty()) planText = planJson.dump(2);
     if (s.session) {
       s.session->plans[name] = planText;
@@ -163,7 +165,7 @@ void registerAccumulate(CLI::App& app, CliContext& ctx) {
       j["protocol"] = r.protocol;
       j["seconds"] = seconds;
       j["plan"] = planJson;
-      j["skipped"] = plan.skipped;
+      j["skipped"] = skipped;
       j["mode"] = a->fakeQuant ? "fake-quant" : "kernel";
       j["layer_kernels"] = r.layerKernels;
       j["layer_methods"] = r.layerMethods;

@@ -55,13 +55,11 @@ void registerBenchE2e(CLI::App& bench, CliContext& ctx) {
                   "--prompt + --tokens = " + std::to_string(maxSeq) + " exceeds the runtime's context of " +
                       std::to_string(rt.maxSeq()) + " tokens",
                   {}, "--prompt");
-    std::vector<std::string> names;
-    for (const LinearLayer* l : rt.linears()) names.push_back(l->weightName);
-    const size_t L = names.size();
-    LinearPlan quant;
+    const size_t L = rt.linears().size();
+    LayerQuants quant;
     std::string planName;
     if (!a->plan.empty()) {
-      quant = planFormatsFromFile(a->plan, m.model, names, a->allowOtherModel, "bench e2e", ctx.err);
+      quant = planFormatsFromFile(a->plan, m.model, L, a->allowOtherModel, "bench e2e", ctx.err);
       planName = a->plan;
     } else {
       // Every layer the format fits; the others stay in FP16 (say, K not a multiple of the group).
@@ -69,7 +67,7 @@ void registerBenchE2e(CLI::App& bench, CliContext& ctx) {
       for (const LinearLayer* l : rt.linears()) {
         const bool ok = formatFitsShape(*format, l->outFeatures, l->inFeatures);
         fit += ok;
-        quant.push_back(ok ? format : parseQuantFormat("fp16"));
+        quant.push_back(LayerQuant{ok ? *format : parseQuantFormat("fp16")});
       }
       planName = formatToString(*format) + (fit == L ? " everywhere"
                                                      : " on " + std::to_string(fit) + " of " + std::to_string(L) +

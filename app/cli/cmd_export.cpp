@@ -91,10 +91,8 @@ void registerModelExport(CLI::App& app, CliContext& ctx) {
     }
     CalibrationStats calib;
     if (!a->calibText.empty()) {
-      auto ops = createCpuTransformerOps();
-      Runtime rt(*m.file, m.graph, *ops, {}, &job);
-      calib = collectCalibration(rt, m.graph, calibIds, bos, 256, &job);
-      calib.source = a->calibText + ": " + calib.source;
+      Runtime rt(*m.file, m.graph, ctx.backend(), {}, &job);
+      calib = calibrateForExport(rt, ctx.backend().stats(), calibIds, bos, a->calibText, &job);
       o.calibration = &calib;
     }
 

@@ -64,9 +64,8 @@ void registerGenerate(CLI::App& app, CliContext& ctx) {
     // The plan: its formats on the runtime's linear layers, through the kernels or fake-quant.
     std::string planKernels;
     if (!a->plan.empty()) {
-      std::vector<std::string> names;
-      for (const LinearLayer* l : rt.linears()) names.push_back(l->weightName);
-      const LinearPlan lp = planFormatsFromFile(a->plan, m.model, names, a->allowOtherModel, "generate", ctx.err);
+      const LayerQuants lp =
+          planFormatsFromFile(a->plan, m.model, rt.linears().size(), a->allowOtherModel, "generate", ctx.err);
       rt.setPlan(lp, a->fakeQuant ? LinearMode::FakeQuant : LinearMode::Kernel);
       std::map<std::string, int> kernels;  // what runs the layers for one token
       for (int i = 0; i < int(rt.linears().size()); ++i) ++kernels[rt.linearKernel(i, 1)];

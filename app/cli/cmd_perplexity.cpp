@@ -65,12 +65,11 @@ void registerPerplexity(CLI::App& app, CliContext& ctx) {
     std::string planLine;
     if (!a->plan.empty()) {
       Runtime& rt = *m.runtime;
-      std::vector<std::string> names;
-      for (const LinearLayer* l : rt.linears()) names.push_back(l->weightName);
-      const LinearPlan lp = planFormatsFromFile(a->plan, m.model, names, a->allowOtherModel, "perplexity", ctx.err);
+      const LayerQuants lp =
+          planFormatsFromFile(a->plan, m.model, rt.linears().size(), a->allowOtherModel, "perplexity", ctx.err);
       bool needsCalibration = false;
-      for (const auto& f : lp)
-        if (f && (f->act.scaling == ActScaling::PerTensorStatic || f->weight.method == ScaleMethod::Importance))
+      for (const LayerQuant& q : lp)
+        if (q.format.act.scaling == ActScaling::PerTensorStatic || q.format.weight.method == ScaleMethod::Importance)
           needsCalibration = true;
       std::optional<CalibrationResult> calib;
       if (needsCalibration) {
@@ -84,8 +83,8 @@ void registerPerplexity(CLI::App& app, CliContext& ctx) {
       }
       int planned = 0;
       for (int i = 0; i < int(lp.size()); ++i)
-        if (lp[size_t(i)]) {
-          applyLayerFormat(rt, i, *lp[size_t(i)], calib ? &*calib : nullptr,
+        if (!isUnquantized(lp[size_t(i)].format)) {
+          applyLayerFormat(rt, i, lp[size_t(i)].format, calib ? &*calib : nullptr,
                            a->fakeQuant ? LinearMode::FakeQuant : LinearMode::Kernel);
           ++planned;
         }

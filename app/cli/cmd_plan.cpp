@@ -205,7 +205,7 @@ std::string formatHistogram(const ResolvedPlan& r) {
   std::map<std::string, int> count;
   std::vector<std::string> order;
   for (const auto& a : r.layers) {
-    const std::string f = formatToString(a.format);
+    const std::string f = formatToString(a.quant.format);
     if (!count.count(f)) order.push_back(f);
     ++count[f];
   }
@@ -234,7 +234,7 @@ GgufSize ggufSize(const ModelFile& file, const Plan& plan, const ResolvedPlan& r
   // plain search (the export itself needs --calib-text for them).
   ResolvedPlan sized = r;
   for (auto& a : sized.layers)
-    if (a.format.weight.method == ScaleMethod::Importance) a.format.weight.method = ScaleMethod::AbsMax;
+    if (a.quant.format.weight.method == ScaleMethod::Importance) a.quant.format.weight.method = ScaleMethod::AbsMax;
   const ExportSource src{file, file.graph(), nullptr, plan, sized};
   ModelExportOptions o;
   o.format = ModelExportFormat::Gguf;
@@ -380,7 +380,7 @@ void registerAuto(CLI::App& plan, CliContext& ctx) {
       summary["plan"] = a->out;
       summary["figures"] = figuresJson(f);
       ojson hist = ojson::object();
-      for (const auto& l : r.layers) hist[formatToString(l.format)] = hist.value(formatToString(l.format), 0) + 1;
+      for (const auto& l : r.layers) hist[formatToString(l.quant.format)] = hist.value(formatToString(l.quant.format), 0) + 1;
       summary["formats"] = hist;
       ctx.out << summary.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
     } else {
@@ -477,9 +477,9 @@ void registerShow(CLI::App& plan, CliContext& ctx) {
         o["layer"] = l.layer;
         o["weight_name"] = l.weightName;
         o["shape"] = {l.outFeatures, l.inFeatures};
-        o["format"] = l.problem.empty() ? ojson(formatToString(l.format)) : ojson(nullptr);
-        o["method"] = std::string(quantMethodName(l.method));
-        o["smooth_alpha"] = l.smoothAlpha ? ojson(*l.smoothAlpha) : ojson(nullptr);
+        o["format"] = l.problem.empty() ? ojson(formatToString(l.quant.format)) : ojson(nullptr);
+        o["method"] = std::string(quantMethodName(l.quant.method));
+        o["smooth_alpha"] = l.quant.smoothAlpha ? ojson(*l.quant.smoothAlpha) : ojson(nullptr);
         o["bytes"] = f.layers[i].bytes;
         o["bits_per_weight"] = f.layers[i].bitsPerWeight;
         if (lookup) o["predicted_error"] = std::isfinite(f.layers[i].error) ? ojson(f.layers[i].error) : ojson(nullptr);
@@ -500,8 +500,8 @@ void registerShow(CLI::App& plan, CliContext& ctx) {
                   {false, false, false, false, true, true, true, false});
       for (size_t i = 0; i < r.layers.size(); ++i) {
         const auto& l = r.layers[i];
-        t.addRow({l.layer, l.weightName, l.problem.empty() ? formatToString(l.format) : "(invalid)",
-                  std::string(quantMethodName(l.method)) + (l.smoothAlpha ? " α=" + fmt("%g", *l.smoothAlpha) : ""),
+        t.addRow({l.layer, l.weightName, l.problem.empty() ? formatToString(l.quant.format) : "(invalid)",
+                  std::string(quantMethodName(l.quant.method)) + (l.quant.smoothAlpha ? " α=" + fmt("%g", *l.quant.smoothAlpha) : ""),
                   withThousands(f.layers[i].bytes), fmt("%.3f", f.layers[i].bitsPerWeight),
                   lookup ? errText(f.layers[i].error) : "", l.note});
       }

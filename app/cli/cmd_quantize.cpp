@@ -78,12 +78,10 @@ void registerQuantize(CLI::App& app, CliContext& ctx) {
     const auto& L = rt.linears();
 
     // Formats per linear.
-    LinearPlan formats(L.size());
+    LayerQuants formats(L.size());
     std::vector<std::string> fallbacks;  // layers given per-channel scales instead of groups
     if (!a->plan.empty()) {
-      std::vector<std::string> names;
-      for (const auto* l : L) names.push_back(l->weightName);
-      formats = planFormatsFromFile(a->plan, m.model, names, a->allowOtherModel, "quantize (it rounds with --method)", ctx.err);
+      formats = planFormatsFromFile(a->plan, m.model, L.size(), a->allowOtherModel, "quantize (it rounds with --method)", ctx.err);
     } else {
       const QuantFormat f = parseQuantFormat(a->format);
       for (size_t i = 0; i < L.size(); ++i) {
@@ -96,7 +94,7 @@ void registerQuantize(CLI::App& app, CliContext& ctx) {
           fi.weight.groupSize = 0;
           fallbacks.push_back(L[i]->weightName + " (K = " + std::to_string(L[i]->inFeatures) + ")");
         }
-        formats[i] = fi;
+        formats[i].format = fi;
       }
     }
 
@@ -151,12 +149,12 @@ void registerQuantize(CLI::App& app, CliContext& ctx) {
     };
     std::vector<Row> rows;
     for (RoundingMethod meth : methods) {
-      QuantizationPlan plan(L.size());
-      for (size_t i = 0; i < L.size(); ++i) {
-        plan[i].format = formats[i];
-        plan[i].method = meth;
-        plan[i].smoothAlpha = a->smoothAlpha;
-      }
+      LayerQuants plan = formats;
+      for (LayerQuant& q : plan)
+        if (!q.unquantized()) {
+          q.method = meth;
+          if (a->smoothAlpha >= 0) q.smoothAlpha = a->smoothAlpha;
+        }
       Row r{meth, quantizeModel(rt, ctx.backend().gptq(), plan, calib, qo, &job), {}};
       if (!a->noEval) r.eval = evaluateAgainst(rt, ev, &job);
       rows.push_back(std::move(r));

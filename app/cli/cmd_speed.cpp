@@ -72,9 +72,7 @@ void registerSpeed(CLI::App& app, CliContext& ctx) {
     o.repeats = a->repeats;
     const std::vector<LayerRef> layers = speedLayers(m.graph);
     if (!a->plan.empty()) {
-      std::vector<std::string> names;
-      for (const auto& l : layers) names.push_back(l.weightName);
-      o.plan = planFormatsFromFile(a->plan, m, names, a->allowOtherModel, "speed", ctx.err);
+      o.plan = planFormatsFromFile(a->plan, m, layers.size(), a->allowOtherModel, "speed", ctx.err);
     } else {
       if (a->formats.empty()) a->formats.assign(std::begin(kDefaultFormats), std::end(kDefaultFormats));
       for (const auto& f : a->formats) o.formats.push_back(parseQuantFormat(f));
@@ -114,7 +112,7 @@ void registerSpeed(CLI::App& app, CliContext& ctx) {
         lj["fp16_weight_bytes"] = r.baselineWeightBytes[l];
         nlohmann::ordered_json per = nlohmann::ordered_json::array();
         for (size_t f = 0; f < F; ++f) {
-          if (o.plan && !((*o.plan)[l] && *(*o.plan)[l] == t.formats[f])) continue;
+          if (o.plan && ((*o.plan)[l].format != t.formats[f])) continue;
           nlohmann::ordered_json e;
           e["format"] = formatToString(t.formats[f]);
           e["weight_bytes"] = r.weightBytes[l * F + f];
@@ -172,7 +170,7 @@ void registerSpeed(CLI::App& app, CliContext& ctx) {
     for (size_t f = 0; f < F; ++f) {
       std::map<std::pair<int64_t, int64_t>, std::vector<size_t>> byShape;
       for (size_t l = 0; l < t.layers.size(); ++l)
-        if (!o.plan || ((*o.plan)[l] && *(*o.plan)[l] == t.formats[f]))
+        if (!o.plan || (*o.plan)[l].format == t.formats[f])
           byShape[{t.layers[l].outFeatures, t.layers[l].inFeatures}].push_back(l);
       for (const auto& [shape, ls] : byShape) {
         const size_t l = ls.front();

@@ -7,7 +7,6 @@
 #include "core/plan/model_hash.h"
 #include "core/plan/plan.h"
 #include "core/rounding/quantize_model.h"
-#include "core/runtime/linear_plan.h"
 
 #include "kernels/common/error.h"
 #include "kernels/ops/cpu_transformer_ops.h"
@@ -71,25 +70,22 @@ ResolvedPlan resolveForModel(const Plan& plan, const LoadedModel& model, const s
 
 PlanFile readPlanFile(const std::string& path, const LoadedModel& model, bool allowOtherModel,
                       std::ostream& notes) {
-  const std::string text = readPlanFileText(path);
-  PlanFile f;
-  f.json = parseJsonGuarded(path, "plan", text);
-  if (!(f.json.is_object() && (f.json.contains("schema") || f.json.contains("quantscope_plan")))) return f;
   PlanReadInfo info;
-  f.plan = planFromJson(text, path, &info);
+  PlanFile f;
+  f.plan = planFromJson(readPlanFileText(path), path, &info);
   for (const auto& n : info.notes) notes << path << ": " << n << '\n';
-  f.resolved = resolveForModel(*f.plan, model, path, allowOtherModel);
+  f.resolved = resolveForModel(f.plan, model, path, allowOtherModel);
   return f;
 }
 
-LinearPlan planFormatsFromFile(const std::string& path, const LoadedModel& model,
-                               const std::vector<std::string>& weightNames, bool allowOtherModel,
-                               const std::string& command, std::ostream& notes) {
+LayerQuants planFormatsFromFile(const std::string& path, const LoadedModel& model, size_t linears,
+                                bool allowOtherModel, const std::string& command, std::ostream& notes) {
   const PlanFile f = readPlanFile(path, model, allowOtherModel, notes);
-  if (!f.resolved) return parseLinearPlanJson(f.json, weightNames, path);
-  if (needsRounding(*f.resolved))
+  if (needsRounding(f.resolved))
     notes << path << ": the plan names rounding methods or smooth_alpha; " << command << " takes only its formats\n";
-  return planFormats(quantizationPlan(weightNames, *f.resolved));
+  LayerQuants q = f.resolved.quants(linears);
+  for (LayerQuant& l : q) l = LayerQuant{l.format};
+  return q;
 }
 
 }  // namespace qs::cli

@@ -40,22 +40,20 @@ RunnableModel loadRunnable(Backend& backend, const std::string& path, const std:
 ResolvedPlan resolveForModel(const Plan& plan, const LoadedModel& model, const std::string& source,
                              bool allowOtherModel);
 
-// A plan file in either form the CLI takes, read once (at most 64 MiB): a Quantscope plan
-// (`quantscope-cli plan …`; its notes go to `notes`), resolved with resolveForModel, or else the
-// simple map {"weight name": "format", "*": "format"} (core/runtime/linear_plan.h) in `json`.
+// A plan file in either form (a Quantscope plan or the simple map {"name": "format", "*": "format"},
+// core/plan/plan.h planFromJson), read once (at most 64 MiB; its notes go to `notes`) and
+// resolved with resolveForModel.
 struct PlanFile {
-  nlohmann::json json;
-  std::optional<Plan> plan;              // set for a Quantscope plan
-  std::optional<ResolvedPlan> resolved;  // with `plan`
+  Plan plan;
+  ResolvedPlan resolved;
 };
 PlanFile readPlanFile(const std::string& path, const LoadedModel& model, bool allowOtherModel,
                       std::ostream& notes);
 
-// The per-layer formats of a plan file (either form) for the layers `weightNames` (nullopt: left
-// unquantised). A Quantscope plan's rounding methods and smooth_alpha are not used: one line on
-// `notes` says so when it has any (`command` names the caller).
-LinearPlan planFormatsFromFile(const std::string& path, const LoadedModel& model,
-                               const std::vector<std::string>& weightNames, bool allowOtherModel,
-                               const std::string& command, std::ostream& notes);
+// A plan file's LayerQuants for a runtime of `linears` layers, for commands that run formats only
+// (rounding methods and smooth_alpha are not applied: one line on `notes` says so when the plan
+// has any; `command` names the caller).
+LayerQuants planFormatsFromFile(const std::string& path, const LoadedModel& model, size_t linears,
+                                bool allowOtherModel, const std::string& command, std::ostream& notes);
 
 }  // namespace qs::cli

@@ -74,7 +74,7 @@ ExportDialog::ExportDialog(JobRunner* jobs, std::shared_ptr<const ModelFile> mod
     s_->tokenizer = std::shared_ptr<Tokenizer>(findTokenizer(*s_->model, {}).release());
   } catch (const Error&) {
   }
-  if (calibration) s_->calibration = std::make_shared<CalibrationStats>(exportCalibrationStats(*calibration));
+  if (calibration) s_->calibration = std::make_shared<CalibrationStats>(exportCalibrationStats(*calibration, s_->graph));
 
   auto* form = new QFormLayout;
   target_ = new QComboBox;

@@ -526,16 +526,6 @@ void Workspace::runSensitivity() {
   });
 }
 
-// The plan being edited as a format per layer of `layers` (runtime / speed-job order: allLinears
-// plus a tied head, which is no plan layer and stays unquantized, as in every plan).
-// (The rounding method does not change which kernel runs a layer: the speed job ignores it.)
-static std::vector<std::optional<QuantFormat>> speedPlanFormats(const std::vector<LayerRef>& layers,
-                                                               const ResolvedPlan& plan) {
-  std::vector<std::string> names;
-  for (const LayerRef& l : layers) names.push_back(l.weightName);
-  return planFormats(quantizationPlan(names, plan));
-}
-
 Workspace::RoundingSource Workspace::roundingSource() const {
   std::shared_ptr<const Prepared> p = prepare(true);
   RoundingSource r;
@@ -569,10 +559,10 @@ void Workspace::runPlan(const QString& runName) {
     ctx.progress(0, "tokenizing");
     const std::vector<int32_t> ids = p->tokenize(&bos);
     Runtime rt(*p->model, p->graph, *p->backend, {}, &ctx);
-    const LayerFormats formats = layerFormatsFromPlan(rt, *resolved);
+    const LayerQuants formats = resolved->quants(rt.linears().size());
     AccumulationOptions o;
     o.eval = p->eval(bos);
-    if (formats.needsRounding()) {  // GPTQ / AWQ / SmoothQuant: calibrated on the text after the evaluated part
+    if (needsRounding(formats)) {  // GPTQ / AWQ / SmoothQuant: calibrated on the text after the evaluated part
       o.rounding.calibration = calibrationAfterEvaluation(ids, o.eval, rt.maxSeq(), kRoundingCalibrationTokens);
       o.rounding.gptq = &p->backend->gptq();
       o.rounding.options.bos = bos;
@@ -635,9 +625,10 @@ void Workspace::applyRun(const QString& name, const AccumulationResult& r, bool 
 // The speed bars of the plan being edited from a speed table (a measurement or the session's).
 void Workspace::showSpeed(const QString& name, const SpeedTable& t, double wholeModel) {
   if (!planEditor_->document() || t.tokenCounts.empty()) return;
-  std::vector<std::optional<QuantFormat>> plan;
+  // The speed table's layers are the runtime's (plan layers, then a tied head left as loaded).
+  LayerQuants plan;
   try {
-    plan = speedPlanFormats(t.layers, planEditor_->document()->resolved());
+    plan = planEditor_->document()->resolved().quants(t.layers.size());
   } catch (const Error&) {
     return;
   }
@@ -649,12 +640,12 @@ void Workspace::showSpeed(const QString& name, const SpeedTable& t, double whole
     s.weightNames << QString::fromStdString(t.layers[l].weightName);
     double v = widgets::RunCurve::nan;
     for (size_t f = 0; f < t.formats.size(); ++f)
-      if (plan[l] && t.formats[f] == *plan[l] && std::isfinite(t.at(l, f, 0).kernelMicros)) {
+      if (!isUnquantized(plan[l].format) && t.formats[f] == plan[l].format && std::isfinite(t.at(l, f, 0).kernelMicros)) {
         v = t.at(l, f, 0).speedup();
         base += t.at(l, f, 0).baselineMicros;
         kern += t.at(l, f, 0).kernelMicros;
       }
-    if (!plan[l]) v = 1.0;  // FP16 baseline itself
+    if (isUnquantized(plan[l].format)) v = 1.0;  // FP16 baseline itself
     s.speedup.push_back(v);
   }
   // The job's whole-model figure when there is one; from a stored table: its quantized layers.
@@ -669,9 +660,9 @@ void Workspace::measureSpeed(qint64 tokens) {
   const std::shared_ptr<const Prepared> p = prepareOrSay(false);
   if (!p) return;
   if (!planEditor_->document()) return;
-  std::vector<std::optional<QuantFormat>> plan;
+  LayerQuants plan;
   try {
-    plan = speedPlanFormats(speedLayers(graph_), planEditor_->document()->resolved());
+    plan = planEditor_->document()->resolved().quants(speedLayers(graph_).size());
   } catch (const Error& e) {
     emit message(tr("The plan cannot run: %1").arg(QString::fromStdString(e.what())));
     return;
@@ -706,12 +697,12 @@ void Workspace::measureTokensPerSecond() {
   jobs_->submit(QStringLiteral("throughput"), tr("Measuring tokens/s"),
                 [p, self, resolved, name](const JobContext& ctx) -> std::function<void()> {
     Runtime rt(*p->model, p->graph, *p->backend, {}, &ctx);
-    const LayerFormats formats = layerFormatsFromPlan(rt, *resolved);
+    const LayerQuants formats = resolved->quants(rt.linears().size());
     ThroughputOptions o;
     o.decodeTokens = 64;
     o.promptTokens = std::min<int64_t>(256, rt.maxSeq() - o.decodeTokens);
     o.repeat = 3;  // the median of three: one run of a small model is at the mercy of the scheduler
-    auto r = std::make_shared<ThroughputComparison>(qs::measureThroughput(rt, formats.formats, name.toStdString(), o, ctx));
+    auto r = std::make_shared<ThroughputComparison>(qs::measureThroughput(rt, formats, name.toStdString(), o, ctx));
     return [self, r, model = p->model, device = QString::fromStdString(p->backend->name())] {
       if (!self || self->model_ != model) return;
       self->throughput_->setText(

@@ -4,7 +4,6 @@
 #include <cstdio>
 
 #include "core/analysis/layer_format.h"
-#include "core/runtime/linear_plan.h"
 #include "core/analysis/reference_pass.h"
 #include "kernels/common/error.h"
 
@@ -49,53 +48,25 @@ const LinearLayer& linearAt(const Runtime& rt, size_t i) { return *rt.linears()[
 
 }  // namespace
 
-LayerFormats uniformAssignment(const Runtime& rt, const QuantFormat& format) {
+LayerQuants uniformPlan(const Runtime& rt, const QuantFormat& format, std::vector<std::string>* skipped) {
   validateQuantFormat(format);
-  LayerFormats a;
-  for (size_t i = 0; i < rt.linears().size(); ++i) {
+  LayerQuants q(rt.linears().size());
+  for (size_t i = 0; i < q.size(); ++i) {
     const LinearLayer& l = linearAt(rt, i);
     std::string why;
-    if (formatFitsShape(format, l.outFeatures, l.inFeatures, &why)) {
-      a.formats.emplace_back(format);
-    } else {
-      a.formats.emplace_back(std::nullopt);
-      a.skipped.push_back(l.weightName + ": " + why);
-    }
+    if (formatFitsShape(format, l.outFeatures, l.inFeatures, &why))
+      q[i].format = format;
+    else if (skipped)
+      skipped->push_back(l.weightName + ": " + why);
   }
-  return a;
+  return q;
 }
 
-LayerFormats assignmentFromJson(const Runtime& rt, const nlohmann::json& j,
-                                   const std::string& source) {
-  std::vector<std::string> names;
-  for (const LinearLayer* l : rt.linears()) names.push_back(l->weightName);
-  LayerFormats a;
-  a.formats = parseLinearPlanJson(j, names, source);
-  for (size_t i = 0; i < a.formats.size(); ++i) {
-    const LinearLayer& l = linearAt(rt, i);
-    std::string why;
-    if (a.formats[i] && !formatFitsShape(*a.formats[i], l.outFeatures, l.inFeatures, &why))
-      throw Error(ErrorKind::BadInput,
-                  "format '" + formatToString(*a.formats[i]) + "' cannot take this layer's shape [" +
-                      std::to_string(l.outFeatures) + ", " + std::to_string(l.inFeatures) + "]: " + why,
-                  source, l.weightName);
-  }
-  return a;
-}
-
-nlohmann::ordered_json assignmentToJson(const Runtime& rt, const LayerFormats& a) {
+nlohmann::ordered_json quantsToJson(const Runtime& rt, const LayerQuants& quants) {
   nlohmann::ordered_json j = nlohmann::ordered_json::object();
-  for (size_t i = 0; i < a.formats.size() && i < rt.linears().size(); ++i)
-    if (a.formats[i]) j[linearAt(rt, i).weightName] = formatToString(*a.formats[i]);
+  for (size_t i = 0; i < quants.size() && i < rt.linears().size(); ++i)
+    if (!isUnquantized(quants[i].format)) j[linearAt(rt, i).weightName] = formatToString(quants[i].format);
   return j;
-}
-
-LayerFormats layerFormatsFromPlan(const Runtime& rt, const ResolvedPlan& plan) {
-  const QuantizationPlan q = quantizationPlan(rt, plan);
-  LayerFormats f;
-  f.formats = planFormats(q);
-  for (const LayerQuantization& e : q) f.rounding.push_back({e.method, e.smoothAlpha});
-  return f;
 }
 
 std::span<const int32_t> calibrationAfterEvaluation(std::span<const int32_t> text,
@@ -112,28 +83,21 @@ std::span<const int32_t> calibrationAfterEvaluation(std::span<const int32_t> tex
   return text.subspan(size_t(used), size_t(std::min(left, maxTokens)));
 }
 
-QuantizationPlan LayerFormats::quantization() const {
-  QuantizationPlan q(formats.size());
-  for (size_t i = 0; i < formats.size(); ++i) {
-    q[i].format = formats[i];
-    if (i < rounding.size()) q[i].method = rounding[i].method, q[i].smoothAlpha = rounding[i].smoothAlpha;
-  }
-  return q;
-}
-
-bool LayerFormats::needsRounding() const { return qs::needsRounding(quantization()); }
-
 AccumulationResult runAccumulation(Runtime& rt, std::span<const int32_t> text,
-                                   const LayerFormats& plan, const CalibrationResult* calibration,
+                                   const LayerQuants& plan, const CalibrationResult* calibration,
                                    const AccumulationOptions& options, const JobContext& ctx,
                                    const AccumulationCallback& onUpdate) {
   const size_t L = rt.linears().size();
-  if (plan.formats.size() != L)
-    throw Error(ErrorKind::BadInput, "the plan names " + std::to_string(plan.formats.size()) +
+  // The formats that change a layer (FP32 weights and activations leave it as loaded).
+  std::vector<std::optional<QuantFormat>> formats(plan.size());
+  for (size_t i = 0; i < plan.size(); ++i)
+    if (!isUnquantized(plan[i].format)) formats[i] = plan[i].format;
+  if (plan.size() != L)
+    throw Error(ErrorKind::BadInput, "the plan names " + std::to_string(plan.size()) +
                                          " layers, the model has " + std::to_string(L), {}, "plan");
   for (size_t i = 0; i < L; ++i) {
-    if (!plan.formats[i]) continue;
-    const QuantFormat& f = *plan.formats[i];
+    if (!formats[i]) continue;
+    const QuantFormat& f = *formats[i];
     validateQuantFormat(f);
     if (f.act.scaling == ActScaling::PerTensorStatic &&
         (!calibration || calibration->layers.size() != L ||
@@ -144,28 +108,25 @@ AccumulationResult runAccumulation(Runtime& rt, std::span<const int32_t> text,
                   {}, linearAt(rt, i).weightName);
   }
   for (size_t i = 0; i < L; ++i)
-    if (plan.formats[i] && plan.formats[i]->weight.method == ScaleMethod::Importance &&
+    if (formats[i] && formats[i]->weight.method == ScaleMethod::Importance &&
         (!calibration || calibration->layers.size() != L ||
          calibration->layers[i].layer.weightName != linearAt(rt, i).weightName))
       throw Error(ErrorKind::BadInput,
-                  "format '" + formatToString(*plan.formats[i]) +
+                  "format '" + formatToString(*formats[i]) +
                       "' needs the importance of each input column (E[x²]) from a calibration of this model",
                   {}, linearAt(rt, i).weightName);
-  if (!plan.rounding.empty() && plan.rounding.size() != L)
-    throw Error(ErrorKind::Internal, "the plan's rounding methods do not cover its layers");
-  const QuantizationPlan qplan = plan.quantization();
-  const bool rounding = needsRounding(qplan);
+  const bool rounding = needsRounding(plan);
   if (rounding) {
     for (size_t i = 0; i < L; ++i) {
-      if (plan.formats[i] && plan.formats[i]->weight.method == ScaleMethod::Importance)
+      if (formats[i] && formats[i]->weight.method == ScaleMethod::Importance)
         throw Error(ErrorKind::Unsupported,
-                    "format '" + formatToString(*plan.formats[i]) +
+                    "format '" + formatToString(*formats[i]) +
                         "': imatrix layers together with GPTQ / AWQ / SmoothQuant layers in one plan are not "
                         "supported yet",
                     {}, linearAt(rt, i).weightName);
-      if (plan.formats[i] && plan.formats[i]->act.scaling == ActScaling::PerTensorStatic)
+      if (formats[i] && formats[i]->act.scaling == ActScaling::PerTensorStatic)
         throw Error(ErrorKind::Unsupported,
-                    "format '" + formatToString(*plan.formats[i]) +
+                    "format '" + formatToString(*formats[i]) +
                         "': static activation scales together with GPTQ / AWQ / SmoothQuant layers in one plan "
                         "are not supported; use a per-token (-tok) format",
                     {}, linearAt(rt, i).weightName);
@@ -185,14 +146,13 @@ AccumulationResult runAccumulation(Runtime& rt, std::span<const int32_t> text,
   r.protocol = ew.protocol + "; block errors over the text-token positions" +
                (ew.bos ? " (BOS position left out)" : "");
   for (size_t i = 0; i < L; ++i) {
-    r.layerFormats.push_back(plan.formats[i] ? formatToString(*plan.formats[i]) : std::string());
+    r.layerFormats.push_back(formats[i] ? formatToString(*formats[i]) : std::string());
     std::string m;
-    if (plan.formats[i]) {
-      const LayerFormats::Rounding ro = i < plan.rounding.size() ? plan.rounding[i] : LayerFormats::Rounding{};
-      m = std::string(quantMethodName(ro.method));
-      if (ro.smoothAlpha >= 0) {
+    if (formats[i]) {
+      m = std::string(quantMethodName(plan[i].method));
+      if (plan[i].smoothAlpha) {
         char a[32];
-        std::snprintf(a, sizeof a, "+smooth %.2f", ro.smoothAlpha);
+        std::snprintf(a, sizeof a, "+smooth %.2f", *plan[i].smoothAlpha);
         m += a;
       }
     }
@@ -211,7 +171,7 @@ AccumulationResult runAccumulation(Runtime& rt, std::span<const int32_t> text,
     JobContext sub;
     sub.cancelFlag = ctx.cancelFlag;
     sub.onProgress = [&ctx](double f, std::string_view what) { ctx.progress(0.5 + 0.1 * f, what); };
-    r.rounding = quantizeModel(rt, *options.rounding.gptq, qplan, options.rounding.calibration, qo, &sub);
+    r.rounding = quantizeModel(rt, *options.rounding.gptq, plan, options.rounding.calibration, qo, &sub);
     for (const LayerReport& l : r.rounding->layers)  // what ran (e.g. the head: rtn whatever asked)
       if (l.linear >= 0 && size_t(l.linear) < L && !l.method.empty()) {
         std::string& m = r.layerMethods[size_t(l.linear)];
@@ -221,15 +181,15 @@ AccumulationResult runAccumulation(Runtime& rt, std::span<const int32_t> text,
   } else {
     // Every assigned layer in its format, once.
     for (size_t i = 0; i < L; ++i) {
-      if (!plan.formats[i]) continue;
+      if (!formats[i]) continue;
       ctx.checkCancelled();
-      applyLayerFormat(rt, int(i), *plan.formats[i], calibration, options.mode);
+      applyLayerFormat(rt, int(i), *formats[i], calibration, options.mode);
     }
   }
   // --protocol llama.cpp: each planned layer also carries the rounding llama.cpp's CPU product
   // gives its activations once the plan is a GGUF (Q8_0 / Q8_1 / Q8_K / F16 for the layer's GGUF
   // type), as llama-perplexity would measure the exported file.
-  if (options.eval.protocol == EvalProtocol::LlamaCpp) r.protocol += "; " + roundActivationsAsLlamaCpp(rt, plan.formats);
+  if (options.eval.protocol == EvalProtocol::LlamaCpp) r.protocol += "; " + roundActivationsAsLlamaCpp(rt, plan);
   for (size_t i = 0; i < L; ++i)
     r.layerKernels.push_back(rt.linearKernel(int(i), ew.context));
 

@@ -36,36 +36,10 @@
 
 namespace qs {
 
-// A format for each of the runtime's linear layers (Runtime::linears() order); nullopt: left
-// unquantised.
-struct LayerFormats {  // (core/plan has LayerAssignment: a resolved plan entry)
-  std::vector<std::optional<QuantFormat>> formats;
-  std::vector<std::string> skipped;  // "name: why" for layers a uniform format could not take
-  // How each layer's weights are rounded (the plan's method and smooth_alpha); empty: every
-  // layer round-to-nearest without smoothing.
-  struct Rounding {
-    QuantMethod method = QuantMethod::Rtn;
-    double smoothAlpha = -1;  // SmoothQuant α; < 0: none
-  };
-  std::vector<Rounding> rounding;
-  QuantizationPlan quantization() const;  // formats and rounding together, for quantizeModel
-  bool needsRounding() const;             // any GPTQ, AWQ or SmoothQuant layer
-};
-
-// Every layer in `format`; layers whose shape cannot take it stay unquantised and are listed in
-// `skipped` (e.g. INT4 groups of 128 on a K = 172 projection).
-LayerFormats uniformAssignment(const Runtime& rt, const QuantFormat& format);
-
-// The simple plan map (core/runtime/linear_plan.h: weight name → format, "*" for the rest,
-// "none" unquantised) for Runtime::linears(), with the shapes checked: unknown names, bad format
-// strings and shapes a format cannot take are BadInput naming `source` and the layer.
-LayerFormats assignmentFromJson(const Runtime& rt, const nlohmann::json& j,
-                                   const std::string& source);
-
-// A resolved plan (core/plan) as formats and rounding methods per Runtime::linears() entry. A
-// head tied to the embedding is no plan layer and stays unquantised. BadInput for an invalid
-// plan (its first problem).
-LayerFormats layerFormatsFromPlan(const Runtime& rt, const ResolvedPlan& plan);
+// Every runtime layer in `format` (round to nearest); layers whose shape cannot take it stay as
+// loaded and are listed in `skipped` as "name: why" (e.g. INT4 groups of 128 on a K = 172
+// projection). A resolved plan gives its LayerQuants with ResolvedPlan::quants.
+LayerQuants uniformPlan(const Runtime& rt, const QuantFormat& format, std::vector<std::string>* skipped = nullptr);
 
 // Calibration tokens for GPTQ / AWQ / SmoothQuant when only one text is at hand: the tokens after
 // the ones the evaluation windows use (never the same), at most maxTokens. BadInput when the
@@ -74,8 +48,8 @@ std::span<const int32_t> calibrationAfterEvaluation(std::span<const int32_t> tex
                                                     const EvalOptions& eval, int64_t maxSeq,
                                                     int64_t maxTokens);
 
-// The assignment as that JSON map (only quantised layers), for the session and --json.
-nlohmann::ordered_json assignmentToJson(const Runtime& rt, const LayerFormats& a);
+// The quantised layers as a JSON map weight name → format, for the session and --json.
+nlohmann::ordered_json quantsToJson(const Runtime& rt, const LayerQuants& quants);
 
 struct BlockError {
   double relL2 = kNotMeasured;
@@ -120,7 +94,7 @@ using AccumulationCallback =
 // `calibration` is needed only for formats with static activation scales (BadInput without).
 // The runtime's weights and input quantisation are restored however the job ends.
 AccumulationResult runAccumulation(Runtime& rt, std::span<const int32_t> text,
-                                   const LayerFormats& plan, const CalibrationResult* calibration,
+                                   const LayerQuants& plan, const CalibrationResult* calibration,
                                    const AccumulationOptions& options, const JobContext& ctx = {},
                                    const AccumulationCallback& onUpdate = {});
 

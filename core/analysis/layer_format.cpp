@@ -62,15 +62,15 @@ void clearAllLayerFormats(Runtime& rt) {
   rt.restoreNorms();
 }
 
-std::string roundActivationsAsLlamaCpp(Runtime& rt, const std::vector<std::optional<QuantFormat>>& formats) {
+std::string roundActivationsAsLlamaCpp(Runtime& rt, const LayerQuants& formats) {
   if (formats.size() != rt.linears().size())
     throw Error(ErrorKind::Internal, "roundActivationsAsLlamaCpp: " + std::to_string(formats.size()) + " formats for " +
                                          std::to_string(rt.linears().size()) + " layers");
   std::map<std::string, int> counts;
   for (size_t i = 0; i < formats.size(); ++i) {
-    if (!formats[i]) continue;
-    const auto* tr = ggml::ggmlTypeTraits(ggufTypeFor(*formats[i], rt.linears()[i]->inFeatures).ggmlType);
-    if (!tr) throw Error(ErrorKind::Internal, "roundActivationsAsLlamaCpp: no ggml type for " + formatToString(*formats[i]));
+    if (isUnquantized(formats[i].format)) continue;
+    const auto* tr = ggml::ggmlTypeTraits(ggufTypeFor(formats[i].format, rt.linears()[i]->inFeatures).ggmlType);
+    if (!tr) throw Error(ErrorKind::Internal, "roundActivationsAsLlamaCpp: no ggml type for " + formatToString(formats[i].format));
     const DType weight = tr->dtype;
     const DType act = weight == DType::F32 ? DType::F32 : ggml::activationTypeFor(weight);
     if (act == DType::Unknown) {  // e.g. BF16: its product's rounding is not modelled here

@@ -35,7 +35,7 @@ void clearAllLayerFormats(Runtime& rt);
 // activation spec (":int8-tok" …) still applies first (a GGUF would not keep it); a GGUF type
 // whose product is not modelled (BF16) is left unrounded and counted as such. Returns one line
 // saying how many layers take which activation type. clearAllLayerFormats undoes it.
-std::string roundActivationsAsLlamaCpp(Runtime& rt, const std::vector<std::optional<QuantFormat>>& formats);
+std::string roundActivationsAsLlamaCpp(Runtime& rt, const LayerQuants& formats);
 
 // Clears every layer's format when it goes out of scope (jobs leave the runtime as they found
 // it, also on errors and cancellation).

@@ -115,8 +115,9 @@ SpeedResult measureSpeed(Backend& backend, const ModelGraph& graph, const SpeedO
       throw Error(ErrorKind::BadInput, "the plan has " + std::to_string(options.plan->size()) +
                                            " entries, the model " + std::to_string(t.layers.size()) +
                                            " linear layers");
-    for (const auto& f : *options.plan)
-      if (f && std::find(t.formats.begin(), t.formats.end(), *f) == t.formats.end()) t.formats.push_back(*f);
+    for (const LayerQuant& q : *options.plan)
+      if (!isUnquantized(q.format) && std::find(t.formats.begin(), t.formats.end(), q.format) == t.formats.end())
+        t.formats.push_back(q.format);
   } else {
     t.formats = options.formats;
   }
@@ -133,7 +134,7 @@ SpeedResult measureSpeed(Backend& backend, const ModelGraph& graph, const SpeedO
 
   // What to measure: (n, k, scheme) per format column, deduplicated across layers.
   auto wanted = [&](size_t l, size_t f) {
-    return !options.plan || ((*options.plan)[l] && *(*options.plan)[l] == t.formats[f]);
+    return !options.plan || (!isUnquantized((*options.plan)[l].format) && (*options.plan)[l].format == t.formats[f]);
   };
   using ShapeKey = std::tuple<int64_t, int64_t, std::string>;  // n, k, scheme name
   std::set<ShapeKey> shapes;
@@ -226,9 +227,9 @@ SpeedResult measureSpeed(Backend& backend, const ModelGraph& graph, const SpeedO
     res.planTotals.assign(M, SpeedTotals{});
     for (size_t mi = 0; mi < M; ++mi)
       for (size_t l = 0; l < L; ++l) {
-        const auto& pf = (*options.plan)[l];
+        const QuantFormat& pf = (*options.plan)[l].format;
         SpeedTotals& s = res.planTotals[mi];
-        if (!pf) {  // unquantized: the FP16 baseline itself
+        if (isUnquantized(pf)) {  // unquantized: the FP16 baseline itself
           const double b = measured[{{t.layers[l].outFeatures, t.layers[l].inFeatures, GemmScheme{}.name()},
                                      t.tokenCounts[mi]}].micros;
           s.kernelMicros += b;
@@ -237,7 +238,7 @@ SpeedResult measureSpeed(Backend& backend, const ModelGraph& graph, const SpeedO
           s.baselineWeightBytes += res.baselineWeightBytes[l];
           continue;
         }
-        const size_t f = size_t(std::find(t.formats.begin(), t.formats.end(), *pf) - t.formats.begin());
+        const size_t f = size_t(std::find(t.formats.begin(), t.formats.end(), pf) - t.formats.begin());
         addLayer(s, l, f, mi);
       }
   } else {

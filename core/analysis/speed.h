@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "core/analysis/tables.h"
+#include "core/plan/layer_quant.h"
 #include "core/model/model_graph.h"
 #include "core/util/progress.h"
 #include "kernels/formats/quant_format.h"
@@ -32,9 +33,10 @@ class Backend;
 struct SpeedOptions {
   // Candidate formats, one column each. Ignored when `plan` is given.
   std::vector<QuantFormat> formats;
-  // A plan: one entry per layer of speedLayers() (nullopt = FP16 baseline, nothing to measure);
-  // its distinct formats become the columns, each layer measured in its own format only.
-  std::optional<std::vector<std::optional<QuantFormat>>> plan;
+  // A plan: one entry per layer of speedLayers() (the runtime's order; an unquantized entry is the
+  // FP16 baseline, nothing to measure); its distinct formats become the columns, each layer
+  // measured in its own format only. Rounding methods do not change the kernel: ignored.
+  std::optional<LayerQuants> plan;
   std::vector<int64_t> tokenCounts = {1, 16, 512};
   int repeats = 10;
   int minLaunches = 20;

@@ -60,7 +60,7 @@ struct Choice {
   std::string why;
 };
 Choice chooseType(const LayerAssignment& a) {
-  const WeightSpec& w = a.format.weight;
+  const WeightSpec& w = a.quant.format.weight;
   switch (w.kind) {
     case QuantKind::F32: return {kF32, true, {}};
     case QuantKind::FP16: return {kF16, true, {}};
@@ -331,10 +331,10 @@ void planGguf(const ExportSource& src, const std::string& out, const ModelExport
         const std::string line = planWord(a) + " → " + ggmlName(c.type) + ": " + c.why;
         if (o.inexpressible == Inexpressible::Refuse) p.refusals.push_back(line + " (--nearest writes the nearest form instead, with a warning)");
         else p.warnings.push_back(line);
-      } else if (type == kQ4_1 && !isGgmlKind(a.format.weight.kind)) {
+      } else if (type == kQ4_1 && !isGgmlKind(a.quant.format.weight.kind)) {
         t.note = "Q4_1 minimum m = -z·s rounded to FP16";
       }
-      if (a.format.weight.method == ScaleMethod::Importance) {
+      if (a.quant.format.weight.method == ScaleMethod::Importance) {
         const ExportLayerStats* st = o.calibration ? o.calibration->find(a.weightName) : nullptr;
         if (!st || int64_t(st->channelMeanSquare.size()) != a.inFeatures)
           p.refusals.push_back(planWord(a) + ": the imatrix search needs the importance of each input column "
@@ -343,8 +343,8 @@ void planGguf(const ExportSource& src, const std::string& out, const ModelExport
           t.note = "ggml " + ggmlName(type) + " with the importance E[x²] of " + std::to_string(st->tokens) +
                    " calibration tokens (llama-quantize --imatrix)";
       }
-      if (quantKindTraits(a.format.act.kind).cls != QuantClass::Float)
-        p.warnings.push_back(a.layer + ": activation format " + activationText(a.format.act) +
+      if (quantKindTraits(a.quant.format.act.kind).cls != QuantClass::Float)
+        p.warnings.push_back(a.layer + ": activation format " + activationText(a.quant.format.act) +
                              " is not stored (GGUF holds weights; llama.cpp chooses how activations are computed)");
     } else {
       type = keptType(src, ti, t.permuteRows);
@@ -410,14 +410,14 @@ void writeGguf(const ExportSource& src, const ExportPreview& p, const ModelExpor
     if (t.planLayer >= 0) {
       const LayerAssignment& a = src.resolved.layers[size_t(t.planLayer)];
       const bool blocks = type == kQ4_0 || type == kQ4_1 || type == kQ8_0;
-      const QuantKind kind = a.format.weight.kind;
+      const QuantKind kind = a.quant.format.weight.kind;
       if (isGgmlKind(kind)) {
         // The ggml-exact quantizer (byte-identical to llama-quantize), with the calibration's
         // importance when the plan says imatrix (planGguf checked that it is there).
         std::span<const float> importance;
-        if (a.format.weight.method == ScaleMethod::Importance)
+        if (a.quant.format.weight.method == ScaleMethod::Importance)
           importance = o.calibration->find(a.weightName)->channelMeanSquare;
-        const QuantizedTensor q = quantizeWeightWithImportance(a.format.weight, loadForExport(src, t), a.outFeatures,
+        const QuantizedTensor q = quantizeWeightWithImportance(a.quant.format.weight, loadForExport(src, t), a.outFeatures,
                                                                a.inFeatures, importance, t.sourceName);
         bytes.resize(q.payload.size());
         std::memcpy(bytes.data(), q.payload.data(), bytes.size());

@@ -59,8 +59,8 @@ void planHdf5(const ExportSource& src, const std::string& out, const ModelExport
       const LayerAssignment& a = src.resolved.layers[size_t(s.planLayer)];
       t.layer = a.layer;
       t.planLayer = s.planLayer;
-      t.storage = "payload+scales " + weightSpecToString(a.format.weight);
-      p.estimatedBytes += quantStorage(a.format.weight, a.outFeatures, a.inFeatures).totalBytes();
+      t.storage = "payload+scales " + weightSpecToString(a.quant.format.weight);
+      p.estimatedBytes += quantStorage(a.quant.format.weight, a.outFeatures, a.inFeatures).totalBytes();
     } else if (isIntegerTensor(ti)) {
       t.storage = "bytes " + ti.dtypeLabel;
       t.note = "integer tensor copied byte for byte";
@@ -105,7 +105,7 @@ void writeHdf5(const ExportSource& src, const ExportPreview& p, const ModelExpor
         h.writeHalf(g + "/scales", {uint64_t(q.grid.gridRows), uint64_t(q.grid.gridCols)}, q.scales);
       if (!q.zeros.empty()) h.write(g + "/zero_points", {q.zeros.size()}, std::span<const uint8_t>(q.zeros));
       h.attr(g, "layer", a.layer);
-      h.attr(g, "format", formatToString(a.format));
+      h.attr(g, "format", formatToString(a.quant.format));
       h.attr(g, "kind", std::string(quantKindTraits(q.spec.kind).name));
       h.attr(g, "granularity", granularityName(q.spec.granularity));
       h.attr(g, "group_size", int64_t(q.spec.groupSize));

@@ -251,7 +251,7 @@ std::optional<WeightScales> fixedScalesFor(const ExportSource& src, const Export
                                            const LayerAssignment& a) {
   if (!src.rounded) return std::nullopt;
   const auto it = src.rounded->scales.find(t.sourceTensor);
-  if (it == src.rounded->scales.end() || it->second.spec != a.format.weight) return std::nullopt;
+  if (it == src.rounded->scales.end() || it->second.spec != a.quant.format.weight) return std::nullopt;
   WeightScales s = it->second.scales;
   const int64_t rows = a.outFeatures;
   if (t.permuteRows && rows > 0 && s.scales.size() % size_t(rows) == 0 && s.scales.size() >= size_t(rows)) {
@@ -280,22 +280,22 @@ QuantizedTensor quantizeForExport(const ExportSource& src, const ExportTensorPla
   const LayerAssignment& a = src.resolved.layers[size_t(t.planLayer)];
   const std::vector<float> w = loadForExport(src, t);
   if (const auto fixed = fixedScalesFor(src, t, a))  // GPTQ: its codes, exactly
-    return quantizeWeightWithScales(a.format.weight, w, a.outFeatures, a.inFeatures, *fixed, t.sourceName);
-  return quantizeWeight(a.format.weight, w, a.outFeatures, a.inFeatures, t.sourceName);
+    return quantizeWeightWithScales(a.quant.format.weight, w, a.outFeatures, a.inFeatures, *fixed, t.sourceName);
+  return quantizeWeight(a.quant.format.weight, w, a.outFeatures, a.inFeatures, t.sourceName);
 }
 
 std::vector<float> fakeQuantForExport(const ExportSource& src, const ExportTensorPlan& t) {
   const LayerAssignment& a = src.resolved.layers[size_t(t.planLayer)];
-  if (a.format.weight.kind != QuantKind::F32 && fixedScalesFor(src, t, a))
+  if (a.quant.format.weight.kind != QuantKind::F32 && fixedScalesFor(src, t, a))
     return dequantizeWeight(quantizeForExport(src, t));
   std::vector<float> w = loadForExport(src, t);
-  if (a.format.weight.kind != QuantKind::F32)
-    fakeQuantWeight(a.format.weight, w, w, a.outFeatures, a.inFeatures, t.sourceName);
+  if (a.quant.format.weight.kind != QuantKind::F32)
+    fakeQuantWeight(a.quant.format.weight, w, w, a.outFeatures, a.inFeatures, t.sourceName);
   return w;
 }
 
 std::string planWord(const LayerAssignment& a) {
-  return a.layer + " (" + weightSpecToString(a.format.weight) + ")";
+  return a.layer + " (" + weightSpecToString(a.quant.format.weight) + ")";
 }
 
 }  // namespace exportdetail
@@ -313,9 +313,9 @@ ExportPreview previewModelExport(const ExportSource& src, const std::string& out
   p.format = o.format;
   if (!src.rounded)
     for (const auto& a : src.resolved.layers)
-      if (a.method != QuantMethod::Rtn || a.smoothAlpha)
-        p.warnings.push_back(planWord(a) + ": method " + std::string(quantMethodName(a.method)) +
-                             (a.smoothAlpha ? " with SmoothQuant α " + std::to_string(*a.smoothAlpha) : "") +
+      if (a.quant.method != QuantMethod::Rtn || a.quant.smoothAlpha)
+        p.warnings.push_back(planWord(a) + ": method " + std::string(quantMethodName(a.quant.method)) +
+                             (a.quant.smoothAlpha ? " with SmoothQuant α " + std::to_string(*a.quant.smoothAlpha) : "") +
                              ": the weights are rounded on the calibration text before they are written");
   for (const auto& a : src.resolved.layers)
     if (const TensorInfo* t = src.file.findTensor(a.weightName); t && isIntegerTensor(*t))
@@ -325,8 +325,8 @@ ExportPreview previewModelExport(const ExportSource& src, const std::string& out
   // a safetensors or HDF5 file can hold.
   if (o.format != ModelExportFormat::Gguf) {
     for (const auto& a : src.resolved.layers)
-      if (isGgmlKind(a.format.weight.kind))
-        p.refusals.push_back(a.layer + ": format " + weightSpecToString(a.format.weight) + " is a ggml block type, which " +
+      if (isGgmlKind(a.quant.format.weight.kind))
+        p.refusals.push_back(a.layer + ": format " + weightSpecToString(a.quant.format.weight) + " is a ggml block type, which " +
                              std::string(modelExportFormatName(o.format)) +
                              " cannot hold (use --to gguf)");
     if (!p.refusals.empty()) return p;
@@ -555,13 +555,14 @@ ModelExportResult exportModel(const ExportSource& src, const std::string& outPat
 
 // ---- calibration -------------------------------------------------------------------------------
 
-CalibrationStats exportCalibrationStats(const CalibrationResult& r) {
+CalibrationStats exportCalibrationStats(const CalibrationResult& r, const ModelGraph& graph) {
   CalibrationStats cs;
   cs.source = r.textSource + ", " + std::to_string(r.tokens) + " tokens";
   for (const auto& l : r.layers) {
+    if (graph.tiedHead && l.layer.role == linearRoleName(LinearRole::Head)) continue;  // no plan layer
     ExportLayerStats e;
     e.weightName = l.layer.weightName;
-    e.tokens = r.tokens;
+    e.tokens = int64_t(l.activations.values);  // rows seen (BOS positions included), as the histogram counts them
     for (int64_t c = 0; c < l.activations.channels(); ++c) {
       e.channelAbsMax.push_back(l.activations.absMax(c));
       e.channelMeanSquare.push_back(float(l.activations.meanSquare(c)));
@@ -574,90 +575,15 @@ CalibrationStats exportCalibrationStats(const CalibrationResult& r) {
   return cs;
 }
 
-CalibrationStats collectCalibration(Runtime& rt, const ModelGraph& graph, std::span<const int32_t> tokens,
-                                    int32_t bos, int histogramBins, const JobContext* ctx) {
-  if (histogramBins < 1) throwBadInput({}, "histogram bins", std::to_string(histogramBins) + " is not positive");
+CalibrationStats calibrateForExport(Runtime& rt, StatsOps& stats, std::span<const int32_t> tokens, int32_t bos,
+                                    const std::string& source, const JobContext* ctx) {
   if (tokens.empty()) throwBadInput({}, "calibration text", "has no tokens");
-  const auto layers = planLayers(graph);
-  CalibrationStats cs;
-  std::vector<int> slot(rt.linears().size(), -1);  // runtime linear → cs.layers index
-  for (const auto& pl : layers) {
-    const int i = rt.linearIndex(pl.linear->weightName);
-    if (i < 0) continue;
-    slot[size_t(i)] = int(cs.layers.size());
-    ExportLayerStats l;
-    l.weightName = pl.linear->weightName;
-    l.channelAbsMax.assign(size_t(pl.linear->inFeatures), 0.0f);
-    l.channelMeanSquare.assign(size_t(pl.linear->inFeatures), 0.0f);
-    l.histogram.assign(size_t(histogramBins), 0);
-    cs.layers.push_back(std::move(l));
-  }
-  std::vector<std::vector<double>> sumSq(cs.layers.size());
-  for (size_t i = 0; i < cs.layers.size(); ++i) sumSq[i].assign(cs.layers[i].channelAbsMax.size(), 0.0);
-
-  const int64_t perWindow = rt.maxSeq() - (bos >= 0 ? 1 : 0);
-  if (perWindow < 1) throwBadInput({}, "context", "the model's context is too short");
-  std::vector<std::vector<int32_t>> windows;
-  for (size_t s = 0; s < tokens.size(); s += size_t(perWindow)) {
-    std::vector<int32_t> w;
-    if (bos >= 0) w.push_back(bos);
-    for (size_t i = s; i < std::min(tokens.size(), s + size_t(perWindow)); ++i) w.push_back(tokens[i]);
-    windows.push_back(std::move(w));
-  }
-  // Pass 0: absmax and E[x²] per channel; pass 1: histograms of |x| over [0, absmax].
-  for (int pass = 0; pass < 2; ++pass) {
-    const int tap = rt.addTap([&](const TapEvent& e) {
-      if (e.kind != TapKind::LinearInput || e.linear < 0 || slot[size_t(e.linear)] < 0) return;
-      const size_t s = size_t(slot[size_t(e.linear)]);
-      ExportLayerStats& l = cs.layers[s];
-      if (e.cols != int64_t(l.channelAbsMax.size())) return;
-      for (int64_t r = 0; r < e.rows; ++r) {
-        const float* x = e.data + r * e.cols;
-        if (pass == 0) {
-          for (int64_t k = 0; k < e.cols; ++k) {
-            const float a = std::fabs(x[k]);
-            l.channelAbsMax[size_t(k)] = std::max(l.channelAbsMax[size_t(k)], a);
-            sumSq[s][size_t(k)] += double(x[k]) * double(x[k]);
-          }
-        } else if (l.histogramMax > 0) {
-          const double scale = double(l.histogram.size()) / double(l.histogramMax);
-          for (int64_t k = 0; k < e.cols; ++k) {
-            const size_t bin = std::min(l.histogram.size() - 1, size_t(double(std::fabs(x[k])) * scale));
-            ++l.histogram[bin];
-          }
-        }
-      }
-      if (pass == 0) l.tokens += e.rows;
-    });
-    std::vector<float> logits;
-    try {
-      for (size_t w = 0; w < windows.size(); ++w) {
-        if (ctx) {
-          ctx->checkCancelled();
-          ctx->progress((double(pass) + double(w) / double(windows.size())) / 2.0, "calibration");
-        }
-        rt.reset();
-        // Every position's logits: the head's input is then tapped at every token, like every
-        // other layer's (with only the last position it saw one row a window).
-        rt.forward(windows[w], 0, logits, true);
-      }
-    } catch (...) {
-      rt.removeTap(tap);
-      throw;
-    }
-    rt.removeTap(tap);
-    if (pass == 0)
-      for (size_t s = 0; s < cs.layers.size(); ++s) {
-        ExportLayerStats& l = cs.layers[s];
-        for (size_t k = 0; k < l.channelAbsMax.size(); ++k) {
-          l.absMax = std::max(l.absMax, l.channelAbsMax[k]);
-          l.channelMeanSquare[k] = l.tokens ? float(sumSq[s][k] / double(l.tokens)) : 0.0f;
-        }
-        l.histogramMax = l.absMax;
-      }
-  }
-  cs.source = std::to_string(tokens.size()) + " tokens in " + std::to_string(windows.size()) + " windows";
-  return cs;
+  CalibrationOptions co;
+  co.eval.bos = bos;
+  co.eval.context = std::min<int64_t>(rt.maxSeq(), 512);
+  CalibrationResult r = runCalibration(rt, stats, tokens, co, ctx ? *ctx : JobContext{});
+  r.textSource = source;
+  return exportCalibrationStats(r, rt.graph());
 }
 
 }  // namespace qs

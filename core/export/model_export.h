@@ -59,16 +59,18 @@ struct CalibrationStats {
 };
 
 // The same statistics from the calibration job's result (core/analysis/calibrate.h: what the
-// GUI's session holds): channel absmax and E[x²], the |x| histogram.
+// GUI's session holds, and what calibrateForExport runs): channel absmax and E[x²], the |x|
+// histogram; only plan layers (a head tied to the embedding is none).
 struct CalibrationResult;
-CalibrationStats exportCalibrationStats(const CalibrationResult& calibration);
+CalibrationStats exportCalibrationStats(const CalibrationResult& calibration, const ModelGraph& graph);
 
-// Runs the model on `tokens` (windows of the runtime's context, each starting with `bos` when
-// bos >= 0) and records the statistics above for every plan layer's input.
+// The calibration job (core/analysis/calibrate.h, on the runtime's backend) over `tokens` — its
+// windows as perplexity cuts them, each starting with `bos` when bos >= 0 — as export statistics.
+// `source` names the text.
 class Runtime;
-CalibrationStats collectCalibration(Runtime& runtime, const ModelGraph& graph,
-                                    std::span<const int32_t> tokens, int32_t bos,
-                                    int histogramBins = 256, const JobContext* ctx = nullptr);
+class StatsOps;
+CalibrationStats calibrateForExport(Runtime& runtime, StatsOps& stats, std::span<const int32_t> tokens,
+                                    int32_t bos, const std::string& source, const JobContext* ctx = nullptr);
 
 struct ModelExportOptions {
   ModelExportFormat format = ModelExportFormat::Gguf;

@@ -104,15 +104,15 @@ nlohmann::ordered_json actArgs(const ActSpec& a) {
 
 LayerScheme schemeFor(const LayerAssignment& a) {
   LayerScheme s;
-  const WeightSpec& w = a.format.weight;
+  const WeightSpec& w = a.quant.format.weight;
   const QuantClass cls = quantKindTraits(w.kind).cls;
   if (cls == QuantClass::Float) return s;
   s.weight = w;
   if (w.kind == QuantKind::FP8_E5M2) s.weight.kind = QuantKind::FP8_E4M3;
-  const bool actQuant = quantKindTraits(a.format.act.kind).cls != QuantClass::Float;
-  s.staticInput = actQuant && a.format.act.scaling == ActScaling::PerTensorStatic;
+  const bool actQuant = quantKindTraits(a.quant.format.act.kind).cls != QuantClass::Float;
+  s.staticInput = actQuant && a.quant.format.act.scaling == ActScaling::PerTensorStatic;
   if (cls == QuantClass::Fp8) s.format = CtFormat::FloatQuantized;
-  else if (w.kind == QuantKind::INT8 && w.symmetric && actQuant && a.format.act.kind == QuantKind::INT8)
+  else if (w.kind == QuantKind::INT8 && w.symmetric && actQuant && a.quant.format.act.kind == QuantKind::INT8)
     s.format = CtFormat::IntQuantized;
   else s.format = CtFormat::PackQuantized;
   if (s.format != CtFormat::FloatQuantized && w.granularity == Granularity::Tensor) s.perTensorAsChannel = true;
@@ -129,7 +129,7 @@ LayerScheme schemeFor(const LayerAssignment& a) {
   j["observer"] = w.method == ScaleMethod::MseClip ? "mse" : "minmax";
   j["observer_kwargs"] = nlohmann::ordered_json::object();
   s.weightsArgs = j;
-  s.inputArgs = actArgs(a.format.act);
+  s.inputArgs = actArgs(a.quant.format.act);
   return s;
 }
 
@@ -143,7 +143,7 @@ std::vector<Component> componentsOf(const ExportSource& src, const ExportTensorP
   if (!scheme || scheme->format == CtFormat::None) {
     std::string dt;
     if (t.planLayer >= 0 && !t.keptDense) {
-      const QuantKind k = src.resolved.layers[size_t(t.planLayer)].format.weight.kind;
+      const QuantKind k = src.resolved.layers[size_t(t.planLayer)].quant.format.weight.kind;
       dt = k == QuantKind::FP16 ? "F16" : k == QuantKind::BF16 ? "BF16" : "F32";
     } else {
       const TensorInfo& ti = src.file.tensors()[size_t(t.sourceTensor)];
@@ -190,11 +190,11 @@ std::vector<std::vector<std::byte>> encodeLayer(const ExportSource& src, const E
   const LayerAssignment& a = src.resolved.layers[size_t(t.planLayer)];
   const int64_t N = a.outFeatures, K = a.inFeatures;
   QuantizedTensor q;
-  if (a.format.weight.kind == QuantKind::FP8_E5M2 && s.weight.kind == QuantKind::FP8_E4M3 &&
-      s.weight.granularity == a.format.weight.granularity) {  // nearest: the plan's values as E4M3
+  if (a.quant.format.weight.kind == QuantKind::FP8_E5M2 && s.weight.kind == QuantKind::FP8_E4M3 &&
+      s.weight.granularity == a.quant.format.weight.granularity) {  // nearest: the plan's values as E4M3
     const std::vector<float> v = fakeQuantForExport(src, t);
     q = quantizeWeight(s.weight, v, N, K, t.sourceName);
-  } else if (s.weight != a.format.weight) {  // unified with its fused group: the source's weights in its scheme
+  } else if (s.weight != a.quant.format.weight) {  // unified with its fused group: the source's weights in its scheme
     q = quantizeWeight(s.weight, loadForExport(src, t), N, K, t.sourceName);
   } else {
     q = quantizeForExport(src, t);
@@ -257,7 +257,7 @@ std::vector<std::vector<std::byte>> encodeLayer(const ExportSource& src, const E
   }
   if (s.staticInput) {
     const ExportLayerStats* lc = o.calibration ? o.calibration->find(a.weightName) : nullptr;
-    const float maxValue = a.format.act.kind == QuantKind::INT8 ? 127.0f : kFp8E4M3Max;
+    const float maxValue = a.quant.format.act.kind == QuantKind::INT8 ? 127.0f : kFp8E4M3Max;
     put<float>(out[ci++], lc && lc->absMax > 0 ? lc->absMax / maxValue : 1.0f);
   }
   return out;
@@ -281,12 +281,12 @@ int fusedGroupOf(const LinearLayer* l) {
 const char* fusedGroupName(int g) { return g == 0 ? "q/k/v (vLLM's qkv_proj)" : "gate/up (vLLM's gate_up_proj)"; }
 
 std::string schemeKey(const LayerScheme& s, const LayerAssignment& a) {
-  if (s.format == CtFormat::None) return "dense " + std::string(quantKindTraits(a.format.weight.kind).name);
+  if (s.format == CtFormat::None) return "dense " + std::string(quantKindTraits(a.quant.format.weight.kind).name);
   return std::string(ctFormatName(s.format)) + s.weightsArgs.dump() + s.inputArgs.dump();
 }
 // Bits per weight a scheme stores (dense: its float width); the widest member leads a group.
 double schemeBits(const LayerScheme& s, const LayerAssignment& a) {
-  if (s.format == CtFormat::None) return double(quantKindTraits(a.format.weight.kind).bits);
+  if (s.format == CtFormat::None) return double(quantKindTraits(a.quant.format.weight.kind).bits);
   return double(quantStorage(s.weight, a.outFeatures, a.inFeatures).totalBytes()) * 8.0 /
          double(std::max<int64_t>(1, a.outFeatures * a.inFeatures));
 }
@@ -490,7 +490,7 @@ void planSafetensors(const ExportSource& src, const std::string& out, const Mode
       const LayerAssignment& a = src.resolved.layers[size_t(s.planLayer)];
       t.layer = a.layer;
       t.planLayer = s.planLayer;
-      if (s.linear->transposed && quantKindTraits(a.format.weight.kind).cls != QuantClass::Float) {
+      if (s.linear->transposed && quantKindTraits(a.quant.format.weight.kind).cls != QuantClass::Float) {
         p.refusals.push_back(planWord(a) + ": a Conv1D weight (stored [in, out]) cannot be written in the "
                              "compressed-tensors layout, which quantises nn.Linear modules only");
         continue;
@@ -511,7 +511,7 @@ void planSafetensors(const ExportSource& src, const std::string& out, const Mode
         else if (o.inexpressible == Inexpressible::Refuse) p.refusals.push_back(line + " (--nearest writes the nearest form instead, with a warning)");
         else p.warnings.push_back(line);
       };
-      if (a.format.weight.kind == QuantKind::FP8_E5M2) {
+      if (a.quant.format.weight.kind == QuantKind::FP8_E5M2) {
         t.exact = false;
         t.note = "FP8 E5M2 stored as E4M3";
         problem("compressed-tensors has no FP8 E5M2 weights: the plan's values re-quantised to E4M3 with the same "
@@ -519,23 +519,23 @@ void planSafetensors(const ExportSource& src, const std::string& out, const Mode
                 true);
       }
       if (scheme.staticInput && !(o.calibration && o.calibration->find(a.weightName)))
-        p.refusals.push_back(planWord(a) + ": static activation scale (" + activationText(a.format.act) +
+        p.refusals.push_back(planWord(a) + ": static activation scale (" + activationText(a.quant.format.act) +
                              ") needs calibration statistics (--calib-text)");
-      const QuantKind act = a.format.act.kind;
+      const QuantKind act = a.quant.format.act.kind;
       if (scheme.format == CtFormat::PackQuantized && quantKindTraits(act).cls != QuantClass::Float)
-        problem("activation format " + activationText(a.format.act) + " with " +
-                    weightSpecToString(a.format.weight) + " weights: written (pack-quantized weights, input_activations "
+        problem("activation format " + activationText(a.quant.format.act) + " with " +
+                    weightSpecToString(a.quant.format.weight) + " weights: written (pack-quantized weights, input_activations "
                     "set) but vLLM has no kernel for this combination",
                 false);
       if (scheme.format == CtFormat::FloatQuantized && act == QuantKind::INT8)
         problem("INT8 activations with FP8 weights: vLLM has no kernel for this combination", false);
-      if (scheme.format == CtFormat::FloatQuantized && a.format.weight.granularity == Granularity::Group)
+      if (scheme.format == CtFormat::FloatQuantized && a.quant.format.weight.granularity == Granularity::Group)
         problem("FP8 with group scales: written as strategy \"group\"; vLLM's FP8 kernels take tensor, channel or block scales",
                 false);
       if (scheme.perTensorAsChannel) t.note = "per-tensor scale written once per row (strategy \"channel\")";
       t.storage = t.keptDense ? floatDtype(ti.dtype)
                   : scheme.format == CtFormat::None
-                      ? std::string(quantKindTraits(a.format.weight.kind).name)
+                      ? std::string(quantKindTraits(a.quant.format.weight.kind).name)
                       : std::string(ctFormatName(scheme.format)) + " " + weightSpecToString(scheme.weight);
     } else if (isIntegerTensor(ti)) {
       t.storage = ti.dtypeLabel;
@@ -628,7 +628,7 @@ void writeSafetensors(const ExportSource& src, const ExportPreview& p, const Mod
       data.emplace_back(b.begin(), b.end());
     } else {
       const std::vector<float> v = t.planLayer >= 0 && !t.keptDense &&
-                                           src.resolved.layers[size_t(t.planLayer)].format.weight.kind != QuantKind::F32
+                                           src.resolved.layers[size_t(t.planLayer)].quant.format.weight.kind != QuantKind::F32
                                        ? fakeQuantForExport(src, t)
                                        : loadForExport(src, t);
       std::vector<std::byte> b;

@@ -413,9 +413,9 @@ Plan checkpointPlan(const ModelFile& file, const ModelGraph& graph, std::string*
     for (const auto& a : r.layers) {
       if (!same) break;
       const auto it = byWeight.find(a.weightName);
-      const bool planQuant = quantKindTraits(a.format.weight.kind).cls != QuantClass::Float;
+      const bool planQuant = quantKindTraits(a.quant.format.weight.kind).cls != QuantClass::Float;
       if (it == byWeight.end()) same = !planQuant;
-      else same = it->second->quant.weight.kind != QuantKind::F32 && sameStored(a.format, it->second->quant, *it->second);
+      else same = it->second->quant.weight.kind != QuantKind::F32 && sameStored(a.quant.format, it->second->quant, *it->second);
     }
     if (same) {
       if (why) *why = "the Quantscope plan stored with the export (it matches every stored layer)";
@@ -451,11 +451,11 @@ RoundedTensors checkpointRounded(const ModelFile& file, const ResolvedPlan& reso
     const auto it = byWeight.find(a.weightName);
     if (it == byWeight.end() || it->second->quant.weight.kind == QuantKind::F32) continue;
     const CheckpointLayer& l = *it->second;
-    if (!sameStored(a.format, l.quant, l)) continue;
+    if (!sameStored(a.quant.format, l.quant, l)) continue;
     const TensorInfo* t = file.findTensor(a.weightName);
     const int index = int(t - file.tensors().data());
-    FixedWeightScales fs{a.format.weight, l.scales};
-    if (a.format.weight.granularity != l.quant.weight.granularity) {  // tensor stored as equal rows
+    FixedWeightScales fs{a.quant.format.weight, l.scales};
+    if (a.quant.format.weight.granularity != l.quant.weight.granularity) {  // tensor stored as equal rows
       fs.scales.scales.resize(1);
       if (!fs.scales.zeros.empty()) fs.scales.zeros.resize(1);
     }

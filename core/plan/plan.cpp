@@ -11,21 +11,6 @@
 
 namespace qs {
 
-std::string_view quantMethodName(QuantMethod m) {
-  switch (m) {
-    case QuantMethod::Rtn: return "rtn";
-    case QuantMethod::Gptq: return "gptq";
-    case QuantMethod::Awq: return "awq";
-  }
-  return "rtn";
-}
-
-std::optional<QuantMethod> quantMethodFromName(std::string_view name) {
-  for (QuantMethod m : {QuantMethod::Rtn, QuantMethod::Gptq, QuantMethod::Awq})
-    if (quantMethodName(m) == name) return m;
-  return std::nullopt;
-}
-
 std::string_view planFieldName(PlanField f) {
   switch (f) {
     case PlanField::Weight: return "weight";
@@ -272,13 +257,13 @@ std::string layerLabel(const LayerAssignment& a) {
 // Checks one layer's composed format; sets problem/problemField.
 void checkLayer(LayerAssignment& a) {
   const auto src = [&](PlanField f) { return fieldPath(a.fieldSource[fieldIndex(f)], f); };
-  const auto cls = quantKindTraits(a.format.weight.kind).cls;
+  const auto cls = quantKindTraits(a.quant.format.weight.kind).cls;
   auto fail = [&](PlanField f, const std::string& msg) {
     a.problem = layerLabel(a) + ": " + msg;
     a.problemField = src(f);
   };
   if (cls == QuantClass::Ggml) {
-    const WeightSpec& w = a.format.weight;
+    const WeightSpec& w = a.quant.format.weight;
     const int64_t block = quantKindTraits(w.kind).blockElems;
     if (a.inFeatures % block != 0)
       return fail(PlanField::Weight, "K = " + std::to_string(a.inFeatures) + " inputs is not a multiple of the " +
@@ -286,11 +271,11 @@ void checkLayer(LayerAssignment& a) {
     if (w.method != ScaleMethod::AbsMax && w.method != ScaleMethod::Importance)
       return fail(PlanField::Scale, weightChoiceText(*a.fields.weight) + " takes scale absmax (llama-quantize's own "
                                     "search) or imatrix, the scale is " + scaleChoiceText(*a.fields.scale));
-    if (a.method != QuantMethod::Rtn)
-      return fail(PlanField::Method, std::string(quantMethodName(a.method)) + " is not available for the ggml types "
+    if (a.quant.method != QuantMethod::Rtn)
+      return fail(PlanField::Method, std::string(quantMethodName(a.quant.method)) + " is not available for the ggml types "
                                      "(they round with llama-quantize's search; scale imatrix weights it by calibration)");
   } else if (cls != QuantClass::Float) {
-    const WeightSpec& w = a.format.weight;
+    const WeightSpec& w = a.quant.format.weight;
     if (w.method == ScaleMethod::Importance)
       return fail(PlanField::Scale, "the imatrix scale is for the ggml types (q4_0 … q6_k), the weight is " +
                                         weightChoiceText(*a.fields.weight));
@@ -308,16 +293,16 @@ void checkLayer(LayerAssignment& a) {
       return fail(PlanField::Scale, "the kl scale method is for INT weights");
   }
   try {
-    validateQuantFormat(a.format);
+    validateQuantFormat(a.quant.format);
   } catch (const Error& e) {
     return fail(PlanField::Weight, "the fields make no valid format: " + e.message());
   }
-  if (a.method == QuantMethod::Awq && cls != QuantClass::Int)
+  if (a.quant.method == QuantMethod::Awq && cls != QuantClass::Int)
     return fail(PlanField::Method, "awq is for INT weights");
-  if (a.smoothAlpha && quantKindTraits(a.format.act.kind).cls == QuantClass::Float)
+  if (a.quant.smoothAlpha && quantKindTraits(a.quant.format.act.kind).cls == QuantClass::Float)
     return fail(PlanField::SmoothAlpha, "smooth_alpha moves activation outliers into the weights: it "
                                         "needs quantised activations (int8-tok, fp8e4m3-tok, …), the "
-                                        "activation is " + activationText(a.format.act));
+                                        "activation is " + activationText(a.quant.format.act));
 }
 
 }  // namespace
@@ -386,11 +371,11 @@ ResolvedPlan resolvePlan(const Plan& plan, const ModelGraph& graph, const Resolv
           a.fieldSource[fieldIndex(f)] = int(e);
         }
     }
-    a.format = composeFormat(*a.fields.weight, *a.fields.group, *a.fields.scale, *a.fields.activation);
+    a.quant.format = composeFormat(*a.fields.weight, *a.fields.group, *a.fields.scale, *a.fields.activation);
     // Like group size and scale, the rounding method means nothing for float weights: "method:
     // gptq" in the defaults applies to the quantised layers and leaves FP16 ones as they are.
-    a.method = quantKindTraits(a.format.weight.kind).cls == QuantClass::Float ? QuantMethod::Rtn : *a.fields.method;
-    a.smoothAlpha = *a.fields.smoothAlpha;
+    a.quant.method = quantKindTraits(a.quant.format.weight.kind).cls == QuantClass::Float ? QuantMethod::Rtn : *a.fields.method;
+    a.quant.smoothAlpha = *a.fields.smoothAlpha;
     a.note = a.fields.note.value_or("");
     checkLayer(a);
     if (!a.problem.empty()) out.problems.push_back({a.problemField, a.problem});
@@ -434,19 +419,29 @@ ResolvedPlan resolvePlanStrict(const Plan& plan, const ModelGraph& graph, const 
 
 bool needsRounding(const ResolvedPlan& resolved) {
   for (const auto& a : resolved.layers)
-    if (a.method != QuantMethod::Rtn || a.smoothAlpha) return true;
+    if (a.quant.needsRounding()) return true;
   return false;
+}
+
+LayerQuants ResolvedPlan::quants(size_t linears) const {
+  if (!valid()) throw Error(ErrorKind::BadInput, problems[0].message, "plan", problems[0].field);
+  if (linears < layers.size())
+    throw Error(ErrorKind::Internal, "a plan of " + std::to_string(layers.size()) + " layers for a runtime of " +
+                                         std::to_string(linears) + " linears");
+  LayerQuants q(linears);
+  for (size_t i = 0; i < layers.size(); ++i) q[i] = layers[i].quant;
+  return q;
 }
 
 void requireRtnOnly(const ResolvedPlan& resolved, const std::string& what) {
   for (const auto& a : resolved.layers) {
-    if (a.method != QuantMethod::Rtn)
+    if (a.quant.method != QuantMethod::Rtn)
       throw Error(ErrorKind::Unsupported,
-                  std::string(quantMethodName(a.method)) + ": " + what +
+                  std::string(quantMethodName(a.quant.method)) + ": " + what +
                       " rounds to nearest only; the accumulation job (quantscope-cli accumulate --plan, "
                       "the GUI's Run tab) and export calibrate and round such plans",
                   {}, a.layer);
-    if (a.smoothAlpha)
+    if (a.quant.smoothAlpha)
       throw Error(ErrorKind::Unsupported,
                   "smooth_alpha (SmoothQuant): " + what +
                       " rounds to nearest only; the accumulation job (quantscope-cli accumulate --plan, "

@@ -19,7 +19,7 @@
 //   activation    "f32" (untouched) | "fp16" | "bf16" | "int8-tok" | "fp8e4m3-tok" | "int8-t-kl" | …
 //   method        "rtn" | "gptq" | "awq" — how the weights are rounded ([rounding] implements the
 //                 last two; the schema accepts them now so plans stay valid); ignored by float
-//                 kinds (LayerAssignment::method is then rtn)
+//                 kinds (the resolved method is then rtn)
 //   smooth_alpha  SmoothQuant migration strength in [0, 1] for W8A8 layers, or null (off)
 //   note          free text
 //
@@ -33,20 +33,12 @@
 #include <vector>
 
 #include "core/model/model_graph.h"
+#include "core/plan/layer_quant.h"
 #include "kernels/formats/quant_format.h"
 
 namespace qs {
 
 inline constexpr int kPlanSchemaVersion = 2;
-
-// Stable numeric values (sessions may store them): never renumber.
-enum class QuantMethod : uint8_t {
-  Rtn = 0,   // round to nearest with the chosen scales
-  Gptq = 1,  // error feedback through the inverse Hessian ([rounding])
-  Awq = 2,   // activation-aware per-channel scales ([rounding])
-};
-std::string_view quantMethodName(QuantMethod m);  // "rtn", "gptq", "awq"
-std::optional<QuantMethod> quantMethodFromName(std::string_view name);
 
 struct WeightKindChoice {
   QuantKind kind = QuantKind::FP16;
@@ -146,6 +138,11 @@ struct PlanReadInfo {
   int fileVersion = kPlanSchemaVersion;
   std::vector<std::string> notes;  // what migration changed, one line each
 };
+// Also reads the simple map form, a JSON object of strings (info->fileVersion 0):
+//   { "*": "int4-g128-sym", "layers.0.feed_forward.w2.weight": "none", "blocks.*.attn.v": "int8-ch-sym" }
+// "*" gives the defaults (without it layers stay as loaded, FP32), every other key is an entry
+// selecting layers by weight or canonical name with the format string's fields; "none" or "f32"
+// leaves a layer as loaded. A head tied to the embedding is no plan layer, so "*" leaves it too.
 Plan planFromJson(std::string_view text, const std::string& source, PlanReadInfo* info = nullptr);
 std::string planToJson(const Plan& plan);  // canonical schema-2 JSON, 2-space indented
 Plan loadPlan(const std::string& path, PlanReadInfo* info = nullptr);
@@ -164,9 +161,9 @@ struct LayerAssignment {
   uint64_t parameters = 0;  // weight elements (out × in)
 
   PlanFields fields;  // every field set: the resolved columns
-  QuantFormat format;  // composed from fields; valid unless `problem` is set
-  QuantMethod method = QuantMethod::Rtn;  // rtn for float weights, whatever the field says
-  std::optional<double> smoothAlpha;
+  // Composed from fields (format valid unless `problem` is set; method rtn for float weights,
+  // whatever the field says): what the runtime, rounding and exporters take.
+  LayerQuant quant;
   std::string note;
 
   int lastEntry = -1;  // index of the last entry that matched (-1: defaults only)
@@ -187,6 +184,9 @@ struct ResolvedPlan {
   std::vector<PlanProblem> problems;    // everything wrong, plan-level and per layer
   std::vector<std::string> notes;       // not wrong, worth saying (a hash that cannot be compared)
   bool valid() const { return problems.empty(); }
+  // One LayerQuant per Runtime::linears() (`linears` of them: the plan layers, then a tied head
+  // left as loaded). BadInput naming the first problem unless valid().
+  LayerQuants quants(size_t linears) const;
 };
 
 struct ResolveOptions {

@@ -159,7 +159,7 @@ std::string planTitle(const Plan& plan) {
 
 void commonWarnings(const LayerAssignment& a, ExportTarget t, Warnings& w) {
   const std::string target(exportTargetName(t));
-  if (a.smoothAlpha && t != ExportTarget::LlmCompressor)
+  if (a.quant.smoothAlpha && t != ExportTarget::LlmCompressor)
     w.add("smooth_alpha (SmoothQuant) is not expressed by " + target, a.layer);
   (void)t;
 }
@@ -180,28 +180,28 @@ ExportResult exportLlamaQuantize(const Plan& plan, const ResolvedPlan& r, const 
   std::vector<uint32_t> types(r.layers.size());
   for (size_t i = 0; i < r.layers.size(); ++i) {
     const LayerAssignment& a = r.layers[i];
-    const GgufTypeChoice g = ggufTypeFor(a.format, a.inFeatures);
+    const GgufTypeChoice g = ggufTypeFor(a.quant.format, a.inFeatures);
     types[i] = g.ggmlType;
-    const std::string fmt = weightSpecToString(a.format.weight);
+    const std::string fmt = weightSpecToString(a.quant.format.weight);
     if (!g.exact) {
       if (o.inexpressible == Inexpressible::Refuse) refuse.add(fmt + " (" + g.why + ")", a.layer);
       else warn.add("mapped " + fmt + " to the nearest GGUF type " + g.name + " (" + g.why + ")", a.layer);
     }
-    if (a.format.weight.method == ScaleMethod::Importance)
+    if (a.quant.format.weight.method == ScaleMethod::Importance)
       warn.add("imatrix: give llama-quantize --imatrix FILE (llama-imatrix on the calibration text) for this layer's "
                "importance-weighted search (llama-quantize then weights every tensor with it, the plan's plain ggml "
                "layers too); `quantscope-cli export --to gguf --calib-text` writes each layer as planned",
                a.layer);
-    else if (a.format.weight.method != ScaleMethod::AbsMax && quantKindTraits(a.format.weight.kind).cls != QuantClass::Float)
-      warn.add("scale method " + scaleChoiceText(ScaleChoice{a.format.weight.method, a.format.weight.percentile}) +
+    else if (a.quant.format.weight.method != ScaleMethod::AbsMax && quantKindTraits(a.quant.format.weight.kind).cls != QuantClass::Float)
+      warn.add("scale method " + scaleChoiceText(ScaleChoice{a.quant.format.weight.method, a.quant.format.weight.percentile}) +
                    " is not carried over (llama-quantize computes its own scales, importance-weighted with --imatrix)",
                a.layer);
-    if (quantKindTraits(a.format.act.kind).cls != QuantClass::Float)
-      warn.add("activation format " + activationText(a.format.act) +
+    if (quantKindTraits(a.quant.format.act.kind).cls != QuantClass::Float)
+      warn.add("activation format " + activationText(a.quant.format.act) +
                    " is not expressed (GGUF stores weights only; llama.cpp chooses how activations are handled at run time)",
                a.layer);
-    if (a.method != QuantMethod::Rtn)
-      warn.add(std::string("method ") + std::string(quantMethodName(a.method)) +
+    if (a.quant.method != QuantMethod::Rtn)
+      warn.add(std::string("method ") + std::string(quantMethodName(a.quant.method)) +
                    " is not expressed (llama-quantize rounds to nearest)",
                a.layer);
     commonWarnings(a, ExportTarget::LlamaQuantize, warn);
@@ -284,7 +284,7 @@ std::string observerFor(ScaleMethod m, float p, const std::string& layer, Warnin
 
 // QuantizationArgs for the weights; nullopt for float (unquantised) weights.
 std::optional<ojson> weightArgs(const LayerAssignment& a, const ExportOptions& o, Warnings& w, Refusals& ref) {
-  const WeightSpec& s = a.format.weight;
+  const WeightSpec& s = a.quant.format.weight;
   const auto cls = quantKindTraits(s.kind).cls;
   if (cls == QuantClass::Float) return std::nullopt;
   if (cls == QuantClass::Ggml) {  // never widened: compressed-tensors has no ggml blocks
@@ -324,7 +324,7 @@ std::optional<ojson> weightArgs(const LayerAssignment& a, const ExportOptions& o
 }
 
 std::optional<ojson> activationArgs(const LayerAssignment& a, const ExportOptions& o, Warnings& w, Refusals& ref) {
-  const ActSpec& s = a.format.act;
+  const ActSpec& s = a.quant.format.act;
   const auto cls = quantKindTraits(s.kind).cls;
   if (cls == QuantClass::Float) return std::nullopt;
   ojson q;
@@ -379,13 +379,13 @@ ExportResult exportLlmCompressor(const Plan& plan, const ResolvedPlan& r, const 
     if (layers[i].linear->role == LinearRole::Head) headInPlan = true;
     const auto wq = weightArgs(a, o, warn, refuse);
     const auto aq = activationArgs(a, o, warn, refuse);
-    if (a.smoothAlpha) alphas.insert(*a.smoothAlpha);
+    if (a.quant.smoothAlpha) alphas.insert(*a.quant.smoothAlpha);
     if (!wq && !aq) {
       ignore.push_back(hf);
       continue;
     }
     const std::string key = (wq ? wq->dump() : "-") + "|" + (aq ? aq->dump() : "-");
-    auto& groups = modifiers[modifierFor(a.method)];
+    auto& groups = modifiers[modifierFor(a.quant.method)];
     auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == key; });
     if (it == groups.end()) {
       groups.push_back({key, Group{wq ? *wq : ojson(), aq ? *aq : ojson(), {}}});
@@ -460,7 +460,7 @@ ExportResult exportGptqModel(const Plan& plan, const ResolvedPlan& r, const Mode
   bool headQuantised = false;
   for (size_t i = 0; i < r.layers.size(); ++i) {
     const LayerAssignment& a = r.layers[i];
-    const WeightSpec& s = a.format.weight;
+    const WeightSpec& s = a.quant.format.weight;
     const auto cls = quantKindTraits(s.kind).cls;
     if (cls != QuantClass::Float) {
       Cfg c{s.kind == QuantKind::INT4 ? 4 : 8, s.granularity == Granularity::Group ? int64_t(s.groupSize) : -1,
@@ -483,10 +483,10 @@ ExportResult exportGptqModel(const Plan& plan, const ResolvedPlan& r, const Mode
       cfg[i] = c;
       if (layers[i].linear->role == LinearRole::Head) headQuantised = true;
     }
-    if (quantKindTraits(a.format.act.kind).cls != QuantClass::Float)
-      warn.add("activation format " + activationText(a.format.act) + " is not expressed (GPTQ is weight-only)", a.layer);
-    if (cfg[i] && a.method != QuantMethod::Gptq)
-      warn.add(std::string("method ") + std::string(quantMethodName(a.method)) +
+    if (quantKindTraits(a.quant.format.act.kind).cls != QuantClass::Float)
+      warn.add("activation format " + activationText(a.quant.format.act) + " is not expressed (GPTQ is weight-only)", a.layer);
+    if (cfg[i] && a.quant.method != QuantMethod::Gptq)
+      warn.add(std::string("method ") + std::string(quantMethodName(a.quant.method)) +
                    " is not expressed (GPTQModel runs GPTQ on every quantised layer)", a.layer);
     commonWarnings(a, ExportTarget::GptqModel, warn);
   }

@@ -172,15 +172,15 @@ PlanFigures computePlanFigures(const ResolvedPlan& plan, const SensitivityLookup
       if (speed) ++out.speedMissing;
       continue;
     }
-    lf.bytes = layerBytes(a.format, a.outFeatures, a.inFeatures);
+    lf.bytes = layerBytes(a.quant.format, a.outFeatures, a.inFeatures);
     lf.bitsPerWeight = a.parameters ? 8.0 * double(lf.bytes) / double(a.parameters) : 0.0;
     out.weightBytes += lf.bytes;
     validParams += a.parameters;
     if (sensitivity) {
-      lf.error = sensitivity->error(a.weightName, a.format);
+      lf.error = sensitivity->error(a.weightName, a.quant.format);
       if (std::isfinite(lf.error)) out.predictedError += lf.error;
       else ++out.errorMissing;
-      switch (std::isfinite(lf.error) ? sensitivity->basis(a.weightName, a.format) : FigureBasis::Unknown) {
+      switch (std::isfinite(lf.error) ? sensitivity->basis(a.weightName, a.quant.format) : FigureBasis::Unknown) {
         case FigureBasis::Measured: ++out.errorMeasured; break;
         case FigureBasis::Estimated: ++out.errorEstimated; break;
         case FigureBasis::Proxy: ++out.errorProxy; break;
@@ -189,7 +189,7 @@ PlanFigures computePlanFigures(const ResolvedPlan& plan, const SensitivityLookup
       }
     }
     if (speed) {
-      std::tie(lf.kernelMicros, lf.baselineMicros) = speed->times(a.weightName, a.format);
+      std::tie(lf.kernelMicros, lf.baselineMicros) = speed->times(a.weightName, a.quant.format);
       if (std::isfinite(lf.kernelMicros) && std::isfinite(lf.baselineMicros)) {
         out.kernelMicros += lf.kernelMicros;
         out.baselineMicros += lf.baselineMicros;

@@ -9,6 +9,7 @@
 // smooth_alpha, lets an entry name several selectors, and groups the model identity
 // (docs/plan.md).
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -17,6 +18,7 @@
 #include "core/io/atomic_file.h"
 #include "core/io/json_guard.h"
 #include "core/io/regular_file.h"
+#include "core/plan/layer_names.h"
 #include "core/plan/plan.h"
 #include "kernels/common/error.h"
 
@@ -274,6 +276,48 @@ ojson fieldsJson(const PlanFields& f) {
   return o;
 }
 
+
+bool isSimpleMap(const json& doc) {
+  if (!doc.is_object() || doc.empty() || doc.contains("schema") || doc.contains("quantscope_plan")) return false;
+  for (const auto& [key, value] : doc.items())
+    if (!value.is_string()) return false;
+  return true;
+}
+
+// The simple map as a plan: unnamed layers stay as loaded (FP32), "*" sets the defaults, each
+// other key is an entry for the layers that name selects (a weight name or a canonical name).
+Plan simpleMapPlan(const json& doc, const std::string& source) {
+  if (doc.size() > kMaxPlanEntries) throwBadInput(source, "plan", "more than " + std::to_string(kMaxPlanEntries) + " names");
+  auto fieldsOf = [&](const std::string& key) {
+    const std::string text = doc.at(key).get<std::string>();
+    if (text == "none" || text == "f32") {
+      PlanFields f;
+      f.weight = WeightKindChoice{QuantKind::F32, true};
+      f.activation = ActSpec{};
+      return f;
+    }
+    try {
+      return splitFormat(parseQuantFormat(text));
+    } catch (const Error& e) {
+      throwBadInput(source, key, "bad format: " + e.message());
+    }
+  };
+  Plan plan;
+  plan.name = std::filesystem::path(source).stem().string();
+  plan.description = "simple map";
+  plan.defaults.weight = WeightKindChoice{QuantKind::F32, true};
+  if (doc.contains("*")) plan.defaults.overlay(fieldsOf("*"));
+  for (const auto& [key, value] : doc.items()) {
+    if (key == "*") continue;
+    if (key.size() > kMaxSelectorLength) throwBadInput(source, key.substr(0, 64) + "…", "name too long");
+    PlanEntry e;
+    e.layers.push_back(LayerSelector::parse(key, key).text());
+    e.fields = fieldsOf(key);
+    plan.entries.push_back(std::move(e));
+  }
+  return plan;
+}
+
 }  // namespace
 
 Plan planFromJson(std::string_view text, const std::string& source, PlanReadInfo* info) {
@@ -283,6 +327,10 @@ Plan planFromJson(std::string_view text, const std::string& source, PlanReadInfo
   PlanReadInfo local;
   PlanReadInfo& inf = info ? *info : local;
   inf = PlanReadInfo{};
+  if (isSimpleMap(doc)) {
+    inf.fileVersion = 0;
+    return simpleMapPlan(doc, source);
+  }
   int version = 0;
   if (auto it = doc.find("quantscope_plan"); it != doc.end()) {
     if (!it->is_number_integer() || it->get<int64_t>() != 1)

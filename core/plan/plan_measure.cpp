@@ -159,7 +159,7 @@ KlMeasurement FakeQuantMeasurer::measurePlan(const ResolvedPlan& plan) {
   for (const auto& a : plan.layers) {
     const int i = rt_.linearIndex(a.weightName);
     if (i < 0) throw Error(ErrorKind::BadInput, "the runtime has no linear layer '" + a.weightName + "'");
-    layers.emplace_back(i, a.format);
+    layers.emplace_back(i, a.quant.format);
   }
   return measure(layers);
 }

@@ -23,48 +23,11 @@ RoundingMethod parseRoundingMethod(const std::string& t) {
               "method");
 }
 
-QuantizationPlan quantizationPlan(const std::vector<std::string>& weightNames, const ResolvedPlan& plan) {
-  if (!plan.valid())
-    throw Error(ErrorKind::BadInput, plan.problems[0].message, "plan", plan.problems[0].field);
-  std::unordered_map<std::string, const LayerAssignment*> byWeight;
-  for (const LayerAssignment& a : plan.layers) byWeight[a.weightName] = &a;
-  QuantizationPlan q(weightNames.size());
-  for (size_t i = 0; i < weightNames.size(); ++i) {
-    const auto it = byWeight.find(weightNames[i]);
-    if (it == byWeight.end()) continue;
-    const LayerAssignment& a = *it->second;
-    if (isUnquantized(a.format) && !a.smoothAlpha) continue;
-    q[i].format = a.format;
-    q[i].method = a.method;
-    q[i].smoothAlpha = a.smoothAlpha ? *a.smoothAlpha : -1.0;
-  }
-  return q;
-}
-
-QuantizationPlan quantizationPlan(const Runtime& rt, const ResolvedPlan& plan) {
-  std::vector<std::string> names;
-  for (const LinearLayer* l : rt.linears()) names.push_back(l->weightName);
-  return quantizationPlan(names, plan);
-}
-
-std::vector<std::optional<QuantFormat>> planFormats(const QuantizationPlan& plan) {
-  std::vector<std::optional<QuantFormat>> out(plan.size());
-  for (size_t i = 0; i < plan.size(); ++i)
-    if (plan[i].format && !isUnquantized(*plan[i].format)) out[i] = plan[i].format;
-  return out;
-}
-
 QuantizeReport quantizeResolvedPlan(Runtime& rt, Backend& backend, const ResolvedPlan& plan,
                                     std::span<const int32_t> calibration, int32_t bos, const JobContext* ctx) {
   QuantizeOptions o;
   o.bos = bos;
-  return quantizeModel(rt, backend.gptq(), quantizationPlan(rt, plan), calibration, o, ctx);
-}
-
-bool needsRounding(const QuantizationPlan& plan) {
-  for (const auto& e : plan)
-    if (e.format && (e.method != RoundingMethod::Rtn || e.smoothAlpha >= 0)) return true;
-  return false;
+  return quantizeModel(rt, backend.gptq(), plan.quants(rt.linears().size()), calibration, o, ctx);
 }
 
 void resetQuantization(Runtime& rt) {
@@ -170,7 +133,7 @@ std::vector<std::vector<int32_t>> splitWindows(std::span<const int32_t> ids, int
 
 }  // namespace
 
-QuantizeReport quantizeModel(Runtime& rt, GptqOps& gptq, const QuantizationPlan& plan,
+QuantizeReport quantizeModel(Runtime& rt, GptqOps& gptq, const LayerQuants& plan,
                              std::span<const int32_t> calibration, const QuantizeOptions& o,
                              const JobContext* ctx) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -182,11 +145,11 @@ QuantizeReport quantizeModel(Runtime& rt, GptqOps& gptq, const QuantizationPlan&
   QuantizeReport report;
   bool needCalib = false;
   for (const auto& e : plan) {
-    if (!e.format) continue;
-    if (e.method != RoundingMethod::Rtn || e.smoothAlpha >= 0) needCalib = true;
-    if (e.format->act.scaling == ActScaling::PerTensorStatic)
+    if (e.unquantized()) continue;
+    if (e.method != RoundingMethod::Rtn || e.smoothAlpha.has_value()) needCalib = true;
+    if (e.format.act.scaling == ActScaling::PerTensorStatic)
       throw Error(ErrorKind::Unsupported,
-                  "static per-tensor activation scales ('" + formatToString(*e.format) +
+                  "static per-tensor activation scales ('" + formatToString(e.format) +
                       "') are not calibrated by quantize yet: use a per-token (-tok) format",
                   {}, "format");
   }
@@ -206,7 +169,7 @@ QuantizeReport quantizeModel(Runtime& rt, GptqOps& gptq, const QuantizationPlan&
   const auto groups = blockGroups(rt);
   const int64_t stride = std::max<int64_t>(1, (report.calibTokens + o.awqSampleRows - 1) / std::max<int64_t>(1, o.awqSampleRows));
 
-  auto planOf = [&](int i) -> const LayerQuantization& { return plan[size_t(i)]; };
+  auto planOf = [&](int i) -> const LayerQuant& { return plan[size_t(i)]; };
   for (size_t b = 0; b < groups.size(); ++b) {
     if (ctx) {
       ctx->checkCancelled();
@@ -221,9 +184,9 @@ QuantizeReport quantizeModel(Runtime& rt, GptqOps& gptq, const QuantizationPlan&
       bool gptqHere = false, statsHere = false;
       for (int i : gs[g].members) {
         const auto& e = planOf(i);
-        if (!e.format) continue;
+        if (e.unquantized()) continue;
         gptqHere |= e.method == RoundingMethod::Gptq;
-        statsHere |= e.method == RoundingMethod::Awq || e.smoothAlpha >= 0;
+        statsHere |= e.method == RoundingMethod::Awq || e.smoothAlpha.has_value();
       }
       if (!gptqHere && !statsHere) continue;
       blockCalib = true;
@@ -289,15 +252,15 @@ QuantizeReport quantizeModel(Runtime& rt, GptqOps& gptq, const QuantizationPlan&
       bool awq = false;
       for (int i : grp.members) {
         const auto& e = planOf(i);
-        if (!e.format) continue;
-        if (e.smoothAlpha >= 0 && e.format->act.kind != QuantKind::F32) smooth = e.smoothAlpha;
+        if (e.unquantized()) continue;
+        if (e.smoothAlpha && e.format.act.kind != QuantKind::F32) smooth = *e.smoothAlpha;
         awq |= e.method == RoundingMethod::Awq;
       }
       if (smooth < 0 && !awq) continue;
       std::vector<AwqLinear> ls;
       for (int i : grp.members)
         ls.push_back({W[i], L[size_t(i)]->outFeatures,
-                      planOf(i).format ? planOf(i).format->weight : WeightSpec{}});
+                      planOf(i).format.weight});
       if (grp.producer == InputGroup::Producer::None) {
         for (int i : grp.members)
           rep[i].note = std::string(awq ? "AWQ" : "SmoothQuant") +
@@ -359,10 +322,10 @@ QuantizeReport quantizeModel(Runtime& rt, GptqOps& gptq, const QuantizationPlan&
         LayerReport& r = rep[i];
         r.linear = i;
         r.name = l.weightName;
-        if (e.format) {
-          r.format = formatToString(*e.format);
+        if (!e.unquantized()) {
+          r.format = formatToString(e.format);
           r.method = quantMethodName(e.method);
-          const WeightSpec& spec = e.format->weight;
+          const WeightSpec& spec = e.format.weight;
           const bool fl = quantKindTraits(spec.kind).cls == QuantClass::Float;
           // The report says what ran: AWQ without a fold and GPTQ on float weights round to nearest.
           if (e.method == RoundingMethod::Awq && r.awqAlpha < 0) r.method = "rtn";
@@ -392,8 +355,8 @@ QuantizeReport quantizeModel(Runtime& rt, GptqOps& gptq, const QuantizationPlan&
           if (fixed) report.rounded.scales[l.weight] = *fixed;
           rt.setLinearWeight(i, std::move(wq), std::move(fixed));
         }
-        if (e.format) rt.setLinearFormat(i, *e.format, o.mode);
-        if (e.format || !r.note.empty() || r.awqAlpha >= 0) report.layers.push_back(r);
+        if (!e.unquantized()) rt.setLinearFormat(i, e.format, o.mode);
+        if (!e.unquantized() || !r.note.empty() || r.awqAlpha >= 0) report.layers.push_back(r);
       }
     // The calibration windows go through the quantized block.
     if (needCalib)
@@ -407,13 +370,13 @@ QuantizeReport quantizeModel(Runtime& rt, GptqOps& gptq, const QuantizationPlan&
     for (const auto& gs : groups)
       for (const auto& g : gs)
         inBlock |= std::find(g.members.begin(), g.members.end(), i) != g.members.end();
-    if (inBlock || !e.format) continue;
+    if (inBlock || e.unquantized()) continue;
     const LinearLayer& l = *L[size_t(i)];
-    rt.setLinearFormat(i, *e.format, o.mode);
+    rt.setLinearFormat(i, e.format, o.mode);
     LayerReport r;
     r.linear = i;
     r.name = l.weightName;
-    r.format = formatToString(*e.format);
+    r.format = formatToString(e.format);
     r.method = "rtn";
     if (e.method != RoundingMethod::Rtn)
       r.note = std::string(quantMethodName(e.method)) + " asked for a layer outside the blocks: round-to-nearest";

@@ -41,13 +41,6 @@ class Backend;
 using RoundingMethod = QuantMethod;
 RoundingMethod parseRoundingMethod(const std::string& text);  // BadInput naming the text
 
-struct LayerQuantization {
-  std::optional<QuantFormat> format;  // nullopt: left FP32
-  RoundingMethod method = RoundingMethod::Rtn;
-  double smoothAlpha = -1;            // SmoothQuant α for quantized activations; < 0: none
-};
-using QuantizationPlan = std::vector<LayerQuantization>;  // one per Runtime::linears()
-
 struct QuantizeOptions {
   GptqOptions gptq;
   int64_t context = 256;   // calibration window length, BOS included (at most the runtime's)
@@ -78,22 +71,10 @@ struct QuantizeReport {
   RoundedTensors rounded;       // the tensors that differ from the loaded model
 };
 
-// The plan for quantizeModel from a resolved plan (core/plan): formats, methods and smoothing
-// per entry of `weightNames` (layers outside the plan, or left FP32 without smoothing: no
-// format). Float weight formats keep their method (rtn; GPTQ/AWQ apply to INT weights only).
-// BadInput for an invalid plan (its first problem).
-QuantizationPlan quantizationPlan(const std::vector<std::string>& weightNames, const ResolvedPlan& plan);
-QuantizationPlan quantizationPlan(const Runtime& rt, const ResolvedPlan& plan);  // per Runtime::linears()
-// Only the formats (nullopt: unquantized), for what ignores the rounding method (speed timing).
-std::vector<std::optional<QuantFormat>> planFormats(const QuantizationPlan& plan);
-// Whether any layer asks for more than round-to-nearest (GPTQ, AWQ or SmoothQuant): then the
-// weights need calibration data before they can be run or exported (also for a ResolvedPlan:
-// core/plan/plan.h).
-bool needsRounding(const QuantizationPlan& plan);
-
-// Quantizes rt in place (starting from its loaded weights and norms). calibration: token ids
+// Quantizes rt in place (starting from its loaded weights and norms) with one LayerQuant per
+// Runtime::linears() (ResolvedPlan::quants). calibration: token ids
 // (without BOS; windows of options.context - 1 get options.bos prepended when ≥ 0).
-QuantizeReport quantizeModel(Runtime& rt, GptqOps& gptq, const QuantizationPlan& plan,
+QuantizeReport quantizeModel(Runtime& rt, GptqOps& gptq, const LayerQuants& plan,
                              std::span<const int32_t> calibration, const QuantizeOptions& options,
                              const JobContext* ctx = nullptr);
 

@@ -527,11 +527,15 @@ void Runtime::setLinearFormat(int i, const std::optional<QuantFormat>& format, L
   }
 }
 
-void Runtime::setPlan(const LinearPlan& plan, LinearMode mode) {
+void Runtime::setPlan(const LayerQuants& plan, LinearMode mode) {
   if (plan.size() != linears_.size())
     throw Error(ErrorKind::BadInput, "the plan has " + std::to_string(plan.size()) + " entries, the model " +
                                          std::to_string(linears_.size()) + " linear layers");
-  for (int i = 0; i < int(plan.size()); ++i) setLinearFormat(i, plan[size_t(i)], mode);
+  // Only the formats: rounding methods and smoothing change the weights before (quantizeModel).
+  for (int i = 0; i < int(plan.size()); ++i) {
+    const QuantFormat& f = plan[size_t(i)].format;
+    setLinearFormat(i, isUnquantized(f) ? std::nullopt : std::optional<QuantFormat>(f), mode);
+  }
 }
 
 void Runtime::clearPlan() {

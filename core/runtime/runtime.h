@@ -35,6 +35,7 @@
 
 #include "core/model/model_file.h"
 #include "core/model/model_graph.h"
+#include "core/plan/layer_quant.h"
 #include "core/util/progress.h"
 #include "kernels/formats/quant_format.h"
 #include "kernels/formats/weight_codec.h"
@@ -66,8 +67,6 @@ struct RuntimeOptions {
 // FakeQuant for formats the GEMM kernels do not implement (kernels/ops/linear_formats.h).
 enum class LinearMode { Kernel, FakeQuant };
 
-// A quantization plan: one entry per Runtime::linears() index; nullopt = unquantized.
-using LinearPlan = std::vector<std::optional<QuantFormat>>;
 
 // A [rows, cols] FP32 row-major matrix in the runtime's compute memory (device memory on CUDA,
 // host memory on the CPU backend): activations that stay where the work happens. Cheap to copy
@@ -166,7 +165,7 @@ class Runtime {
   void setLinearFormat(int i, const std::optional<QuantFormat>& format,
                        LinearMode mode = LinearMode::Kernel);
   // A whole plan (size linears().size()); clearPlan() = every layer unquantized.
-  void setPlan(const LinearPlan& plan, LinearMode mode = LinearMode::Kernel);
+  void setPlan(const LayerQuants& plan, LinearMode mode = LinearMode::Kernel);
   void clearPlan();
   const std::optional<QuantFormat>& linearFormat(int i) const;
   // What runs layer i for T tokens: "fp32-reference", a GEMM kernel name ("skinny-mma",

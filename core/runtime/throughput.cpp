@@ -26,7 +26,7 @@ std::string kernelSummary(const Runtime& rt, int64_t T) {
   return s;
 }
 
-ThroughputResult measureOne(Runtime& rt, const std::string& name, const LinearPlan& plan,
+ThroughputResult measureOne(Runtime& rt, const std::string& name, const LayerQuants& plan,
                             std::span<const int32_t> prompt, const ThroughputOptions& o, const JobContext& ctx,
                             double from, double to) {
   ctx.progress(from, "tokens/s: " + name + ": preparing the weights");
@@ -62,7 +62,7 @@ ThroughputResult measureOne(Runtime& rt, const std::string& name, const LinearPl
 
 }  // namespace
 
-ThroughputComparison measureThroughput(Runtime& rt, const LinearPlan& plan, const std::string& planName,
+ThroughputComparison measureThroughput(Runtime& rt, const LayerQuants& plan, const std::string& planName,
                                        const ThroughputOptions& options, const JobContext& ctx) {
   if (options.promptTokens < 1 || options.decodeTokens < 1 || options.repeat < 1)
     throw Error(ErrorKind::BadInput, "prompt, decode tokens and repeats must be positive", {}, "prompt");
@@ -83,7 +83,7 @@ ThroughputComparison measureThroughput(Runtime& rt, const LinearPlan& plan, cons
     Runtime& rt;
     ~Clear() { rt.clearPlan(); }
   } clear{rt};
-  c.baseline = measureOne(rt, "fp16", LinearPlan(rt.linears().size(), parseQuantFormat("fp16")), prompt, options, ctx,
+  c.baseline = measureOne(rt, "fp16", uniformQuants(rt.linears().size(), parseQuantFormat("fp16")), prompt, options, ctx,
                           0.0, 0.5);
   c.plan = measureOne(rt, planName, plan, prompt, options, ctx, 0.5, 1.0);
   ctx.progress(1.0, "tokens/s");

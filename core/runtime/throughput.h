@@ -41,7 +41,7 @@ struct ThroughputComparison {
 
 // BadInput (field "prompt") when prompt + decode tokens exceed the runtime's context. Leaves the
 // runtime unquantized (clearPlan) on return and on errors.
-ThroughputComparison measureThroughput(Runtime& rt, const LinearPlan& plan, const std::string& planName,
+ThroughputComparison measureThroughput(Runtime& rt, const LayerQuants& plan, const std::string& planName,
                                        const ThroughputOptions& options, const JobContext& ctx = {});
 
 }  // namespace qs

@@ -606,8 +606,7 @@ class TestAnalysisJobs : public QObject {
       }
     };
     // Nothing quantised: the run is the reference.
-    LayerFormats none;
-    none.formats.assign(rt.linears().size(), std::nullopt);
+    const LayerQuants none(rt.linears().size());
     const AccumulationResult same = runAccumulation(rt, text_, none, nullptr, o, {}, cb);
     QCOMPARE(blockEvents, 3 * B);
     QCOMPARE(batchEvents, 3);
@@ -619,11 +618,11 @@ class TestAnalysisJobs : public QObject {
     QCOMPARE(same.top1Agreement, 1.0);
     QVERIFY(std::fabs(same.perplexity - same.basePerplexity) < 1e-9 * same.basePerplexity);
 
-    const AccumulationResult int8 = runAccumulation(rt, text_, uniformAssignment(rt, parseQuantFormat("int8-ch-sym")),
+    const AccumulationResult int8 = runAccumulation(rt, text_, uniformPlan(rt, parseQuantFormat("int8-ch-sym")),
                                                     nullptr, o);
     AccumulationOptions fq = o;
     fq.mode = LinearMode::FakeQuant;
-    const AccumulationResult int4 = runAccumulation(rt, text_, uniformAssignment(rt, parseQuantFormat("int4-g32-sym")),
+    const AccumulationResult int4 = runAccumulation(rt, text_, uniformPlan(rt, parseQuantFormat("int4-g32-sym")),
                                                     nullptr, fq);
     QCOMPARE(int64_t(int8.blocks.size()), int64_t(B));
     for (int b = 0; b < B; ++b) {
@@ -633,7 +632,9 @@ class TestAnalysisJobs : public QObject {
     }
     QVERIFY(int4.kl > int8.kl && int8.kl > 0);
     QVERIFY(int8.top1Agreement > 0.8 && int8.top1Agreement <= 1.0);
-    QVERIFY(!uniformAssignment(rt, parseQuantFormat("int4-g128-sym")).skipped.empty());
+    std::vector<std::string> skipped;
+    (void)uniformPlan(rt, parseQuantFormat("int4-g128-sym"), &skipped);
+    QVERIFY(!skipped.empty());
     for (size_t i = 0; i < rt.linears().size(); ++i) QVERIFY(!rt.linearFormat(int(i)));
   }
 
@@ -645,10 +646,10 @@ class TestAnalysisJobs : public QObject {
     Runtime rt(*m_.file, m_.graph, *cpu_);
     AccumulationOptions o;
     o.eval = eval(1020, 256);  // 4 windows
-    LayerFormats rtn = uniformAssignment(rt, parseQuantFormat("int4-g32-sym"));
-    LayerFormats gptq = rtn;
-    gptq.rounding.assign(gptq.formats.size(), {QuantMethod::Gptq, -1});
-    QVERIFY(!rtn.needsRounding() && gptq.needsRounding());
+    const LayerQuants rtn = uniformPlan(rt, parseQuantFormat("int4-g32-sym"));
+    LayerQuants gptq = rtn;
+    for (LayerQuant& q : gptq) q.method = QuantMethod::Gptq;
+    QVERIFY(!needsRounding(rtn) && needsRounding(gptq));
     try {  // no calibration tokens
       runAccumulation(rt, text_, gptq, nullptr, o);
       QFAIL("no error");
@@ -714,7 +715,7 @@ class TestAnalysisJobs : public QObject {
     ao.eval = eval(150, 64);
     cancelled = false;
     try {
-      runAccumulation(rt, text_, uniformAssignment(rt, parseQuantFormat("int8-ch-sym")), nullptr, ao, ctx);
+      runAccumulation(rt, text_, uniformPlan(rt, parseQuantFormat("int8-ch-sym")), nullptr, ao, ctx);
     } catch (const Error& e) {
       cancelled = e.kind() == ErrorKind::Cancelled;
     }
@@ -750,8 +751,8 @@ class TestAnalysisJobs : public QObject {
     s.sensitivity = runSensitivity(rt, cpu_->stats(), text_, &*s.calibration, so).table;
     AccumulationOptions ao;
     ao.eval = eval(64, 64);
-    const LayerFormats a = uniformAssignment(rt, parseQuantFormat("int8-ch-sym"));
-    s.runs["int8"] = RunTrace{assignmentToJson(rt, a).dump(), runAccumulation(rt, text_, a, nullptr, ao)};
+    const LayerQuants a = uniformPlan(rt, parseQuantFormat("int8-ch-sym"));
+    s.runs["int8"] = RunTrace{quantsToJson(rt, a).dump(), runAccumulation(rt, text_, a, nullptr, ao)};
     s.plans["int8"] = s.runs["int8"].planJson;
     SpeedOptions po;
     po.formats = {parseQuantFormat("int8-ch-sym")};

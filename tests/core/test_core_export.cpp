@@ -24,6 +24,7 @@
 #include "core/runtime/loaded_model.h"
 #include "core/runtime/runtime.h"
 #include "kernels/common/error.h"
+#include "kernels/stats/stats_ops.h"
 #include "kernels/formats/weight_codec.h"
 #include "kernels/ops/cpu_transformer_ops.h"
 #include "tests/core/python_fixture.h"
@@ -87,10 +88,10 @@ void applyFakeQuant(Runtime& rt, const ResolvedPlan& r) {
   for (const auto& a : r.layers) {
     const int i = rt.linearIndex(a.weightName);
     QVERIFY(i >= 0);
-    if (a.format.weight.kind == QuantKind::F32) continue;
+    if (a.quant.format.weight.kind == QuantKind::F32) continue;
     const auto w = rt.linearWeight(i);
     std::vector<float> q(w.size());
-    fakeQuantWeight(a.format.weight, w, q, a.outFeatures, a.inFeatures, a.weightName);
+    fakeQuantWeight(a.quant.format.weight, w, q, a.outFeatures, a.inFeatures, a.weightName);
     rt.setLinearWeight(i, std::move(q));
   }
 }
@@ -149,6 +150,8 @@ int countFiles(const QString& dir) { return int(QDir(dir).entryList(QDir::Files 
 
 class TestCoreExport : public QObject {
   Q_OBJECT
+  std::unique_ptr<StatsOps> stats_ = createCpuStatsOps();
+
  private slots:
   // The mapping and the preview: exact types, refusals for what GGUF cannot express, nearest.
   void ggufPreviewMapsAndRefuses() {
@@ -223,8 +226,8 @@ class TestCoreExport : public QObject {
                                                                     : a.role == "v" ? LinearRole::V : a.role == "o" ? LinearRole::O
                                                                     : a.role == "gate" ? LinearRole::Gate : a.role == "up" ? LinearRole::Up
                                                                     : LinearRole::Down));
-      if (a.format.weight.kind != QuantKind::F32)
-        fakeQuantWeight(a.format.weight, ref, ref, a.outFeatures, a.inFeatures, a.weightName);
+      if (a.quant.format.weight.kind != QuantKind::F32)
+        fakeQuantWeight(a.quant.format.weight, ref, ref, a.outFeatures, a.inFeatures, a.weightName);
       const bool q41 = t->dtypeLabel == "Q4_1";
       double maxScale = 0;
       for (float v : ref) maxScale = std::max(maxScale, double(std::fabs(v)));
@@ -390,7 +393,7 @@ class TestCoreExport : public QObject {
     QCOMPARE(int(p.refusals.size()), 5);  // attn.o of each block: no calibration
     std::unique_ptr<TransformerOps> ops;
     auto rt = runtimeOf(s.m, ops);
-    const CalibrationStats calib = collectCalibration(*rt, s.m.graph, textTokens(*s.m.tokenizer, 400), s.m.tokenizer->bos());
+    const CalibrationStats calib = calibrateForExport(*rt, *stats_, textTokens(*s.m.tokenizer, 400), s.m.tokenizer->bos(), "stories");
     o.calibration = &calib;
     exportModel(s.src(), outDir, o);
     std::ifstream cf(outDir + "/config.json");
@@ -411,7 +414,7 @@ class TestCoreExport : public QObject {
     const auto& a = s.resolved.layers[size_t(3 * 7 + 3)];
     QCOMPARE(a.weightName, std::string("layers.3.attention.wo.weight"));
     std::vector<float> ref = linearWeightOutIn(*s.m.file, *s.m.graph.blocks[3].find(LinearRole::O));
-    fakeQuantWeight(a.format.weight, ref, ref, a.outFeatures, a.inFeatures);
+    fakeQuantWeight(a.quant.format.weight, ref, ref, a.outFeatures, a.inFeatures);
     QCOMPARE(decodeCompressedTensorsWeight(*f, qc, m), ref);
   }
 
@@ -443,7 +446,7 @@ class TestCoreExport : public QObject {
     Source s(qs::test::stories260K(), kCtPlan);
     std::unique_ptr<TransformerOps> ops;
     auto rt = runtimeOf(s.m, ops);
-    const CalibrationStats calib = collectCalibration(*rt, s.m.graph, textTokens(*s.m.tokenizer, 600), s.m.tokenizer->bos(), 64);
+    const CalibrationStats calib = calibrateForExport(*rt, *stats_, textTokens(*s.m.tokenizer, 600), s.m.tokenizer->bos(), "stories");
     QCOMPARE(calib.layers.size(), s.resolved.layers.size());
     QVERIFY(calib.layers[0].absMax > 0 && calib.layers[0].tokens > 0);
     QTemporaryDir dir;
@@ -457,7 +460,7 @@ class TestCoreExport : public QObject {
     QStringList args{out};
     for (const auto& a : s.resolved.layers) {
       std::vector<float> w = linearWeightOutIn(*s.m.file, *planLayers(s.m.graph)[size_t(&a - s.resolved.layers.data())].linear);
-      fakeQuantWeight(a.format.weight, w, w, a.outFeatures, a.inFeatures, a.weightName);
+      fakeQuantWeight(a.quant.format.weight, w, w, a.outFeatures, a.inFeatures, a.weightName);
       const QString f = dir.filePath(QString::fromStdString(a.weightName) + ".f32");
       writeF32(f, w);
       args << QString::fromStdString(a.weightName) + "=" + f;
@@ -579,7 +582,7 @@ class TestCoreExport : public QObject {
     const std::string m = "model.layers.1.self_attn.k_proj";
     std::vector<float> ref = linearWeightOutIn(*hf.m.file, *hf.m.graph.blocks[1].find(LinearRole::K));
     const auto& a = hf.resolved.layers[size_t(7 + 1)];
-    fakeQuantWeight(a.format.weight, ref, ref, a.outFeatures, a.inFeatures);
+    fakeQuantWeight(a.quant.format.weight, ref, ref, a.outFeatures, a.inFeatures);
     QCOMPARE(decodeCompressedTensorsWeight(*f, cfg["quantization_config"], m), ref);
   }
 
@@ -628,7 +631,7 @@ class TestCoreExport : public QObject {
       QuantizeOptions qo;
       qo.bos = orig.m.tokenizer->bos();
       qo.context = 128;
-      const QuantizeReport rep = quantizeModel(*rt, *gptq, quantizationPlan(*rt, s->resolved), calib, qo);
+      const QuantizeReport rep = quantizeModel(*rt, *gptq, s->resolved.quants(rt->linears().size()), calib, qo);
       QCOMPARE(int(rep.rounded.scales.size()), 20);        // GPTQ: 5 blocks × q, k, v, o
       QCOMPARE(int(rep.rounded.values.size()), 20 + 10 + 5);  // + AWQ-folded gate, up and the ffn norms
       // GPTQ's values quantize back to themselves with its scales.
@@ -711,7 +714,7 @@ class TestCoreExport : public QObject {
     auto rt = runtimeOf(s.m, ops);
     std::vector<int32_t> ids;
     for (int i = 0; i < 40; ++i) ids.push_back(int32_t((i * 7 + 3) % s.m.file->config().vocabSize));
-    const CalibrationStats cs = collectCalibration(*rt, s.m.graph, ids, -1, 64);
+    const CalibrationStats cs = calibrateForExport(*rt, *stats_, ids, -1, "ids");
     const ExportLayerStats* head = cs.find(s.m.graph.head.weightName);
     const ExportLayerStats* q = cs.find(s.m.graph.blocks[0].find(LinearRole::Q)->weightName);
     QVERIFY(head && q);
@@ -876,7 +879,7 @@ class TestCoreExport : public QObject {
       const ResolvedPlan r = resolvePlanStrict(p, back.graph, {});
       const RoundedTensors codes = checkpointRounded(*back.file, r);
       int quantised = 0;
-      for (const auto& a : r.layers) quantised += quantKindTraits(a.format.weight.kind).cls != QuantClass::Float;
+      for (const auto& a : r.layers) quantised += quantKindTraits(a.quant.format.weight.kind).cls != QuantClass::Float;
       QCOMPARE(int(codes.scales.size()), quantised);
       // Re-export with the checkpoint's own plan and codes: the same file contents.
       exportModel(ExportSource{*back.file, back.graph, nullptr, p, r, &codes}, ct2, o);
@@ -901,7 +904,7 @@ class TestCoreExport : public QObject {
         coded->setLinearWeight(i, codes.values.at(tensor), fixed);
       }
       for (const auto& a : r.layers)
-        if (!isUnquantized(a.format)) coded->setLinearFormat(coded->linearIndex(a.weightName), a.format, LinearMode::FakeQuant);
+        if (!isUnquantized(a.quant.format)) coded->setLinearFormat(coded->linearIndex(a.weightName), a.quant.format, LinearMode::FakeQuant);
       const double pCoded = perplexity(*coded, *s.m.tokenizer);
       qInfo("perplexity: source fake-quant %.6f, reopened dense %.6f, reopened codes as formats %.6f", pFake, pDense, pCoded);
       QVERIFY2(std::fabs(pDense - pFake) / pFake < 1e-4, qPrintable(QString("%1 vs %2").arg(pDense).arg(pFake)));

@@ -93,8 +93,8 @@ class TestGgmlPlan : public QObject {
         QCOMPARE(a.problemField, std::string("defaults.weight"));
       } else {
         QVERIFY2(a.problem.empty(), a.problem.c_str());
-        QCOMPARE(formatToString(a.format), std::string("q4_0"));
-        QCOMPARE(layerBytes(a.format, a.outFeatures, a.inFeatures), uint64_t(a.outFeatures * a.inFeatures / 32 * 18));
+        QCOMPARE(formatToString(a.quant.format), std::string("q4_0"));
+        QCOMPARE(layerBytes(a.quant.format, a.outFeatures, a.inFeatures), uint64_t(a.outFeatures * a.inFeatures / 32 * 18));
       }
     }
     QCOMPARE(down, 5);
@@ -123,7 +123,7 @@ class TestGgmlPlan : public QObject {
     QCOMPARE(planFromJson(planToJson(p), "again"), p);
     const ResolvedPlan r = resolvePlanStrict(p, gpt2_.graph);
     std::map<std::string, int> formats;
-    for (const auto& a : r.layers) ++formats[formatToString(a.format)];
+    for (const auto& a : r.layers) ++formats[formatToString(a.quant.format)];
     QCOMPARE(formats["q5_1"], 4);
     QCOMPARE(formats["q4_1"], 4);
     QCOMPARE(formats["q8_0-imatrix"], 4);
@@ -133,13 +133,13 @@ class TestGgmlPlan : public QObject {
     // same formats back.
     std::vector<PlanFields> fields;
     for (const auto& a : r.layers) {
-      PlanFields f = splitFormat(a.format);
-      f.method = a.method;
-      f.smoothAlpha = a.smoothAlpha;
+      PlanFields f = splitFormat(a.quant.format);
+      f.method = a.quant.method;
+      f.smoothAlpha = a.quant.smoothAlpha;
       fields.push_back(f);
     }
     const ResolvedPlan again = resolvePlanStrict(planFromLayerFields(gpt2_.graph, fields), gpt2_.graph);
-    for (size_t i = 0; i < r.layers.size(); ++i) QCOMPARE(again.layers[i].format, r.layers[i].format);
+    for (size_t i = 0; i < r.layers.size(); ++i) QCOMPARE(again.layers[i].quant.format, r.layers[i].quant.format);
   }
 
   // The runtime's fake-quant of a ggml format is kernels/ggml's quantize → dequantize: the model's
@@ -187,7 +187,7 @@ class TestGgmlPlan : public QObject {
   void accumulateRunsKQuants() {
     Runtime rt(*gpt2_.file, gpt2_.graph, cpu_->transformer());
     const ResolvedPlan r = resolvePlanStrict(plan(kGpt2Plan), gpt2_.graph);
-    const LayerFormats lf = layerFormatsFromPlan(rt, r);
+    const LayerQuants lf = r.quants(rt.linears().size());
     const std::vector<int32_t> text = tokensOf(gpt2_, "models/shakespeare-gpt2/heldout.txt", 4000);
     AccumulationOptions o;
     o.eval.context = 128;
@@ -215,7 +215,7 @@ class TestGgmlPlan : public QObject {
     heavy.entries[3].layers = {"blocks.*.mlp.down"};
     heavy.entries[3].fields.weight = WeightKindChoice{QuantKind::Q2_K, true};
     heavy.entries.pop_back();
-    const AccumulationResult h = runAccumulation(rt, text, layerFormatsFromPlan(rt, resolvePlanStrict(heavy, gpt2_.graph)),
+    const AccumulationResult h = runAccumulation(rt, text, resolvePlanStrict(heavy, gpt2_.graph).quants(rt.linears().size()),
                                                  &calib, o);
     QVERIFY2(h.kl > a.kl, (std::to_string(h.kl) + " vs " + std::to_string(a.kl)).c_str());
     // llama.cpp's protocol: the ggml layers' activations rounded as its CPU products do.
@@ -240,7 +240,7 @@ class TestGgmlPlan : public QObject {
     const ResolvedPlan r = resolvePlanStrict(p, gpt2_.graph);
     Runtime rt(*gpt2_.file, gpt2_.graph, cpu_->transformer());
     const std::vector<int32_t> calibIds = tokensOf(gpt2_, "models/shakespeare-gpt2/calib.txt", 3000);
-    const CalibrationStats calib = collectCalibration(rt, gpt2_.graph, calibIds, -1);
+    const CalibrationStats calib = calibrateForExport(rt, cpu_->stats(), calibIds, -1, "calib.txt");
     const ExportSource src{*gpt2_.file, gpt2_.graph, gpt2_.tokenizer.get(), p, r};
     ModelExportOptions o;
     o.format = ModelExportFormat::Gguf;
@@ -269,14 +269,14 @@ class TestGgmlPlan : public QObject {
       const LayerAssignment& a = r.layers[size_t(t.planLayer)];
       const TensorInfo* ti = file->findTensor(t.outputName);
       QVERIFY2(ti, t.outputName.c_str());
-      QCOMPARE(ti->nbytes, layerBytes(a.format, a.outFeatures, a.inFeatures));  // predicted = file
-      if (!isGgmlKind(a.format.weight.kind)) continue;
-      const DType type = quantKindTraits(a.format.weight.kind).dtype;
+      QCOMPARE(ti->nbytes, layerBytes(a.quant.format, a.outFeatures, a.inFeatures));  // predicted = file
+      if (!isGgmlKind(a.quant.format.weight.kind)) continue;
+      const DType type = quantKindTraits(a.quant.format.weight.kind).dtype;
       QCOMPARE(ti->dtype, type);
       const int li = rt.linearIndex(a.weightName);
       QVERIFY(li >= 0);
       std::span<const float> imp;
-      if (a.format.weight.method == ScaleMethod::Importance) imp = calib.find(a.weightName)->channelMeanSquare;
+      if (a.quant.format.weight.method == ScaleMethod::Importance) imp = calib.find(a.weightName)->channelMeanSquare;
       std::vector<std::byte> expected(ti->nbytes);
       ggml::quantizeRows(type, rt.linearWeight(li), expected, a.inFeatures, imp);
       const auto bytes = file->tensorBytes(*ti);
@@ -336,7 +336,7 @@ class TestGgmlPlan : public QObject {
     AccumulationOptions ao;
     ao.eval = o;
     ao.mode = LinearMode::FakeQuant;
-    const AccumulationResult predicted = runAccumulation(base, text, layerFormatsFromPlan(base, r), nullptr, ao);
+    const AccumulationResult predicted = runAccumulation(base, text, r.quants(base.linears().size()), nullptr, ao);
     QCOMPARE(predicted.scoredPositions, measured.scoredTokens);
     QVERIFY2(std::fabs(predicted.kl - measured.meanKl) <= 1e-6 * measured.meanKl,
              (std::to_string(predicted.kl) + " vs " + std::to_string(measured.meanKl)).c_str());
@@ -386,10 +386,10 @@ class TestGgmlPlan : public QObject {
     const Plan p = plan(kGpt2Plan);
     const ResolvedPlan r = resolvePlanStrict(p, gpt2_.graph);
     for (const auto& a : r.layers) {
-      const GgufTypeChoice g = ggufTypeFor(a.format, a.inFeatures);
-      if (!isGgmlKind(a.format.weight.kind)) continue;
+      const GgufTypeChoice g = ggufTypeFor(a.quant.format, a.inFeatures);
+      if (!isGgmlKind(a.quant.format.weight.kind)) continue;
       QVERIFY(g.exact);
-      QCOMPARE(g.ggmlType, ggml::ggmlTraitsForDType(quantKindTraits(a.format.weight.kind).dtype)->id);
+      QCOMPARE(g.ggmlType, ggml::ggmlTraitsForDType(quantKindTraits(a.quant.format.weight.kind).dtype)->id);
     }
     const ExportResult e = exportPlan(p, r, gpt2_.graph, ExportTarget::LlamaQuantize);
     QVERIFY2(e.text.find("=q4_k'") != std::string::npos && e.text.find("=q6_k'") != std::string::npos &&

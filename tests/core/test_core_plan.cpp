@@ -195,9 +195,9 @@ class TestCorePlan : public QObject {
     ResolveOptions ro;
     ro.modelHash = hash_;
     const ResolvedPlan r = resolvePlanStrict(p, *graph_, ro);
-    QCOMPARE(formatToString(r.layers[0].format), std::string("int4-g64-asym-mse:int8-tok"));
-    QCOMPARE(formatToString(r.layers[4].format), std::string("int8-ch-sym"));   // blocks.0.mlp.gate
-    QCOMPARE(formatToString(r.layers[34].format), std::string("fp16"));         // blocks.4.mlp.down
+    QCOMPARE(formatToString(r.layers[0].quant.format), std::string("int4-g64-asym-mse:int8-tok"));
+    QCOMPARE(formatToString(r.layers[4].quant.format), std::string("int8-ch-sym"));   // blocks.0.mlp.gate
+    QCOMPARE(formatToString(r.layers[34].quant.format), std::string("fp16"));         // blocks.4.mlp.down
     // Written back as schema 2, it reads the same.
     PlanReadInfo info2;
     QVERIFY(planFromJson(planToJson(p), "new.json", &info2) == p);
@@ -255,7 +255,7 @@ class TestCorePlan : public QObject {
     QCOMPARE(r.problems[0].field, std::string("entries[0].layers[0]"));
     QVERIFY(contains(r.problems[0].message, "matches no linear layer"));
     // The other selector still applies.
-    QCOMPARE(formatToString(r.layers[6].format), std::string("int8-ch-sym"));
+    QCOMPARE(formatToString(r.layers[6].quant.format), std::string("int8-ch-sym"));
     ResolveOptions ro;
     ro.source = "plan.json";
     const Error e = badInputOf([&] { resolvePlanStrict(p, *graph_, ro); });
@@ -331,8 +331,8 @@ class TestCorePlan : public QObject {
     p.entries[1].fields.method = QuantMethod::Awq;
     const ResolvedPlan r = resolvePlan(p, *graph_);
     QVERIFY(r.valid());
-    QCOMPARE(int(r.layers[0].method), int(QuantMethod::Gptq));
-    QCOMPARE(*r.layers[4].smoothAlpha, 0.8);
+    QCOMPARE(int(r.layers[0].quant.method), int(QuantMethod::Gptq));
+    QCOMPARE(*r.layers[4].quant.smoothAlpha, 0.8);
     // Implemented later ([rounding]): consumers that run rtn only say so.
     try {
       requireRtnOnly(r, "the test");
@@ -355,8 +355,8 @@ class TestCorePlan : public QObject {
     def.defaults.method = QuantMethod::Gptq;
     def.entries.push_back({{"blocks.*.attn.*"}, fieldsOf("int4-sym", "64")});
     const ResolvedPlan rd = resolvePlanStrict(def, *graph_);
-    QCOMPARE(int(rd.layers[0].method), int(QuantMethod::Gptq));
-    QCOMPARE(int(rd.layers[6].method), int(QuantMethod::Rtn));
+    QCOMPARE(int(rd.layers[0].quant.method), int(QuantMethod::Gptq));
+    QCOMPARE(int(rd.layers[6].quant.method), int(QuantMethod::Rtn));
   }
 
   void laterEntriesOverrideFieldByField() {
@@ -364,7 +364,7 @@ class TestCorePlan : public QObject {
     p.entries.push_back({{"blocks.*.attn.*"}, fieldsOf("int4-sym", "64")});
     p.entries.push_back({{"blocks.1.attn.q"}, fieldsOf("int8-sym")});  // group stays 64
     const ResolvedPlan r = resolvePlanStrict(p, *graph_);
-    QCOMPARE(formatToString(r.layers[7].format), std::string("int8-g64-sym"));
+    QCOMPARE(formatToString(r.layers[7].quant.format), std::string("int8-g64-sym"));
     QCOMPARE(r.layers[7].fieldSource[size_t(PlanField::Weight)], 1);
     QCOMPARE(r.layers[7].fieldSource[size_t(PlanField::Group)], 0);
     QCOMPARE(r.layers[7].fieldSource[size_t(PlanField::Scale)], -1);
@@ -388,7 +388,7 @@ class TestCorePlan : public QObject {
       const Plan p = planFromLayerFields(*graph_, lf);
       const ResolvedPlan r = resolvePlanStrict(p, *graph_);
       for (size_t i = 0; i < lf.size(); ++i) {
-        QCOMPARE(formatToString(r.layers[i].format),
+        QCOMPARE(formatToString(r.layers[i].quant.format),
                  formatToString(composeFormat(*lf[i].weight, *lf[i].group, *lf[i].scale, *lf[i].activation)));
         QCOMPARE(r.layers[i].note, *lf[i].note);
       }
@@ -440,13 +440,13 @@ class TestCorePlan : public QObject {
     double err = 0, kern = 0, base = 0;
     for (size_t i = 0; i < r.layers.size(); ++i) {
       const auto& a = r.layers[i];
-      const uint64_t b = layerBytes(a.format, a.outFeatures, a.inFeatures);
+      const uint64_t b = layerBytes(a.quant.format, a.outFeatures, a.inFeatures);
       QCOMPARE(fig.layers[i].bytes, b);
       bytes += b;
       params += a.parameters;
-      const bool fp16 = a.format.weight.kind == QuantKind::FP16;
+      const bool fp16 = a.quant.format.weight.kind == QuantKind::FP16;
       size_t f = 0;
-      while (!fp16 && !(formats[f] == a.format)) ++f;
+      while (!fp16 && !(formats[f] == a.quant.format)) ++f;
       const double e = fp16 ? 0.0 : table.at(i, f).kl;
       QCOMPARE(fig.layers[i].error, e);
       err += e;
@@ -489,11 +489,11 @@ class TestCorePlan : public QObject {
     const uint64_t afterAttn = ed.figures().weightBytes;
     QVERIFY(afterAttn < fp16Bytes);
     ed.setFields(EditTarget::layers({"blocks.0.mlp.up", "blocks.3.mlp.gate"}), fieldsOf("int8-sym", "channel"));
-    QCOMPARE(formatToString(ed.resolved().layers[5].format), std::string("int8-ch-sym"));
-    QCOMPARE(formatToString(ed.resolved().layers[25].format), std::string("int8-ch-sym"));
-    QCOMPARE(formatToString(ed.resolved().layers[4].format), std::string("fp16"));
+    QCOMPARE(formatToString(ed.resolved().layers[5].quant.format), std::string("int8-ch-sym"));
+    QCOMPARE(formatToString(ed.resolved().layers[25].quant.format), std::string("int8-ch-sym"));
+    QCOMPARE(formatToString(ed.resolved().layers[4].quant.format), std::string("fp16"));
     ed.setDefaults(fieldsOf("int8-sym", "channel"));
-    QCOMPARE(formatToString(ed.resolved().layers[6].format), std::string("int8-ch-sym"));
+    QCOMPARE(formatToString(ed.resolved().layers[6].quant.format), std::string("int8-ch-sym"));
     ed.rename("mine", "by hand");
     QCOMPARE(ed.stack().count(), size_t(4));
     QCOMPARE(ed.stack().undoText(), std::string("rename plan"));
@@ -650,7 +650,7 @@ class TestCorePlan : public QObject {
     a->undo(doc);
     QVERIFY(doc.plan() == Plan{});
     a->redo(doc);
-    QCOMPARE(formatToString(doc.resolved().layers[5].format), std::string("int8-ch-sym"));
+    QCOMPARE(formatToString(doc.resolved().layers[5].quant.format), std::string("int8-ch-sym"));
   }
 
   void editorCleanStateAndCompact() {
@@ -670,11 +670,11 @@ class TestCorePlan : public QObject {
     QVERIFY(ed.stack().isClean());
     // Compact: five entries become one pattern, the same layers, one undo step.
     std::vector<std::string> before;
-    for (const auto& l : ed.resolved().layers) before.push_back(formatToString(l.format));
+    for (const auto& l : ed.resolved().layers) before.push_back(formatToString(l.quant.format));
     ed.compact();
     QCOMPARE(int(ed.plan().entries.size()), 1);
     QCOMPARE(ed.plan().entries[0].layers, std::vector<std::string>{"blocks.*.mlp.down"});
-    for (size_t i = 0; i < before.size(); ++i) QCOMPARE(formatToString(ed.resolved().layers[i].format), before[i]);
+    for (size_t i = 0; i < before.size(); ++i) QCOMPARE(formatToString(ed.resolved().layers[i].quant.format), before[i]);
     ed.undo();
     QCOMPARE(int(ed.plan().entries.size()), 5);
     QVERIFY(ed.stack().isClean());

@@ -164,7 +164,7 @@ class TestCorePlanExport : public QObject {
     for (size_t i = 0; i < r.layers.size(); ++i) {
       const LayerAssignment& a = r.layers[i];
       const std::string hf = hfModuleName(*graph_, layers_[i]);
-      const char* mod = a.method == QuantMethod::Gptq ? "GPTQModifier" : "QuantizationModifier";
+      const char* mod = a.quant.method == QuantMethod::Gptq ? "GPTQModifier" : "QuantizationModifier";
       int hits = 0;
       for (const auto& [mname, m] : mods.items()) {
         QVERIFY(m["config_groups"].is_object());
@@ -181,10 +181,10 @@ class TestCorePlanExport : public QObject {
           ++hits;
           QCOMPARE(mname, std::string(mod));
           const ojson& w = g["weights"];
-          const bool int4 = a.format.weight.kind == QuantKind::INT4;
+          const bool int4 = a.quant.format.weight.kind == QuantKind::INT4;
           QCOMPARE(w["num_bits"].get<int>(), int4 ? 4 : 8);
           QCOMPARE(w["type"].get<std::string>(), std::string("int"));
-          QCOMPARE(w["symmetric"].get<bool>(), a.format.weight.symmetric);
+          QCOMPARE(w["symmetric"].get<bool>(), a.quant.format.weight.symmetric);
           QCOMPARE(w["strategy"].get<std::string>(), std::string("group"));
           QCOMPARE(w["group_size"].get<int>(), 32);
           QCOMPARE(w["observer"].get<std::string>(), std::string("minmax"));
@@ -198,7 +198,7 @@ class TestCorePlanExport : public QObject {
           }
         }
       }
-      const bool quantised = a.format.weight.kind != QuantKind::FP16;
+      const bool quantised = a.quant.format.weight.kind != QuantKind::FP16;
       QVERIFY2(hits == (quantised ? 1 : 0), hf.c_str());
       const auto& ignore = mods[mod]["ignore"];
       const bool ignored = std::find(ignore.begin(), ignore.end(), ojson(hf)) != ignore.end();
@@ -277,14 +277,14 @@ class TestCorePlanExport : public QObject {
         }
         break;
       }
-      if (a.format.weight.kind == QuantKind::FP16) {
+      if (a.quant.format.weight.kind == QuantKind::FP16) {
         QVERIFY2(skipped, hf.c_str());
         continue;
       }
       QVERIFY2(!skipped, hf.c_str());
-      QCOMPARE(bits, a.format.weight.kind == QuantKind::INT4 ? 4 : 8);
-      QCOMPARE(group, a.format.weight.granularity == Granularity::Channel ? -1 : int(a.format.weight.groupSize));
-      QCOMPARE(sym, a.format.weight.symmetric);
+      QCOMPARE(bits, a.quant.format.weight.kind == QuantKind::INT4 ? 4 : 8);
+      QCOMPARE(group, a.quant.format.weight.granularity == Granularity::Channel ? -1 : int(a.quant.format.weight.groupSize));
+      QCOMPARE(sym, a.quant.format.weight.symmetric);
     }
     // rtn layers and FP8 weights: said, or refused.
     Plan q = p;

@@ -215,7 +215,7 @@ class TestCorePlanner : public QObject {
       const Plan plan = planFromSolution(g, p, s.choice);
       const ResolvedPlan r = resolvePlanStrict(plan, g);
       for (size_t i = 0; i < r.layers.size(); ++i)
-        QCOMPARE(formatToString(r.layers[i].format), formatToString(p.layers[i].choices[size_t(s.choice[i])].format));
+        QCOMPARE(formatToString(r.layers[i].quant.format), formatToString(p.layers[i].choices[size_t(s.choice[i])].format));
     }
     QVERIFY(used.count("int4-g32-sym") && used.count("int4-g64-sym") && used.count("int4-ch-sym"));
     QVERIFY(contains(badInputOf([&] { bytesForBitsBudget(p, -1); }).message(), "positive"));

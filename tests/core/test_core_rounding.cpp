@@ -30,18 +30,18 @@ struct Model {
     const QByteArray text = test::readAll(test::datasetPath("text/tinystories_validation_head.txt"));
     ids = m.tokenizer->encode(text.left(40000).toStdString(), {});
   }
-  QuantizationPlan plan(const char* format, RoundingMethod method, double smooth = -1) const {
-    QuantizationPlan p(rt->linears().size());
+  LayerQuants plan(const char* format, RoundingMethod method, double smooth = -1) const {
+    LayerQuants p(rt->linears().size());
     for (size_t i = 0; i < p.size(); ++i) {
       if (rt->linears()[i]->role == LinearRole::Head) continue;
       p[i].format = parseQuantFormat(format);
-      auto& w = p[i].format->weight;  // down has K = 172: per-channel where groups do not fit
+      auto& w = p[i].format.weight;  // down has K = 172: per-channel where groups do not fit
       if (w.granularity == Granularity::Group && rt->linears()[i]->inFeatures % w.groupSize != 0) {
         w.granularity = Granularity::Channel;
         w.groupSize = 0;
       }
       p[i].method = method;
-      p[i].smoothAlpha = smooth;
+      if (smooth >= 0) p[i].smoothAlpha = smooth;
     }
     return p;
   }

@@ -67,12 +67,12 @@ Agreement agree(const std::vector<float>& gpu, const std::vector<float>& cpu) {
   return a;
 }
 
-// The format on every layer it fits (K a multiple of the group size), nullopt elsewhere.
-LinearPlan planFor(const Runtime& rt, const QuantFormat& f) {
-  LinearPlan p(rt.linears().size());
+// The format on every layer it fits (K a multiple of the group size), as loaded elsewhere.
+LayerQuants planFor(const Runtime& rt, const QuantFormat& f) {
+  LayerQuants p(rt.linears().size());
   for (size_t i = 0; i < p.size(); ++i) {
     const int64_t k = rt.linears()[i]->inFeatures;
-    if (f.weight.granularity != Granularity::Group || k % int64_t(f.weight.groupSize) == 0) p[i] = f;
+    if (f.weight.granularity != Granularity::Group || k % int64_t(f.weight.groupSize) == 0) p[i].format = f;
   }
   return p;
 }
@@ -121,7 +121,7 @@ class TestRuntimeGpu : public QObject {
                   const std::vector<const char*>& formats, LinearMode mode, const Agreement* noise = nullptr) {
     for (const char* name : formats) {
       const QuantFormat f = parseQuantFormat(name);
-      const LinearPlan p = planFor(c, f);
+      const LayerQuants p = planFor(c, f);
       c.setPlan(p, mode);
       g.setPlan(p, mode);
       const bool a8 = f.act.kind == QuantKind::INT8 || f.act.kind == QuantKind::FP8_E4M3 || f.act.kind == QuantKind::FP8_E5M2;
