@@ -5,7 +5,7 @@
 //   plan export PLAN --to json|llama-quantize|llm-compressor|gptqmodel [--model MODEL] [-o OUT]
 //   plan measure MODEL [PLAN…] [--sensitivity T.json] | --sweep [FORMATS] [-o TABLE.json]
 // Without --sensitivity, auto and pareto measure a single-layer sensitivity table first (the
-// fake-quant sweep of core/plan/plan_measure.h on --text, 512 tokens by default).
+// sensitivity job, core/analysis/sensitivity.h, on --text, 512 tokens by default).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -13,10 +13,14 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "app/cli/analysis_support.h"
 #include "app/cli/commands.h"
 #include "app/cli/run_support.h"
 #include "app/cli/text_table.h"
+#include "core/analysis/accumulate.h"
+#include "core/analysis/calibrate.h"
 #include "core/analysis/rank_correlation.h"
+#include "core/analysis/sensitivity.h"
 #include "core/analysis/tables_json.h"
 #include "core/export/model_export.h"
 #include "core/io/atomic_file.h"
@@ -26,7 +30,6 @@
 #include "core/plan/plan.h"
 #include "core/plan/plan_export.h"
 #include "core/plan/plan_figures.h"
-#include "core/plan/plan_measure.h"
 #include "core/plan/planner.h"
 #include "core/util/datasets.h"
 #include "kernels/common/error.h"
@@ -102,34 +105,44 @@ void addTextOptions(CLI::App* cmd, MeasureText& t) {
   cmd->add_option("--tokenizer", t.tokenizer, "Tokenizer file (default: the model's own, or one next to it)");
 }
 
+// What plan measurements run on: the analysis jobs (core/analysis) over the text's windows on
+// the CLI's backend — calibration (E[x²] for the weighted-error proxy), the single-layer
+// sensitivity sweep, and the accumulation job for whole plans, fake-quantised.
 struct Measurement {
   RunnableModel run;
-  std::unique_ptr<FakeQuantMeasurer> measurer;
+  std::vector<int32_t> ids;
+  EvalOptions eval;
+  CalibrationResult calibration;
   std::string textPath;
 };
-Measurement prepareMeasurement(const std::string& model, const MeasureText& t, TerminalProgress& progress) {
+Measurement prepareMeasurement(CliContext& ctx, const std::string& model, const MeasureText& t,
+                               TerminalProgress& progress) {
   Measurement m;
   m.textPath = t.path.empty() ? datasetsDir() + "/text/tinystories_validation_head.txt" : t.path;
   checkRegularFile(m.textPath, "text file");  // before the model loads: a bad path fails fast
-  m.run = loadRunnable(model, t.tokenizer, true, progress);
+  m.run = loadRunnable(ctx.backend(), model, t.tokenizer, true, progress);
   const Tokenizer& tok = *m.run.model.tokenizer;
-  const std::vector<int32_t> ids = tok.encode(readTextFile(m.textPath, textBytesForTokens(tok, t.tokens)), {});
-  const int32_t bos = tok.sequenceStart();
-  JobContext job;
-  job.onProgress = [&progress](double f, std::string_view s) { progress.update(f, s); };
-  m.measurer = std::make_unique<FakeQuantMeasurer>(*m.run.runtime, ids, bos, t.tokens, &job);
+  m.ids = tok.encode(readTextFile(m.textPath, textBytesForTokens(tok, t.tokens)), {});
+  m.eval.bos = tok.sequenceStart();
+  m.eval.maxTokens = t.tokens;
+  CalibrationOptions co;
+  co.eval = m.eval;
+  m.calibration = runCalibration(*m.run.runtime, ctx.backend().stats(), m.ids, co, progressContext(progress));
+  m.calibration.textSource = m.textPath;
   return m;
 }
 
-SensitivityTable sweepTable(const std::string& model, const MeasureText& t, const std::vector<QuantFormat>& formats,
-                            const std::string& hash, TerminalProgress& progress) {
-  Measurement m = prepareMeasurement(model, t, progress);
-  JobContext job;
-  job.onProgress = [&progress](double f, std::string_view s) { progress.update(f, s); };
-  SensitivityTable table = m.measurer->sweep(m.run.model.graph, formats, &job);
-  table.modelHash = hash;
-  table.textSource = m.textPath;
-  return table;
+SensitivityTable sweepTable(CliContext& ctx, const std::string& model, const MeasureText& t,
+                            const std::vector<QuantFormat>& formats, const std::string& hash,
+                            TerminalProgress& progress) {
+  Measurement m = prepareMeasurement(ctx, model, t, progress);
+  SensitivityOptions so;
+  so.eval = m.eval;
+  so.formats = formats;
+  so.modelHash = hash;
+  so.textSource = m.textPath;
+  return runSensitivity(*m.run.runtime, ctx.backend().stats(), m.ids, &m.calibration, so, progressContext(progress))
+      .table;
 }
 
 // The sensitivity table for planning: --sensitivity, or a sweep measured now.
@@ -183,7 +196,7 @@ SensitivityTable loadOrMeasure(const SensitivitySource& s, const std::string& mo
   ctx.err << "measuring a single-layer sensitivity table on " << s.text.tokens
           << " tokens (pass --sensitivity to reuse one)\n";
   TerminalProgress progress;
-  return sweepTable(modelPath, s.text, parseFormatList(kDefaultSweep, "--formats"), m.id.hash, progress);
+  return sweepTable(ctx, modelPath, s.text, parseFormatList(kDefaultSweep, "--formats"), m.id.hash, progress);
 }
 ErrorMetric metricOf(const SensitivitySource& s, const SensitivityTable& t) {
   if (s.metric.empty()) return defaultErrorMetric(t);
@@ -670,7 +683,7 @@ void registerMeasure(CLI::App& plan, CliContext& ctx) {
   };
   auto a = std::make_shared<Args>();
   auto* cmd = plan.add_subcommand(
-      "measure", "Measured KL of fake-quantised plans on the CPU runtime (and its agreement with the prediction), "
+      "measure", "Measured KL of fake-quantised plans (the accumulation job; and its agreement with the prediction), "
                  "or a single-layer sensitivity sweep (--sweep)");
   cmd->add_option("MODEL", a->model, "Model file")->required();
   cmd->add_option("PLANS", a->plans, "Plan files to measure");
@@ -685,7 +698,7 @@ void registerMeasure(CLI::App& plan, CliContext& ctx) {
     TerminalProgress progress;
     if (!a->sweep.empty()) {
       const auto formats = parseFormatList(a->sweep == "default" ? kDefaultSweep : a->sweep, "--sweep");
-      const SensitivityTable t = sweepTable(a->model, a->sens.text, formats, m.id.hash, progress);
+      const SensitivityTable t = sweepTable(ctx, a->model, a->sens.text, formats, m.id.hash, progress);
       writeOut(a->out, sensitivityTableToJson(t), ctx);
       return;
     }
@@ -695,7 +708,12 @@ void registerMeasure(CLI::App& plan, CliContext& ctx) {
       table = loadSensitivityTable(a->sens.file);
       lookup.emplace(*table, metricOf(a->sens, *table));
     }
-    Measurement meas = prepareMeasurement(a->model, a->sens.text, progress);
+    Measurement meas = prepareMeasurement(ctx, a->model, a->sens.text, progress);
+    AccumulationOptions ao;
+    ao.eval = meas.eval;
+    ao.mode = LinearMode::FakeQuant;
+    double basePerplexity = NAN;
+    int64_t measuredTokens = 0;
     std::vector<double> predicted, measured;
     ojson rows = ojson::array();
     TextTable t({"plan", "bits/weight", "predicted", "measured KL", "top-1", "perplexity"},
@@ -709,21 +727,25 @@ void registerMeasure(CLI::App& plan, CliContext& ctx) {
       ro.allowOtherModel = a->sens.allowOtherModel;
       const ResolvedPlan r = resolvePlanStrict(p, m.graph(), ro);
       const PlanFigures f = computePlanFigures(r, lookup ? &*lookup : nullptr, nullptr);
-      const KlMeasurement k = meas.measurer->measurePlan(r);
+      requireRtnOnly(r, "plan measure");
+      const AccumulationResult k = runAccumulation(*meas.run.runtime, meas.ids, r.quants(meas.run.runtime->linears().size()),
+                                                   &meas.calibration, ao, progressContext(progress));
+      basePerplexity = k.basePerplexity;
+      measuredTokens = k.tokens;
       if (lookup && f.errorMissing == 0) {
         predicted.push_back(f.predictedError);
-        measured.push_back(k.meanKl);
+        measured.push_back(k.kl);
       }
       ojson o;
       o["plan"] = path;
       o["bits_per_weight"] = f.bitsPerWeight;
       if (lookup) o["predicted_error"] = f.errorMissing ? ojson(nullptr) : ojson(f.predictedError);
-      o["measured_kl"] = k.meanKl;
+      o["measured_kl"] = k.kl;
       o["top1_agreement"] = k.top1Agreement;
       o["perplexity"] = k.perplexity;
       rows.push_back(o);
       t.addRow({path, fmt("%.3f", f.bitsPerWeight), lookup && !f.errorMissing ? errText(f.predictedError) : "-",
-                fmt("%.4g", k.meanKl), fmt("%.4f", k.top1Agreement), fmt("%.4f", k.perplexity)});
+                fmt("%.4g", k.kl), fmt("%.4f", k.top1Agreement), fmt("%.4f", k.perplexity)});
     }
     const double pearson = predicted.size() >= 3 ? pearsonR(predicted, measured) : NAN;
     const double spearman = predicted.size() >= 3 ? spearmanRho(predicted, measured) : NAN;
@@ -731,8 +753,8 @@ void registerMeasure(CLI::App& plan, CliContext& ctx) {
       ojson j;
       j["model"] = m.id.name;
       j["text"] = meas.textPath;
-      j["tokens"] = meas.measurer->tokens();
-      j["base_perplexity"] = meas.measurer->basePerplexity();
+      j["tokens"] = measuredTokens;
+      j["base_perplexity"] = basePerplexity;
       j["plans"] = rows;
       if (lookup) j["metric"] = std::string(errorMetricName(lookup->metric()));
       if (std::isfinite(pearson)) j["pearson"] = pearson;
@@ -740,8 +762,8 @@ void registerMeasure(CLI::App& plan, CliContext& ctx) {
       ctx.out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
       return;
     }
-    ctx.out << "measured on " << meas.measurer->tokens() << " tokens of " << meas.textPath << " (unquantised perplexity "
-            << fmt("%.4f", meas.measurer->basePerplexity()) << ")\n";
+    ctx.out << "measured on " << measuredTokens << " tokens of " << meas.textPath << " (unquantised perplexity "
+            << fmt("%.4f", basePerplexity) << ", fake-quantised plans)\n";
     t.print(ctx.out);
     if (std::isfinite(pearson))
       ctx.out << "predicted vs measured over " << predicted.size() << " plans: Pearson " << fmt("%.3f", pearson)
