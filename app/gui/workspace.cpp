@@ -13,6 +13,8 @@
 #include <QStandardPaths>
 #include <QVBoxLayout>
 #include <QtConcurrent>
+#include <atomic>
+#include <exception>
 #include <fcntl.h>
 #include <stdio.h>
 
@@ -72,10 +74,44 @@ uint32_t groupForAllLayers(const ModelGraph& g) {
 }
 }  // namespace
 
+struct Workspace::EngineRuntime {
+  // What the runtime uses, kept alive as long as it is (declared first: destroyed after it).
+  std::shared_ptr<ModelFile> model;
+  std::shared_ptr<Backend> backend;
+  std::unique_ptr<Runtime> runtime;  // built by the first job that needs it, on the job thread
+  bool broken = false;               // a job failed inside it: the next one builds it again
+};
+
 struct Workspace::Prepared {
   std::shared_ptr<ModelFile> model;
   ModelGraph graph;
   std::shared_ptr<Backend> backend;
+  std::shared_ptr<EngineRuntime> engine;
+  std::shared_ptr<std::atomic<int>> builds;
+
+  // The engine's runtime, built on first use (job thread only), its KV cache reset. A job that
+  // throws marks it for a rebuild (a device error can leave it unusable).
+  Runtime& runtime(const JobContext& ctx) const {
+    if (!engine->runtime || engine->broken) {
+      engine->runtime.reset();
+      engine->broken = false;
+      engine->model = model;
+      engine->backend = backend;
+      engine->runtime = std::make_unique<Runtime>(*model, graph, *backend, RuntimeOptions{}, &ctx);
+      ++*builds;
+    }
+    engine->runtime->reset();
+    return *engine->runtime;
+  }
+  // Held while a job uses the runtime: leaving by an exception marks it for a rebuild (a device
+  // error can leave it unusable; the jobs restore it on a cancellation, but rebuilding is safe).
+  struct RuntimeUse {
+    const Prepared& p;
+    int before = std::uncaught_exceptions();
+    ~RuntimeUse() {
+      if (std::uncaught_exceptions() > before) p.engine->broken = true;
+    }
+  };
   std::string modelPath, hash, textPath;
   int64_t tokens = 0;
   std::shared_ptr<const CalibrationResult> calibration;
@@ -284,6 +320,13 @@ void Workspace::flushSession() {
   if (!saveSessionNow(&err)) emit message(tr("Session not saved: %1").arg(err));
 }
 
+int Workspace::runtimeBuilds() const { return runtimeBuilds_->load(); }
+
+void Workspace::setBackend(std::shared_ptr<Backend> backend) {
+  backend_ = std::move(backend);
+  engine_.reset();  // a runtime lives on one backend
+}
+
 void Workspace::setModel(std::shared_ptr<ModelFile> model, const QString& path) {
   jobs_->cancel(QStringLiteral("calibrate"));
   jobs_->cancel(QStringLiteral("sensitivity"));
@@ -294,6 +337,7 @@ void Workspace::setModel(std::shared_ptr<ModelFile> model, const QString& path) 
     autosaveNow();  // the previous model's session first
   }
   model_ = std::move(model);
+  engine_.reset();  // the next job builds the new model's runtime (queued jobs keep theirs)
   modelPath_ = path;
   session_ = Session{};
   partialSweep_.reset();
@@ -411,6 +455,9 @@ std::shared_ptr<const Workspace::Prepared> Workspace::prepare(bool needText) con
   p->model = model_;
   p->graph = graph_;
   p->backend = backend_;
+  if (!engine_) engine_ = std::make_shared<EngineRuntime>();
+  p->engine = engine_;
+  p->builds = runtimeBuilds_;
   p->modelPath = modelPath_.toStdString();
   p->hash = hash_;
   p->textPath = textPath_.toStdString();
@@ -437,7 +484,8 @@ void Workspace::calibrate() {
     int32_t bos = -1;
     ctx.progress(0, "tokenizing");
     const std::vector<int32_t> ids = p->tokenize(&bos);
-    Runtime rt(*p->model, p->graph, *p->backend, {}, &ctx);
+    Runtime& rt = p->runtime(ctx);
+    const Prepared::RuntimeUse use{*p};
     CalibrationOptions o;
     o.eval = p->eval(bos);
     auto r = std::make_shared<CalibrationResult>(runCalibration(rt, p->backend->stats(), ids, o, ctx));
@@ -471,7 +519,8 @@ void Workspace::runSensitivity() {
     int32_t bos = -1;
     ctx.progress(0, "tokenizing");
     const std::vector<int32_t> ids = p->tokenize(&bos);
-    Runtime rt(*p->model, p->graph, *p->backend, {}, &ctx);
+    Runtime& rt = p->runtime(ctx);
+    const Prepared::RuntimeUse use{*p};
     SensitivityOptions o;
     o.eval = p->eval(bos);
     o.textSource = QFileInfo(QString::fromStdString(p->textPath)).fileName().toStdString();
@@ -558,7 +607,8 @@ void Workspace::runPlan(const QString& runName) {
     int32_t bos = -1;
     ctx.progress(0, "tokenizing");
     const std::vector<int32_t> ids = p->tokenize(&bos);
-    Runtime rt(*p->model, p->graph, *p->backend, {}, &ctx);
+    Runtime& rt = p->runtime(ctx);
+    const Prepared::RuntimeUse use{*p};
     const LayerQuants formats = resolved->quants(rt.linears().size());
     AccumulationOptions o;
     o.eval = p->eval(bos);
@@ -696,7 +746,8 @@ void Workspace::measureTokensPerSecond() {
   QPointer<Workspace> self(this);
   jobs_->submit(QStringLiteral("throughput"), tr("Measuring tokens/s"),
                 [p, self, resolved, name](const JobContext& ctx) -> std::function<void()> {
-    Runtime rt(*p->model, p->graph, *p->backend, {}, &ctx);
+    Runtime& rt = p->runtime(ctx);
+    const Prepared::RuntimeUse use{*p};
     const LayerQuants formats = resolved->quants(rt.linears().size());
     ThroughputOptions o;
     o.decodeTokens = 64;

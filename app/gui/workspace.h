@@ -18,6 +18,7 @@
 #include <QTimer>
 #include <functional>
 #include <limits>
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
@@ -62,9 +63,12 @@ class Workspace : public QObject {
 
   // A newly loaded model (null: none). Opens (or starts) its session.
   void setModel(std::shared_ptr<ModelFile> model, const QString& path);
-  void setBackend(std::shared_ptr<Backend> backend) { backend_ = std::move(backend); }
+  void setBackend(std::shared_ptr<Backend> backend);
   const ModelGraph* graph() const { return model_ ? &graph_ : nullptr; }
   QString modelHash() const { return QString::fromStdString(hash_); }
+  // How many times the jobs built a Runtime of a model (every job of one model and backend shares
+  // the engine's one: calibrate, sweep, run, tokens/s).
+  int runtimeBuilds() const;
 
   // The text every job evaluates on (a file; tokens = 0: all of it, capped by the job).
   void setEvalText(const QString& path, qint64 tokens);
@@ -132,6 +136,13 @@ class Workspace : public QObject {
 
  private:
   struct Prepared;  // what a job needs, copied for the worker thread
+  // The engine's runtime: one per (model, backend), built on the job thread by the first job
+  // that runs the model and re-planned, never rebuilt, by the next ones. Only the job thread
+  // touches it (JobRunner has one worker); every job leaves it as it found it (core/analysis's
+  // jobs restore plans, taps and weights however they end).
+  struct EngineRuntime;
+  mutable std::shared_ptr<EngineRuntime> engine_;
+  std::shared_ptr<std::atomic<int>> runtimeBuilds_ = std::make_shared<std::atomic<int>>(0);
   std::shared_ptr<const Prepared> prepare(bool needText) const;
   std::shared_ptr<const Prepared> prepareOrSay(bool needText);  // null after showing why
   void buildPages();

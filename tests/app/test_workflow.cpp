@@ -163,6 +163,8 @@ class TestWorkflow : public QObject {
       QVERIFY(gptqRun->kl > 0 && gptqRun->kl < 1.5 * measuredKl);
       QCOMPARE(gptqRun->basePerplexity, ws->runView()->run(QStringLiteral("budget6"))->basePerplexity);
       qInfo("budget6: KL %.5f rtn, %.5f gptq", measuredKl, gptqRun->kl);
+      // Calibration, sweep, two runs and tokens/s ran on the engine's one runtime, re-planned.
+      QCOMPARE(ws->runtimeBuilds(), 1);
       shot(&w, "workflow_run.png");
 
       // Export: the plan for llama-quantize and the weights as GGUF. stories260K's mlp.down
