@@ -116,19 +116,15 @@ struct GroupStats {
   int64_t sampleRows = 0, tokens = 0;
 };
 
-std::vector<std::vector<int32_t>> splitWindows(std::span<const int32_t> ids, int64_t context,
-                                               int32_t bos) {
-  const int64_t body = bos >= 0 ? context - 1 : context;
-  if (body < 1) throw Error(ErrorKind::BadInput, "context " + std::to_string(context) + " is too short", {}, "context");
-  std::vector<std::vector<int32_t>> w;
-  for (size_t i = 0; i < ids.size(); i += size_t(body)) {
-    const size_t n = std::min(ids.size() - i, size_t(body));
-    std::vector<int32_t> win(n + (bos >= 0 ? 1 : 0));
-    if (bos >= 0) win[0] = bos;
-    std::copy(ids.begin() + i, ids.begin() + i + n, win.end() - n);
-    if (win.size() >= 2) w.push_back(std::move(win));
-  }
-  return w;
+// Windows of `context` tokens, BOS first when bos >= 0: perplexity's cutting (the one place,
+// core/runtime/eval_windows.h), every token of `ids` used.
+std::vector<std::vector<int32_t>> cutWindows(std::span<const int32_t> ids, int64_t context, int32_t bos,
+                                             int64_t maxSeq, const char* what) {
+  if (ids.empty()) throw Error(ErrorKind::BadInput, std::string("no ") + what + " tokens", {}, what);
+  EvalOptions o;
+  o.context = context;
+  o.bos = bos;
+  return makeEvalWindows(ids, o, maxSeq).windows;
 }
 
 }  // namespace
@@ -156,7 +152,7 @@ QuantizeReport quantizeModel(Runtime& rt, GptqOps& gptq, const LayerQuants& plan
   std::vector<std::vector<int32_t>> windows;
   std::vector<std::vector<float>> xs;  // residual streams, host
   if (needCalib) {
-    windows = splitWindows(calibration, std::min(o.context, rt.maxSeq()), o.bos);
+    windows = cutWindows(calibration, std::min(o.context, rt.maxSeq()), o.bos, rt.maxSeq(), "calibration");
     if (windows.empty())
       throw Error(ErrorKind::BadInput, "no calibration tokens", {}, "calibration");
     for (auto& w : windows) {
@@ -392,7 +388,7 @@ ReferenceWindows makeReferenceWindows(Runtime& rt, std::span<const int32_t> text
   ReferenceWindows ev;
   std::span<const int32_t> t = text;
   if (maxTokens > 0 && int64_t(t.size()) > maxTokens) t = t.first(size_t(maxTokens));
-  ev.windows = splitWindows(t, context, bos);
+  ev.windows = cutWindows(t, context, bos, rt.maxSeq(), "evaluation");
   for (const auto& w : ev.windows) {
     std::vector<float> logits;
     rt.reset();
