@@ -135,29 +135,23 @@ double medianMicros(const std::function<void()>& fn, int reps, int warmup) {
 
 double meanKl(const std::vector<float>& ref, const std::vector<float>& approx, int64_t vocab) {
   const int64_t T = int64_t(ref.size()) / vocab;
-  std::vector<double> lp, lq;
+  if (T == 0) return 0.0;
+  std::vector<TransformerOps::LogitRowStats> rows(static_cast<size_t>(T));
+  TransformerOps::compareLogitsHost(ref.data(), approx.data(), T, vocab, nullptr, rows.data());
   double sum = 0;
-  for (int64_t t = 0; t < T; ++t) {
-    logSoftmax(ref.data() + t * vocab, vocab, lp);
-    logSoftmax(approx.data() + t * vocab, vocab, lq);
-    double kl = 0;
-    for (int64_t v = 0; v < vocab; ++v) kl += std::exp(lp[size_t(v)]) * (lp[size_t(v)] - lq[size_t(v)]);
-    sum += kl;
-  }
-  return T ? sum / double(T) : 0.0;
+  for (const auto& r : rows) sum += r.kl;
+  return sum / double(T);
 }
 
 double perplexityFromLogits(const std::vector<float>& logits, const std::vector<int32_t>& tokens,
                             int64_t vocab) {
-  std::vector<double> lp;
+  if (tokens.size() < 2) return std::nan("");
+  const int64_t T = int64_t(tokens.size()) - 1;  // position t predicts token t + 1
+  std::vector<TransformerOps::LogitRowStats> rows(static_cast<size_t>(T));
+  TransformerOps::compareLogitsHost(logits.data(), logits.data(), T, vocab, tokens.data() + 1, rows.data());
   double nll = 0;
-  int64_t n = 0;
-  for (size_t t = 0; t + 1 < tokens.size(); ++t) {
-    logSoftmax(logits.data() + int64_t(t) * vocab, vocab, lp);
-    nll -= lp[size_t(tokens[t + 1])];
-    ++n;
-  }
-  return n ? std::exp(nll / double(n)) : std::nan("");
+  for (const auto& r : rows) nll += r.nllTest;
+  return std::exp(nll / double(T));
 }
 
 QuantFormat fittedFormat(const std::string& text, int64_t cols) {

@@ -404,23 +404,20 @@ EvalResult evaluateAgainst(Runtime& rt, const ReferenceWindows& ev, const JobCon
   const int64_t V = rt.vocabSize();
   double nll = 0, kl = 0;
   int64_t same = 0;
-  std::vector<double> lp, lq;
+  std::vector<TransformerOps::LogitRowStats> rows;
   for (size_t wi = 0; wi < ev.windows.size(); ++wi) {
     if (ctx) ctx->checkCancelled();
     const auto& w = ev.windows[wi];
     std::vector<float> logits;
     rt.reset();
     rt.forward(w, 0, logits, true);
-    for (size_t t = 0; t + 1 < w.size(); ++t) {
-      const float* ref = ev.refLogits[wi].data() + t * size_t(V);
-      const float* q = logits.data() + t * size_t(V);
-      logSoftmax(ref, V, lp);
-      logSoftmax(q, V, lq);
-      nll -= lq[size_t(w[t + 1])];
-      double k = 0;
-      for (int64_t v = 0; v < V; ++v) k += std::exp(lp[size_t(v)]) * (lp[size_t(v)] - lq[size_t(v)]);
-      kl += std::max(0.0, k);
-      same += std::max_element(ref, ref + V) - ref == std::max_element(q, q + V) - q;
+    const int64_t T = int64_t(w.size()) - 1;  // every position predicts the next token
+    rows.resize(size_t(T));
+    TransformerOps::compareLogitsHost(ev.refLogits[wi].data(), logits.data(), T, V, w.data() + 1, rows.data());
+    for (const auto& s : rows) {
+      nll += s.nllTest;
+      kl += s.kl;
+      same += s.top1Same ? 1 : 0;
       ++r.scored;
     }
   }

@@ -129,7 +129,7 @@ PerplexityResult evaluatePerplexity(Runtime& rt, std::span<const int32_t> text,
   r.context = ew.context;
   double nll = 0;
   std::vector<float> logits;
-  std::vector<double> lsm;
+  std::vector<TransformerOps::LogitRowStats> rows;
   const int64_t V = rt.vocabSize();
   for (const auto& window : ew.windows) {
     if (ctx) {
@@ -138,10 +138,13 @@ PerplexityResult evaluatePerplexity(Runtime& rt, std::span<const int32_t> text,
     }
     rt.reset();
     rt.forward(window, 0, logits, true);
-    for (size_t j = size_t(ew.firstScored); j + 1 < window.size(); ++j) {
-      logSoftmax(logits.data() + int64_t(j) * V, V, lsm);
-      nll -= lsm[size_t(window[j + 1])];
-      ++r.scoredTokens;
+    const int64_t first = ew.firstScored, T = int64_t(window.size()) - 1 - first;
+    if (T > 0) {
+      rows.resize(size_t(T));
+      const float* l = logits.data() + first * V;
+      TransformerOps::compareLogitsHost(l, l, T, V, window.data() + first + 1, rows.data());
+      for (const auto& s : rows) nll += s.nllTest;
+      r.scoredTokens += T;
     }
     ++r.windows;
   }
@@ -164,7 +167,8 @@ KlResult evaluateKlAgainstBase(Runtime& base, Runtime& rt, std::span<const int32
   r.protocol = ew.protocol;
   const int64_t V = rt.vocabSize();
   std::vector<float> lb, lt;
-  std::vector<double> pb, pt, kls;
+  std::vector<double> kls;
+  std::vector<TransformerOps::LogitRowStats> rows;
   double nllBase = 0, nll = 0, agree = 0;
   for (const auto& window : ew.windows) {
     if (ctx) {
@@ -175,17 +179,20 @@ KlResult evaluateKlAgainstBase(Runtime& base, Runtime& rt, std::span<const int32
     base.forward(window, 0, lb, true);
     rt.reset();
     rt.forward(window, 0, lt, true);
-    for (size_t j = size_t(ew.firstScored); j + 1 < window.size(); ++j) {
-      const float* b = lb.data() + int64_t(j) * V;
-      const float* t = lt.data() + int64_t(j) * V;
-      logSoftmax(b, V, pb);
-      logSoftmax(t, V, pt);
-      double kl = 0;
-      for (int64_t v = 0; v < V; ++v) kl += std::exp(pb[size_t(v)]) * (pb[size_t(v)] - pt[size_t(v)]);
-      kls.push_back(std::max(0.0, kl));
-      nllBase -= pb[size_t(window[j + 1])];
-      nll -= pt[size_t(window[j + 1])];
-      agree += (std::max_element(b, b + V) - b) == (std::max_element(t, t + V) - t) ? 1 : 0;
+    // Positions firstScored … size − 2, each predicting the next token.
+    const int64_t first = ew.firstScored, T = int64_t(window.size()) - 1 - first;
+    if (T <= 0) {
+      ++r.windows;
+      continue;
+    }
+    rows.resize(size_t(T));
+    TransformerOps::compareLogitsHost(lb.data() + first * V, lt.data() + first * V, T, V, window.data() + first + 1,
+                                      rows.data());
+    for (const auto& s : rows) {
+      kls.push_back(s.kl);
+      nllBase += s.nllRef;
+      nll += s.nllTest;
+      agree += s.top1Same ? 1 : 0;
     }
     ++r.windows;
   }

@@ -87,7 +87,8 @@ struct KlResult {
 KlResult evaluateKlAgainstBase(Runtime& base, Runtime& rt, std::span<const int32_t> text,
                                const EvalOptions& options, const JobContext* ctx = nullptr);
 
-// log-softmax of one row, in double (helper shared with the analysis jobs).
+// log-softmax of one row, in double: an independent reference for tests (the evaluators score
+// rows with TransformerOps::compareLogitsHost).
 void logSoftmax(const float* logits, int64_t n, std::vector<double>& out);
 
 }  // namespace qs

@@ -206,6 +206,11 @@ void TransformerOps::roundActivationsLikeGgml(DType actType, float* x, int64_t r
 
 void TransformerOps::compareLogits(const float* ref, const float* test, int64_t T, int64_t V,
                                    const int32_t* targets, LogitRowStats* out) {
+  compareLogitsHost(ref, test, T, V, targets, out);
+}
+
+void TransformerOps::compareLogitsHost(const float* ref, const float* test, int64_t T, int64_t V,
+                                       const int32_t* targets, LogitRowStats* out) {
   auto logSumExp = [V](const float* r, int64_t& argmax) {
     argmax = 0;
     for (int64_t i = 1; i < V; ++i)
@@ -219,12 +224,15 @@ void TransformerOps::compareLogits(const float* ref, const float* test, int64_t 
     const float* a = ref + t * V;
     const float* b = test + t * V;
     int64_t ia = 0, ib = 0;
-    const double la = logSumExp(a, ia), lb = logSumExp(b, ib);
+    const double la = logSumExp(a, ia);
+    // The same matrix twice (perplexity alone): KL 0, one pass.
+    const double lb = b == a ? (ib = ia, la) : logSumExp(b, ib);
     double kl = 0;
-    for (int64_t i = 0; i < V; ++i) {
-      const double lpa = double(a[i]) - la, lpb = double(b[i]) - lb;
-      kl += std::exp(lpa) * (lpa - lpb);
-    }
+    if (b != a)
+      for (int64_t i = 0; i < V; ++i) {
+        const double lpa = double(a[i]) - la, lpb = double(b[i]) - lb;
+        kl += std::exp(lpa) * (lpa - lpb);
+      }
     LogitRowStats& o = out[t];
     o.kl = std::max(0.0, kl);
     o.top1Same = ia == ib;

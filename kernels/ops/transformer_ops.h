@@ -149,6 +149,10 @@ class TransformerOps {
   };
   virtual void compareLogits(const float* ref, const float* test, int64_t T, int64_t V,
                              const int32_t* targets, LogitRowStats* out);
+  // The same on host memory: the one KL / NLL / top-1 computation on the host (the default
+  // compareLogits, the CUDA kernel's reference, and every host-side evaluator use it).
+  static void compareLogitsHost(const float* ref, const float* test, int64_t T, int64_t V,
+                                const int32_t* targets, LogitRowStats* out);
 
   // Microseconds per call of call(i), i = 0 … launches-1, the median over `repeats` rounds
   // (after one warm-up round). CUDA: the calls are captured once into a graph and replayed
