@@ -97,8 +97,8 @@ AccumulationResult runAccumulation(Runtime& rt, std::span<const int32_t> text,
                                          " layers, the model has " + std::to_string(L), {}, "plan");
   for (size_t i = 0; i < L; ++i) {
     if (!formats[i]) continue;
+    // (formats were validated where the LayerQuants were made: resolvePlan or uniformPlan)
     const QuantFormat& f = *formats[i];
-    validateQuantFormat(f);
     if (f.act.scaling == ActScaling::PerTensorStatic &&
         (!calibration || calibration->layers.size() != L ||
          calibration->layers[i].layer.weightName != linearAt(rt, i).weightName))
