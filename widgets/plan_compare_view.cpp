@@ -86,7 +86,7 @@ void PlanCompareView::setPlans(const ModelGraph& graph, const Plan& a, const Pla
     const LayerAssignment& y = rb.layers[size_t(i)];
     const bool differs = !(x.fields == y.fields) || x.problem != y.problem;
     differing_ += differs;
-    const QStringList cells = {QString::fromStdString(x.layer), fieldsText(x), fieldsText(y),
+    const QStringList cells = {QString::fromStdString(x.name), fieldsText(x), fieldsText(y),
                                kib(fa.layers[size_t(i)].bytes), kib(fb.layers[size_t(i)].bytes),
                                num(fa.layers[size_t(i)].error), num(fb.layers[size_t(i)].error)};
     for (int c = 0; c < cells.size(); ++c) {

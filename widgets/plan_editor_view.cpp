@@ -188,7 +188,7 @@ class PlanTableModel : public QAbstractTableModel {
       return int(Qt::AlignRight | Qt::AlignVCenter);
     if (role != Qt::DisplayRole && role != Qt::EditRole) return {};
     switch (i.column()) {
-      case ColLayer: return QString::fromStdString(a.layer);
+      case ColLayer: return QString::fromStdString(a.name);
       case ColShape: return QStringLiteral("%1×%2").arg(a.outFeatures).arg(a.inFeatures);
       case ColBytes: return lf && a.problem.empty() ? bytesText(double(lf->bytes)) : QStringLiteral("–");
       case ColBits: return lf && a.problem.empty() ? QString::number(lf->bitsPerWeight, 'f', 2) : QStringLiteral("–");
@@ -544,7 +544,7 @@ bool PlanEditorView::setField(const std::vector<int>& rows, PlanField field, con
   if (!doc_ || rows.empty()) return false;
   try {
     std::vector<std::string> names;
-    for (int r : rows) names.push_back(doc_->resolved().layers.at(size_t(r)).layer);
+    for (int r : rows) names.push_back(doc_->resolved().layers.at(size_t(r)).name);
     pushCommand(makeSetFieldsCommand(*doc_, EditTarget::layers(std::move(names)), fieldsFromText(field, text)));
     return true;
   } catch (const std::exception& e) {

@@ -487,7 +487,7 @@ void registerShow(CLI::App& plan, CliContext& ctx) {
       for (size_t i = 0; i < r.layers.size(); ++i) {
         const auto& l = r.layers[i];
         ojson o;
-        o["layer"] = l.layer;
+        o["layer"] = l.name;
         o["weight_name"] = l.weightName;
         o["shape"] = {l.outFeatures, l.inFeatures};
         o["format"] = l.problem.empty() ? ojson(formatToString(l.quant.format)) : ojson(nullptr);
@@ -513,7 +513,7 @@ void registerShow(CLI::App& plan, CliContext& ctx) {
                   {false, false, false, false, true, true, true, false});
       for (size_t i = 0; i < r.layers.size(); ++i) {
         const auto& l = r.layers[i];
-        t.addRow({l.layer, l.weightName, l.problem.empty() ? formatToString(l.quant.format) : "(invalid)",
+        t.addRow({l.name, l.weightName, l.problem.empty() ? formatToString(l.quant.format) : "(invalid)",
                   std::string(quantMethodName(l.quant.method)) + (l.quant.smoothAlpha ? " α=" + fmt("%g", *l.quant.smoothAlpha) : ""),
                   withThousands(f.layers[i].bytes), fmt("%.3f", f.layers[i].bitsPerWeight),
                   lookup ? errText(f.layers[i].error) : "", l.note});

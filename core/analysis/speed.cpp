@@ -7,6 +7,7 @@
 #include <set>
 #include <tuple>
 
+#include "core/plan/layer_names.h"
 #include "kernels/backend/backend.h"
 #include "kernels/common/error.h"
 #include "kernels/common/half.h"
@@ -78,19 +79,16 @@ struct Measured {
 }  // namespace
 
 std::vector<LayerRef> speedLayers(const ModelGraph& graph) {
-  auto all = graph.allLinears();
-  if (graph.tiedHead && graph.head.weight >= 0) all.push_back(&graph.head);
   std::vector<LayerRef> out;
-  for (const LinearLayer* l : all) {
+  for (const PlanLayer& p : planLayers(graph)) out.push_back(p);  // the layer table's rows
+  if (graph.tiedHead && graph.head.weight >= 0) {  // the runtime runs it: the embedding as the head
     LayerRef r;
-    r.weightName = l->weightName;
-    r.role = std::string(linearRoleName(l->role));
-    for (size_t b = 0; b < graph.blocks.size(); ++b)
-      for (const LinearLayer& bl : graph.blocks[b].linears)
-        if (&bl == l) r.block = int(b);
-    r.outFeatures = l->outFeatures;
-    r.inFeatures = l->inFeatures;
-    r.parameters = l->parameters;
+    r.name = "head";
+    r.weightName = graph.head.weightName;
+    r.role = std::string(linearRoleName(graph.head.role));
+    r.outFeatures = graph.head.outFeatures;
+    r.inFeatures = graph.head.inFeatures;
+    r.parameters = uint64_t(r.outFeatures) * uint64_t(r.inFeatures);
     out.push_back(r);
   }
   return out;

@@ -11,18 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "core/model/layer_ref.h"
 #include "kernels/formats/quant_format.h"
 
 namespace qs {
-
-// One quantisable linear layer, named by its weight tensor (the name plans use).
-struct LayerRef {
-  std::string weightName;  // "layers.3.attention.wq.weight", "blk.3.attn_q.weight", …
-  std::string role;        // "q", "k", …, "head" (linearRoleName)
-  int block = -1;          // -1 outside the blocks (head, loose layers)
-  int64_t outFeatures = 0, inFeatures = 0;
-  uint64_t parameters = 0;
-};
 
 inline constexpr double kNotMeasured = std::numeric_limits<double>::quiet_NaN();
 

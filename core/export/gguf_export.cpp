@@ -321,7 +321,7 @@ void planGguf(const ExportSource& src, const std::string& out, const ModelExport
     uint32_t type;
     if (s.planLayer >= 0) {
       const LayerAssignment& a = src.resolved.layers[size_t(s.planLayer)];
-      t.layer = a.layer;
+      t.layer = a.name;
       t.planLayer = s.planLayer;
       const Choice c = chooseType(a);
       type = c.type;
@@ -344,7 +344,7 @@ void planGguf(const ExportSource& src, const std::string& out, const ModelExport
                    " calibration tokens (llama-quantize --imatrix)";
       }
       if (quantKindTraits(a.quant.format.act.kind).cls != QuantClass::Float)
-        p.warnings.push_back(a.layer + ": activation format " + activationText(a.quant.format.act) +
+        p.warnings.push_back(a.name + ": activation format " + activationText(a.quant.format.act) +
                              " is not stored (GGUF holds weights; llama.cpp chooses how activations are computed)");
     } else {
       type = keptType(src, ti, t.permuteRows);

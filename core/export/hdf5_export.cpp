@@ -57,7 +57,7 @@ void planHdf5(const ExportSource& src, const std::string& out, const ModelExport
     if (t.transpose) t.note = "stored [out, in] (the source keeps it [in, out])";
     if (s.planLayer >= 0) {
       const LayerAssignment& a = src.resolved.layers[size_t(s.planLayer)];
-      t.layer = a.layer;
+      t.layer = a.name;
       t.planLayer = s.planLayer;
       t.storage = "payload+scales " + weightSpecToString(a.quant.format.weight);
       p.estimatedBytes += quantStorage(a.quant.format.weight, a.outFeatures, a.inFeatures).totalBytes();
@@ -74,7 +74,7 @@ void planHdf5(const ExportSource& src, const std::string& out, const ModelExport
   if (o.calibration)
     for (const auto& a : src.resolved.layers)
       if (!o.calibration->find(a.weightName))
-        p.warnings.push_back(a.layer + ": no calibration statistics for this layer");
+        p.warnings.push_back(a.name + ": no calibration statistics for this layer");
 }
 
 void writeHdf5(const ExportSource& src, const ExportPreview& p, const ModelExportOptions& o, OutputFiles& files,
@@ -104,7 +104,7 @@ void writeHdf5(const ExportSource& src, const ExportPreview& p, const ModelExpor
       if (!q.scales.empty())
         h.writeHalf(g + "/scales", {uint64_t(q.grid.gridRows), uint64_t(q.grid.gridCols)}, q.scales);
       if (!q.zeros.empty()) h.write(g + "/zero_points", {q.zeros.size()}, std::span<const uint8_t>(q.zeros));
-      h.attr(g, "layer", a.layer);
+      h.attr(g, "layer", a.name);
       h.attr(g, "format", formatToString(a.quant.format));
       h.attr(g, "kind", std::string(quantKindTraits(q.spec.kind).name));
       h.attr(g, "granularity", granularityName(q.spec.granularity));

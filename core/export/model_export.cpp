@@ -295,7 +295,7 @@ std::vector<float> fakeQuantForExport(const ExportSource& src, const ExportTenso
 }
 
 std::string planWord(const LayerAssignment& a) {
-  return a.layer + " (" + weightSpecToString(a.quant.format.weight) + ")";
+  return a.name + " (" + weightSpecToString(a.quant.format.weight) + ")";
 }
 
 }  // namespace exportdetail
@@ -319,14 +319,14 @@ ExportPreview previewModelExport(const ExportSource& src, const std::string& out
                              ": the weights are rounded on the calibration text before they are written");
   for (const auto& a : src.resolved.layers)
     if (const TensorInfo* t = src.file.findTensor(a.weightName); t && isIntegerTensor(*t))
-      p.warnings.push_back(a.layer + ": " + t->name + " is an integer tensor (" + t->dtypeLabel +
+      p.warnings.push_back(a.name + ": " + t->name + " is an integer tensor (" + t->dtypeLabel +
                            "): copied unchanged, not quantised");
   // The ggml block types (q4_0 … q6_k) exist only in GGUF: never widened silently to something
   // a safetensors or HDF5 file can hold.
   if (o.format != ModelExportFormat::Gguf) {
     for (const auto& a : src.resolved.layers)
       if (isGgmlKind(a.quant.format.weight.kind))
-        p.refusals.push_back(a.layer + ": format " + weightSpecToString(a.quant.format.weight) + " is a ggml block type, which " +
+        p.refusals.push_back(a.name + ": format " + weightSpecToString(a.quant.format.weight) + " is a ggml block type, which " +
                              std::string(modelExportFormatName(o.format)) +
                              " cannot hold (use --to gguf)");
     if (!p.refusals.empty()) return p;

@@ -488,7 +488,7 @@ void planSafetensors(const ExportSource& src, const std::string& out, const Mode
     LayerScheme scheme;
     if (s.planLayer >= 0) {
       const LayerAssignment& a = src.resolved.layers[size_t(s.planLayer)];
-      t.layer = a.layer;
+      t.layer = a.name;
       t.planLayer = s.planLayer;
       if (s.linear->transposed && quantKindTraits(a.quant.format.weight.kind).cls != QuantClass::Float) {
         p.refusals.push_back(planWord(a) + ": a Conv1D weight (stored [in, out]) cannot be written in the "

@@ -65,7 +65,15 @@ std::vector<PlanLayer> planLayers(const ModelGraph& graph) {
     p.name = "head";
     out.push_back(std::move(p));
   }
-  for (size_t i = 0; i < out.size(); ++i) out[i].index = int(i);
+  for (size_t i = 0; i < out.size(); ++i) {
+    PlanLayer& p = out[i];
+    p.index = int(i);
+    p.weightName = p.linear->weightName;
+    p.role = std::string(linearRoleName(p.linear->role));
+    p.outFeatures = p.linear->outFeatures;
+    p.inFeatures = p.linear->inFeatures;
+    p.parameters = uint64_t(p.outFeatures) * uint64_t(p.inFeatures);
+  }
   return out;
 }
 

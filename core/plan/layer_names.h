@@ -25,14 +25,15 @@
 #include <string_view>
 #include <vector>
 
+#include "core/model/layer_ref.h"
 #include "core/model/model_graph.h"
 
 namespace qs {
 
-struct PlanLayer {
-  std::string name;                     // canonical name
+// A row of the layer table (LayerRef: canonical name, weight name, role, block, shape) and where
+// it is in the graph the table was made from.
+struct PlanLayer : LayerRef {
   const LinearLayer* linear = nullptr;  // into the graph the list was made from
-  int block = -1;                       // -1 outside the blocks
   int index = 0;                        // position in planLayers() (= ModelGraph::allLinears())
 };
 

@@ -250,7 +250,7 @@ std::string fieldPath(int source, PlanField f) {
 size_t fieldIndex(PlanField f) { return size_t(f); }
 
 std::string layerLabel(const LayerAssignment& a) {
-  return a.layer + " (" + a.weightName + ", [" + std::to_string(a.outFeatures) + ", " +
+  return a.name + " (" + a.weightName + ", [" + std::to_string(a.outFeatures) + ", " +
          std::to_string(a.inFeatures) + "])";
 }
 
@@ -348,13 +348,7 @@ ResolvedPlan resolvePlan(const Plan& plan, const ModelGraph& graph, const Resolv
 
   for (const PlanLayer& pl : layers) {
     LayerAssignment a;
-    a.layer = pl.name;
-    a.weightName = pl.linear->weightName;
-    a.role = std::string(linearRoleName(pl.linear->role));
-    a.block = pl.block;
-    a.outFeatures = pl.linear->outFeatures;
-    a.inFeatures = pl.linear->inFeatures;
-    a.parameters = uint64_t(a.outFeatures * a.inFeatures);
+    static_cast<LayerRef&>(a) = pl;  // the layer table's row
     a.fields = base;
     for (size_t e = 0; e < plan.entries.size(); ++e) {
       bool hit = false;
@@ -440,13 +434,13 @@ void requireRtnOnly(const ResolvedPlan& resolved, const std::string& what) {
                   std::string(quantMethodName(a.quant.method)) + ": " + what +
                       " rounds to nearest only; the accumulation job (quantscope-cli accumulate --plan, "
                       "the GUI's Run tab) and export calibrate and round such plans",
-                  {}, a.layer);
+                  {}, a.name);
     if (a.quant.smoothAlpha)
       throw Error(ErrorKind::Unsupported,
                   "smooth_alpha (SmoothQuant): " + what +
                       " rounds to nearest only; the accumulation job (quantscope-cli accumulate --plan, "
                       "the GUI's Run tab) and export calibrate and apply it",
-                  {}, a.layer);
+                  {}, a.name);
   }
 }
 

@@ -32,6 +32,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/model/layer_ref.h"
 #include "core/model/model_graph.h"
 #include "core/plan/layer_quant.h"
 #include "kernels/formats/quant_format.h"
@@ -152,13 +153,8 @@ void savePlan(const Plan& plan, const std::string& path);  // atomic (temporary 
 
 // ---- Resolution ------------------------------------------------------------------------------
 // One linear layer's final settings: what exporters and the runtime consume.
-struct LayerAssignment {
-  std::string layer;       // canonical name ("blocks.3.attn.q")
-  std::string weightName;  // tensor name in the model file
-  std::string role;        // linearRoleName
-  int block = -1;
-  int64_t outFeatures = 0, inFeatures = 0;
-  uint64_t parameters = 0;  // weight elements (out × in)
+// The layer (its row of the layer table: name, weightName, role, block, shape) and what it gets.
+struct LayerAssignment : LayerRef {
 
   PlanFields fields;  // every field set: the resolved columns
   // Composed from fields (format valid unless `problem` is set; method rtn for float weights,

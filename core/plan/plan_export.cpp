@@ -160,7 +160,7 @@ std::string planTitle(const Plan& plan) {
 void commonWarnings(const LayerAssignment& a, ExportTarget t, Warnings& w) {
   const std::string target(exportTargetName(t));
   if (a.quant.smoothAlpha && t != ExportTarget::LlmCompressor)
-    w.add("smooth_alpha (SmoothQuant) is not expressed by " + target, a.layer);
+    w.add("smooth_alpha (SmoothQuant) is not expressed by " + target, a.name);
   (void)t;
 }
 
@@ -184,26 +184,26 @@ ExportResult exportLlamaQuantize(const Plan& plan, const ResolvedPlan& r, const 
     types[i] = g.ggmlType;
     const std::string fmt = weightSpecToString(a.quant.format.weight);
     if (!g.exact) {
-      if (o.inexpressible == Inexpressible::Refuse) refuse.add(fmt + " (" + g.why + ")", a.layer);
-      else warn.add("mapped " + fmt + " to the nearest GGUF type " + g.name + " (" + g.why + ")", a.layer);
+      if (o.inexpressible == Inexpressible::Refuse) refuse.add(fmt + " (" + g.why + ")", a.name);
+      else warn.add("mapped " + fmt + " to the nearest GGUF type " + g.name + " (" + g.why + ")", a.name);
     }
     if (a.quant.format.weight.method == ScaleMethod::Importance)
       warn.add("imatrix: give llama-quantize --imatrix FILE (llama-imatrix on the calibration text) for this layer's "
                "importance-weighted search (llama-quantize then weights every tensor with it, the plan's plain ggml "
                "layers too); `quantscope-cli export --to gguf --calib-text` writes each layer as planned",
-               a.layer);
+               a.name);
     else if (a.quant.format.weight.method != ScaleMethod::AbsMax && quantKindTraits(a.quant.format.weight.kind).cls != QuantClass::Float)
       warn.add("scale method " + scaleChoiceText(ScaleChoice{a.quant.format.weight.method, a.quant.format.weight.percentile}) +
                    " is not carried over (llama-quantize computes its own scales, importance-weighted with --imatrix)",
-               a.layer);
+               a.name);
     if (quantKindTraits(a.quant.format.act.kind).cls != QuantClass::Float)
       warn.add("activation format " + activationText(a.quant.format.act) +
                    " is not expressed (GGUF stores weights only; llama.cpp chooses how activations are handled at run time)",
-               a.layer);
+               a.name);
     if (a.quant.method != QuantMethod::Rtn)
       warn.add(std::string("method ") + std::string(quantMethodName(a.quant.method)) +
                    " is not expressed (llama-quantize rounds to nearest)",
-               a.layer);
+               a.name);
     commonWarnings(a, ExportTarget::LlamaQuantize, warn);
   }
   refuse.throwIfAny(ExportTarget::LlamaQuantize);
@@ -288,7 +288,7 @@ std::optional<ojson> weightArgs(const LayerAssignment& a, const ExportOptions& o
   const auto cls = quantKindTraits(s.kind).cls;
   if (cls == QuantClass::Float) return std::nullopt;
   if (cls == QuantClass::Ggml) {  // never widened: compressed-tensors has no ggml blocks
-    ref.add(weightSpecToString(s) + " (a ggml block type: compressed-tensors cannot hold it)", a.layer);
+    ref.add(weightSpecToString(s) + " (a ggml block type: compressed-tensors cannot hold it)", a.name);
     return std::nullopt;
   }
   ojson q;
@@ -298,8 +298,8 @@ std::optional<ojson> weightArgs(const LayerAssignment& a, const ExportOptions& o
     q["symmetric"] = s.symmetric;
   } else {
     if (s.kind == QuantKind::FP8_E5M2) {
-      if (o.inexpressible == Inexpressible::Refuse) ref.add("fp8e5m2 weights (compressed-tensors' 8-bit float is E4M3)", a.layer);
-      else w.add("mapped fp8e5m2 weights to the nearest compressed-tensors type, FP8 E4M3", a.layer);
+      if (o.inexpressible == Inexpressible::Refuse) ref.add("fp8e5m2 weights (compressed-tensors' 8-bit float is E4M3)", a.name);
+      else w.add("mapped fp8e5m2 weights to the nearest compressed-tensors type, FP8 E4M3", a.name);
     }
     q["num_bits"] = 8;
     q["type"] = "float";
@@ -319,7 +319,7 @@ std::optional<ojson> weightArgs(const LayerAssignment& a, const ExportOptions& o
     case Granularity::None: break;
   }
   q["dynamic"] = false;
-  q["observer"] = observerFor(s.method, s.percentile, a.layer, w, "weight");
+  q["observer"] = observerFor(s.method, s.percentile, a.name, w, "weight");
   return q;
 }
 
@@ -333,8 +333,8 @@ std::optional<ojson> activationArgs(const LayerAssignment& a, const ExportOption
     q["type"] = "int";
   } else {
     if (s.kind == QuantKind::FP8_E5M2) {
-      if (o.inexpressible == Inexpressible::Refuse) ref.add("fp8e5m2 activations (compressed-tensors' 8-bit float is E4M3)", a.layer);
-      else w.add("mapped fp8e5m2 activations to FP8 E4M3", a.layer);
+      if (o.inexpressible == Inexpressible::Refuse) ref.add("fp8e5m2 activations (compressed-tensors' 8-bit float is E4M3)", a.name);
+      else w.add("mapped fp8e5m2 activations to FP8 E4M3", a.name);
     }
     q["type"] = "float";
   }
@@ -345,7 +345,7 @@ std::optional<ojson> activationArgs(const LayerAssignment& a, const ExportOption
   } else {
     q["strategy"] = "tensor";
     q["dynamic"] = false;
-    q["observer"] = observerFor(s.method, s.percentile, a.layer, w, "activation");
+    q["observer"] = observerFor(s.method, s.percentile, a.name, w, "activation");
   }
   return q;
 }
@@ -468,26 +468,26 @@ ExportResult exportGptqModel(const Plan& plan, const ResolvedPlan& r, const Mode
       const std::string fmt = weightSpecToString(s);
       std::string why;
       if (cls == QuantClass::Ggml) {  // refused even with --inexpressible nearest: no GPTQ type is near a K-quant
-        refuse.add(fmt + " (a ggml block type: GPTQModel cannot hold it)", a.layer);
+        refuse.add(fmt + " (a ggml block type: GPTQModel cannot hold it)", a.name);
         continue;
       }
       if (cls == QuantClass::Fp8) why = "GPTQ stores integers: nearest is INT8 per channel";
       else if (s.granularity == Granularity::Tensor) why = "GPTQ has no per-tensor scale: nearest is per channel (group_size -1)";
       if (!why.empty()) {
-        if (o.inexpressible == Inexpressible::Refuse) refuse.add(fmt + " (" + why + ")", a.layer);
-        else warn.add("mapped " + fmt + " to the nearest GPTQ config (" + why + ")", a.layer);
+        if (o.inexpressible == Inexpressible::Refuse) refuse.add(fmt + " (" + why + ")", a.name);
+        else warn.add("mapped " + fmt + " to the nearest GPTQ config (" + why + ")", a.name);
       }
       if (s.method == ScaleMethod::Percentile || s.method == ScaleMethod::KlEntropy)
         warn.add("scale method " + scaleChoiceText(ScaleChoice{s.method, s.percentile}) +
-                     " is not expressed (GPTQ chooses its scales itself)", a.layer);
+                     " is not expressed (GPTQ chooses its scales itself)", a.name);
       cfg[i] = c;
       if (layers[i].linear->role == LinearRole::Head) headQuantised = true;
     }
     if (quantKindTraits(a.quant.format.act.kind).cls != QuantClass::Float)
-      warn.add("activation format " + activationText(a.quant.format.act) + " is not expressed (GPTQ is weight-only)", a.layer);
+      warn.add("activation format " + activationText(a.quant.format.act) + " is not expressed (GPTQ is weight-only)", a.name);
     if (cfg[i] && a.quant.method != QuantMethod::Gptq)
       warn.add(std::string("method ") + std::string(quantMethodName(a.quant.method)) +
-                   " is not expressed (GPTQModel runs GPTQ on every quantised layer)", a.layer);
+                   " is not expressed (GPTQModel runs GPTQ on every quantised layer)", a.name);
     commonWarnings(a, ExportTarget::GptqModel, warn);
   }
   refuse.throwIfAny(ExportTarget::GptqModel);

@@ -61,7 +61,7 @@ class TestCorePlanExport : public QObject {
   static std::string expectedGguf(const LayerAssignment& a) {
     if (a.role == "down") return "f16";
     if (a.role == "gate" || a.role == "up") return "q8_0";
-    return a.layer == "blocks.4.attn.o" ? "q4_1" : "q4_0";
+    return a.name == "blocks.4.attn.o" ? "q4_1" : "q4_0";
   }
 
  private slots:

@@ -1,0 +1,23 @@
+#pragma once
+// One linear layer of a model, as every table, plan and job names it: the row of the layer table
+// (core/plan/layer_names.h planLayers: the rows in execution order). Plain data, no pointers
+// into a graph, so it can be copied to any thread and stored (the session keeps the analysis
+// tables' rows).
+#include <cstdint>
+#include <string>
+
+namespace qs {
+
+struct LayerRef {
+  std::string weightName;  // the tensor in the model file: "layers.3.attention.wq.weight", "blk.3.attn_q.weight"
+  std::string role;        // "q", "k", …, "head" (linearRoleName)
+  int block = -1;          // -1 outside the blocks (head, loose layers)
+  int64_t outFeatures = 0, inFeatures = 0;
+  uint64_t parameters = 0;  // weight elements (out × in)
+  // The canonical name a person sees ("blocks.3.attn.q", "head"; core/plan/layer_names.h), the
+  // same for every file format of one model. Empty in a row read from a table file (the tables
+  // key layers by weightName).
+  std::string name;
+};
+
+}  // namespace qs
