@@ -114,9 +114,11 @@ void TransformerOps::activate(float* x, int64_t n, Activation a) {
     const float v = p[i];
     switch (a) {
       case Activation::Silu: p[i] = v / (1.0f + std::exp(-v)); break;
-      case Activation::Gelu: p[i] = 0.5f * v * (1.0f + std::erf(v * 0.7071067811865476f)); break;
-      case Activation::GeluTanh:
-        p[i] = 0.5f * v * (1.0f + std::tanh(kSqrt2OverPi * (v + 0.044715f * v * v * v)));
+      // ½x(1 + erf(x/√2)) as ½x·erfc(−x/√2): the same value without the cancellation of 1 + erf
+      // for x < −2, where one ulp of erf is most of the result.
+      case Activation::Gelu: p[i] = 0.5f * v * std::erfc(-v * 0.7071067811865476f); break;
+      case Activation::GeluTanh:  // ½x(1 + tanh u) = x / (1 + e^(−2u)): no cancellation for x < −2
+        p[i] = v / (1.0f + std::exp(-2.0f * (kSqrt2OverPi * (v + 0.044715f * v * v * v))));
         break;
       case Activation::Relu: p[i] = v > 0.0f ? v : 0.0f; break;
     }

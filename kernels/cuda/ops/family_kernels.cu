@@ -4,8 +4,8 @@
 // element; only the device's expf / erff / tanhf / sincosf differ from the host's by an ulp or
 // two. Flat grid-stride loops, 256 threads, as in transformer_kernels.cu.
 //
-//   activate   x = act(x): silu x/(1+e^-x), gelu (erf) ½x(1+erf(x/√2)), gelu_tanh
-//              ½x(1+tanh(√(2/π)(x+0.044715x³))), relu max(x, 0)
+//   activate   x = act(x): silu x/(1+e^-x), gelu (erf) ½x(1+erf(x/√2)) computed as ½x·erfc(−x/√2) (no cancellation for x < −2), gelu_tanh
+//              ½x(1+tanh(u)), u = √(2/π)(x+0.044715x³), computed as x / (1 + e^(−2u)), relu max(x, 0)
 //   mul        x *= y                     (the gated MLP's product for non-SiLU activations)
 //   scale      x *= s                     (Gemma's embedding scale √hidden)
 //   softcap    x = cap · tanh(x / cap)    (Gemma 2's final logit soft-capping)
@@ -40,10 +40,10 @@ __global__ void activateKernel(float* __restrict__ x, int64_t n, int kind) {
     float r;
     switch (kind) {
       case 0: r = __fdiv_rn(v, 1.0f + expf(-v)); break;                             // silu
-      case 1: r = __fmul_rn(__fmul_rn(0.5f, v), 1.0f + erff(__fmul_rn(v, 0.7071067811865476f))); break;  // gelu
+      case 1: r = __fmul_rn(__fmul_rn(0.5f, v), erfcf(__fmul_rn(-v, 0.7071067811865476f))); break;  // gelu: ½x·erfc(−x/√2)
       case 2: {                                                                         // gelu_tanh
         const float inner = __fmul_rn(kSqrt2OverPi, __fadd_rn(v, __fmul_rn(__fmul_rn(__fmul_rn(0.044715f, v), v), v)));
-        r = __fmul_rn(__fmul_rn(0.5f, v), 1.0f + tanhf(inner));
+        r = __fdiv_rn(v, 1.0f + expf(__fmul_rn(-2.0f, inner)));  // ½x(1 + tanh u) = x / (1 + e^(−2u))
         break;
       }
       default: r = v > 0.0f ? v : 0.0f;  // relu
