@@ -16,7 +16,7 @@
 #include <limits>
 
 #include "kernels/common/error.h"
-#include "kernels/formats/activation_codec.h"
+#include "kernels/quant/activation_codec.h"
 #include "widgets/channel_plot.h"
 #include "widgets/histogram_plot.h"
 

@@ -18,7 +18,7 @@
 #include "app/cli/terminal_progress.h"
 #include "app/cli/text_table.h"
 #include "kernels/common/error.h"
-#include "kernels/formats/parallel.h"
+#include "kernels/common/parallel.h"
 #include "kernels/stats/calib_bench.h"
 #include "kernels/stats/stats_ops.h"
 

@@ -14,10 +14,10 @@
 #include "app/cli/terminal_progress.h"
 #include "app/cli/text_table.h"
 #include "kernels/common/error.h"
-#include "kernels/formats/error_metrics.h"
-#include "kernels/formats/parallel.h"
-#include "kernels/formats/quant_format.h"
-#include "kernels/formats/weight_codec.h"
+#include "kernels/quant/error_metrics.h"
+#include "kernels/common/parallel.h"
+#include "kernels/quant/quant_format.h"
+#include "kernels/quant/weight_codec.h"
 
 namespace qs::cli {
 namespace {

@@ -7,7 +7,7 @@
 
 #include "core/runtime/evaluate.h"
 #include "kernels/common/error.h"
-#include "kernels/formats/weight_codec.h"
+#include "kernels/quant/weight_codec.h"
 #include "kernels/stats/histogram.h"
 
 namespace qs::labs {

@@ -10,7 +10,7 @@
 
 #include "app/labs/lab_env.h"
 #include "app/labs/lab_types.h"
-#include "kernels/formats/quant_format.h"
+#include "kernels/quant/quant_format.h"
 
 namespace qs::labs {
 

@@ -13,9 +13,9 @@
 #include "core/model/gguf_writer.h"
 #include "kernels/common/error.h"
 #include "kernels/common/half.h"
-#include "kernels/formats/activation_codec.h"
-#include "kernels/formats/error_metrics.h"
-#include "kernels/formats/weight_codec.h"
+#include "kernels/quant/activation_codec.h"
+#include "kernels/quant/error_metrics.h"
+#include "kernels/quant/weight_codec.h"
 #include "kernels/ggml/ggml_blocks.h"
 #include "kernels/ggml/ggml_types.h"
 

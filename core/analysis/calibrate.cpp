@@ -4,7 +4,7 @@
 
 #include "core/analysis/speed.h"
 #include "kernels/common/error.h"
-#include "kernels/formats/activation_codec.h"
+#include "kernels/quant/activation_codec.h"
 
 namespace qs {
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/runtime/eval_windows.h"
-#include "kernels/formats/quant_format.h"
+#include "kernels/quant/quant_format.h"
 
 namespace qs {
 

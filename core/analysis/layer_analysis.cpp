@@ -5,8 +5,8 @@
 
 #include "kernels/common/error.h"
 #include "kernels/common/half.h"
-#include "kernels/formats/fp8.h"
-#include "kernels/formats/weight_codec.h"
+#include "kernels/quant/fp8.h"
+#include "kernels/quant/weight_codec.h"
 #include "kernels/stats/channel_stats.h"
 #include "kernels/stats/stats_ops.h"
 

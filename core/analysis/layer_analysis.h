@@ -10,8 +10,8 @@
 
 #include "core/model/model_file.h"
 #include "core/util/progress.h"
-#include "kernels/formats/error_metrics.h"
-#include "kernels/formats/quant_format.h"
+#include "kernels/quant/error_metrics.h"
+#include "kernels/quant/quant_format.h"
 #include "kernels/stats/histogram.h"
 
 namespace qs {

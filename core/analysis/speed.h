@@ -24,7 +24,7 @@
 #include "core/plan/layer_quant.h"
 #include "core/model/model_graph.h"
 #include "core/util/progress.h"
-#include "kernels/formats/quant_format.h"
+#include "kernels/quant/quant_format.h"
 
 namespace qs {
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/model/layer_ref.h"
-#include "kernels/formats/quant_format.h"
+#include "kernels/quant/quant_format.h"
 
 namespace qs {
 

@@ -7,7 +7,7 @@
 
 #include "core/export/model_export.h"
 #include "core/io/atomic_file.h"
-#include "kernels/formats/weight_codec.h"
+#include "kernels/quant/weight_codec.h"
 
 namespace qs::exportdetail {
 

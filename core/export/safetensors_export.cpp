@@ -15,7 +15,7 @@
 #include "core/plan/layer_names.h"
 #include "kernels/common/error.h"
 #include "kernels/common/half.h"
-#include "kernels/formats/fp8.h"
+#include "kernels/quant/fp8.h"
 
 namespace fs = std::filesystem;
 

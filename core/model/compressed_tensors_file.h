@@ -25,7 +25,7 @@
 #include "core/model/model_file.h"
 #include "core/plan/plan.h"
 #include "core/rounding/rounded_tensors.h"
-#include "kernels/formats/weight_codec.h"
+#include "kernels/quant/weight_codec.h"
 
 namespace qs {
 

@@ -24,7 +24,7 @@
 //   note          free text
 //
 // The weight, group_size, scale and activation of a layer together make one QuantFormat
-// (kernels/formats/quant_format.h); a combination the layer's shape cannot take (K not a
+// (kernels/quant/quant_format.h); a combination the layer's shape cannot take (K not a
 // multiple of the group size) is a validation error naming the plan file, the entry and field.
 #include <cstdint>
 #include <optional>
@@ -35,7 +35,7 @@
 #include "core/model/layer_ref.h"
 #include "core/model/model_graph.h"
 #include "core/plan/layer_quant.h"
-#include "kernels/formats/quant_format.h"
+#include "kernels/quant/quant_format.h"
 
 namespace qs {
 

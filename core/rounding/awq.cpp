@@ -7,7 +7,7 @@
 #include <string>
 
 #include "kernels/common/error.h"
-#include "kernels/formats/weight_codec.h"
+#include "kernels/quant/weight_codec.h"
 
 namespace qs {
 

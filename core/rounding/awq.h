@@ -16,7 +16,7 @@
 #include <span>
 #include <vector>
 
-#include "kernels/formats/quant_format.h"
+#include "kernels/quant/quant_format.h"
 
 namespace qs {
 

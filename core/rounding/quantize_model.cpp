@@ -13,7 +13,7 @@
 #include "core/runtime/evaluate.h"
 #include "kernels/backend/backend.h"
 #include "kernels/common/error.h"
-#include "kernels/formats/weight_codec.h"
+#include "kernels/quant/weight_codec.h"
 
 namespace qs {
 

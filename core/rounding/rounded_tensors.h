@@ -9,7 +9,7 @@
 #include <map>
 #include <vector>
 
-#include "kernels/formats/weight_codec.h"
+#include "kernels/quant/weight_codec.h"
 
 namespace qs {
 

@@ -7,7 +7,7 @@
 
 #include "kernels/backend/backend.h"
 #include "kernels/common/error.h"
-#include "kernels/formats/weight_codec.h"
+#include "kernels/quant/weight_codec.h"
 #include "kernels/gemm/gemm_ops.h"
 #include "kernels/ggml/ggml_activations.h"
 #include "kernels/ops/linear_formats.h"

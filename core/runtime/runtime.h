@@ -37,8 +37,8 @@
 #include "core/model/model_graph.h"
 #include "core/plan/layer_quant.h"
 #include "core/util/progress.h"
-#include "kernels/formats/quant_format.h"
-#include "kernels/formats/weight_codec.h"
+#include "kernels/quant/quant_format.h"
+#include "kernels/quant/weight_codec.h"
 #include "kernels/ops/transformer_ops.h"
 
 namespace qs {

@@ -7,7 +7,7 @@
 #include <span>
 
 #include "kernels/common/dtype.h"
-#include "kernels/formats/fp8.h"  // fp8E4M3ToFloat / fp8E5M2ToFloat (header-only, host + device)
+#include "kernels/quant/fp8.h"  // fp8E4M3ToFloat / fp8E5M2ToFloat (header-only, host + device)
 
 namespace qs {
 

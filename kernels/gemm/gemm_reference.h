@@ -16,7 +16,7 @@ namespace qs {
 //   INT8: code = clamp(rint(x * inv), -127, 127)   (Q = 127)
 //   FP8:  code = e4m3_satfinite_rne(x * inv)         (Q = 448)
 // Every product and quotient is one IEEE FP32 operation (no FMA).
-struct GemmQuantizedActivations {  // (kernels/formats has its own QuantizedActivations)
+struct GemmQuantizedActivations {  // (kernels/quant has its own QuantizedActivations)
   std::vector<int8_t> codes;  // [m, k]: INT8 values or E4M3 bit patterns
   std::vector<float> scales;  // [m]
 };

@@ -4,7 +4,7 @@
 
 #include "kernels/common/error.h"
 #include "kernels/common/half.h"
-#include "kernels/formats/fp8.h"
+#include "kernels/quant/fp8.h"
 
 namespace qs {
 

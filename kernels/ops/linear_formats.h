@@ -1,5 +1,5 @@
 #pragma once
-// How a quantization format (kernels/formats) runs as a linear layer on the GEMM op-set
+// How a quantization format (kernels/quant) runs as a linear layer on the GEMM op-set
 // (kernels/gemm), and the adapter between the two weight containers:
 //
 //   formats  QuantizedTensor   packed payload (INT4 two codes per byte, low nibble first, offset
@@ -16,8 +16,8 @@
 #include <optional>
 #include <string_view>
 
-#include "kernels/formats/quant_format.h"
-#include "kernels/formats/weight_codec.h"
+#include "kernels/quant/quant_format.h"
+#include "kernels/quant/weight_codec.h"
 #include "kernels/gemm/gemm_types.h"
 
 namespace qs {

@@ -12,9 +12,9 @@
 
 #include "kernels/common/error.h"
 #include "kernels/common/half.h"
-#include "kernels/formats/activation_codec.h"
+#include "kernels/quant/activation_codec.h"
 #include "kernels/ggml/ggml_activations.h"
-#include "kernels/formats/weight_codec.h"
+#include "kernels/quant/weight_codec.h"
 #include "kernels/ops/cpu_transformer_ops.h"
 
 namespace qs {

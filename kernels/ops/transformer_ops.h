@@ -17,7 +17,7 @@
 #include <memory>
 #include <string_view>
 
-#include "kernels/formats/quant_format.h"
+#include "kernels/quant/quant_format.h"
 
 namespace qs {
 
@@ -127,7 +127,7 @@ class TransformerOps {
                            int64_t cols, float* dst);
 
   // Fake quantisation (quantise then dequantise), bit for bit the formats codecs
-  // (kernels/formats): weights w [rows, cols] → out (may be w); activations in place,
+  // (kernels/quant): weights w [rows, cols] → out (may be w); activations in place,
   // x [rows = tokens, cols]. A static per-tensor spec uses `staticScale` (from calibration;
   // finite and ≥ 0, else BadInput).
   virtual void fakeQuantWeight(const WeightSpec& spec, const float* w, int64_t rows, int64_t cols,

@@ -3,7 +3,7 @@
 // column, feeding each column's rounding error forward into the columns not yet quantised
 // through the inverse of the layer's input Gram matrix H = Σ xᵀx (the Hessian of the layer's
 // squared output error, up to a factor 2). The result is in the same format, with the same
-// codes-and-scales layout, as the round-to-nearest codecs of kernels/formats: only which code
+// codes-and-scales layout, as the round-to-nearest codecs of kernels/quant: only which code
 // each weight gets differs.
 //
 // The algorithm, as both implementations run it:
@@ -48,8 +48,8 @@
 #include <string_view>
 #include <vector>
 
-#include "kernels/formats/quant_format.h"
-#include "kernels/formats/weight_codec.h"
+#include "kernels/quant/quant_format.h"
+#include "kernels/quant/weight_codec.h"
 #include "kernels/rounding/gptq_math.h"
 
 namespace qs {
@@ -62,7 +62,7 @@ struct GptqOptions {
 };
 
 struct GptqResult {
-  QuantizedTensor quantized;     // codes and scales in the spec's format (kernels/formats)
+  QuantizedTensor quantized;     // codes and scales in the spec's format (kernels/quant)
   std::vector<float> dequantized;  // [rows, cols]: what the quantised layer computes with
   double dampingUsed = 0;        // the λ that worked
   int deadColumns = 0;           // inputs with H_jj = 0
@@ -138,7 +138,7 @@ void chooseGroupScale(const WeightSpec& spec, const float* values, int64_t n, ui
                       uint8_t& zero);
 
 // The codec's fake-quantised value of x in a cell with the given scale bits and zero point
-// (INT sym/asym, FP8), as kernels/formats/weight_codec.cpp computes it.
+// (INT sym/asym, FP8), as kernels/quant/weight_codec.cpp computes it.
 float fakeQuantValue(const WeightSpec& spec, float x, uint16_t scaleBits, int zero);
 
 // Puts the processing-order result back in the original order, encodes it with the scales

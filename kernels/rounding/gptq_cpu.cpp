@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "kernels/common/error.h"
-#include "kernels/formats/parallel.h"
+#include "kernels/common/parallel.h"
 #include "kernels/rounding/gptq.h"
 
 namespace qs {

@@ -1,12 +1,12 @@
 #pragma once
 // The per-value arithmetic of GPTQ's column loop, header-only so the CPU reference and the CUDA
-// kernel run the same IEEE operations (kernels/formats/quant_math.h has the codec rules these
+// kernel run the same IEEE operations (kernels/quant/quant_math.h has the codec rules these
 // follow: the same scale rounding, reciprocal and round-half-even as the RTN codecs).
 #include <cmath>
 #include <cstdint>
 
-#include "kernels/formats/fp8.h"
-#include "kernels/formats/quant_math.h"
+#include "kernels/quant/fp8.h"
+#include "kernels/quant/quant_math.h"
 
 namespace qs {
 

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "kernels/common/error.h"
-#include "kernels/formats/parallel.h"
+#include "kernels/common/parallel.h"
 
 namespace qs {
 

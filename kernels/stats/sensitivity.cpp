@@ -5,8 +5,8 @@
 #include <string>
 
 #include "kernels/common/error.h"
-#include "kernels/formats/parallel.h"
-#include "kernels/formats/weight_codec.h"
+#include "kernels/common/parallel.h"
+#include "kernels/quant/weight_codec.h"
 
 namespace qs {
 

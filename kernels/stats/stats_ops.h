@@ -1,7 +1,7 @@
 #pragma once
 // Calibration statistics and the fast sensitivity proxy as a Backend op-set (Backend::stats()).
 // Two implementations behind this interface: the CPU reference (stats_ops_cpu.cpp, built on the
-// functions of this folder and kernels/formats) and the CUDA one (kernels/cuda/stats), which
+// functions of this folder and kernels/quant) and the CUDA one (kernels/cuda/stats), which
 // must give the same results — exactly for counts, histograms, min/max, percentiles, chosen
 // scales and fake-quantised values; within the bounds stated in each header for float sums.
 //
@@ -18,8 +18,8 @@
 #include <string_view>
 #include <vector>
 
-#include "kernels/formats/quant_format.h"
-#include "kernels/formats/weight_codec.h"
+#include "kernels/quant/quant_format.h"
+#include "kernels/quant/weight_codec.h"
 #include "kernels/stats/channel_stats.h"
 #include "kernels/stats/entropy_calibration.h"
 #include "kernels/stats/histogram.h"

@@ -1,4 +1,4 @@
-// The CPU reference StatsOps: the functions of kernels/stats and kernels/formats.
+// The CPU reference StatsOps: the functions of kernels/stats and kernels/quant.
 #include <string>
 
 #include "kernels/common/error.h"

@@ -26,7 +26,7 @@
 #include "core/util/datasets.h"
 #include "kernels/backend/backend.h"
 #include "kernels/common/error.h"
-#include "kernels/formats/weight_codec.h"
+#include "kernels/quant/weight_codec.h"
 #include "kernels/ops/cpu_transformer_ops.h"
 #include "kernels/stats/stats_ops.h"
 #include "tests/test_util.h"

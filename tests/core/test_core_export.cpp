@@ -25,7 +25,7 @@
 #include "core/runtime/runtime.h"
 #include "kernels/common/error.h"
 #include "kernels/stats/stats_ops.h"
-#include "kernels/formats/weight_codec.h"
+#include "kernels/quant/weight_codec.h"
 #include "kernels/ops/cpu_transformer_ops.h"
 #include "tests/core/python_fixture.h"
 #include "tests/test_util.h"

@@ -25,7 +25,7 @@
 #include "core/runtime/runtime.h"
 #include "kernels/backend/backend.h"
 #include "kernels/common/error.h"
-#include "kernels/formats/weight_codec.h"
+#include "kernels/quant/weight_codec.h"
 #include "kernels/ggml/ggml_types.h"
 #include "tests/test_util.h"
 

@@ -5,7 +5,7 @@
 
 #include "core/analysis/layer_analysis.h"
 #include "kernels/common/error.h"
-#include "kernels/formats/weight_codec.h"
+#include "kernels/quant/weight_codec.h"
 #include "tests/test_util.h"
 
 using namespace qs;

@@ -1,4 +1,4 @@
-// kernels/formats: QuantFormat (traits, string form, validation, storage), FP8 conversion
+// kernels/quant: QuantFormat (traits, string form, validation, storage), FP8 conversion
 // against an independent exact reference, and the shared scalar math (FP16 round-up scales,
 // round half to even).
 #include <QtTest>
@@ -9,9 +9,9 @@
 
 #include "kernels/common/error.h"
 #include "kernels/common/half.h"
-#include "kernels/formats/fp8.h"
-#include "kernels/formats/quant_format.h"
-#include "kernels/formats/quant_math.h"
+#include "kernels/quant/fp8.h"
+#include "kernels/quant/quant_format.h"
+#include "kernels/quant/quant_math.h"
 
 using namespace qs;
 

@@ -1,4 +1,4 @@
-// kernels/formats weight codecs: property tests over formats × odd shapes × inputs (Gaussian,
+// kernels/quant weight codecs: property tests over formats × odd shapes × inputs (Gaussian,
 // outlier-heavy, per-channel scaled), seeded. Error bounds are written per format below.
 #include <QtTest>
 #include <bit>
@@ -7,10 +7,10 @@
 #include <random>
 
 #include "kernels/common/error.h"
-#include "kernels/formats/error_metrics.h"
-#include "kernels/formats/parallel.h"
-#include "kernels/formats/quant_format.h"
-#include "kernels/formats/weight_codec.h"
+#include "kernels/quant/error_metrics.h"
+#include "kernels/common/parallel.h"
+#include "kernels/quant/quant_format.h"
+#include "kernels/quant/weight_codec.h"
 
 using namespace qs;
 

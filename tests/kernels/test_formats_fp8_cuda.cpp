@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "kernels/common/half.h"
-#include "kernels/formats/fp8.h"
+#include "kernels/quant/fp8.h"
 
 using namespace qs;
 

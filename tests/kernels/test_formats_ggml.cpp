@@ -1,4 +1,4 @@
-// The ggml block types as plan formats (kernels/formats): their format strings, their storage
+// The ggml block types as plan formats (kernels/quant): their format strings, their storage
 // (exactly ggml's block bytes), and the codec path (quantize / dequantize / fake-quant), which
 // must equal kernels/ggml's quantizers (byte-identical to llama-quantize, tests/kernels/
 // test_ggml_quants.cpp) bit for bit, with and without an importance vector.
@@ -8,9 +8,9 @@
 #include <random>
 
 #include "kernels/common/error.h"
-#include "kernels/formats/parallel.h"
-#include "kernels/formats/quant_format.h"
-#include "kernels/formats/weight_codec.h"
+#include "kernels/common/parallel.h"
+#include "kernels/quant/quant_format.h"
+#include "kernels/quant/weight_codec.h"
 #include "kernels/ggml/ggml_types.h"
 #include "kernels/stats/sensitivity.h"
 

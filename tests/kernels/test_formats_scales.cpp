@@ -7,10 +7,10 @@
 #include <random>
 
 #include "kernels/common/error.h"
-#include "kernels/formats/activation_codec.h"
-#include "kernels/formats/error_metrics.h"
-#include "kernels/formats/quant_format.h"
-#include "kernels/formats/weight_codec.h"
+#include "kernels/quant/activation_codec.h"
+#include "kernels/quant/error_metrics.h"
+#include "kernels/quant/quant_format.h"
+#include "kernels/quant/weight_codec.h"
 #include "kernels/stats/entropy_calibration.h"
 #include "kernels/stats/histogram.h"
 

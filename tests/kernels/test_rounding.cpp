@@ -7,7 +7,7 @@
 
 #include "kernels/backend/backend.h"
 #include "kernels/common/error.h"
-#include "kernels/formats/weight_codec.h"
+#include "kernels/quant/weight_codec.h"
 #include "kernels/rounding/gptq.h"
 
 using namespace qs;

@@ -8,7 +8,7 @@
 #include <random>
 
 #include "kernels/common/error.h"
-#include "kernels/formats/weight_codec.h"
+#include "kernels/quant/weight_codec.h"
 #include "kernels/rounding/gptq.h"
 
 using namespace qs;

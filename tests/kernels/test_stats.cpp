@@ -8,9 +8,9 @@
 
 #include "kernels/backend/backend.h"
 #include "kernels/common/error.h"
-#include "kernels/formats/parallel.h"
-#include "kernels/formats/quant_math.h"
-#include "kernels/formats/weight_codec.h"
+#include "kernels/common/parallel.h"
+#include "kernels/quant/quant_math.h"
+#include "kernels/quant/weight_codec.h"
 #include "kernels/stats/channel_stats.h"
 #include "kernels/stats/sensitivity.h"
 #include "kernels/stats/stats_ops.h"

@@ -25,7 +25,7 @@
 #include "kernels/cuda/stats/cuda_check.h"
 #include "kernels/cuda/stats/histogram.cuh"
 #include "kernels/cuda/stats/sensitivity.cuh"
-#include "kernels/formats/weight_codec.h"
+#include "kernels/quant/weight_codec.h"
 #include "kernels/stats/stats_ops.h"
 
 using namespace qs;

@@ -17,7 +17,7 @@
 #include "kernels/backend/backend.h"
 #include "kernels/common/error.h"
 #include "kernels/cuda/ops/cuda_transformer_ops.h"
-#include "kernels/formats/weight_codec.h"
+#include "kernels/quant/weight_codec.h"
 #include "kernels/ops/cpu_transformer_ops.h"
 
 using namespace qs;

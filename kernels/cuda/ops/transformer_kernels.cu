@@ -12,8 +12,8 @@
 
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/ops/transformer_launch.h"
-#include "kernels/formats/fp8.h"
-#include "kernels/formats/quant_math.h"
+#include "kernels/quant/fp8.h"
+#include "kernels/quant/quant_math.h"
 
 namespace qs::cuda_ops {
 

@@ -22,7 +22,7 @@
 #include "kernels/cuda/stats/histogram.cuh"
 #include "kernels/cuda/stats/sensitivity.cuh"
 #include "kernels/device/device_info.h"
-#include "kernels/formats/parallel.h"
+#include "kernels/common/parallel.h"
 #include "kernels/stats/calib_bench.h"
 #include "kernels/stats/stats_ops.h"
 

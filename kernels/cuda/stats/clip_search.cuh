@@ -1,6 +1,6 @@
 #pragma once
 // MSE-optimal clip search on the device for several weight formats in one pass over W
-// (CPU reference: chooseWeightScales with ScaleMethod::MseClip, kernels/formats).
+// (CPU reference: chooseWeightScales with ScaleMethod::MseClip, kernels/quant).
 //
 // Kernel layout: one block (8 warps) per row of W, the row staged once in shared memory as
 // float; then for every spec, every cell (group of K, or the whole row) and every chunk of 32
@@ -22,7 +22,7 @@
 
 #include "kernels/cuda/stats/cuda_check.h"
 #include "kernels/cuda/stats/device_matrix.cuh"
-#include "kernels/formats/weight_codec.h"
+#include "kernels/quant/weight_codec.h"
 
 namespace qs::cuda_stats {
 

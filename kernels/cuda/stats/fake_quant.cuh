@@ -1,5 +1,5 @@
 #pragma once
-// Device-side fake quantisation, the CPU codecs' arithmetic (kernels/formats/quant_math.h and
+// Device-side fake quantisation, the CPU codecs' arithmetic (kernels/quant/quant_math.h and
 // weight_codec.cpp) operation for operation: scales from clip ranges, the quantisers of one
 // cell, and the cell's squared error in the CPU's summation order. Every product that feeds an
 // addition is written with an explicitly rounded intrinsic (__fmul_rn, __dmul_rn): nvcc would
@@ -8,9 +8,9 @@
 
 #include <cstdint>
 
-#include "kernels/formats/fp8.h"
-#include "kernels/formats/quant_format.h"
-#include "kernels/formats/quant_math.h"
+#include "kernels/quant/fp8.h"
+#include "kernels/quant/quant_format.h"
+#include "kernels/quant/quant_math.h"
 
 namespace qs::cuda_stats {
 

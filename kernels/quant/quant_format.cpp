@@ -1,4 +1,4 @@
-#include "kernels/formats/quant_format.h"
+#include "kernels/quant/quant_format.h"
 
 #include <array>
 #include <cctype>

@@ -16,7 +16,7 @@
 // involved, so the result does not depend on how the compiler treats float operations.
 #include <cstdint>
 
-#include "kernels/formats/hd.h"
+#include "kernels/quant/hd.h"
 
 namespace qs {
 namespace fp8detail {

@@ -29,7 +29,7 @@
 #include <string_view>
 #include <vector>
 
-#include "kernels/formats/quant_format.h"
+#include "kernels/quant/quant_format.h"
 
 namespace qs {
 

@@ -1,4 +1,4 @@
-#include "kernels/formats/weight_codec.h"
+#include "kernels/quant/weight_codec.h"
 
 #include <Eigen/Core>
 #include <algorithm>
@@ -9,8 +9,8 @@
 
 #include "kernels/common/error.h"
 #include "kernels/common/storage_convert.h"
-#include "kernels/formats/parallel.h"
-#include "kernels/formats/quant_math.h"
+#include "kernels/common/parallel.h"
+#include "kernels/quant/quant_math.h"
 #include "kernels/ggml/ggml_types.h"
 #include "kernels/stats/entropy_calibration.h"
 

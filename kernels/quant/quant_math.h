@@ -18,8 +18,8 @@
 // rounds.
 #include <cstdint>
 
-#include "kernels/formats/fp8.h"
-#include "kernels/formats/hd.h"
+#include "kernels/quant/fp8.h"
+#include "kernels/quant/hd.h"
 
 namespace qs {
 

@@ -1,4 +1,4 @@
-#include "kernels/formats/activation_codec.h"
+#include "kernels/quant/activation_codec.h"
 
 #include <Eigen/Core>
 #include <cmath>
@@ -7,8 +7,8 @@
 #include "kernels/common/error.h"
 #include "kernels/common/half.h"
 #include "kernels/common/storage_convert.h"
-#include "kernels/formats/parallel.h"
-#include "kernels/formats/quant_math.h"
+#include "kernels/common/parallel.h"
+#include "kernels/quant/quant_math.h"
 #include "kernels/stats/entropy_calibration.h"
 
 namespace qs {

@@ -1,4 +1,4 @@
-#include "kernels/formats/error_metrics.h"
+#include "kernels/quant/error_metrics.h"
 
 #include <cmath>
 #include <limits>
@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "kernels/common/error.h"
-#include "kernels/formats/parallel.h"
+#include "kernels/common/parallel.h"
 
 namespace qs {
 namespace {

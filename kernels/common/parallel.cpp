@@ -1,4 +1,4 @@
-#include "kernels/formats/parallel.h"
+#include "kernels/common/parallel.h"
 
 #include <algorithm>
 #include <atomic>

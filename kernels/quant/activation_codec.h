@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "kernels/formats/quant_format.h"
+#include "kernels/quant/quant_format.h"
 #include "kernels/stats/histogram.h"
 
 namespace qs {
