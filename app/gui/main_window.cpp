@@ -338,7 +338,9 @@ void MainWindow::buildUi() {
   // Labs (issue 13): the course chapters as a tab; they work on the window's model.
   auto* labsPanel = new labs::LabsPanel(jobs_);
   tabs_->addTab(labsPanel, tr("Labs"));
-  connect(this, &MainWindow::modelLoaded, labsPanel, [this, labsPanel] { labsPanel->setModel(model_); });
+  // The labs run on the workspace's engine (its model, backend and runtime).
+  connect(workspace_, &Workspace::engineChanged, labsPanel, &labs::LabsPanel::setEngine);
+  labsPanel->setEngine(workspace_->engine());
   // The labs need the width: the model panel narrows while they are shown, and comes back after.
   connect(tabs_, &QTabWidget::currentChanged, this, [this, labsPanel, dock, wide = 0](int) mutable {
     const bool labs = tabs_->currentWidget() == labsPanel;

@@ -31,6 +31,7 @@
 #include "core/analysis/calibrate.h"
 #include "core/analysis/sensitivity.h"
 #include "core/analysis/speed.h"
+#include "core/engine/engine.h"
 #include "core/model/model_file.h"
 #include "core/plan/model_hash.h"
 #include "core/plan/plan.h"
@@ -74,57 +75,24 @@ uint32_t groupForAllLayers(const ModelGraph& g) {
 }
 }  // namespace
 
-struct Workspace::EngineRuntime {
-  // What the runtime uses, kept alive as long as it is (declared first: destroyed after it).
-  std::shared_ptr<ModelFile> model;
-  std::shared_ptr<Backend> backend;
-  std::unique_ptr<Runtime> runtime;  // built by the first job that needs it, on the job thread
-  bool broken = false;               // a job failed inside it: the next one builds it again
-};
-
 struct Workspace::Prepared {
-  std::shared_ptr<ModelFile> model;
-  ModelGraph graph;
-  std::shared_ptr<Backend> backend;
-  std::shared_ptr<EngineRuntime> engine;
-  std::shared_ptr<std::atomic<int>> builds;
-
-  // The engine's runtime, built on first use (job thread only), its KV cache reset. A job that
-  // throws marks it for a rebuild (a device error can leave it unusable).
-  Runtime& runtime(const JobContext& ctx) const {
-    if (!engine->runtime || engine->broken) {
-      engine->runtime.reset();
-      engine->broken = false;
-      engine->model = model;
-      engine->backend = backend;
-      engine->runtime = std::make_unique<Runtime>(*model, graph, *backend, RuntimeOptions{}, &ctx);
-      ++*builds;
-    }
-    engine->runtime->reset();
-    return *engine->runtime;
-  }
-  // Held while a job uses the runtime: leaving by an exception marks it for a rebuild (a device
-  // error can leave it unusable; the jobs restore it on a cancellation, but rebuilding is safe).
-  struct RuntimeUse {
-    const Prepared& p;
-    int before = std::uncaught_exceptions();
-    ~RuntimeUse() {
-      if (std::uncaught_exceptions() > before) p.engine->broken = true;
-    }
-  };
+  // The engine the job runs on (its model, backend and one runtime): job thread only, beyond the
+  // identity getters.
+  std::shared_ptr<Engine> engine;
+  const ModelGraph& graph() const { return engine->graph(); }
+  Backend& backend() const { return engine->backend(); }
+  // The engine's runtime (built by the first job), its KV cache reset.
+  Runtime& runtime(const JobContext& ctx) const { return engine->runtime(ctx); }
   std::string modelPath, hash, textPath;
   int64_t tokens = 0;
   std::shared_ptr<const CalibrationResult> calibration;
 
   // The evaluation text as token ids, and the BOS id the windows start with.
   std::vector<int32_t> tokenize(int32_t* bos) const {
-    auto tok = findTokenizer(*model, {});
-    if (!tok)
-      throw Error(ErrorKind::BadInput, "no tokenizer found for the model (none inside it or beside it)", modelPath,
-                  "tokenizer");
-    *bos = tok->sequenceStart();
+    const Tokenizer& tok = engine->tokenizer();
+    *bos = tok.sequenceStart();
     // The one bounded text reader: only the bytes `tokens` tokens can need (never a FIFO).
-    return tok->encode(readTextFile(textPath, textBytesForTokens(*tok, tokens)), {});
+    return tok.encode(readTextFile(textPath, textBytesForTokens(tok, tokens)), {});
   }
   EvalOptions eval(int32_t bos) const {
     EvalOptions o;
@@ -320,11 +288,18 @@ void Workspace::flushSession() {
   if (!saveSessionNow(&err)) emit message(tr("Session not saved: %1").arg(err));
 }
 
-int Workspace::runtimeBuilds() const { return runtimeBuilds_->load(); }
+int Workspace::runtimeBuilds() const { return retiredBuilds_ + (engine_ ? engine_->runtimeBuilds() : 0); }
 
 void Workspace::setBackend(std::shared_ptr<Backend> backend) {
   backend_ = std::move(backend);
-  engine_.reset();  // a runtime lives on one backend
+  makeEngine();  // a runtime lives on one backend
+}
+
+void Workspace::makeEngine() {
+  if (engine_) retiredBuilds_ += engine_->runtimeBuilds();
+  // Queued jobs keep the engine they were prepared with; the next ones get this one.
+  engine_ = model_ && backend_ ? std::make_shared<Engine>(model_, graph_, backend_) : nullptr;
+  emit engineChanged(engine_);
 }
 
 void Workspace::setModel(std::shared_ptr<ModelFile> model, const QString& path) {
@@ -337,7 +312,6 @@ void Workspace::setModel(std::shared_ptr<ModelFile> model, const QString& path) 
     autosaveNow();  // the previous model's session first
   }
   model_ = std::move(model);
-  engine_.reset();  // the next job builds the new model's runtime (queued jobs keep theirs)
   modelPath_ = path;
   session_ = Session{};
   partialSweep_.reset();
@@ -349,8 +323,12 @@ void Workspace::setModel(std::shared_ptr<ModelFile> model, const QString& path) 
   planEditor_->clearModel();
   planEditor_->setSensitivity(nullptr);
   planEditor_->setSpeed(nullptr, 1);
-  if (!model_) return;
+  if (!model_) {
+    makeEngine();
+    return;
+  }
   graph_ = buildModelGraph(*model_);
+  makeEngine();  // the next job builds the new model's runtime
   hash_ = sampledModelHash(*model_);
   const widgets::LayerLabels labels(graph_);
   sensitivityView_->setLayerLabels(labels);
@@ -452,12 +430,7 @@ std::shared_ptr<const Workspace::Prepared> Workspace::prepare(bool needText) con
                                         "analysis jobs that run it are not available (weight analysis is)",
                 modelPath_.toStdString());
   auto p = std::make_shared<Prepared>();
-  p->model = model_;
-  p->graph = graph_;
-  p->backend = backend_;
-  if (!engine_) engine_ = std::make_shared<EngineRuntime>();
   p->engine = engine_;
-  p->builds = runtimeBuilds_;
   p->modelPath = modelPath_.toStdString();
   p->hash = hash_;
   p->textPath = textPath_.toStdString();
@@ -485,10 +458,10 @@ void Workspace::calibrate() {
     ctx.progress(0, "tokenizing");
     const std::vector<int32_t> ids = p->tokenize(&bos);
     Runtime& rt = p->runtime(ctx);
-    const Prepared::RuntimeUse use{*p};
+    const Engine::Use use{*p->engine};
     CalibrationOptions o;
     o.eval = p->eval(bos);
-    auto r = std::make_shared<CalibrationResult>(runCalibration(rt, p->backend->stats(), ids, o, ctx));
+    auto r = std::make_shared<CalibrationResult>(runCalibration(rt, p->backend().stats(), ids, o, ctx));
     r->textSource = QFileInfo(QString::fromStdString(p->textPath)).fileName().toStdString();
     return [this, r] {
       session_.calibration = *r;
@@ -508,7 +481,7 @@ void Workspace::runSensitivity() {
   // Automatic: the estimate where an exact sweep is slow (the CPU) and it can rest on something
   // (the estimate prices formats by their activation-weighted error, from the calibration).
   const SensitivityMode mode = modeChoice >= 0 ? SensitivityMode(modeChoice)
-                               : p->backend->kind() == BackendKind::Cpu && p->calibration ? SensitivityMode::Estimate
+                               : p->backend().kind() == BackendKind::Cpu && p->calibration ? SensitivityMode::Estimate
                                                                                            : SensitivityMode::Exact;
   // A cancelled sweep (the session's table has cells left to measure) resumes: the cells it
   // measured are kept when the tokens, text and model are the same (runSensitivity checks).
@@ -520,7 +493,7 @@ void Workspace::runSensitivity() {
     ctx.progress(0, "tokenizing");
     const std::vector<int32_t> ids = p->tokenize(&bos);
     Runtime& rt = p->runtime(ctx);
-    const Prepared::RuntimeUse use{*p};
+    const Engine::Use use{*p->engine};
     SensitivityOptions o;
     o.eval = p->eval(bos);
     o.textSource = QFileInfo(QString::fromStdString(p->textPath)).fileName().toStdString();
@@ -548,7 +521,7 @@ void Workspace::runSensitivity() {
     std::shared_ptr<SensitivityResult> r;
     try {
       r = std::make_shared<SensitivityResult>(
-          qs::runSensitivity(rt, p->backend->stats(), ids, p->calibration.get(), o, ctx, cb));
+          qs::runSensitivity(rt, p->backend().stats(), ids, p->calibration.get(), o, ctx, cb));
     } catch (const Error& e) {
       // Every measured cell, not only the finished rows, reaches the GUI before the job's
       // cancellation does (both are queued to the GUI thread, in this order).
@@ -578,7 +551,7 @@ void Workspace::runSensitivity() {
 Workspace::RoundingSource Workspace::roundingSource() const {
   std::shared_ptr<const Prepared> p = prepare(true);
   RoundingSource r;
-  r.backend = p->backend;
+  r.backend = p->engine->backendPtr();
   r.calibrationTokens = [p](int32_t* bos, int64_t maxSeq) {
     const std::vector<int32_t> ids = p->tokenize(bos);
     const auto cal = calibrationAfterEvaluation(ids, p->eval(*bos), maxSeq, kRoundingCalibrationTokens);
@@ -608,19 +581,19 @@ void Workspace::runPlan(const QString& runName) {
     ctx.progress(0, "tokenizing");
     const std::vector<int32_t> ids = p->tokenize(&bos);
     Runtime& rt = p->runtime(ctx);
-    const Prepared::RuntimeUse use{*p};
+    const Engine::Use use{*p->engine};
     const LayerQuants formats = resolved->quants(rt.linears().size());
     AccumulationOptions o;
     o.eval = p->eval(bos);
     if (needsRounding(formats)) {  // GPTQ / AWQ / SmoothQuant: calibrated on the text after the evaluated part
       o.rounding.calibration = calibrationAfterEvaluation(ids, o.eval, rt.maxSeq(), kRoundingCalibrationTokens);
-      o.rounding.gptq = &p->backend->gptq();
+      o.rounding.gptq = &p->backend().gptq();
       o.rounding.options.bos = bos;
     }
     auto last = std::make_shared<Clock::time_point>(Clock::now() - kLiveInterval);
     auto r = std::make_shared<AccumulationResult>(runAccumulation(
         rt, ids, formats, p->calibration.get(), o, ctx,
-        [self, name, last, model = p->model](const AccumulationResult& soFar, int64_t, int block) {
+        [self, name, last, model = p->engine->modelPtr()](const AccumulationResult& soFar, int64_t, int block) {
           if (block >= 0 && Clock::now() - *last < kLiveInterval) return;  // batch ends always show
           *last = Clock::now();
           auto copy = std::make_shared<AccumulationResult>(soFar);
@@ -723,8 +696,8 @@ void Workspace::measureSpeed(qint64 tokens) {
     SpeedOptions o;
     o.plan = plan;
     o.tokenCounts = {int64_t(tokens)};
-    auto r = std::make_shared<SpeedResult>(qs::measureSpeed(*p->backend, p->graph, o, ctx));
-    return [self, r, name, tokens, model = p->model] {
+    auto r = std::make_shared<SpeedResult>(qs::measureSpeed(p->backend(), p->graph(), o, ctx));
+    return [self, r, name, tokens, model = p->engine->modelPtr()] {
       if (!self || self->model_ != model) return;
       self->session_.speed = r->table;
       self->showSpeed(name, r->table, r->planTotals.empty() ? widgets::RunCurve::nan : r->planTotals[0].speedup());
@@ -747,14 +720,14 @@ void Workspace::measureTokensPerSecond() {
   jobs_->submit(QStringLiteral("throughput"), tr("Measuring tokens/s"),
                 [p, self, resolved, name](const JobContext& ctx) -> std::function<void()> {
     Runtime& rt = p->runtime(ctx);
-    const Prepared::RuntimeUse use{*p};
+    const Engine::Use use{*p->engine};
     const LayerQuants formats = resolved->quants(rt.linears().size());
     ThroughputOptions o;
     o.decodeTokens = 64;
     o.promptTokens = std::min<int64_t>(256, rt.maxSeq() - o.decodeTokens);
     o.repeat = 3;  // the median of three: one run of a small model is at the mercy of the scheduler
     auto r = std::make_shared<ThroughputComparison>(qs::measureThroughput(rt, formats, name.toStdString(), o, ctx));
-    return [self, r, model = p->model, device = QString::fromStdString(p->backend->name())] {
+    return [self, r, model = p->engine->modelPtr(), device = QString::fromStdString(p->backend().name())] {
       if (!self || self->model_ != model) return;
       self->throughput_->setText(
           tr("%1: prefill %2 tok/s (%3× FP16), decode %4 tok/s (%5× FP16) — %6 tokens then %7 steps on %8, median of 3")

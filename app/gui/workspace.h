@@ -35,6 +35,7 @@ class QLineEdit;
 
 namespace qs {
 class Backend;
+class Engine;
 class ModelFile;
 }  // namespace qs
 namespace qs::widgets {
@@ -69,6 +70,8 @@ class Workspace : public QObject {
   // How many times the jobs built a Runtime of a model (every job of one model and backend shares
   // the engine's one: calibrate, sweep, run, tokens/s).
   int runtimeBuilds() const;
+  // The engine of the model and backend (null until both are there): the labs run on it.
+  std::shared_ptr<Engine> engine() const { return engine_; }
 
   // The text every job evaluates on (a file; tokens = 0: all of it, capped by the job).
   void setEvalText(const QString& path, qint64 tokens);
@@ -121,6 +124,8 @@ class Workspace : public QObject {
   static QString datasetsTextDir();
 
  signals:
+  // A new engine (model or backend changed; null: no model or no backend yet).
+  void engineChanged(std::shared_ptr<qs::Engine> engine);
   void calibrationChanged();
   void sensitivityChanged();
   void runChanged(const QString& name);
@@ -136,13 +141,12 @@ class Workspace : public QObject {
 
  private:
   struct Prepared;  // what a job needs, copied for the worker thread
-  // The engine's runtime: one per (model, backend), built on the job thread by the first job
-  // that runs the model and re-planned, never rebuilt, by the next ones. Only the job thread
-  // touches it (JobRunner has one worker); every job leaves it as it found it (core/analysis's
-  // jobs restore plans, taps and weights however they end).
-  struct EngineRuntime;
-  mutable std::shared_ptr<EngineRuntime> engine_;
-  std::shared_ptr<std::atomic<int>> runtimeBuilds_ = std::make_shared<std::atomic<int>>(0);
+  // The engine (core/engine/engine.h): one per (model, backend); its runtime is built on the job
+  // thread by the first job that runs the model and re-planned, never rebuilt, by the next ones
+  // and by the labs. Made again when the model or the backend changes.
+  std::shared_ptr<Engine> engine_;
+  int retiredBuilds_ = 0;  // runtime builds of the engines replaced before this one
+  void makeEngine();
   std::shared_ptr<const Prepared> prepare(bool needText) const;
   std::shared_ptr<const Prepared> prepareOrSay(bool needText);  // null after showing why
   void buildPages();

@@ -172,21 +172,13 @@ uint64_t applyPlan(Runtime& rt, const std::function<std::string(const std::strin
     const std::string text = formatFor(l->weightName);
     if (text.empty() || text == "fp16") {
       bytes += uint64_t(rows * cols) * 2;
-      if (text == "fp16") {
-        auto w = rt.linearWeight(i);
-        std::vector<float> q(w.begin(), w.end());
-        fakeQuantWeight(parseQuantFormat("fp16").weight, w, q, rows, cols, l->weightName);
-        rt.setLinearWeight(i, std::move(q));
-      }
+      if (text == "fp16") rt.setLinearFormat(i, parseQuantFormat("fp16"));
       continue;
     }
     const QuantFormat f = fittedFormat(text, cols);
     if (fallbacks && formatToString(f) != formatToString(parseQuantFormat(text)))
       fallbacks->push_back(l->weightName);
-    auto w = rt.linearWeight(i);
-    std::vector<float> q(w.size());
-    fakeQuantWeight(f.weight, w, q, rows, cols, l->weightName);
-    rt.setLinearWeight(i, std::move(q));
+    rt.setLinearFormat(i, f);
     bytes += quantStorage(f.weight, rows, cols).totalBytes();
   }
   return bytes;

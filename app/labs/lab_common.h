@@ -46,8 +46,10 @@ double meanKl(const std::vector<float>& ref, const std::vector<float>& approx, i
 double perplexityFromLogits(const std::vector<float>& logits, const std::vector<int32_t>& tokens,
                             int64_t vocab);
 
-// Fake-quantises every linear layer of the runtime whose name passes `formatFor` (returns the
-// format text, empty = leave it). Formats whose group does not divide K fall back to per-channel
+// Sets the format of every linear layer of the runtime whose name passes `formatFor` (returns the
+// format text, empty = leave it): the runtime packs the weight for the backend's GEMM kernels —
+// the Run tab's path — and fake-quantizes only formats no kernel runs. Undo with
+// RuntimeWeightsGuard. Formats whose group does not divide K fall back to per-channel
 // scales (and the layer is listed in *fallbacks). Returns the quantised weight bytes (+ the
 // untouched layers at FP16).
 uint64_t applyPlan(Runtime& rt, const std::function<std::string(const std::string& layer)>& formatFor,

@@ -6,38 +6,37 @@
 #include "core/io/regular_file.h"
 #include "core/util/datasets.h"
 #include "kernels/common/error.h"
-#include "kernels/ops/cpu_transformer_ops.h"
 
 namespace qs::labs {
 
-LabEnv::LabEnv(std::shared_ptr<const ModelFile> model) : model_(std::move(model)) {
-  if (!model_) throw Error(ErrorKind::BadInput, "no model loaded", "labs");
+LabEnv::LabEnv(std::shared_ptr<Engine> engine) : engine_(std::move(engine)) {
+  if (!engine_) throw Error(ErrorKind::BadInput, "no model loaded", "labs");
 }
 
 LabEnv::~LabEnv() = default;
 
 std::vector<std::string> LabEnv::linearNames() const {
   std::vector<std::string> names;
-  for (const LinearLayer* l : model_->graph().allLinears())
+  for (const LinearLayer* l : model().graph().allLinears())
     if (l->outFeatures > 0 && l->inFeatures > 0) names.push_back(l->weightName);
   return names;
 }
 
 std::vector<std::string> LabEnv::linearNamesDivisible(int64_t group) const {
   std::vector<std::string> names;
-  for (const LinearLayer* l : model_->graph().allLinears())
+  for (const LinearLayer* l : model().graph().allLinears())
     if (l->outFeatures > 0 && l->inFeatures > 0 && l->inFeatures % group == 0)
       names.push_back(l->weightName);
   return names;
 }
 
 std::vector<float> LabEnv::weight(const std::string& name, int64_t& rows, int64_t& cols) const {
-  const TensorInfo* t = model_->findTensor(name);
+  const TensorInfo* t = model().findTensor(name);
   if (!t) throw Error(ErrorKind::BadInput, "no such tensor in the model", name);
   const LinearLayer* layer = nullptr;
-  for (const LinearLayer* l : model_->graph().allLinears())
+  for (const LinearLayer* l : model().graph().allLinears())
     if (l->weightName == name) layer = l;
-  std::vector<float> w = model_->tensorToFloat(*t);
+  std::vector<float> w = model().tensorToFloat(*t);
   if (t->shape.size() == 2) {
     rows = t->shape[0];
     cols = t->shape[1];
@@ -55,43 +54,26 @@ std::vector<float> LabEnv::weight(const std::string& name, int64_t& rows, int64_
   return w;
 }
 
-bool LabEnv::canRun() const {
-  return model_->graph().family != GraphFamily::WeightsOnly;
-}
-
-void LabEnv::ensureRunnable(const JobContext& ctx) {
-  if (runtime_) return;
-  if (!canRun())
-    throw Error(ErrorKind::BadInput,
-                "this experiment runs the model, and the runtime cannot run a weights-only model",
-                model_->path());
-  ctx.progress(0.0, "loading the model for running");
-  auto loaded = std::make_unique<LoadedModel>(loadModel(model_->path(), {}, true));
-  ops_ = createCpuTransformerOps();
-  runtime_ = std::make_unique<Runtime>(*loaded->file, loaded->graph, *ops_, RuntimeOptions{}, &ctx);
-  loaded_ = std::move(loaded);
-}
+bool LabEnv::canRun() const { return engine_->canRun(); }
 
 Runtime& LabEnv::runtime(const JobContext& ctx) {
-  ensureRunnable(ctx);
-  return *runtime_;
+  if (!engine_->canRun())
+    throw Error(ErrorKind::BadInput,
+                "this experiment runs the model, and the runtime cannot run a weights-only model",
+                model().path());
+  if (!engine_->hasTokenizer())
+    throw Error(ErrorKind::BadInput, "this experiment runs the model on text, and no tokenizer was found for it",
+                model().path(), "tokenizer");
+  if (!engine_->runtimeBuilt()) ctx.progress(0.0, "loading the model for running");
+  return engine_->runtime(ctx);
 }
 
 const Tokenizer& LabEnv::tokenizer(const JobContext& ctx) {
-  ensureRunnable(ctx);
-  return *loaded_->tokenizer;
+  runtime(ctx);
+  return engine_->tokenizer();
 }
 
-Backend& LabEnv::backend() {
-  if (!backend_) {
-    try {
-      backend_ = createBackend(BackendChoice::Auto);
-    } catch (const std::exception&) {  // a broken GPU must not stop the labs: CPU it is
-      backend_ = createCpuBackend();
-    }
-  }
-  return *backend_;
-}
+Backend& LabEnv::backend() { return engine_->backend(); }
 
 std::vector<int32_t> LabEnv::textTokens(const std::string& file, int64_t maxTokens,
                                         int64_t skipChars, const JobContext& ctx) {

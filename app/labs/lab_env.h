@@ -1,28 +1,29 @@
 #pragma once
-// What the experiments work on: the loaded model, and — built lazily on the worker thread, then
-// kept — a runnable copy (tokenizer + Runtime on the CPU transformer ops) and the compute backend
-// (CUDA when a device works, else the CPU reference). All lab jobs run on the one JobRunner
-// worker thread, so the runtime is never used by two jobs at once; a job that replaces weights
-// restores them before it returns (RuntimeWeightsGuard).
+// What the experiments work on: the app's engine (core/engine/engine.h) — the loaded model, its
+// tokenizer, the compute backend (CUDA when a device works, else the CPU reference) and the one
+// Runtime the analysis jobs also use, so an experiment runs the same kernels as the Run tab. All
+// lab jobs run on the one JobRunner worker thread, so the runtime is never used by two jobs at
+// once; a job that replaces weights or sets formats undoes it before it returns
+// (RuntimeWeightsGuard).
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "core/engine/engine.h"
 #include "core/model/model_file.h"
-#include "core/runtime/loaded_model.h"
 #include "core/runtime/runtime.h"
 #include "kernels/backend/backend.h"
-#include "kernels/ops/transformer_ops.h"
 
 namespace qs::labs {
 
 class LabEnv {
  public:
-  explicit LabEnv(std::shared_ptr<const ModelFile> model);
+  explicit LabEnv(std::shared_ptr<Engine> engine);
   ~LabEnv();
 
-  const ModelFile& model() const { return *model_; }
-  std::shared_ptr<const ModelFile> modelPtr() const { return model_; }
+  Engine& engine() const { return *engine_; }
+  const ModelFile& model() const { return engine_->model(); }
+  const std::shared_ptr<const ModelFile>& modelPtr() const { return engine_->modelPtr(); }
   // Every quantisable linear layer's weight name, execution order (the head last).
   std::vector<std::string> linearNames() const;
   // 2-D linear weights whose input width is a multiple of `group` (for grouped formats).
@@ -31,7 +32,7 @@ class LabEnv {
   std::vector<float> weight(const std::string& name, int64_t& rows, int64_t& cols) const;
 
   // Worker thread only.
-  bool canRun() const;  // the architecture is one the runtime runs and a tokenizer was found
+  bool canRun() const;  // the architecture is one the runtime runs
   Runtime& runtime(const JobContext& ctx);
   const Tokenizer& tokenizer(const JobContext& ctx);
   Backend& backend();
@@ -43,19 +44,18 @@ class LabEnv {
   std::vector<float> logits(const std::vector<int32_t>& tokens, const JobContext& ctx);
 
  private:
-  void ensureRunnable(const JobContext& ctx);
-  std::shared_ptr<const ModelFile> model_;
-  std::unique_ptr<LoadedModel> loaded_;
-  std::unique_ptr<TransformerOps> ops_;
-  std::unique_ptr<Runtime> runtime_;
-  std::unique_ptr<Backend> backend_;
+  std::shared_ptr<Engine> engine_;
 };
 
-// Restores every replaced weight of the runtime when it goes out of scope.
+// Puts the runtime back as the engine's other jobs expect it when it goes out of scope: every
+// layer unquantized (applyPlan sets formats) with its loaded weight.
 class RuntimeWeightsGuard {
  public:
   explicit RuntimeWeightsGuard(Runtime& rt) : rt_(rt) {}
-  ~RuntimeWeightsGuard() { rt_.restoreAllWeights(); }
+  ~RuntimeWeightsGuard() {
+    rt_.clearPlan();
+    rt_.restoreAllWeights();
+  }
   RuntimeWeightsGuard(const RuntimeWeightsGuard&) = delete;
   RuntimeWeightsGuard& operator=(const RuntimeWeightsGuard&) = delete;
 

@@ -371,10 +371,10 @@ void LabsPanel::refreshList() {
   }
 }
 
-void LabsPanel::setModel(std::shared_ptr<const ModelFile> model) {
+void LabsPanel::setEngine(std::shared_ptr<Engine> engine) {
   jobs_->cancel(QStringLiteral("lab"));
   runId_ = 0;
-  env_ = model ? std::make_shared<LabEnv>(std::move(model)) : nullptr;
+  env_ = engine ? std::make_shared<LabEnv>(std::move(engine)) : nullptr;
   if (current_) {
     rebuildControls();
     runExperiment();
@@ -510,6 +510,7 @@ void LabsPanel::runExperiment() {
   status_->setText(tr("Running…"));
   runId_ = jobs_->submit(QStringLiteral("lab"), tr("Lab %1: %2").arg(number).arg(q(d.title)),
                          [this, env, p, number, run](const JobContext& ctx) -> std::function<void()> {
+                           const Engine::Use use{env->engine()};  // a failed lab gets the next job a fresh runtime
                            auto result = std::make_shared<LabResult>(run(*env, p, ctx));
                            return [this, self = QPointer<LabsPanel>(this), result, p, number, env] {
                              if (!self || number != current_ || env != env_) return;

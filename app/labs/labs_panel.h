@@ -28,6 +28,7 @@ class QTextBrowser;
 class QTimer;
 
 namespace qs {
+class Engine;
 class ModelFile;
 }
 namespace qs::widgets {
@@ -48,7 +49,9 @@ class LabsPanel : public QWidget {
   explicit LabsPanel(app::JobRunner* jobs, QWidget* parent = nullptr);
   ~LabsPanel() override;
 
-  void setModel(std::shared_ptr<const ModelFile> model);
+  // The app's engine (the workspace's, for the loaded model and backend; null: none yet): the
+  // experiments run on its runtime and backend.
+  void setEngine(std::shared_ptr<Engine> engine);
   void openLab(int number);  // selects the lab and runs its experiment
   int currentLab() const { return current_; }
 

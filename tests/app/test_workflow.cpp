@@ -20,6 +20,7 @@
 #include "app/gui/job_runner.h"
 #include "app/gui/main_window.h"
 #include "app/gui/workspace.h"
+#include "app/labs/labs_panel.h"
 #include "core/plan/plan_editor.h"
 #include "tests/test_util.h"
 #include "widgets/layer_view.h"
@@ -166,6 +167,15 @@ class TestWorkflow : public QObject {
       // Calibration, sweep, two runs and tokens/s ran on the engine's one runtime, re-planned.
       QCOMPARE(ws->runtimeBuilds(), 1);
       shot(&w, "workflow_run.png");
+      // A lab that runs the model with plans (15: mixed precision) runs on the same engine: no
+      // runtime of its own.
+      auto* labs = w.findChild<qs::labs::LabsPanel*>();
+      QVERIFY(labs);
+      QSignalSpy labDone(labs, &qs::labs::LabsPanel::experimentFinished);
+      labs->openLab(15);
+      QTRY_VERIFY_WITH_TIMEOUT(labDone.count() > 0, 120'000);
+      QVERIFY(labs->result());
+      QCOMPARE(ws->runtimeBuilds(), 1);
 
       // Export: the plan for llama-quantize and the weights as GGUF. stories260K's mlp.down
       // (K = 172) cannot be Q4_0/Q8_0: refused until "nearest" is ticked, then F16 with a warning.

@@ -18,7 +18,9 @@
 #include "app/gui/main_window.h"
 #include "app/labs/lab_types.h"
 #include "app/labs/labs_panel.h"
+#include "core/engine/engine.h"
 #include "core/model/model_file.h"
+#include "kernels/backend/backend.h"
 #include "tests/test_util.h"
 
 using qs::labs::LabsPanel;
@@ -37,13 +39,17 @@ class TestLabs : public QObject {
   QTemporaryDir settingsDir_;
   std::shared_ptr<const qs::ModelFile> model_;
 
+  // An engine of the model on the CPU backend, as the workspace gives the panel in the app (one
+  // per panel: each panel here runs its jobs on a worker of its own).
+  std::shared_ptr<qs::Engine> engine() const { return std::make_shared<qs::Engine>(model_, qs::createCpuBackend()); }
+
   // Opens lab `n` in a fresh panel, waits for its experiment, checks the text and the checker,
   // and saves a screenshot. Returns the panel for further checks.
   std::unique_ptr<LabsPanel> openAndCheck(int n) {
     auto panel = std::make_unique<LabsPanel>(nullptr);
     panel->resize(1600, 1000);
     panel->show();
-    panel->setModel(model_);
+    panel->setEngine(engine());
     QSignalSpy done(panel.get(), &LabsPanel::experimentFinished);
     QSignalSpy failed(panel.get(), &LabsPanel::experimentFailed);
     panel->openLab(n);
@@ -246,7 +252,7 @@ class TestLabs : public QObject {
   void cancelStopsTheExperiment() {
     LabsPanel panel(nullptr);
     panel.show();
-    panel.setModel(model_);
+    panel.setEngine(engine());
     QSignalSpy done(&panel, &LabsPanel::experimentFinished);
     panel.openLab(7);  // the planner runs for a while
     auto* cancel = panel.findChild<QPushButton*>(QStringLiteral("labCancel"));
