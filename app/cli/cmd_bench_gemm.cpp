@@ -2,6 +2,7 @@
 // and INT8 and the device copy bandwidth, all measured in the same run (method: the first
 // lines printed, and kernels/gemm/gemm_bench.h). Last line: the headline ratio.
 #include <cmath>
+#include <optional>
 #include <iomanip>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -12,6 +13,7 @@
 #include "app/cli/text_table.h"
 #include "kernels/common/error.h"
 #include "kernels/gemm/gemm_bench.h"
+#include "kernels/ops/gemm_spelling.h"
 
 namespace qs::cli {
 namespace {
@@ -44,27 +46,37 @@ std::pair<int64_t, int64_t> parseShape(const std::string& text) {
   throwBadInput("", "--shapes", "'" + text + "' is not NxK with positive N and K (e.g. 4096x14336)");
 }
 
-// "w4a16-g128 at m=1: 3.41x over cuBLAS FP16 (geo-mean of 4 shapes, min 3.12x), 78% of copy
+// A result row's kernel as people read it: our schemes in the format spelling (int4-g128-sym),
+// the baselines (cublas-fp16, cublasLt-fp8 …) as they are.
+std::string kernelText(const std::string& kernel) {
+  for (const GemmScheme& s : allGemmSchemes())
+    if (s.name() == kernel) return schemeSpelling(s);
+  return kernel;
+}
+
+// "int4-g128-sym at m=1: 3.41x over cuBLAS FP16 (geo-mean of 4 shapes, min 3.12x), 78% of copy
 // bandwidth (min 76%)"
 std::string headline(const GemmBenchResult& r, const GemmBenchOptions& o) {
-  std::string scheme;
+  const GemmScheme w4{GemmWeightType::Int4, GemmActivationType::F16, 128, false};
+  std::optional<GemmScheme> scheme;
   for (const auto& s : o.schemes)
-    if (s.name() == "w4a16-g128") scheme = s.name();
-  if (scheme.empty() && !o.schemes.empty()) scheme = o.schemes.front().name();
-  if (scheme.empty()) return "headline: no quantized scheme was measured";
+    if (s == w4) scheme = s;
+  if (!scheme && !o.schemes.empty()) scheme = o.schemes.front();
+  if (!scheme) return "headline: no quantized scheme was measured";
+  const std::string name = schemeSpelling(*scheme);
   int64_t m = *std::min_element(o.batches.begin(), o.batches.end());
   double logSum = 0, minSpeed = 1e30, pctSum = 0, minPct = 1e30;
   int count = 0;
   for (const auto& row : r.rows)
-    if (row.kernel == scheme && row.m == m && row.speedup > 0) {
+    if (row.kernel == scheme->name() && row.m == m && row.speedup > 0) {
       logSum += std::log(row.speedup);
       minSpeed = std::min(minSpeed, row.speedup);
       pctSum += row.pctCopy;
       minPct = std::min(minPct, row.pctCopy);
       ++count;
     }
-  if (!count) return "headline: " + scheme + " at m=" + std::to_string(m) + " was not measured";
-  return "headline: " + scheme + " at m=" + std::to_string(m) + ": " + fixed(std::exp(logSum / count), 2) +
+  if (!count) return "headline: " + name + " at m=" + std::to_string(m) + " was not measured";
+  return "headline: " + name + " at m=" + std::to_string(m) + ": " + fixed(std::exp(logSum / count), 2) +
          "x over cuBLAS FP16 (geo-mean of " + std::to_string(count) + " shapes, min " + fixed(minSpeed, 2) +
          "x), " + fixed(pctSum / count, 0) + "% of copy bandwidth (min " + fixed(minPct, 0) + "%)";
 }
@@ -77,7 +89,8 @@ void registerBenchGemm(CLI::App& bench, CliContext& ctx) {
   struct Args {
     std::vector<std::string> shapes{"8192x8192", "4096x4096", "14336x4096", "4096x14336"};
     std::vector<std::string> batches{"1", "16", "128", "4096"};
-    std::vector<std::string> formats{"w4a16-g128", "w8a16-int8", "w8a16-fp8", "w8a8-int8", "w8a8-fp8"};
+    std::vector<std::string> formats{"int4-g128-sym", "int8-ch-sym", "fp8e4m3-ch", "int8-ch-sym:int8-tok",
+                                     "fp8e4m3-ch:fp8e4m3-tok"};
     int repeats = 15;
     bool noLt = false;
     bool json = false;
@@ -90,8 +103,9 @@ void registerBenchGemm(CLI::App& bench, CliContext& ctx) {
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--formats", args->formats,
-                  "Our schemes, comma-separated (fp16, w4a16-g{32,64,128}[-asym], w4a16-ch, w8a16-int8[-g128], "
-                  "w8a16-fp8, w8a16-e5m2, w8a8-int8, w8a8-fp8[-tensor], w8a8-e5m2)")
+                  "Formats, comma-separated, as plans spell them: fp16, int4-g{32,64,128}-{sym,asym}, "
+                  "int4-ch-sym, int8-{ch,g32,g64,g128}-sym, int8-ch-sym:int8-tok, fp8e4m3-{ch,t}[:fp8e4m3-tok], "
+                  "fp8e5m2-{ch,t}[:fp8e4m3-tok] (the kernels' scheme names, e.g. w4a16-g128, are accepted too)")
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--repeats", args->repeats, "Timed graph replays per measurement (median)")
@@ -104,7 +118,7 @@ void registerBenchGemm(CLI::App& bench, CliContext& ctx) {
     GemmBenchOptions o;
     for (const auto& s : args->shapes) o.shapes.push_back(parseShape(s));
     for (const auto& b : args->batches) o.batches.push_back(parsePositive(b, "--batch"));
-    for (const auto& f : args->formats) o.schemes.push_back(GemmScheme::parse(f));
+    for (const auto& f : args->formats) o.schemes.push_back(parseSchemeText(f, "--formats"));
     if (o.shapes.empty() || o.batches.empty()) throwBadInput("", "--shapes/--batch", "need at least one of each");
     o.repeats = args->repeats;
     o.cublasLtBaselines = !args->noLt;
@@ -123,7 +137,7 @@ void registerBenchGemm(CLI::App& bench, CliContext& ctx) {
       j["method"] = r.method;
       auto& rows = j["rows"] = nlohmann::ordered_json::array();
       for (const auto& row : r.rows)
-        rows.push_back({{"kernel", row.kernel}, {"impl", row.impl}, {"n", row.n}, {"k", row.k}, {"m", row.m},
+        rows.push_back({{"kernel", kernelText(row.kernel)}, {"impl", row.impl}, {"n", row.n}, {"k", row.k}, {"m", row.m},
                         {"us", row.us}, {"tflops", row.tflops}, {"gbps", row.gbps}, {"pct_copy", row.pctCopy},
                         {"speedup_vs_cublas_fp16", row.speedup}, {"weight_bytes", row.weightBytes},
                         {"copies", row.copies}, {"path", row.path}});
@@ -138,7 +152,7 @@ void registerBenchGemm(CLI::App& bench, CliContext& ctx) {
                  "copies", "path"},
                 {false, true, false, false, true, true, true, true, true, true, false});
     for (const auto& row : r.rows)
-      t.addRow({std::to_string(row.n) + "x" + std::to_string(row.k), std::to_string(row.m), row.kernel, row.impl,
+      t.addRow({std::to_string(row.n) + "x" + std::to_string(row.k), std::to_string(row.m), kernelText(row.kernel), row.impl,
                 row.us > 0 ? fixed(row.us, 1) : "-", row.us > 0 ? fixed(row.tflops, 1) : "-",
                 row.us > 0 ? fixed(row.gbps, 0) : "-", row.us > 0 ? fixed(row.pctCopy, 0) : "-",
                 row.speedup > 0 ? fixed(row.speedup, 2) : "-", std::to_string(row.copies), row.path});

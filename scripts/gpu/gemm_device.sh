@@ -17,9 +17,9 @@ B=/tmp/pack/bin
 
 bench() {  # name, env…
   local name=$1; shift
-  env "$@" timeout 120 $B/quantscope-cli bench gemm --batch ${BATCH:-1,16} --formats "${FMTS:-w4a16-g128,w8a16-int8,w8a16-fp8}" --no-cublaslt \
+  env "$@" timeout 120 $B/quantscope-cli bench gemm --batch ${BATCH:-1,16} --formats "${FMTS:-int4-g128-sym,int8-ch-sym,fp8e4m3-ch}" --no-cublaslt \
     > "$out/bench_$name.txt" 2>&1
-  echo "== $name ($*)"; grep -E "w4a16|w8a16|headline" "$out/bench_$name.txt" | awk '{print $1, $2, $3, $4, $5, $8, $9}'
+  echo "== $name ($*)"; grep -E "int4-|int8-|fp8e4m3-|headline" "$out/bench_$name.txt" | awk '{print $1, $2, $3, $4, $5, $8, $9}'
 }
 for phase in ${1:-tests full}; do case $phase in
 tests)
@@ -37,15 +37,15 @@ full)
   timeout 200 $B/quantscope-cli bench gemm > "$out/bench_full.txt" 2> "$out/bench_full.err"; echo "full bench rc=$?"; tail -1 "$out/bench_full.txt"
   QS_GEMM_PDL=0 timeout 100 $B/quantscope-cli bench gemm --batch 1,16 --no-cublaslt > "$out/bench_full_nopdl.txt" 2>&1; echo "nopdl rc=$?"; tail -1 "$out/bench_full_nopdl.txt" ;;
 tune)
-  for b in 1 3 4; do FMTS=w4a16-g128 bench bps$b QS_GEMM_SKINNY_BLOCKS_PER_SM=$b; done
-  for st in 2 3 6; do FMTS=w4a16-g128 bench stages$st QS_GEMM_BULK_STAGES=$st; done ;;
+  for b in 1 3 4; do FMTS=int4-g128-sym bench bps$b QS_GEMM_SKINNY_BLOCKS_PER_SM=$b; done
+  for st in 2 3 6; do FMTS=int4-g128-sym bench stages$st QS_GEMM_BULK_STAGES=$st; done ;;
 ncu)
   for b in ${NCU_BATCH:-1 16}; do
   kernel=skinny; [[ $b -gt 16 ]] && kernel=wide
   timeout 90 ncu --clock-control none -k regex:$kernel --launch-skip 4 --launch-count 1 \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats \
     --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
-    $B/quantscope-cli bench gemm --shapes ${NCU_SHAPE:-8192x8192} --batch $b --formats ${NCU_FMT:-w4a16-g128} --no-cublaslt --repeats 3 > "$out/ncu_m$b.txt" 2>&1
+    $B/quantscope-cli bench gemm --shapes ${NCU_SHAPE:-8192x8192} --batch $b --formats ${NCU_FMT:-int4-g128-sym} --no-cublaslt --repeats 3 > "$out/ncu_m$b.txt" 2>&1
   echo "ncu m=$b rc=$?"; grep -E "^\s+(Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Grid Size|Dynamic Shared|Issued Warp Per Scheduler|No Eligible|Warp Cycles Per Issued|Theoretical Occupancy)" "$out/ncu_m$b.txt" | head -14
   grep -E "issue_stalled" "$out/ncu_m$b.txt" | awk '$NF+0 > 0.2 {print $1, $NF}'
   done ;;

@@ -38,12 +38,12 @@ for phase in $phases; do
   bench)
     timeout "${BENCH_S:-170}" "$B/quantscope-cli" bench gemm --shapes "$SHAPES" --batch "$BATCH" > "$out/bench.txt" 2> "$out/bench.err"
     echo "bench gemm rc=$? $(( $(date +%s) - start )) s"
-    grep -E "cublas-fp16|w4a16|w8a16" "$out/bench.txt" | awk '$2 >= 128' | cut -c1-200 ;;
+    grep -E "cublas-fp16|int4-|int8-|fp8e4m3-" "$out/bench.txt" | awk '$2 >= 128' | cut -c1-200 ;;
   slices)  # the sliced path's slice size, W4A16 g128 alone (the main bench uses a third of the L2)
     for kb in ${SLICES_KB:-8192 32768}; do
       QS_GEMM_DEQUANT_SLICE_KB=$kb timeout 60 "$B/quantscope-cli" bench gemm --shapes "$SHAPES" --batch 128,512,4096 \
-        --formats w4a16-g128 --no-cublaslt > "$out/bench_slice$kb.txt" 2>&1
-      echo "slice ${kb} KB rc=$?"; grep -E "w4a16" "$out/bench_slice$kb.txt" | cut -c1-200
+        --formats int4-g128-sym --no-cublaslt > "$out/bench_slice$kb.txt" 2>&1
+      echo "slice ${kb} KB rc=$?"; grep -E "int4-g128-sym" "$out/bench_slice$kb.txt" | cut -c1-200
     done ;;
   sanitize)  # the dequant kernel and both wide paths under memcheck and racecheck
     for tool in memcheck racecheck; do
@@ -52,9 +52,9 @@ for phase in $phases; do
       echo "sanitizer $tool rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Totals" "$out/san_$tool.log" | head -3
     done ;;
   repeat)  # the same binary again on W4A16 g128, m >= 128: run-to-run spread
-    timeout 90 "$B/quantscope-cli" bench gemm --shapes "$SHAPES" --batch 128,512,4096 --formats w4a16-g128 --no-cublaslt \
+    timeout 90 "$B/quantscope-cli" bench gemm --shapes "$SHAPES" --batch 128,512,4096 --formats int4-g128-sym --no-cublaslt \
       > "$out/bench_repeat.txt" 2>&1
-    echo "repeat rc=$?"; grep -E "w4a16|cublas-fp16" "$out/bench_repeat.txt" | cut -c1-120 ;;
+    echo "repeat rc=$?"; grep -E "int4-g128-sym|cublas-fp16" "$out/bench_repeat.txt" | cut -c1-120 ;;
   peers)
     PYTHONUNBUFFERED=1 timeout "${PEERS_S:-90}" python3 "$carry/scripts/peers.py" --shapes "$SHAPES" --batch "$BATCH" \
       --json "$out/peers.json" > "$out/peers.txt" 2>&1

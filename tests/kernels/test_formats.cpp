@@ -6,9 +6,12 @@
 #include <cfenv>
 #include <cmath>
 #include <random>
+#include <set>
 
 #include "kernels/common/error.h"
 #include "kernels/common/half.h"
+#include "kernels/ops/gemm_spelling.h"
+#include "kernels/ops/linear_formats.h"
 #include "kernels/quant/fp8.h"
 #include "kernels/quant/quant_format.h"
 #include "kernels/quant/quant_math.h"
@@ -107,6 +110,34 @@ class TestFormats : public QObject {
       QCOMPARE(QString::fromStdString(formatToString(f)), s);  // canonical already
       QVERIFY(parseQuantFormat(formatToString(f)) == f);
       QVERIFY(!describeFormat(f).empty());
+    }
+  }
+
+  // What a GEMM kernel runs has one spelling, the format's; the kernels' scheme names are input
+  // aliases. Every scheme round-trips through it, and no two schemes share one.
+  void gemmSchemesHaveOneSpelling() {
+    std::set<std::string> seen;
+    const auto all = qs::allGemmSchemes();
+    QCOMPARE(int(all.size()), 22);
+    for (const qs::GemmScheme& s : all) {
+      const std::string text = qs::schemeSpelling(s);
+      QVERIFY2(seen.insert(text).second, text.c_str());
+      QVERIFY2(qs::gemmSchemeFor(qs::formatOfScheme(s)) == s, text.c_str());
+      QVERIFY2(qs::parseSchemeText(text, "--formats") == s, text.c_str());
+      QVERIFY2(qs::parseSchemeText(s.name(), "--formats") == s, s.name().c_str());
+    }
+    QCOMPARE(qs::schemeSpelling(qs::parseSchemeText("w4a16-g128", "--formats")), std::string("int4-g128-sym"));
+    QCOMPARE(qs::schemeSpelling(qs::parseSchemeText("w8a8-fp8", "--formats")), std::string("fp8e4m3-ch:fp8e4m3-tok"));
+    QCOMPARE(qs::schemeSpelling(qs::parseSchemeText("int4-g64-asym:fp16", "--formats")), std::string("int4-g64-asym"));
+    for (const char* bad : {"q4_k", "int4-g256-sym", "w4a17", ""}) {
+      try {
+        qs::parseSchemeText(bad, "--formats");
+        QFAIL(bad);
+      } catch (const qs::Error& e) {
+        QCOMPARE(e.kind(), qs::ErrorKind::BadInput);
+        QVERIFY2(std::string(e.what()).find("--formats") != std::string::npos, e.what());
+        QVERIFY2(std::string(e.what()).find("int4-g128-sym") != std::string::npos, e.what());
+      }
     }
   }
 
