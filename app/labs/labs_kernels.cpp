@@ -11,6 +11,7 @@
 #include "app/labs/labs_internal.h"
 #include "kernels/common/error.h"
 #include "kernels/common/half.h"
+#include "kernels/gemm/gemm_layout.h"
 #include "kernels/gemm/gemm_ops.h"
 #include "kernels/gemm/gemm_reference.h"
 
@@ -51,7 +52,7 @@ GemmCase makeCase(GemmOps& ops, const std::vector<float>& wf, int64_t n, int64_t
                   int64_t m) {
   const GemmScheme s = GemmScheme::parse(scheme);
   GemmCase c;
-  c.w = ops.prepare(quantizeWeightRtn(wf.data(), n, k, s), s.activation);
+  c.w = ops.prepare(quantizeWeight(weightSpecOf(s), wf, n, k), s.activation);
   const auto xh = activationsFor(m, k);
   c.x = ops.allocate(xh.size() * 2);
   ops.upload(c.x.get(), xh.data(), xh.size() * 2);
@@ -251,8 +252,6 @@ LabResult lab12(LabEnv& env, const LabParams& p, const JobContext& ctx) {
   const std::vector<float> w = tiledLayer(env, layer, S, S);
   const std::vector<int64_t> ms = {1, 4, 16, 64, 256};
   std::vector<double> tF, tW16, tW8, tUnf;
-  const GemmScheme s8 = GemmScheme::parse("w8a8-int8");
-  const QuantLinearWeight q8 = quantizeWeightRtn(w.data(), S, S, s8);
   for (size_t i = 0; i < ms.size(); ++i) {
     ctx.checkCancelled();
     const int64_t m = ms[i];
@@ -317,7 +316,6 @@ LabResult lab12(LabEnv& env, const LabParams& p, const JobContext& ctx) {
   r.answerKey = truth;
   r.wrongAnswer = truth == "1" ? "never in this range" : "1";
   if (truth == "1") r.wrongAnswer = "never in this range";
-  (void)q8;
   return r;
 }
 
@@ -410,7 +408,7 @@ LabResult lab16(LabEnv& env, const LabParams& p, const JobContext& ctx) {
   // The fallback: a plain loop over the dequantised weight and the activations as the scheme
   // feeds them (no packing, no library), accumulated in double.
   const GemmScheme s = GemmScheme::parse(scheme);
-  const QuantLinearWeight qw = quantizeWeightRtn(w.data(), S, S, s);
+  const std::vector<float> wq = dequantizeWeight(quantizeWeight(weightSpecOf(s), w, S, S));
   const auto xh = activationsFor(M, S);
   const std::vector<float> xa = fakeQuantActivations(xh.data(), M, S, s.activation);
   double maxRel = 0, maxAbs = 0, ymax = 0;
@@ -418,7 +416,7 @@ LabResult lab16(LabEnv& env, const LabParams& p, const JobContext& ctx) {
   for (int64_t m = 0; m < M; ++m)
     for (int64_t n = 0; n < S; ++n) {
       double acc = 0;
-      for (int64_t k = 0; k < S; ++k) acc += double(xa[size_t(m * S + k)]) * qw.dequantized(n, k);
+      for (int64_t k = 0; k < S; ++k) acc += double(xa[size_t(m * S + k)]) * wq[size_t(n * S + k)];
       const double yv = halfBitsToFloat(yk[size_t(m * S + n)]);
       if (m == 0) pairs.x.push_back(acc), pairs.y.push_back(yv);
       maxAbs = std::max(maxAbs, std::fabs(yv - acc));

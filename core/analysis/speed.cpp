@@ -32,41 +32,26 @@ uint64_t mix(uint64_t x) {
 }
 
 // Random valid codes and scales of a scheme, for timing.
-QuantLinearWeight timingWeight(int64_t n, int64_t k, const GemmScheme& s, uint64_t seed) {
-  QuantLinearWeight w;
-  w.n = n;
-  w.k = k;
-  w.type = s.weight;
-  w.groupSize = s.groupSize;
-  w.asymmetric = s.asymmetric;
-  const size_t elems = size_t(n * k);
-  if (w.type == GemmWeightType::F16) {
-    w.f16.resize(elems);
-    for (size_t i = 0; i < elems; ++i)  // |w| < 0.06: FP16 normal values, no overflow in y
-      w.f16[i] = uint16_t(0x2000u | (mix(seed + i) & 0x8FFFu));
-    return w;
-  }
-  w.codes.resize(elems);
-  for (size_t i = 0; i < elems; i += 8) {
-    const uint64_t r = mix(seed + i);
-    for (size_t j = 0; j < 8 && i + j < elems; ++j) {
-      int c = int((r >> (8 * j)) & 0xFF);
-      switch (w.type) {
-        case GemmWeightType::Int4: c = (c & 0xF) - (w.asymmetric ? 0 : 8); break;
-        case GemmWeightType::Int8: c = c - 128; break;
-        case GemmWeightType::Fp8E4M3: c &= 0xF7; break;  // clears a mantissa bit: never 0x7F/0xFF (NaN)
-        default: c &= 0xFB; break;                      // E5M2: exponent never all ones
-      }
-      w.codes[i + j] = int8_t(c);
+QuantizedTensor timingWeight(int64_t n, int64_t k, const GemmScheme& s, uint64_t seed) {
+  QuantizedTensor w = blankQuantizedTensor(weightSpecOf(s), n, k);
+  uint64_t r = 0;
+  for (int64_t i = 0; i < n * k; ++i) {
+    if (i % 8 == 0) r = mix(seed + uint64_t(i));  // one hash gives eight codes
+    int c = int((r >> (8 * (i % 8))) & 0xFF);
+    switch (s.weight) {
+      case GemmWeightType::F16:  // |w| < 0.06: FP16 normal values, no overflow in y
+        c = int(0x2000u | (mix(seed + uint64_t(i)) & 0x8FFFu));
+        break;
+      case GemmWeightType::Int4: c = (c & 0xF) - (s.asymmetric ? 0 : 8); break;
+      case GemmWeightType::Int8: c = c - 128; break;
+      case GemmWeightType::Fp8E4M3: c &= 0xF7; break;  // clears a mantissa bit: never 0x7F/0xFF (NaN)
+      case GemmWeightType::Fp8E5M2: c &= 0xFB; break;  // exponent never all ones
     }
+    w.setCode(i / k, i % k, c);
   }
-  const size_t nScales = w.groupSize == kGemmPerTensor ? 1 : size_t(n * w.groups());
-  w.scales.resize(nScales);
-  for (size_t i = 0; i < nScales; ++i) w.scales[i] = 0.001f * float(1 + (mix(seed ^ i) & 7));
-  if (w.asymmetric) {
-    w.zeros.resize(nScales);
-    for (size_t i = 0; i < nScales; ++i) w.zeros[i] = uint8_t(mix(seed + 3 * i) & 0xF);
-  }
+  for (size_t i = 0; i < w.scales.size(); ++i) w.scales[i] = floatToHalfBits(0.001f * float(1 + (mix(seed ^ i) & 7)));
+  if (s.asymmetric)
+    for (size_t i = 0; i < w.scales.size(); ++i) w.setZero(int64_t(i), int(mix(seed + 3 * i) & 0xF));
   return w;
 }
 

@@ -574,8 +574,7 @@ void Runtime::prepareLinear(int i) {
   };
   if (lw.mode == LinearMode::Kernel) {
     if (const auto scheme = gemmSchemeFor(f, n, k)) {
-      const QuantizedTensor q = quantized();
-      lw.gemm = gemmOps().prepare(toQuantLinearWeight(q, l.weightName), scheme->activation);
+      lw.gemm = gemmOps().prepare(quantized(), scheme->activation, l.weightName);
       return;
     }
     lw.fakeReason = gemmSchemeFor(f) ? "k = " + std::to_string(k) + " is not a multiple of 32"

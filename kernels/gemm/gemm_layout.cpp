@@ -1,5 +1,7 @@
 #include "kernels/gemm/gemm_layout.h"
 
+#include <string>
+
 #include "kernels/common/error.h"
 #include "kernels/common/half.h"
 
@@ -26,6 +28,10 @@ TilePos byteA16Pos(int lane, int byte) {
 
 int64_t roundUp(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
+std::string tensorField(std::string_view name) {
+  return name.empty() ? std::string("weight") : "tensor '" + std::string(name) + "'";
+}
+
 }  // namespace
 
 uint64_t PackedGemmWeight::bytes() const {
@@ -33,48 +39,112 @@ uint64_t PackedGemmWeight::bytes() const {
          f16.size() * 2;
 }
 
-PackedGemmWeight packWeightForKernel(const QuantLinearWeight& w, GemmActivationType activation) {
-  w.validate();
+std::optional<GemmScheme> gemmWeightSchemeFor(const WeightSpec& spec) {
+  auto intGroup = [&]() -> std::optional<int> {
+    switch (spec.granularity) {
+      case Granularity::Channel:
+      case Granularity::Tensor: return kGemmPerChannel;
+      case Granularity::Group:
+        if (spec.groupSize == 32 || spec.groupSize == 64 || spec.groupSize == 128) return int(spec.groupSize);
+        return std::nullopt;
+      default: return std::nullopt;
+    }
+  };
+  GemmScheme s;
+  switch (spec.kind) {
+    case QuantKind::FP16: return s;
+    case QuantKind::INT4: {
+      const auto g = intGroup();
+      if (!g) return std::nullopt;
+      s = {GemmWeightType::Int4, GemmActivationType::F16, *g, !spec.symmetric};
+      return s;
+    }
+    case QuantKind::INT8: {
+      const auto g = intGroup();
+      if (!g || !spec.symmetric) return std::nullopt;
+      s = {GemmWeightType::Int8, GemmActivationType::F16, *g, false};
+      return s;
+    }
+    case QuantKind::FP8_E4M3:
+    case QuantKind::FP8_E5M2: {
+      s.weight = spec.kind == QuantKind::FP8_E4M3 ? GemmWeightType::Fp8E4M3 : GemmWeightType::Fp8E5M2;
+      if (spec.granularity == Granularity::Channel) s.groupSize = kGemmPerChannel;
+      else if (spec.granularity == Granularity::Tensor) s.groupSize = kGemmPerTensor;
+      else return std::nullopt;
+      return s;
+    }
+    default: return std::nullopt;  // F32, BF16, ggml blocks
+  }
+}
+
+WeightSpec weightSpecOf(const GemmScheme& scheme) {
+  WeightSpec spec;
+  switch (scheme.weight) {
+    case GemmWeightType::F16: spec.kind = QuantKind::FP16; return spec;
+    case GemmWeightType::Int4: spec.kind = QuantKind::INT4; break;
+    case GemmWeightType::Int8: spec.kind = QuantKind::INT8; break;
+    case GemmWeightType::Fp8E4M3: spec.kind = QuantKind::FP8_E4M3; break;
+    case GemmWeightType::Fp8E5M2: spec.kind = QuantKind::FP8_E5M2; break;
+  }
+  spec.symmetric = !scheme.asymmetric;
+  if (scheme.groupSize > 0) {
+    spec.granularity = Granularity::Group;
+    spec.groupSize = uint32_t(scheme.groupSize);
+  } else {
+    spec.granularity = scheme.groupSize == kGemmPerTensor ? Granularity::Tensor : Granularity::Channel;
+  }
+  return spec;
+}
+
+PackedGemmWeight packWeightForKernel(const QuantizedTensor& q, GemmActivationType activation,
+                                     std::string_view tensorName) {
+  const std::optional<GemmScheme> weightScheme = gemmWeightSchemeFor(q.spec);
+  if (!weightScheme)
+    throw Error(ErrorKind::Unsupported, "weight format '" + weightSpecToString(q.spec) + "' has no GEMM kernel",
+                {}, tensorField(tensorName));
+  validateQuantizedTensor(q, tensorName);
   PackedGemmWeight p;
-  p.scheme = {w.type, activation, w.groupSize, w.asymmetric};
+  p.scheme = *weightScheme;
+  p.scheme.activation = activation;
   p.scheme.validate();
-  p.n = w.n;
-  p.k = w.k;
-  if (w.type == GemmWeightType::F16) {
-    p.nPad = w.n;
-    p.kPad = w.k;
-    p.f16 = w.f16;
+  const GemmScheme& s = p.scheme;
+  p.n = q.rows;
+  p.k = q.cols;
+  if (s.weight == GemmWeightType::F16) {
+    p.nPad = p.n;
+    p.kPad = p.k;
+    p.f16.resize(size_t(p.n * p.k));
+    for (int64_t row = 0; row < p.n; ++row)
+      for (int64_t col = 0; col < p.k; ++col) p.f16[size_t(row * p.k + col)] = uint16_t(q.code(row, col));
     return p;
   }
   const bool a8 = activation != GemmActivationType::F16;
-  const bool int4 = w.type == GemmWeightType::Int4;
+  const bool int4 = s.weight == GemmWeightType::Int4;
   p.chunkK = int4 || a8 ? 64 : 32;
-  p.nPad = roundUp(w.n, 16);
-  p.kPad = roundUp(w.k, p.chunkK);
-  const bool grouped = w.groupSize > 0;
-  p.groupsPad = grouped ? p.kPad / w.groupSize : 1;
-  const int64_t groups = w.groups();
+  p.nPad = roundUp(p.n, 16);
+  p.kPad = roundUp(p.k, p.chunkK);
+  const bool grouped = s.groupSize > 0;
+  p.groupsPad = grouped ? p.kPad / s.groupSize : 1;
+  const int64_t groups = grouped ? p.k / s.groupSize : 1;  // scale entries per row
 
-  auto groupOf = [&](int64_t col) -> int64_t { return grouped ? col / w.groupSize : 0; };
-  auto scaleIndex = [&](int64_t row, int64_t col) -> int64_t {
-    if (w.groupSize == kGemmPerTensor) return 0;
-    return w.groupSize == kGemmPerChannel ? row : row * groups + col / w.groupSize;
-  };
+  auto groupOf = [&](int64_t col) -> int64_t { return grouped ? col / s.groupSize : 0; };
+  // The container's scale cell of (row, group): per-tensor weights have one cell for all rows.
+  auto cellOf = [&](int64_t row, int64_t group) { return q.grid.indexOf(row, grouped ? group * s.groupSize : 0); };
   // Zero point of (row, group) in the packed arrays: 0 outside the real weight.
   auto zeroOf = [&](int64_t row, int64_t group) -> int {
-    if (!w.asymmetric || row >= w.n || group >= (grouped ? groups : 1)) return 0;
-    return w.zeros[size_t(grouped ? row * groups + group : row)];
+    if (!s.asymmetric || row >= p.n || group >= groups) return 0;
+    return q.zeroOf(cellOf(row, group));
   };
   // The stored byte / nibble for element (row, col), padding included.
   auto storedCode = [&](int64_t row, int64_t col) -> int {
-    const bool real = row < w.n && col < w.k;
-    const int c = real ? int(w.codes[size_t(row * w.k + col)]) : 0;
-    switch (w.type) {
+    const bool real = row < p.n && col < p.k;
+    const int c = real ? q.code(row, col) : 0;
+    switch (s.weight) {
       case GemmWeightType::Int4:
-        if (w.asymmetric) return real ? c : zeroOf(row, groupOf(col));
+        if (s.asymmetric) return real ? c : zeroOf(row, groupOf(col));
         return c + 8;
       case GemmWeightType::Int8: return a8 ? (c & 0xFF) : c + 128;
-      default: return c & 0xFF;  // FP8 bits; +0 for padding
+      default: return c;  // FP8 bits; +0 for padding
     }
   };
 
@@ -107,22 +177,21 @@ PackedGemmWeight packWeightForKernel(const QuantLinearWeight& w, GemmActivationT
       }
   }
 
-  if (grouped) {
+  if (grouped) {  // the FP16 scales as they are
     p.groupScales.assign(size_t(rowTiles * p.groupsPad * 16), 0);
     for (int64_t rt = 0; rt < rowTiles; ++rt)
       for (int64_t gr = 0; gr < p.groupsPad; ++gr)
         for (int g = 0; g < 8; ++g)
           for (int h = 0; h < 2; ++h) {
             const int64_t row = rt * 16 + g + 8 * h;
-            const float s = row < w.n && gr < groups ? w.scales[size_t(row * groups + gr)] : 0.0f;
-            p.groupScales[size_t(((rt * p.groupsPad + gr) * 8 + g) * 2 + h)] = floatToHalfBits(s);
+            if (row < p.n && gr < groups)
+              p.groupScales[size_t(((rt * p.groupsPad + gr) * 8 + g) * 2 + h)] = q.scales[size_t(cellOf(row, gr))];
           }
-  } else {
+  } else {  // per channel or per tensor: FP32 for the epilogue (exact)
     p.channelScales.assign(size_t(p.nPad), 0.0f);
-    for (int64_t row = 0; row < w.n; ++row)
-      p.channelScales[size_t(row)] = gemmEffectiveScale(w.type, w.scales[size_t(scaleIndex(row, 0))]);
+    for (int64_t row = 0; row < p.n; ++row) p.channelScales[size_t(row)] = q.scaleOf(cellOf(row, 0));
   }
-  if (w.asymmetric) {
+  if (s.asymmetric) {
     p.groupZeros.assign(size_t(rowTiles * p.groupsPad * 16), 0);
     for (int64_t rt = 0; rt < rowTiles; ++rt)
       for (int64_t gr = 0; gr < p.groupsPad; ++gr)
@@ -134,30 +203,30 @@ PackedGemmWeight packWeightForKernel(const QuantLinearWeight& w, GemmActivationT
   return p;
 }
 
-QuantLinearWeight unpackWeightFromKernel(const PackedGemmWeight& p) {
-  QuantLinearWeight w;
-  w.n = p.n;
-  w.k = p.k;
-  w.type = p.scheme.weight;
-  w.groupSize = p.scheme.groupSize;
-  w.asymmetric = p.scheme.asymmetric;
-  if (w.type == GemmWeightType::F16) {
-    w.f16 = p.f16;
-    return w;
+QuantizedTensor unpackWeightFromKernel(const PackedGemmWeight& p) {
+  const GemmScheme& s = p.scheme;
+  QuantizedTensor q = blankQuantizedTensor(weightSpecOf(s), p.n, p.k);
+  if (s.weight == GemmWeightType::F16) {
+    if (p.f16.size() != size_t(p.n * p.k))
+      throw Error(ErrorKind::Internal, "packed GEMM weight: FP16 array has the wrong size");
+    for (int64_t row = 0; row < p.n; ++row)
+      for (int64_t col = 0; col < p.k; ++col) q.setCode(row, col, p.f16[size_t(row * p.k + col)]);
+    return q;
   }
-  const bool a8 = p.scheme.activation != GemmActivationType::F16;
-  const bool int4 = w.type == GemmWeightType::Int4;
-  const bool grouped = w.groupSize > 0;
-  const int64_t groups = w.groups();
+  const bool a8 = s.activation != GemmActivationType::F16;
+  const bool int4 = s.weight == GemmWeightType::Int4;
+  const bool grouped = s.groupSize > 0;
+  const int64_t groups = grouped ? p.k / s.groupSize : 1;
   const int64_t rowTiles = p.rowTiles(), chunks = p.chunks();
   if (p.codes.size() != (a8 ? size_t(p.nPad * p.kPad) : size_t(rowTiles * chunks * 512)))
     throw Error(ErrorKind::Internal, "packed GEMM weight: codes array has the wrong size");
 
-  w.codes.assign(size_t(w.n * w.k), 0);
   if (a8) {
-    for (int64_t row = 0; row < w.n; ++row)
-      for (int64_t col = 0; col < w.k; ++col)
-        w.codes[size_t(row * w.k + col)] = int8_t(p.codes[size_t(row * p.kPad + col)]);
+    for (int64_t row = 0; row < p.n; ++row)
+      for (int64_t col = 0; col < p.k; ++col) {
+        const uint8_t b = p.codes[size_t(row * p.kPad + col)];
+        q.setCode(row, col, s.weight == GemmWeightType::Int8 ? int(int8_t(b)) : int(b));
+      }
   } else {
     for (int64_t rt = 0; rt < rowTiles; ++rt)
       for (int64_t ch = 0; ch < chunks; ++ch) {
@@ -168,39 +237,35 @@ QuantLinearWeight unpackWeightFromKernel(const PackedGemmWeight& p) {
           for (int e = 0; e < count; ++e) {
             const TilePos tp = int4 ? int4Pos(lane, e) : byteA16Pos(lane, e);
             const int64_t row = rt * 16 + tp.row, col = ch * p.chunkK + tp.col;
-            if (row >= w.n || col >= w.k) continue;
+            if (row >= p.n || col >= p.k) continue;
             int v;
             if (int4) {
               v = (src[(e / 8) * 4 + (e % 8) / 2] >> ((e % 2) * 4)) & 0xF;
-              if (!w.asymmetric) v -= 8;
+              if (!s.asymmetric) v -= 8;
             } else {
               v = src[e];
-              if (w.type == GemmWeightType::Int8) v -= 128;
+              if (s.weight == GemmWeightType::Int8) v -= 128;
             }
-            w.codes[size_t(row * w.k + col)] = int8_t(v);
+            q.setCode(row, col, v);
           }
         }
       }
   }
 
-  const int64_t nScales = w.groupSize == kGemmPerTensor ? 1 : w.n * groups;
-  w.scales.assign(size_t(nScales), 0.0f);
-  if (grouped) {
-    for (int64_t row = 0; row < w.n; ++row)
-      for (int64_t gr = 0; gr < groups; ++gr)
-        w.scales[size_t(row * groups + gr)] = halfBitsToFloat(
-            p.groupScales[size_t((((row / 16) * p.groupsPad + gr) * 8 + row % 8) * 2 + (row % 16) / 8)]);
-  } else {
-    for (int64_t i = 0; i < nScales; ++i) w.scales[size_t(i)] = p.channelScales[size_t(i)];
-  }
-  if (w.asymmetric) {
-    w.zeros.assign(size_t(nScales), 0);
-    for (int64_t row = 0; row < w.n; ++row)
-      for (int64_t gr = 0; gr < groups; ++gr)
-        w.zeros[size_t(grouped ? row * groups + gr : row)] =
-            p.groupZeros[size_t((((row / 16) * p.groupsPad + gr) * 8 + row % 8) * 2 + (row % 16) / 8)];
-  }
-  return w;
+  // Where (row, group) sits in groupScales / groupZeros.
+  auto laneSlot = [&](int64_t row, int64_t gr) {
+    return size_t((((row / 16) * p.groupsPad + gr) * 8 + row % 8) * 2 + (row % 16) / 8);
+  };
+  // One visit per scale cell: a per-tensor cell takes row 0's scale (the padding rows of a
+  // weight read at its padded size have scale 0).
+  for (int64_t row = 0; row < p.n; row += q.grid.cellRows)
+    for (int64_t gr = 0; gr < groups; ++gr) {
+      const int64_t cell = q.grid.indexOf(row, grouped ? gr * s.groupSize : 0);
+      q.scales[size_t(cell)] =
+          grouped ? p.groupScales[laneSlot(row, gr)] : floatToHalfBits(p.channelScales[size_t(row)]);
+      if (s.asymmetric) q.setZero(cell, p.groupZeros[laneSlot(row, gr)]);
+    }
+  return q;
 }
 
 }  // namespace qs

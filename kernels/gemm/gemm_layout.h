@@ -1,8 +1,10 @@
 #pragma once
-// The kernel layout of a quantized weight, and the one conversion boundary between the plain
-// layout (QuantLinearWeight, what the formats code produces) and it:
-//     packWeightForKernel(plain, activation) → PackedGemmWeight
-//     unpackWeightFromKernel(packed)          → plain      (its inverse; tests use it)
+// The kernel layout of a quantized weight, and the one conversion boundary between the formats'
+// container (QuantizedTensor, kernels/quant/weight_codec.h) and it:
+//     packWeightForKernel(tensor, activation) → PackedGemmWeight
+//     unpackWeightFromKernel(packed)          → tensor     (its inverse; the CPU op-set and the
+//                                                           tests use it)
+// and the correspondence of weight specs and GEMM schemes it relies on.
 //
 // Layout (see docs/gemm.md for the picture). The kernels feed weights to the tensor cores as the
 // A operand of mma.sync (16 output rows x k), so the packed codes are stored in exactly the
@@ -36,9 +38,12 @@
 // Padding: rows n..nPad and columns k..kPad hold codes that dequantize to exactly 0, their
 // scales are 0, so the kernels never need a bounds check on the weight side.
 #include <cstdint>
+#include <optional>
+#include <string_view>
 #include <vector>
 
 #include "kernels/gemm/gemm_types.h"
+#include "kernels/quant/weight_codec.h"
 
 namespace qs {
 
@@ -60,7 +65,24 @@ struct PackedGemmWeight {
   uint64_t bytes() const;  // everything a kernel reads for the weight
 };
 
-PackedGemmWeight packWeightForKernel(const QuantLinearWeight& w, GemmActivationType activation);
-QuantLinearWeight unpackWeightFromKernel(const PackedGemmWeight& p);
+// The scheme (with FP16 activations) that runs weights of `spec`, or nullopt: INT4 symmetric or
+// asymmetric and symmetric INT8, per channel or in groups of 32, 64 or 128; FP8 per channel or
+// per tensor; FP16. A per-tensor INT weight maps to the per-channel scheme (its one scale
+// repeated per row: the same values).
+std::optional<GemmScheme> gemmWeightSchemeFor(const WeightSpec& spec);
+// The weight spec a scheme's weights have (absmax scales): what unpackWeightFromKernel gives
+// and the test data generators make.
+WeightSpec weightSpecOf(const GemmScheme& scheme);
+
+// Validates q (validateQuantizedTensor) and packs it for the kernels of (its scheme,
+// activation). Throws ErrorKind::Unsupported naming the tensor when its spec has no scheme
+// (gemmWeightSchemeFor), BadInput when q is malformed or the activation does not go with it.
+// The packed values are the container's exactly: the FP16 group scales are copied, the
+// per-channel / per-tensor scales widened to FP32.
+PackedGemmWeight packWeightForKernel(const QuantizedTensor& q, GemmActivationType activation,
+                                     std::string_view tensorName = {});
+// The tensor of weightSpecOf(p.scheme) that packs to p. A per-tensor INT weight comes back
+// per channel; every value is the same.
+QuantizedTensor unpackWeightFromKernel(const PackedGemmWeight& p);
 
 }  // namespace qs

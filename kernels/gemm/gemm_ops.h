@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "kernels/gemm/gemm_layout.h"
 #include "kernels/gemm/gemm_types.h"
@@ -34,9 +35,11 @@ class GemmOps {
   virtual ~GemmOps() = default;
   virtual std::string name() const = 0;  // "cpu-reference" / "cuda"
 
-  // Packs w for the kernels (packWeightForKernel) and keeps it in the backend's memory.
-  std::unique_ptr<GemmWeight> prepare(const QuantLinearWeight& w, GemmActivationType activation) {
-    return preparePacked(packWeightForKernel(w, activation));
+  // Packs w for the kernels (packWeightForKernel, which validates it and names `tensorName` in
+  // its errors) and keeps it in the backend's memory.
+  std::unique_ptr<GemmWeight> prepare(const QuantizedTensor& w, GemmActivationType activation,
+                                      std::string_view tensorName = {}) {
+    return preparePacked(packWeightForKernel(w, activation, tensorName));
   }
   virtual std::unique_ptr<GemmWeight> preparePacked(const PackedGemmWeight& packed) = 0;
 

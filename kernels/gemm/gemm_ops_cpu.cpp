@@ -21,12 +21,12 @@ class CpuGemmOps final : public GemmOps {
 
   std::unique_ptr<GemmWeight> preparePacked(const PackedGemmWeight& packed) override {
     auto w = std::make_unique<CpuGemmWeight>();
-    const QuantLinearWeight plain = unpackWeightFromKernel(packed);
+    const QuantizedTensor plain = unpackWeightFromKernel(packed);
     w->scheme = packed.scheme;
     w->n = packed.n;
     w->k = packed.k;
-    w->bytes = plain.storageBytes();
-    w->dequantized = dequantizeReference(plain);
+    w->bytes = quantStorage(plain.spec, plain.rows, plain.cols).totalBytes();  // the container's
+    w->dequantized = dequantizeWeight(plain);
     return w;
   }
 

@@ -7,6 +7,7 @@
 
 #include "kernels/common/error.h"
 #include "kernels/common/half.h"
+#include "kernels/gemm/gemm_layout.h"
 #include "kernels/quant/fp8.h"
 
 namespace qs {
@@ -58,17 +59,10 @@ std::vector<float> fakeQuantActivations(const uint16_t* x, int64_t m, int64_t k,
   return out;
 }
 
-std::vector<float> dequantizeReference(const QuantLinearWeight& w) {
-  std::vector<float> out(size_t(w.n * w.k));
-  for (int64_t r = 0; r < w.n; ++r)
-    for (int64_t c = 0; c < w.k; ++c) out[size_t(r * w.k + c)] = w.dequantized(r, c);
-  return out;
-}
-
-std::vector<uint16_t> dequantizeToF16Reference(const QuantLinearWeight& w) {
-  std::vector<uint16_t> out(size_t(w.n * w.k));
-  for (int64_t r = 0; r < w.n; ++r)
-    for (int64_t c = 0; c < w.k; ++c) out[size_t(r * w.k + c)] = floatToHalfBits(w.dequantized(r, c));
+std::vector<uint16_t> dequantizeToF16Reference(const QuantizedTensor& w) {
+  const std::vector<float> v = dequantizeWeight(w);
+  std::vector<uint16_t> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = floatToHalfBits(v[i]);
   return out;
 }
 
@@ -86,51 +80,45 @@ void gemmReference(const float* wDeq, int64_t n, int64_t k, GemmActivationType a
 
 // ---- data ----------------------------------------------------------------------------------
 
-QuantLinearWeight makeRandomQuantWeight(int64_t n, int64_t k, const GemmScheme& scheme, uint64_t seed,
-                                        bool outliers, float scale) {
+QuantizedTensor makeRandomQuantWeight(int64_t n, int64_t k, const GemmScheme& scheme, uint64_t seed,
+                                      bool outliers, float scale) {
   scheme.validate();
   std::mt19937_64 rng(seed);
-  QuantLinearWeight w;
-  w.n = n;
-  w.k = k;
-  w.type = scheme.weight;
-  w.groupSize = scheme.groupSize;
-  w.asymmetric = scheme.asymmetric;
-  const size_t elems = size_t(n * k);
+  QuantizedTensor w = blankQuantizedTensor(weightSpecOf(scheme), n, k);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  switch (w.type) {
+  // Codes row-major, one draw each.
+  auto fillCodes = [&](auto&& draw) {
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t c = 0; c < k; ++c) w.setCode(r, c, draw());
+  };
+  switch (scheme.weight) {
     case GemmWeightType::F16:
-      w.f16.resize(elems);
-      for (auto& v : w.f16) v = floatToHalfBits(normal(rng) * scale * 4.0f);
+      fillCodes([&] { return int(floatToHalfBits(normal(rng) * scale * 4.0f)); });
       return w;
     case GemmWeightType::Int4:
-      w.codes.resize(elems);
-      for (auto& c : w.codes) c = int8_t(int(rng() & 0xF) - (w.asymmetric ? 0 : 8));
+      fillCodes([&] { return int(rng() & 0xF) - (scheme.asymmetric ? 0 : 8); });
       break;
     case GemmWeightType::Int8:
-      w.codes.resize(elems);
-      for (auto& c : w.codes) c = int8_t(int(rng() % 255) - 127);
+      fillCodes([&] { return int(rng() % 255) - 127; });
       scale *= 8.0f / 127.0f;  // same weight magnitudes as INT4 codes
       break;
     case GemmWeightType::Fp8E4M3:
     case GemmWeightType::Fp8E5M2: {
       // Normal values spread over the format's range: sigma 64 (E4M3, max 448) or 1024 (E5M2),
       // so small codes, subnormals and the saturated maximum all occur.
-      const bool e4 = w.type == GemmWeightType::Fp8E4M3;
+      const bool e4 = scheme.weight == GemmWeightType::Fp8E4M3;
       const float sigma = e4 ? 64.0f : 1024.0f;
-      w.codes.resize(elems);
-      for (auto& c : w.codes) {
+      fillCodes([&] {
         const float v = normal(rng) * sigma;
-        c = int8_t(e4 ? floatToFp8E4M3(v) : floatToFp8E5M2(v));
-      }
+        return int(e4 ? floatToFp8E4M3(v) : floatToFp8E5M2(v));
+      });
       scale /= sigma / 4.0f;
       break;
     }
   }
-  const size_t nScales = w.groupSize == kGemmPerTensor ? 1 : size_t(n * w.groups());
+  const size_t nScales = w.scales.size();
   std::uniform_real_distribution<float> around(0.5f, 1.5f);
-  w.scales.resize(nScales);
-  for (auto& s : w.scales) s = gemmEffectiveScale(w.type, scale * around(rng));
+  for (auto& s : w.scales) s = floatToHalfBits(scale * around(rng));
   if (outliers) {
     // A few scales 10..30x larger (outlier channels or groups), each picked once: a scale drawn
     // twice or three times would grow 900x or 27000x and push the outputs past the FP16 range
@@ -142,13 +130,11 @@ QuantLinearWeight makeRandomQuantWeight(int64_t n, int64_t k, const GemmScheme& 
       size_t at = size_t(rng() % nScales);
       while (picked[at]) at = (at + 1) % nScales;
       picked[at] = true;
-      w.scales[at] = gemmEffectiveScale(w.type, w.scales[at] * big(rng));
+      w.scales[at] = floatToHalfBits(halfBitsToFloat(w.scales[at]) * big(rng));
     }
   }
-  if (w.asymmetric) {
-    w.zeros.resize(nScales);
-    for (auto& z : w.zeros) z = uint8_t(rng() & 0xF);
-  }
+  if (scheme.asymmetric)
+    for (size_t i = 0; i < nScales; ++i) w.setZero(int64_t(i), int(rng() & 0xF));
   return w;
 }
 
@@ -169,69 +155,6 @@ std::vector<uint16_t> makeRandomActivations(int64_t m, int64_t k, uint64_t seed,
       x[size_t(rng() % uint64_t(m * k))] = floatToHalfBits((rng() & 1 ? 1.0f : -1.0f) * far(rng));
   }
   return x;
-}
-
-QuantLinearWeight quantizeWeightRtn(const float* wf, int64_t n, int64_t k, const GemmScheme& scheme) {
-  scheme.validate();
-  QuantLinearWeight w;
-  w.n = n;
-  w.k = k;
-  w.type = scheme.weight;
-  w.groupSize = scheme.groupSize;
-  w.asymmetric = scheme.asymmetric;
-  if (w.type == GemmWeightType::F16) {
-    w.f16.resize(size_t(n * k));
-    for (size_t i = 0; i < w.f16.size(); ++i) w.f16[i] = floatToHalfBits(wf[i]);
-    return w;
-  }
-  if (scheme.groupSize > 0 && k % scheme.groupSize != 0)
-    throwBadInput("", "k", std::to_string(k) + " is not a multiple of the group size " +
-                               std::to_string(scheme.groupSize));
-  const int64_t gsize = scheme.groupSize > 0 ? scheme.groupSize : k;
-  const int64_t groupsPerRow = k / gsize;
-  const bool perTensor = scheme.groupSize == kGemmPerTensor;
-  w.codes.resize(size_t(n * k));
-  w.scales.resize(perTensor ? 1 : size_t(n * groupsPerRow));
-  if (w.asymmetric) w.zeros.resize(w.scales.size());
-  float tensorMax = 0.0f;
-  if (perTensor)
-    for (int64_t i = 0; i < n * k; ++i) tensorMax = std::fmax(tensorMax, std::fabs(wf[i]));
-  const bool fp8 = w.type == GemmWeightType::Fp8E4M3 || w.type == GemmWeightType::Fp8E5M2;
-  const float qmax = w.type == GemmWeightType::Int4   ? 7.0f
-                     : w.type == GemmWeightType::Int8 ? 127.0f
-                     : w.type == GemmWeightType::Fp8E4M3 ? 448.0f
-                                                         : 57344.0f;
-  for (int64_t r = 0; r < n; ++r)
-    for (int64_t g = 0; g < groupsPerRow; ++g) {
-      const float* src = wf + r * k + g * gsize;
-      int8_t* dst = w.codes.data() + r * k + g * gsize;
-      const size_t si = perTensor ? 0 : size_t(r * groupsPerRow + g);
-      if (w.asymmetric) {
-        float lo = 0.0f, hi = 0.0f;
-        for (int64_t i = 0; i < gsize; ++i) lo = std::fmin(lo, src[i]), hi = std::fmax(hi, src[i]);
-        const float s = gemmEffectiveScale(w.type, (hi - lo) / 15.0f);
-        const int z = s > 0 ? int(std::clamp(std::rint(-lo / s), 0.0f, 15.0f)) : 0;
-        w.scales[si] = s;
-        w.zeros[si] = uint8_t(z);
-        for (int64_t i = 0; i < gsize; ++i)
-          dst[i] = int8_t(s > 0 ? std::clamp(int(std::rint(src[i] / s)) + z, 0, 15) : z);
-        continue;
-      }
-      float absmax = perTensor ? tensorMax : 0.0f;
-      if (!perTensor)
-        for (int64_t i = 0; i < gsize; ++i) absmax = std::fmax(absmax, std::fabs(src[i]));
-      const float s = gemmEffectiveScale(w.type, absmax / qmax);
-      w.scales[si] = s;
-      for (int64_t i = 0; i < gsize; ++i) {
-        const float v = s > 0 ? src[i] / s : 0.0f;
-        if (fp8) {
-          dst[i] = int8_t(w.type == GemmWeightType::Fp8E4M3 ? floatToFp8E4M3(v) : floatToFp8E5M2(v));
-        } else {
-          dst[i] = int8_t(std::clamp(std::rint(v), -qmax - (w.type == GemmWeightType::Int4 ? 1.0f : 0.0f), qmax));
-        }
-      }
-    }
-  return w;
 }
 
 }  // namespace qs

@@ -1,13 +1,14 @@
 #pragma once
 // The CPU fake-quant reference of the GEMM op-set, and small generators of test/benchmark data.
 //
-// Reference = dequantize the weight to float (QuantLinearWeight::dequantized), fake-quantize the
-// activations exactly as the GPU does for the W8A8 schemes (same per-token scale, same rounding,
-// bit for bit), then an FP32 GEMM (Eigen) and one rounding of the result to FP16.
+// Reference = dequantize the weight to float (dequantizeWeight, the formats codec), fake-quantize
+// the activations exactly as the GPU does for the W8A8 schemes (same per-token scale, same
+// rounding, bit for bit), then an FP32 GEMM (Eigen) and one rounding of the result to FP16.
 #include <cstdint>
 #include <vector>
 
 #include "kernels/gemm/gemm_types.h"
+#include "kernels/quant/weight_codec.h"
 
 namespace qs {
 
@@ -27,31 +28,25 @@ GemmQuantizedActivations quantizeActivationsReference(const uint16_t* x, int64_t
 std::vector<float> fakeQuantActivations(const uint16_t* x, int64_t m, int64_t k,
                                         GemmActivationType activation);
 
-// w as floats [n, k] (row-major).
-std::vector<float> dequantizeReference(const QuantLinearWeight& w);
-// w as FP16 bits [n, k] (row-major): each element's float value (QuantLinearWeight::dequantized,
-// one FP32 product of code and scale) rounded once to FP16 (nearest even). What the CUDA
+// w as FP16 bits [n, k] (row-major): each element's float value (dequantizeWeight, one FP32
+// product of code and scale) rounded once to FP16 (nearest even). What the CUDA
 // dequantize-to-FP16 kernel of the wide path's fallback must produce, bit for bit.
-std::vector<uint16_t> dequantizeToF16Reference(const QuantLinearWeight& w);
+std::vector<uint16_t> dequantizeToF16Reference(const QuantizedTensor& w);
 
 // y [m, n] (FP16 bits) = fakeQuant(x) [m, k] · wDeq [n, k]^T, FP32 GEMM, one FP16 rounding.
 void gemmReference(const float* wDeq, int64_t n, int64_t k, GemmActivationType activation,
                    const uint16_t* x, int64_t m, uint16_t* y);
 
 // ---- data for tests and benchmarks -------------------------------------------------------
-// A random weight of the given scheme: codes uniform over the valid range (FP8: a random
-// normal-ish value encoded), scales around `scale` (optionally with 1/64 of the scales 10..30x
-// larger: outlier channels/groups), zeros uniform. Deterministic for a seed.
-QuantLinearWeight makeRandomQuantWeight(int64_t n, int64_t k, const GemmScheme& scheme, uint64_t seed,
-                                        bool outliers = false, float scale = 0.01f);
+// A random weight of the given scheme (spec weightSpecOf(scheme)): codes uniform over the valid
+// range (FP8: a random normal-ish value encoded), FP16 scales around `scale` (optionally with
+// 1/64 of the scales 10..30x larger: outlier channels/groups), zeros uniform. Deterministic for
+// a seed.
+QuantizedTensor makeRandomQuantWeight(int64_t n, int64_t k, const GemmScheme& scheme, uint64_t seed,
+                                      bool outliers = false, float scale = 0.01f);
 // Random FP16 activations [m, k] around N(0, 1); outliers: 1/128 of the channels (columns)
 // scaled 5..30x and single values of 20..100, the way LLM activations look (kept so that the
 // products of both kinds of outliers stay inside the FP16 output range).
 std::vector<uint16_t> makeRandomActivations(int64_t m, int64_t k, uint64_t seed, bool outliers = false);
-
-// Round-to-nearest quantization of a float weight [n, k] to the scheme (scale = absmax / qmax
-// per group; asymmetric INT4: scale = (max - min) / 15, zero = rint(-min / scale)). A minimal
-// quantizer for tests; the formats code owns the real ones.
-QuantLinearWeight quantizeWeightRtn(const float* w, int64_t n, int64_t k, const GemmScheme& scheme);
 
 }  // namespace qs

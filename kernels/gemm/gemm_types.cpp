@@ -1,10 +1,8 @@
 #include "kernels/gemm/gemm_types.h"
 
-#include <cmath>
+#include <vector>
 
 #include "kernels/common/error.h"
-#include "kernels/common/half.h"
-#include "kernels/quant/fp8.h"
 
 namespace qs {
 
@@ -107,102 +105,6 @@ void GemmScheme::validate() const {
       return;
   }
   bad("unknown weight type");
-}
-
-float gemmEffectiveScale(GemmWeightType t, float s) {
-  if (t == GemmWeightType::Int4 || t == GemmWeightType::Int8)
-    return halfBitsToFloat(floatToHalfBits(s));
-  return s;
-}
-
-int64_t QuantLinearWeight::groups() const {
-  if (type == GemmWeightType::F16) return 0;
-  if (groupSize == kGemmPerTensor) return 1;
-  if (groupSize == kGemmPerChannel) return 1;
-  return groupSize > 0 ? k / groupSize : 0;
-}
-
-float QuantLinearWeight::dequantized(int64_t row, int64_t col) const {
-  const int64_t i = row * k + col;
-  if (type == GemmWeightType::F16) return halfBitsToFloat(f16[size_t(i)]);
-  const int64_t g = groupSize == kGemmPerTensor ? 0
-                    : groupSize == kGemmPerChannel ? row
-                                                   : row * groups() + col / groupSize;
-  const float s = gemmEffectiveScale(type, scales[size_t(g)]);
-  const int8_t c = codes[size_t(i)];
-  switch (type) {
-    case GemmWeightType::Int4:
-      return asymmetric ? s * float(int(uint8_t(c)) - int(zeros[size_t(g)])) : s * float(c);
-    case GemmWeightType::Int8: return s * float(c);
-    case GemmWeightType::Fp8E4M3: return s * fp8E4M3ToFloat(uint8_t(c));
-    case GemmWeightType::Fp8E5M2: return s * fp8E5M2ToFloat(uint8_t(c));
-    case GemmWeightType::F16: break;
-  }
-  return 0.0f;
-}
-
-void QuantLinearWeight::validate(const std::string& what) const {
-  auto bad = [&](const std::string& field, const std::string& why) { throwBadInput(what, field, why); };
-  if (n <= 0 || k <= 0)
-    bad("shape", "must be positive, got " + std::to_string(n) + "x" + std::to_string(k));
-  if (n > (int64_t(1) << 30) || k > (int64_t(1) << 30) || n * k > (int64_t(1) << 40))
-    bad("shape", "too large: " + std::to_string(n) + "x" + std::to_string(k));
-  GemmScheme{type, GemmActivationType::F16, groupSize, asymmetric}.validate();
-  const size_t elems = size_t(n * k);
-  if (type == GemmWeightType::F16) {
-    if (f16.size() != elems)
-      bad("f16", "has " + std::to_string(f16.size()) + " values, expected " + std::to_string(elems));
-    return;
-  }
-  if (groupSize > 0 && k % groupSize != 0)
-    bad("k", std::to_string(k) + " is not a multiple of the group size " + std::to_string(groupSize));
-  if (codes.size() != elems)
-    bad("codes", "has " + std::to_string(codes.size()) + " values, expected " + std::to_string(elems));
-  const size_t nScales = groupSize == kGemmPerTensor ? 1 : size_t(n * groups());
-  if (scales.size() != nScales)
-    bad("scales", "has " + std::to_string(scales.size()) + " values, expected " + std::to_string(nScales));
-  for (size_t i = 0; i < scales.size(); ++i)
-    if (!std::isfinite(scales[i]) || scales[i] < 0 ||
-        (type != GemmWeightType::Fp8E4M3 && type != GemmWeightType::Fp8E5M2 &&
-         !std::isfinite(gemmEffectiveScale(type, scales[i]))))
-      bad("scales[" + std::to_string(i) + "]", "must be finite and >= 0 (FP16 range for INT), got " +
-                                                   std::to_string(scales[i]));
-  if (asymmetric) {
-    if (zeros.size() != nScales)
-      bad("zeros", "has " + std::to_string(zeros.size()) + " values, expected " + std::to_string(nScales));
-    for (size_t i = 0; i < zeros.size(); ++i)
-      if (zeros[i] > 15) bad("zeros[" + std::to_string(i) + "]", "must be 0..15, got " + std::to_string(zeros[i]));
-  } else if (!zeros.empty()) {
-    bad("zeros", "given for a symmetric weight");
-  }
-  int lo = 0, hi = 0;
-  switch (type) {
-    case GemmWeightType::Int4: lo = asymmetric ? 0 : -8, hi = asymmetric ? 15 : 7; break;
-    case GemmWeightType::Int8: lo = -128, hi = 127; break;  // -128: clipped scales (formats)
-    default: lo = -128, hi = 127; break;  // FP8: any bit pattern but NaN
-  }
-  for (size_t i = 0; i < elems; ++i) {
-    const int c = codes[i];
-    const bool nan = (type == GemmWeightType::Fp8E4M3 && (c & 0x7F) == 0x7F) ||
-                     (type == GemmWeightType::Fp8E5M2 && (c & 0x7C) == 0x7C);
-    if (c < lo || c > hi || nan)
-      bad("codes[" + std::to_string(i / size_t(k)) + "," + std::to_string(i % size_t(k)) + "]",
-          "code " + std::to_string(c) + " is out of range for " + gemmWeightTypeName(type) +
-              (asymmetric ? " asymmetric" : ""));
-  }
-}
-
-uint64_t QuantLinearWeight::storageBytes() const {
-  const uint64_t elems = uint64_t(n) * uint64_t(k);
-  switch (type) {
-    case GemmWeightType::F16: return elems * 2;
-    case GemmWeightType::Int4: {
-      const uint64_t sc = uint64_t(scales.size());
-      return elems / 2 + sc * 2 + (asymmetric ? sc / 2 : 0);
-    }
-    case GemmWeightType::Int8: return elems + uint64_t(scales.size()) * 2;
-    default: return elems + uint64_t(scales.size()) * 4;
-  }
 }
 
 }  // namespace qs

@@ -1,16 +1,18 @@
 #pragma once
-// What a quantized linear layer is, as the GEMM op-set consumes it.
+// The GEMM schemes: what a quantized linear layer is, as the GEMM op-set runs it. The weight
+// itself is the formats' container, QuantizedTensor (kernels/quant/weight_codec.h);
+// packWeightForKernel (gemm_layout.h) reads it.
 //
 // A linear weight W is [n out, k in], row-major. y[m, n] = sum_k x[m, k] * W[n, k].
-// Quantization conventions (shared with the formats code, see docs/gemm.md):
+// Quantization conventions (those of the formats code, see docs/gemm.md):
 //   INT4 symmetric    codes q in [-8, 7],        w = s * q
 //   INT4 asymmetric   codes q in [0, 15], zero z in [0, 15] (integer),  w = s * (q - z)
 //   INT8 symmetric    codes q in [-128, 127],    w = s * q   (absmax scales give ±127; -128
 //                     comes from clipping scale methods of the formats code)
 //   FP8 E4M3 / E5M2   codes are the raw 8-bit patterns,  w = s * fp8(q)
 // Groups run along K inside each output row (group g of row n covers k in [g*G, (g+1)*G)).
-// INT scales are FP16 values (they are rounded to FP16 when the weight is packed for a kernel;
-// the CPU reference rounds the same way); FP8 scales are FP32, per output channel or per tensor.
+// Scales are FP16 values (the container's); FP8 scales are per output channel or per tensor.
+// The product s * (q - z) is one FP32 multiplication, the same on every implementation.
 // Rounding to nearest even everywhere (rintf).
 //
 // Activations are FP16. The W8A8 schemes quantize them per token (per row of x) on the fly:
@@ -19,7 +21,6 @@
 // (absmax == 0 gives scale 0 and all-zero codes). See quantizeActivationsReference().
 #include <cstdint>
 #include <string>
-#include <vector>
 
 namespace qs {
 
@@ -55,38 +56,5 @@ struct GemmScheme {
   void validate() const;
   bool operator==(const GemmScheme&) const = default;
 };
-
-// A quantized linear weight in the plain ("file order") layout: one code per element, row-major,
-// scales per (row, group). This is what the formats code hands over; packWeightForKernel()
-// (gemm_layout.h) turns it into the layout a kernel reads.
-struct QuantLinearWeight {
-  int64_t n = 0;  // output features (rows)
-  int64_t k = 0;  // input features (columns)
-  GemmWeightType type = GemmWeightType::F16;
-  int groupSize = kGemmPerChannel;
-  bool asymmetric = false;
-
-  // [n * k]: INT4/INT8 code values (see above), FP8 raw bit patterns (static_cast<int8_t>(bits)).
-  std::vector<int8_t> codes;
-  // [n * k] FP16 bit patterns; only for type F16.
-  std::vector<uint16_t> f16;
-  // [n * groups()] row-major; per channel: [n]; per tensor: [1].
-  std::vector<float> scales;
-  // [n * groups()] zero points, asymmetric INT4 only.
-  std::vector<uint8_t> zeros;
-
-  // Scale entries per row (1 for per-channel); 1 in total for per-tensor.
-  int64_t groups() const;
-  // The value of element (row, col) in float, as every implementation must see it (INT scales
-  // rounded to FP16 first).
-  float dequantized(int64_t row, int64_t col) const;
-  // Checks sizes, code ranges, scales (finite, >= 0) and the scheme; throws ErrorKind::BadInput
-  // naming `what`, the field and the bad value.
-  void validate(const std::string& what = "weight") const;
-  uint64_t storageBytes() const;  // codes (at their nominal width) + scales + zeros
-};
-
-// Scale as the kernels use it: FP16-rounded for INT types, FP32 for FP8.
-float gemmEffectiveScale(GemmWeightType t, float s);
 
 }  // namespace qs

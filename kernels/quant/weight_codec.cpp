@@ -8,6 +8,7 @@
 #include <string>
 
 #include "kernels/common/error.h"
+#include "kernels/common/half.h"
 #include "kernels/common/storage_convert.h"
 #include "kernels/common/parallel.h"
 #include "kernels/quant/quant_math.h"
@@ -588,6 +589,116 @@ int QuantizedTensor::zeroOf(int64_t cell) const {
   return zeros[size_t(cell)];
 }
 
+void QuantizedTensor::setZero(int64_t cell, int zero) {
+  if (quantKindTraits(spec.kind).cls != QuantClass::Int || spec.symmetric)
+    throw Error(ErrorKind::Internal, "setZero on " + weightSpecToString(spec) + ", which has no zero points");
+  if (spec.kind == QuantKind::INT4) {  // two per byte over the cell index, low nibble first
+    uint8_t& b = zeros[size_t(cell / 2)];
+    const int shift = (cell & 1) * 4;
+    b = uint8_t((b & ~(0xF << shift)) | ((zero & 0xF) << shift));
+  } else {
+    zeros[size_t(cell)] = uint8_t(zero);
+  }
+}
+
+void throwNoElementCode(const WeightSpec& spec) {
+  throw Error(ErrorKind::Internal, weightSpecToString(spec) + " has no per-element code");
+}
+
+float QuantizedTensor::dequantized(int64_t row, int64_t col) const {
+  switch (quantKindTraits(spec.kind).cls) {
+    case QuantClass::Float: {
+      if (spec.kind == QuantKind::FP16) return halfBitsToFloat(uint16_t(code(row, col)));
+      if (spec.kind == QuantKind::BF16) return bf16BitsToFloat(uint16_t(code(row, col)));
+      float v;
+      std::memcpy(&v, payload.data() + size_t(row * cols + col) * 4, 4);  // F32, little-endian hosts
+      return v;
+    }
+    case QuantClass::Int: {  // the same operations as decodeSegment: (q - z) in float, times s
+      const int64_t cell = grid.indexOf(row, col);
+      return float(code(row, col) - zeroOf(cell)) * scaleOf(cell);
+    }
+    case QuantClass::Fp8: {
+      const uint8_t c = uint8_t(code(row, col));
+      const float v = spec.kind == QuantKind::FP8_E4M3 ? fp8E4M3ToFloat(c) : fp8E5M2ToFloat(c);
+      return v * scaleOf(grid.indexOf(row, col));
+    }
+    case QuantClass::Ggml: break;
+  }
+  throwNoElementCode(spec);
+}
+
+QuantizedTensor blankQuantizedTensor(const WeightSpec& spec, int64_t rows, int64_t cols,
+                                     std::string_view name) {
+  QuantizedTensor q;
+  q.spec = spec;
+  q.rows = rows;
+  q.cols = cols;
+  q.grid = scaleGrid(spec, rows, cols, name);
+  const QuantStorage st = quantStorage(spec, rows, cols);
+  q.payload.assign(size_t(st.payloadBytes), 0);
+  q.scales.assign(size_t(st.scaleBytes / 2), 0);
+  q.zeros.assign(size_t(st.zeroBytes), 0);
+  return q;
+}
+
+namespace {
+
+// One check of validateQuantizedTensor: the size of a part against what the layout gives.
+void checkPartSize(const std::string& where, const char* part, size_t have, uint64_t want,
+                   const char* unit) {
+  if (have == want) return;
+  throwBadInput(where, part,
+                want == 0 ? "holds " + std::to_string(have) + " " + unit + "; " +
+                                "this weight format has none"
+                          : "holds " + std::to_string(have) + " " + unit + ", expected " +
+                                std::to_string(want));
+}
+
+// FP8 bit patterns that are not a finite value: E4M3 NaN (S.1111.111), E5M2 Inf and NaN
+// (S.11111.xx).
+bool isNonFiniteFp8(QuantKind kind, uint8_t code) {
+  return kind == QuantKind::FP8_E4M3 ? (code & 0x7F) == 0x7F : (code & 0x7C) == 0x7C;
+}
+
+}  // namespace
+
+void validateQuantizedTensor(const QuantizedTensor& q, std::string_view name) {
+  const std::string where = tensorField(name);
+  auto bad = [&](const std::string& field, const std::string& why) { throwBadInput(where, field, why); };
+  const std::string shape = std::to_string(q.rows) + "x" + std::to_string(q.cols);
+  if (q.rows <= 0 || q.cols <= 0) bad("shape", "must be positive, got " + shape);
+  if (q.rows > (int64_t(1) << 30) || q.cols > (int64_t(1) << 30) || q.rows * q.cols > (int64_t(1) << 40))
+    bad("shape", "too large: " + shape);
+  validateWeightSpec(q.spec);
+  const ScaleGrid g = scaleGrid(q.spec, q.rows, q.cols, name);  // K a multiple of the group
+  if (q.grid.gridRows != g.gridRows || q.grid.gridCols != g.gridCols || q.grid.cellRows != g.cellRows ||
+      q.grid.cellCols != g.cellCols)
+    bad("grid", "is " + std::to_string(q.grid.gridRows) + "x" + std::to_string(q.grid.gridCols) +
+                    " cells, " + weightSpecToString(q.spec) + " on " + shape + " gives " +
+                    std::to_string(g.gridRows) + "x" + std::to_string(g.gridCols));
+  const QuantStorage st = quantStorage(q.spec, q.rows, q.cols);
+  checkPartSize(where, "payload", q.payload.size(), st.payloadBytes, "bytes");
+  checkPartSize(where, "scales", q.scales.size(), st.scaleBytes / 2, "scales");
+  checkPartSize(where, "zeros", q.zeros.size(), st.zeroBytes, "bytes");
+  for (size_t i = 0; i < q.scales.size(); ++i) {
+    const uint16_t b = q.scales[i];
+    if ((b & 0x8000u) || (b & 0x7C00u) == 0x7C00u)  // negative, Inf or NaN (as cellParamsOf)
+      bad("scales[" + std::to_string(i) + "]",
+          "must be finite and >= 0, got " + std::to_string(halfBitsToFloat(b)) + " (FP16 bits " +
+              std::to_string(b) + ")");
+  }
+  // Zero points need no check: every packed value is in the code range (INT4 nibbles 0..15,
+  // INT8 bytes 0..255), as is every INT code.
+  if (quantKindTraits(q.spec.kind).cls != QuantClass::Fp8) return;
+  for (int64_t r = 0; r < q.rows; ++r)
+    for (int64_t c = 0; c < q.cols; ++c)
+      if (isNonFiniteFp8(q.spec.kind, q.payload[size_t(r * q.cols + c)]))
+        bad("codes[" + std::to_string(r) + "," + std::to_string(c) + "]",
+            "bit pattern " + std::to_string(q.payload[size_t(r * q.cols + c)]) + " is not a finite " +
+                std::string(quantKindTraits(q.spec.kind).name) + " value");
+}
+
 WeightScales chooseWeightScales(const WeightSpec& spec, std::span<const float> w, int64_t rows,
                                 int64_t cols, std::string_view name) {
   checkShape(spec, w, rows, cols, name);
@@ -620,17 +731,6 @@ WeightScales chooseWeightScales(const WeightSpec& spec, std::span<const float> w
 
 namespace {
 
-// A tensor of the spec's shape and scale grid, its codes zeroed (the quantizers fill them).
-QuantizedTensor zeroedTensor(const WeightSpec& spec, int64_t rows, int64_t cols, std::string_view name) {
-  QuantizedTensor q;
-  q.spec = spec;
-  q.rows = rows;
-  q.cols = cols;
-  q.grid = scaleGrid(spec, rows, cols, name);
-  q.payload.assign(size_t(payloadRowBytes(spec.kind, cols) * uint64_t(rows)), 0);
-  return q;
-}
-
 // ---- ggml kinds: the blocks of kernels/ggml (ggml_quantize_chunk's arithmetic, byte-identical to
 // llama-quantize), rows in parallel (each row is quantized on its own, so the bytes do not depend
 // on the split).
@@ -654,7 +754,7 @@ QuantizedTensor quantizeGgml(const WeightSpec& spec, std::span<const float> w, i
                     {}, tensorField(name));
   }
   const auto& tr = quantKindTraits(spec.kind);
-  QuantizedTensor q = zeroedTensor(spec, rows, cols, name);
+  QuantizedTensor q = blankQuantizedTensor(spec, rows, cols, name);
   const uint64_t rowBytes = payloadRowBytes(spec.kind, cols);
   parallelFor(rows, std::max<int64_t>(1, (1 << 14) / cols), [&](int64_t b, int64_t e) {
     for (int64_t row = b; row < e; ++row) checkFinite(w.data(), cols, row, 0, cols, name);
@@ -690,7 +790,7 @@ QuantizedTensor quantizeImpl(const WeightSpec& spec, std::span<const float> w, i
                              bool checkInput) {
   checkShape(spec, w, rows, cols, name);
   const KindInfo k(spec);
-  QuantizedTensor q = zeroedTensor(spec, rows, cols, name);
+  QuantizedTensor q = blankQuantizedTensor(spec, rows, cols, name);
   const uint64_t rowBytes = payloadRowBytes(spec.kind, cols);
   if (k.cls == QuantClass::Float) {
     forEachCastRow(rows, cols, [&](int64_t row) {
@@ -707,15 +807,8 @@ QuantizedTensor quantizeImpl(const WeightSpec& spec, std::span<const float> w, i
                                  c0, c1, q.payload.data() + size_t(row) * rowBytes);
                  });
   q.scales = scales.scales;
-  if (k.cls == QuantClass::Int && !k.symmetric) {
-    if (k.kind == QuantKind::INT4) {
-      q.zeros.assign((scales.zeros.size() + 1) / 2, 0);
-      for (size_t i = 0; i < scales.zeros.size(); ++i)
-        q.zeros[i / 2] |= uint8_t((scales.zeros[i] & 0xF) << ((i & 1) * 4));
-    } else {
-      q.zeros = scales.zeros;
-    }
-  }
+  if (k.cls == QuantClass::Int && !k.symmetric)
+    for (size_t i = 0; i < scales.zeros.size(); ++i) q.setZero(int64_t(i), scales.zeros[i]);
   return q;
 }
 

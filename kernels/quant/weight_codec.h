@@ -33,6 +33,8 @@
 
 namespace qs {
 
+// The one container of a quantized weight: the exporters, the runtime, GPTQ and the GEMM
+// op-set (packWeightForKernel, kernels/gemm/gemm_layout.h) all read this.
 struct QuantizedTensor {
   WeightSpec spec;
   int64_t rows = 0, cols = 0;
@@ -42,8 +44,78 @@ struct QuantizedTensor {
   std::vector<uint8_t> zeros;    // packed as described above; empty unless asymmetric INT
 
   float scaleOf(int64_t cell) const;
-  int zeroOf(int64_t cell) const;  // 0 unless asymmetric INT
+  int zeroOf(int64_t cell) const;        // 0 unless asymmetric INT
+  void setZero(int64_t cell, int zero);  // asymmetric INT only; zero in the code range
+
+  // The code of element (row, col) as the payload holds it: INT symmetric the signed q (INT4
+  // -8..7, INT8 -128..127), INT asymmetric the unsigned q (0..15, 0..255), FP8 the bit pattern
+  // (0..255), FP16/BF16 the bit pattern (0..65535). F32 and the ggml kinds have no per-element
+  // code (ErrorKind::Internal).
+  int code(int64_t row, int64_t col) const;
+  void setCode(int64_t row, int64_t col, int code);  // the inverse; code in the range above
+  // The value of element (row, col): bit for bit what dequantizeWeight gives for it.
+  float dequantized(int64_t row, int64_t col) const;
 };
+
+// A tensor of the spec's shape and scale grid with every byte zero: payload, scales (one per
+// grid cell for the scaled kinds) and zero points (asymmetric INT). setCode, setZero and the
+// scales fill it.
+QuantizedTensor blankQuantizedTensor(const WeightSpec& spec, int64_t rows, int64_t cols,
+                                     std::string_view tensorName = {});
+
+// Checks that q is whole and consistent: a valid spec, a positive shape (at most 2^30 by 2^30
+// and 2^40 values), the spec's scale grid (so K is a multiple of the group size), payload,
+// scales and zero points of the sizes the layout above gives, scales finite and >= 0, FP8 codes
+// that are not NaN (or Inf, E5M2). Throws ErrorKind::BadInput naming the tensor ("tensor 'x'",
+// or "weight" without a name), the field ("payload", "scales[3]", "codes[0,5]", …) and the
+// bad value. The GEMM op-set runs it on every weight it packs.
+void validateQuantizedTensor(const QuantizedTensor& q, std::string_view tensorName = {});
+
+[[noreturn]] void throwNoElementCode(const WeightSpec& spec);
+
+inline int QuantizedTensor::code(int64_t row, int64_t col) const {
+  switch (spec.kind) {
+    case QuantKind::INT4: {
+      const int u = (payload[size_t(row * ((cols + 1) / 2) + col / 2)] >> ((col & 1) * 4)) & 0xF;
+      return spec.symmetric ? u - 8 : u;
+    }
+    case QuantKind::INT8: {
+      const uint8_t b = payload[size_t(row * cols + col)];
+      return spec.symmetric ? int(int8_t(b)) : int(b);
+    }
+    case QuantKind::FP8_E4M3:
+    case QuantKind::FP8_E5M2: return payload[size_t(row * cols + col)];
+    case QuantKind::FP16:
+    case QuantKind::BF16: {  // little-endian
+      const size_t i = size_t(row * cols + col) * 2;
+      return payload[i] | (payload[i + 1] << 8);
+    }
+    default: throwNoElementCode(spec);
+  }
+}
+
+inline void QuantizedTensor::setCode(int64_t row, int64_t col, int c) {
+  switch (spec.kind) {
+    case QuantKind::INT4: {
+      uint8_t& b = payload[size_t(row * ((cols + 1) / 2) + col / 2)];
+      const int shift = (col & 1) * 4;
+      const int u = spec.symmetric ? c + 8 : c;
+      b = uint8_t((b & ~(0xF << shift)) | ((u & 0xF) << shift));
+      return;
+    }
+    case QuantKind::INT8:
+    case QuantKind::FP8_E4M3:
+    case QuantKind::FP8_E5M2: payload[size_t(row * cols + col)] = uint8_t(c); return;
+    case QuantKind::FP16:
+    case QuantKind::BF16: {
+      const size_t i = size_t(row * cols + col) * 2;
+      payload[i] = uint8_t(c);
+      payload[i + 1] = uint8_t(c >> 8);
+      return;
+    }
+    default: throwNoElementCode(spec);
+  }
+}
 
 // What the scale method chose: one FP16 scale per grid cell and, for asymmetric INT, one zero
 // point per cell (unpacked, one byte each).

@@ -21,6 +21,8 @@
 #include "kernels/common/half.h"
 #include "kernels/quant/activation_codec.h"
 #include "kernels/quant/weight_codec.h"
+#include "kernels/gemm/gemm_layout.h"
+#include "kernels/gemm/gemm_ops.h"
 #include "kernels/gemm/gemm_reference.h"
 #include "kernels/ops/cpu_transformer_ops.h"
 #include "kernels/ops/linear_formats.h"
@@ -81,6 +83,9 @@ class TestCoreRuntimePlan : public QObject {
   std::unique_ptr<Backend> cpu_ = createCpuBackend();
 
  private slots:
+  // The GEMM op-set packs the codec's container directly: packing and unpacking give back the
+  // same codes, scales and zero points, and the CPU op-set computes with exactly the codec's
+  // dequantized values.
   void formatsToGemmAndBackAreExact() {
     const uint64_t seed = freshSeed();
     for (const char* name : {"int4-g32-sym", "int4-g64-asym", "int4-g128-sym", "int4-g128-asym", "int4-ch-sym",
@@ -91,43 +96,34 @@ class TestCoreRuntimePlan : public QObject {
       for (auto [n, k] : {std::pair{1, 128}, {17, 256}, {33, 384}}) {
         const auto w = randomWeight(n, k, seed + uint64_t(n));
         const QuantizedTensor q = quantizeWeight(spec, w, n, k);
-        const QuantLinearWeight g = toQuantLinearWeight(q, name);
-        QVERIFY2(bitEqual(dequantizeReference(g), dequantizeWeight(q)), qPrintable(QString("%1 seed %2").arg(name).arg(seed)));
-        const QuantizedTensor back = toQuantizedTensor(g, name);
-        QVERIFY(bitEqual(dequantizeWeight(back), dequantizeWeight(q)));
-        if (spec.granularity != Granularity::Tensor || spec.kind == QuantKind::FP8_E4M3 ||
-            spec.kind == QuantKind::FP8_E5M2) {  // INT per tensor comes back per channel
-          QCOMPARE(back.payload, q.payload);
-          QCOMPARE(back.scales, q.scales);
-          QCOMPARE(back.zeros, q.zeros);
+        const QString what = QString("%1 seed %2").arg(name).arg(seed);
+        for (GemmActivationType act : {GemmActivationType::F16, GemmActivationType::Int8PerToken,
+                                       GemmActivationType::Fp8E4M3PerToken}) {
+          GemmScheme scheme = *gemmWeightSchemeFor(spec);
+          scheme.activation = act;
+          try {
+            scheme.validate();
+          } catch (const Error&) {
+            continue;  // no kernel for this activation
+          }
+          const QuantizedTensor back = unpackWeightFromKernel(packWeightForKernel(q, act, name));
+          QVERIFY2(bitEqual(dequantizeWeight(back), dequantizeWeight(q)), qPrintable(what));
+          if (spec.granularity != Granularity::Tensor || spec.kind == QuantKind::FP8_E4M3 ||
+              spec.kind == QuantKind::FP8_E5M2) {  // INT per tensor comes back per channel
+            QCOMPARE(back.payload, q.payload);
+            QCOMPARE(back.scales, q.scales);
+            QCOMPARE(back.zeros, q.zeros);
+          }
         }
+        // The CPU op-set's weight is the codec's: y = x · dequantizeWeight(q)^T exactly.
+        const std::vector<uint16_t> x = makeRandomActivations(3, k, seed + 7);
+        std::vector<uint16_t> got(size_t(3 * n)), want(got.size());
+        auto ops = createCpuGemmOps();
+        const auto prepared = ops->prepare(q, GemmActivationType::F16, name);
+        ops->run(*prepared, x.data(), 3, got.data());
+        gemmReference(dequantizeWeight(q).data(), n, k, GemmActivationType::F16, x.data(), 3, want.data());
+        QVERIFY2(got == want, qPrintable(what));
       }
-    }
-  }
-
-  void gemmToFormatsAndBackAreExact() {
-    const uint64_t seed = freshSeed();
-    for (const char* name : {"w4a16-g32", "w4a16-g64-asym", "w4a16-ch", "w4a16-ch-asym", "w8a16-int8", "w8a16-int8-g128",
-                             "w8a16-fp8", "w8a16-fp8-tensor", "w8a16-e5m2", "fp16"}) {
-      const GemmScheme s = GemmScheme::parse(name);
-      QuantLinearWeight w = makeRandomQuantWeight(19, 256, s, seed, true);
-      for (auto& sc : w.scales) sc = halfBitsToFloat(floatToHalfBits(sc));  // formats keep FP16 scales
-      const QuantizedTensor q = toQuantizedTensor(w, name);
-      QVERIFY2(bitEqual(dequantizeWeight(q), dequantizeReference(w)), qPrintable(QString("%1 seed %2").arg(name).arg(seed)));
-      const QuantLinearWeight back = toQuantLinearWeight(q, name);
-      QCOMPARE(back.codes, w.codes);
-      QCOMPARE(back.f16, w.f16);
-      QCOMPARE(back.zeros, w.zeros);
-      QCOMPARE(back.scales, w.scales);
-    }
-    // An FP8 scale that is not an FP16 value cannot be stored by the formats.
-    QuantLinearWeight f = makeRandomQuantWeight(4, 64, GemmScheme::parse("w8a16-fp8"), 1);
-    f.scales[0] = 0.1f;  // not representable in FP16
-    try {
-      toQuantizedTensor(f, "t");
-      QFAIL("accepted a non-FP16 scale");
-    } catch (const Error& e) {
-      QCOMPARE(e.kind(), ErrorKind::Unsupported);
     }
   }
 
@@ -154,7 +150,8 @@ class TestCoreRuntimePlan : public QObject {
       QVERIFY2(scheme(none) == "none", none);
     try {
       const auto w = randomWeight(4, 512, 1);
-      toQuantLinearWeight(quantizeWeight(parseQuantFormat("int4-g256-sym").weight, w, 4, 512), "blk.0.w");
+      packWeightForKernel(quantizeWeight(parseQuantFormat("int4-g256-sym").weight, w, 4, 512), GemmActivationType::F16,
+                          "blk.0.w");
       QFAIL("g256 converted");
     } catch (const Error& e) {
       QCOMPARE(e.kind(), ErrorKind::Unsupported);
@@ -178,11 +175,11 @@ class TestCoreRuntimePlan : public QObject {
       rt.removeTap(cap.id);
       const LinearLayer& l = *rt.linears()[size_t(i)];
       const auto w = std::vector<float>(rt.linearWeight(i).begin(), rt.linearWeight(i).end());
-      const QuantLinearWeight q = toQuantLinearWeight(quantizeWeight(f.weight, w, l.outFeatures, l.inFeatures));
-      QCOMPARE(rt.linearWeightBytes(i), q.storageBytes());  // the CPU op-set reports the plain storage
+      const QuantizedTensor q = quantizeWeight(f.weight, w, l.outFeatures, l.inFeatures);
+      QCOMPARE(rt.linearWeightBytes(i), quantStorage(q.spec, q.rows, q.cols).totalBytes());  // the container's bytes
       std::vector<uint16_t> xh(cap.x.size()), yh(size_t(cap.T * l.outFeatures));
       for (size_t j = 0; j < xh.size(); ++j) xh[j] = floatToHalfBits(cap.x[j]);
-      gemmReference(dequantizeReference(q).data(), l.outFeatures, l.inFeatures, gemmSchemeFor(f)->activation, xh.data(),
+      gemmReference(dequantizeWeight(q).data(), l.outFeatures, l.inFeatures, gemmSchemeFor(f)->activation, xh.data(),
                     cap.T, yh.data());
       std::vector<float> expect(yh.size());
       for (size_t j = 0; j < yh.size(); ++j) expect[j] = halfBitsToFloat(yh[j]);

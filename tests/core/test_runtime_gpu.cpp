@@ -394,8 +394,8 @@ class TestRuntimeGpu : public QObject {
     for (const char* scheme : {"w8a16-int8", "w8a16-int8-g32", "w8a8-int8"})
       for (int64_t m : {1, 7, 40}) {
         const GemmScheme s = GemmScheme::parse(scheme);
-        QuantLinearWeight w = makeRandomQuantWeight(48, 128, s, 3);
-        for (size_t i = 0; i < w.codes.size(); i += 5) w.codes[i] = -128;
+        QuantizedTensor w = makeRandomQuantWeight(48, 128, s, 3);
+        for (int64_t i = 0; i < 48 * 128; i += 5) w.setCode(i / 128, i % 128, -128);
         const auto x = makeRandomActivations(m, 128, 4);
         auto wg = gg.prepare(w, s.activation);
         auto wc = gc.prepare(w, s.activation);

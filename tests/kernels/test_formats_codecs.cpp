@@ -121,6 +121,26 @@ class TestFormatsCodecs : public QObject {
     fakeQuantWeight(spec, w, fq, rows, cols, "w");
     QVERIFY(bitEqual(deq, fq));
 
+    // The container is whole, and its element accessors read what the codec wrote:
+    // dequantized(r, c) is dequantizeWeight's value bit for bit, and code() / zeroOf() written
+    // back with setCode() / setZero() into a blank tensor rebuild the payload and zero points.
+    validateQuantizedTensor(q, "w");
+    QuantizedTensor rebuilt = blankQuantizedTensor(spec, rows, cols);
+    const bool hasCodes = spec.kind != QuantKind::F32;
+    bool accessorsAgree = true;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) {
+        const size_t i = size_t(r * cols + c);
+        accessorsAgree &= std::bit_cast<uint32_t>(q.dequantized(r, c)) == std::bit_cast<uint32_t>(deq[i]);
+        if (hasCodes) rebuilt.setCode(r, c, q.code(r, c));
+      }
+    QVERIFY(accessorsAgree);
+    if (hasCodes) QVERIFY(rebuilt.payload == q.payload);
+    if (tr.cls == QuantClass::Int && !spec.symmetric) {
+      for (int64_t cell = 0; cell < q.grid.count(); ++cell) rebuilt.setZero(cell, q.zeroOf(cell));
+      QVERIFY(rebuilt.zeros == q.zeros);
+    }
+
     // Packing round trip: re-quantising the dequantised weights with the same scales gives
     // the same payload bytes.
     WeightScales scales{q.scales, {}};

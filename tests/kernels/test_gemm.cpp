@@ -10,10 +10,11 @@
 #include "kernels/backend/backend.h"
 #include "kernels/common/error.h"
 #include "kernels/common/half.h"
-#include "kernels/quant/fp8.h"
 #include "kernels/gemm/gemm_layout.h"
 #include "kernels/gemm/gemm_ops.h"
 #include "kernels/gemm/gemm_reference.h"
+#include "kernels/quant/fp8.h"
+#include "kernels/quant/weight_codec.h"
 
 using namespace qs;
 
@@ -149,48 +150,73 @@ class TestGemm : public QObject {
     }
   }
 
+  // The GEMM op-set validates every weight it packs (validateQuantizedTensor) and names the
+  // tensor and the field in the error.
   void weightValidationNamesTheProblem() {
     const GemmScheme s = GemmScheme::parse("w4a16-g32-asym");
-    auto expectBad = [](QuantLinearWeight w, const char* field) {
+    auto expectBad = [](const QuantizedTensor& w, const char* field) {
       try {
-        w.validate("layer.7");
-        QFAIL("validate accepted a bad weight");
+        packWeightForKernel(w, GemmActivationType::F16, "layer.7");
+        QFAIL(qPrintable(QString("packWeightForKernel accepted a bad weight (%1)").arg(field)));
       } catch (const Error& e) {
         QCOMPARE(e.kind(), ErrorKind::BadInput);
-        QVERIFY2(e.field().find(field) != std::string::npos, e.what());
-        QCOMPARE(e.file(), std::string("layer.7"));
+        QVERIFY2(std::string(e.what()).find(field) != std::string::npos, e.what());
+        QVERIFY2(std::string(e.what()).find("'layer.7'") != std::string::npos, e.what());
       }
     };
-    const QuantLinearWeight good = makeRandomQuantWeight(5, 64, s, 1);
-    good.validate();
-    QuantLinearWeight w = good;
-    w.codes[7] = 16;
-    expectBad(w, "codes[0,7]");
+    const QuantizedTensor good = makeRandomQuantWeight(5, 64, s, 1);
+    validateQuantizedTensor(good, "layer.7");
+    packWeightForKernel(good, GemmActivationType::F16, "layer.7");
+    QuantizedTensor w = good;
+    w.payload.pop_back();
+    expectBad(w, "payload");
     w = good;
-    w.zeros[3] = 16;
-    expectBad(w, "zeros[3]");
+    w.zeros.pop_back();
+    expectBad(w, "zeros");
     w = good;
-    w.scales[2] = NAN;
+    w.scales[2] = 0x7E00;  // NaN
     expectBad(w, "scales[2]");
     w = good;
-    w.scales[1] = -1;
+    w.scales[1] = 0xBC00;  // -1
     expectBad(w, "scales[1]");
+    w = good;
+    w.scales[3] = 0x7C00;  // +Inf
+    expectBad(w, "scales[3]");
     w = good;
     w.scales.pop_back();
     expectBad(w, "scales");
     w = good;
-    w.k = 48;  // not a multiple of the group size
-    expectBad(w, "k");
+    w.cols = 48;  // not a multiple of the group size
+    expectBad(w, "K = 48");
     w = good;
-    w.n = 0;
+    w.grid.gridCols = 1;
+    expectBad(w, "grid");
+    w = good;
+    w.rows = 0;
     expectBad(w, "shape");
-    QuantLinearWeight f = makeRandomQuantWeight(3, 32, GemmScheme::parse("w8a16-fp8"), 2);
-    f.codes[5] = int8_t(0x7F);  // NaN pattern
+    QuantizedTensor sym = makeRandomQuantWeight(5, 64, GemmScheme::parse("w4a16-g32"), 4);
+    sym.zeros.assign(5, 0);  // zero points on a symmetric weight
+    expectBad(sym, "zeros");
+    QuantizedTensor f = makeRandomQuantWeight(3, 32, GemmScheme::parse("w8a16-fp8"), 2);
+    f.setCode(0, 5, 0x7F);  // NaN pattern
     expectBad(f, "codes[0,5]");
-    QuantLinearWeight i8 = makeRandomQuantWeight(3, 32, GemmScheme::parse("w8a16-int8"), 3);
-    i8.codes[0] = -128;  // valid: the formats' clipping scale methods produce it
-    i8.validate();
-    QCOMPARE(i8.dequantized(0, 0), -128.0f * gemmEffectiveScale(GemmWeightType::Int8, i8.scales[0]));
+    QuantizedTensor e5 = makeRandomQuantWeight(3, 32, GemmScheme::parse("w8a16-e5m2"), 2);
+    e5.setCode(2, 31, 0xFC);  // -Inf
+    expectBad(e5, "codes[2,31]");
+    QuantizedTensor i8 = makeRandomQuantWeight(3, 32, GemmScheme::parse("w8a16-int8"), 3);
+    i8.setCode(0, 0, -128);  // valid: the formats' clipping scale methods produce it
+    packWeightForKernel(i8, GemmActivationType::F16);
+    QCOMPARE(i8.code(0, 0), -128);
+    QCOMPARE(i8.dequantized(0, 0), -128.0f * i8.scaleOf(0));
+    // A format without a scheme is Unsupported, not BadInput.
+    try {
+      packWeightForKernel(quantizeWeight(parseQuantFormat("int4-g256-sym").weight, std::vector<float>(512, 0.5f), 2, 256),
+                          GemmActivationType::F16, "layer.7");
+      QFAIL("g256 packed");
+    } catch (const Error& e) {
+      QCOMPARE(e.kind(), ErrorKind::Unsupported);
+      QVERIFY2(std::string(e.what()).find("'layer.7'") != std::string::npos, e.what());
+    }
   }
 
   void packUnpackRoundTrip() {
@@ -199,15 +225,15 @@ class TestGemm : public QObject {
       for (int64_t n : {1, 17, 203})
         for (int64_t k : {128, 384, 96}) {
           if (s.groupSize > 0 && k % s.groupSize) continue;
-          const QuantLinearWeight w = makeRandomQuantWeight(n, k, s, seed + uint64_t(n * k), true);
+          const QuantizedTensor w = makeRandomQuantWeight(n, k, s, seed + uint64_t(n * k), true);
           const PackedGemmWeight p = packWeightForKernel(w, s.activation);
           QCOMPARE(p.nPad % 16, int64_t(0));
           QCOMPARE(p.kPad % p.chunkK, int64_t(0));
-          const QuantLinearWeight u = unpackWeightFromKernel(p);
-          QVERIFY2(u.codes == w.codes, qPrintable(QString::fromStdString(s.name())));
+          const QuantizedTensor u = unpackWeightFromKernel(p);
+          QVERIFY2(u.spec == w.spec, qPrintable(QString::fromStdString(s.name())));
+          QVERIFY2(u.payload == w.payload, qPrintable(QString::fromStdString(s.name())));
           QCOMPARE(u.zeros, w.zeros);
-          QCOMPARE(u.scales.size(), w.scales.size());
-          for (size_t i = 0; i < w.scales.size(); ++i) QCOMPARE(u.scales[i], gemmEffectiveScale(w.type, w.scales[i]));
+          QCOMPARE(u.scales, w.scales);
           for (int64_t r = 0; r < n; r += 5)
             for (int64_t c = 0; c < k; c += 7) QCOMPARE(u.dequantized(r, c), w.dequantized(r, c));
         }
@@ -221,7 +247,7 @@ class TestGemm : public QObject {
     const uint64_t seed = freshSeed();
     auto half = [](uint32_t word, int hi) { return halfBitsToFloat(uint16_t(hi ? word >> 16 : word & 0xFFFF)); };
     {  // INT4 asymmetric: fragment value = nibble (the code itself)
-      const QuantLinearWeight w = makeRandomQuantWeight(32, 128, GemmScheme::parse("w4a16-g64-asym"), seed);
+      const QuantizedTensor w = makeRandomQuantWeight(32, 128, GemmScheme::parse("w4a16-g64-asym"), seed);
       const PackedGemmWeight p = packWeightForKernel(w, GemmActivationType::F16);
       for (int rt = 0; rt < 2; ++rt)
         for (int ch = 0; ch < 2; ++ch)
@@ -239,12 +265,12 @@ class TestGemm : public QObject {
                   const int col = ch * 64 + j * 16 + 2 * t + e + ((reg & 2) ? 8 : 0);
                   float v = half(regs[reg], e) - 1024.0f;
                   if (reg & 1) v /= 16.0f;
-                  QCOMPARE(int(v), int(w.codes[size_t(row * 128 + col)]));
+                  QCOMPARE(int(v), w.code(row, col));
                 }
             }
     }
     {  // INT8, A16: biased bytes; PRMT selectors 0x4140 / 0x4342 as in the kernels
-      const QuantLinearWeight w = makeRandomQuantWeight(16, 64, GemmScheme::parse("w8a16-int8"), seed + 1);
+      const QuantizedTensor w = makeRandomQuantWeight(16, 64, GemmScheme::parse("w8a16-int8"), seed + 1);
       const PackedGemmWeight p = packWeightForKernel(w, GemmActivationType::F16);
       auto prmt = [](uint32_t a, uint32_t b, uint32_t sel) {
         const uint64_t src = (uint64_t(b) << 32) | a;
@@ -265,18 +291,18 @@ class TestGemm : public QObject {
               for (int e = 0; e < 2; ++e) {
                 const int row = g + ((reg & 1) ? 8 : 0);
                 const int col = ch * 32 + step * 16 + 2 * t + e + ((reg & 2) ? 8 : 0);
-                QCOMPARE(int(half(regs[reg], e) - 1152.0f), int(w.codes[size_t(row * 64 + col)]));
+                QCOMPARE(int(half(regs[reg], e) - 1152.0f), w.code(row, col));
               }
           }
     }
     {  // A8: plain row-major, padded
-      const QuantLinearWeight w = makeRandomQuantWeight(5, 96, GemmScheme::parse("w8a8-int8"), seed + 2);
+      const QuantizedTensor w = makeRandomQuantWeight(5, 96, GemmScheme::parse("w8a8-int8"), seed + 2);
       const PackedGemmWeight p = packWeightForKernel(w, GemmActivationType::Int8PerToken);
       QCOMPARE(p.kPad, int64_t(128));
       QCOMPARE(p.nPad, int64_t(16));
       for (int r = 0; r < 16; ++r)
         for (int c = 0; c < 128; ++c)
-          QCOMPARE(int(int8_t(p.codes[size_t(r * 128 + c)])), r < 5 && c < 96 ? int(w.codes[size_t(r * 96 + c)]) : 0);
+          QCOMPARE(int(int8_t(p.codes[size_t(r * 128 + c)])), r < 5 && c < 96 ? w.code(r, c) : 0);
     }
   }
 
@@ -285,14 +311,14 @@ class TestGemm : public QObject {
     // 0, so the kernels need no bounds checks on the weight side.
     for (const GemmScheme& s : allSchemes()) {
       if (s.groupSize > 32) continue;
-      const QuantLinearWeight w = makeRandomQuantWeight(3, 32, s, 9);
+      const QuantizedTensor w = makeRandomQuantWeight(3, 32, s, 9);
       PackedGemmWeight p = packWeightForKernel(w, s.activation);
       p.n = p.nPad;  // read the padded arrays as a weight of the padded size
       p.k = p.kPad;
-      const QuantLinearWeight u = unpackWeightFromKernel(p);
-      for (int64_t r = 0; r < u.n; ++r)
-        for (int64_t c = 0; c < u.k; ++c)
-          if (r >= w.n || c >= w.k) QCOMPARE(u.dequantized(r, c), 0.0f);
+      const QuantizedTensor u = unpackWeightFromKernel(p);
+      for (int64_t r = 0; r < u.rows; ++r)
+        for (int64_t c = 0; c < u.cols; ++c)
+          if (r >= w.rows || c >= w.cols) QCOMPARE(u.dequantized(r, c), 0.0f);
           else QCOMPARE(u.dequantized(r, c), w.dequantized(r, c));
     }
   }
@@ -301,9 +327,9 @@ class TestGemm : public QObject {
     const uint64_t seed = freshSeed();
     for (const GemmScheme& s : allSchemes()) {
       const int64_t n = 37, k = 256, m = 5;
-      const QuantLinearWeight w = makeRandomQuantWeight(n, k, s, seed, true);
+      const QuantizedTensor w = makeRandomQuantWeight(n, k, s, seed, true);
       const std::vector<uint16_t> x = makeRandomActivations(m, k, seed + 1, true);
-      const std::vector<float> wd = dequantizeReference(w);
+      const std::vector<float> wd = dequantizeWeight(w);
       std::vector<uint16_t> y(size_t(m * n));
       gemmReference(wd.data(), n, k, s.activation, x.data(), m, y.data());
       // Naive double-precision loop on independently fake-quantized activations.
@@ -370,7 +396,10 @@ class TestGemm : public QObject {
     }
   }
 
-  void rtnQuantizerErrorIsBounded() {
+  // Float weights reach the kernels through the formats codec with the scheme's spec
+  // (weightSpecOf): round to nearest, error within half a scale step (FP8: the format's relative
+  // precision).
+  void codecQuantizationOfSchemesIsBounded() {
     const uint64_t seed = freshSeed();
     std::mt19937_64 rng(seed);
     std::normal_distribution<float> nd(0.0f, 0.02f);
@@ -378,18 +407,17 @@ class TestGemm : public QObject {
     std::vector<float> wf(size_t(n * k));
     for (auto& v : wf) v = nd(rng);
     for (const GemmScheme& s : allSchemes()) {
-      const QuantLinearWeight w = quantizeWeightRtn(wf.data(), n, k, s);
-      w.validate();
+      const QuantizedTensor w = quantizeWeight(weightSpecOf(s), wf, n, k);
+      QVERIFY(gemmWeightSchemeFor(w.spec) == GemmScheme({s.weight, GemmActivationType::F16, s.groupSize, s.asymmetric}));
+      validateQuantizedTensor(w);
       for (int64_t r = 0; r < n; ++r)
         for (int64_t c = 0; c < k; ++c) {
           const float v = wf[size_t(r * k + c)], dq = w.dequantized(r, c);
           float bound;
           if (s.weight == GemmWeightType::Int4 || s.weight == GemmWeightType::Int8) {
-            const int64_t gi = s.groupSize > 0 ? r * (k / s.groupSize) + c / s.groupSize : r;
-            bound = 0.5f * gemmEffectiveScale(w.type, w.scales[size_t(gi)]) * 1.01f + 1e-7f;
-            // INT4: symmetric codes stop at +7 (the max maps to 7, not 8); asymmetric codes are
-            // clamped to 0..15 and the FP16-rounded scale may be a hair below (max - min) / 15,
-            // so an end of the range can land one step off: up to one scale step.
+            bound = 0.5f * w.scaleOf(w.grid.indexOf(r, c)) * 1.01f + 1e-7f;
+            // INT4: asymmetric codes are clamped to 0..15 and the integer zero point shifts the
+            // grid, so an end of the range can land one step off: up to one scale step.
             if (s.weight == GemmWeightType::Int4) bound *= 2.0f;
           } else {
             bound = std::fabs(v) * (s.weight == GemmWeightType::Fp8E4M3 ? 0.0625f : 0.125f) + 1e-6f;
@@ -406,7 +434,7 @@ class TestGemm : public QObject {
     QCOMPARE(QString::fromStdString(ops.name()), QString("cpu-reference"));
     const uint64_t seed = freshSeed();
     const GemmScheme s = GemmScheme::parse("w4a16-g32-asym");
-    const QuantLinearWeight w = makeRandomQuantWeight(19, 96, s, seed);
+    const QuantizedTensor w = makeRandomQuantWeight(19, 96, s, seed);
     const auto prepared = ops.prepare(w, s.activation);
     const int64_t m = 3;
     const std::vector<uint16_t> xh = makeRandomActivations(m, 96, seed + 1);
@@ -416,9 +444,10 @@ class TestGemm : public QObject {
     ops.run(*prepared, x.get(), m, y.get());
     std::vector<uint16_t> got(size_t(m * 19)), want(size_t(m * 19));
     ops.download(got.data(), y.get(), got.size() * 2);
-    const std::vector<float> wd = dequantizeReference(w);
+    const std::vector<float> wd = dequantizeWeight(w);
     gemmReference(wd.data(), 19, 96, s.activation, xh.data(), m, want.data());
     QCOMPARE(got, want);
+    QCOMPARE(prepared->bytes, quantStorage(w.spec, 19, 96).totalBytes());  // the container's bytes
     try {
       ops.run(*prepared, x.get(), 0, y.get());
       QFAIL("m = 0 accepted");

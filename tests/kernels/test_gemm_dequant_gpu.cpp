@@ -83,7 +83,7 @@ struct DeviceWeight {
 // One dequantization, compared element by element; returns "" or the failure.
 QString checkDequant(const char* name, int64_t n, int64_t k, bool outliers, uint64_t seed) {
   const GemmScheme s = GemmScheme::parse(name);
-  const QuantLinearWeight w = makeRandomQuantWeight(n, k, s, seed, outliers);
+  const QuantizedTensor w = makeRandomQuantWeight(n, k, s, seed, outliers);
   const std::vector<uint16_t> want = dequantizeToF16Reference(w);
   const PackedGemmWeight packed = packWeightForKernel(w, GemmActivationType::F16);
   DeviceWeight dw(packed);
@@ -134,7 +134,7 @@ QString checkDequant(const char* name, int64_t n, int64_t k, bool outliers, uint
 QString checkGemm(GemmOps& gpu, const char* name, int64_t n, int64_t k, int64_t m, bool outliers, uint64_t seed,
                   std::string* kernel = nullptr) {
   const GemmScheme s = GemmScheme::parse(name);
-  const QuantLinearWeight w = makeRandomQuantWeight(n, k, s, seed, outliers);
+  const QuantizedTensor w = makeRandomQuantWeight(n, k, s, seed, outliers);
   const std::vector<uint16_t> xh = makeRandomActivations(m, k, seed ^ 0x9E3779B97F4A7C15ull, outliers);
   const QString what = QString("%1 n=%2 k=%3 m=%4%5 seed=%6").arg(name).arg(n).arg(k).arg(m).arg(outliers ? " outliers" : "").arg(seed);
   std::vector<uint16_t> ref(size_t(m * n));

@@ -57,7 +57,7 @@ class Harness {
 
   // Runs one comparison; returns an empty string or the failure.
   QString compare(const GemmScheme& s, const Case& c, bool outliers, uint64_t seed) {
-    const QuantLinearWeight w = makeRandomQuantWeight(c.n, c.k, s, seed, outliers);
+    const QuantizedTensor w = makeRandomQuantWeight(c.n, c.k, s, seed, outliers);
     const std::vector<uint16_t> xh = makeRandomActivations(c.m, c.k, seed ^ 0x9E3779B97F4A7C15ull, outliers);
     const QString what = QString("%1 n=%2 k=%3 m=%4%5 seed=%6")
                              .arg(QString::fromStdString(s.name()))

@@ -177,7 +177,7 @@ class Bench {
   void benchScheme(const GemmScheme& scheme, const std::string& label, int64_t n, int64_t k, void* x, void* y,
                    GemmBenchResult& res) {
     say(label + " " + std::to_string(n) + "x" + std::to_string(k) + ": weights…");
-    const QuantLinearWeight w = makeRandomQuantWeight(n, k, scheme, uint64_t(n + 7 * k + int(scheme.weight)));
+    const QuantizedTensor w = makeRandomQuantWeight(n, k, scheme, uint64_t(n + 7 * k + int(scheme.weight)));
     const PackedGemmWeight packed = packWeightForKernel(w, scheme.activation);
     const int copies = copiesFor(packed.bytes());
     std::vector<std::unique_ptr<GemmWeight>> ws;
