@@ -49,7 +49,7 @@ std::pair<int64_t, int64_t> parseShape(const std::string& text) {
 // A result row's kernel as people read it: our schemes in the format spelling (int4-g128-sym),
 // the baselines (cublas-fp16, cublasLt-fp8 …) as they are.
 std::string kernelText(const std::string& kernel) {
-  for (const GemmScheme& s : allGemmSchemes())
+  for (const GemmScheme& s : GemmScheme::all())
     if (s.name() == kernel) return schemeSpelling(s);
   return kernel;
 }

@@ -13,6 +13,7 @@
 #include "kernels/common/half.h"
 #include "kernels/gemm/gemm_layout.h"
 #include "kernels/gemm/gemm_ops.h"
+#include "kernels/ops/gemm_spelling.h"
 #include "kernels/gemm/gemm_reference.h"
 
 namespace qs::labs {
@@ -50,7 +51,7 @@ struct GemmCase {
 
 GemmCase makeCase(GemmOps& ops, const std::vector<float>& wf, int64_t n, int64_t k, const std::string& scheme,
                   int64_t m) {
-  const GemmScheme s = GemmScheme::parse(scheme);
+  const GemmScheme s = parseSchemeText(scheme, "scheme");
   GemmCase c;
   c.w = ops.prepare(quantizeWeight(weightSpecOf(s), wf, n, k), s.activation);
   const auto xh = activationsFor(m, k);
@@ -187,7 +188,7 @@ LabResult lab10(LabEnv& env, const LabParams& p, const JobContext& ctx) {
   const int64_t S = std::stoll(param(p, "size"));
   GemmOps& ops = env.backend().gemm();
   const std::vector<float> w = tiledLayer(env, layer, S, S);
-  const std::vector<std::string> schemes = {"fp16", "w8a16-int8", "w4a16-g32", "w8a8-int8"};
+  const std::vector<std::string> schemes = {"fp16", "int8-ch-sym", "int4-g32-sym", "int8-ch-sym:int8-tok"};
   const std::vector<int64_t> ms = {1, 16, 256};
   std::vector<KernelPoint> pts;
   for (size_t si = 0; si < schemes.size(); ++si)
@@ -255,8 +256,8 @@ LabResult lab12(LabEnv& env, const LabParams& p, const JobContext& ctx) {
   for (size_t i = 0; i < ms.size(); ++i) {
     ctx.checkCancelled();
     const int64_t m = ms[i];
-    GemmCase f = makeCase(ops, w, S, S, "fp16", m), a16 = makeCase(ops, w, S, S, "w8a16-int8", m),
-             a8 = makeCase(ops, w, S, S, "w8a8-int8", m);
+    GemmCase f = makeCase(ops, w, S, S, "fp16", m), a16 = makeCase(ops, w, S, S, "int8-ch-sym", m),
+             a8 = makeCase(ops, w, S, S, "int8-ch-sym:int8-tok", m);
     tF.push_back(f.time(ops, 3));
     tW16.push_back(a16.time(ops, 3));
     tW8.push_back(a8.time(ops, 3));
@@ -407,7 +408,7 @@ LabResult lab16(LabEnv& env, const LabParams& p, const JobContext& ctx) {
   ctx.checkCancelled();
   // The fallback: a plain loop over the dequantised weight and the activations as the scheme
   // feeds them (no packing, no library), accumulated in double.
-  const GemmScheme s = GemmScheme::parse(scheme);
+  const GemmScheme s = parseSchemeText(scheme, "scheme");
   const std::vector<float> wq = dequantizeWeight(quantizeWeight(weightSpecOf(s), w, S, S));
   const auto xh = activationsFor(M, S);
   const std::vector<float> xa = fakeQuantActivations(xh.data(), M, S, s.activation);
@@ -549,7 +550,7 @@ void addKernelLabs(std::vector<LabDef>& labs) {
                   [names](const LabEnv& e) {
                     return std::vector<LabParam>{layerParam(names(e), "w1"),
                                                  {"size", "Tile the layer to", LabParam::Kind::Choice, {"256", "512", "1024"}, "512"},
-                                                 {"ask", "Kernel to classify", LabParam::Kind::Choice, {"fp16", "w8a16-int8", "w4a16-g32", "w8a8-int8"}, "w4a16-g32"},
+                                                 {"ask", "Kernel to classify", LabParam::Kind::Choice, {"fp16", "int8-ch-sym", "int4-g32-sym", "int8-ch-sym:int8-tok"}, "int4-g32-sym"},
                                                  {"askM", "at M", LabParam::Kind::Choice, {"1", "16", "256"}, "1"}};
                   },
                   lab10});
@@ -569,7 +570,7 @@ void addKernelLabs(std::vector<LabDef>& labs) {
   labs.push_back({16, "Deploying Custom Kernels", "version kernels; provide fallbacks", false, false,
                   [names](const LabEnv& e) {
                     return std::vector<LabParam>{layerParam(names(e), "wq"),
-                                                 {"scheme", "Scheme", LabParam::Kind::Choice, {"w8a16-int8", "w4a16-g32", "w8a8-int8", "w8a16-fp8", "fp16"}, "w8a16-int8"}};
+                                                 {"scheme", "Scheme", LabParam::Kind::Choice, {"int8-ch-sym", "int4-g32-sym", "int8-ch-sym:int8-tok", "fp8e4m3-ch", "fp16"}, "int8-ch-sym"}};
                   },
                   lab16});
   labs.push_back({17, "Integration with Runtimes", "preallocate; avoid copies in hot paths", false, false,

@@ -54,21 +54,23 @@ std::string GemmScheme::name() const {
   return "?";
 }
 
-GemmScheme GemmScheme::parse(const std::string& text) {
-  // Every valid scheme has exactly one canonical name: enumerate them and compare.
+std::vector<GemmScheme> GemmScheme::all() {
   std::vector<GemmScheme> all;
   all.push_back({});
   for (int g : {32, 64, 128, kGemmPerChannel})
-    for (bool asym : {false, true})
-      all.push_back({GemmWeightType::Int4, GemmActivationType::F16, g, asym});
-  for (int g : {32, 64, 128, kGemmPerChannel})
-    all.push_back({GemmWeightType::Int8, GemmActivationType::F16, g, false});
+    for (bool asym : {false, true}) all.push_back({GemmWeightType::Int4, GemmActivationType::F16, g, asym});
+  for (int g : {32, 64, 128, kGemmPerChannel}) all.push_back({GemmWeightType::Int8, GemmActivationType::F16, g, false});
   all.push_back({GemmWeightType::Int8, GemmActivationType::Int8PerToken, kGemmPerChannel, false});
   for (GemmWeightType t : {GemmWeightType::Fp8E4M3, GemmWeightType::Fp8E5M2})
     for (int g : {kGemmPerChannel, kGemmPerTensor})
       for (GemmActivationType a : {GemmActivationType::F16, GemmActivationType::Fp8E4M3PerToken})
         all.push_back({t, a, g, false});
-  for (const GemmScheme& s : all)
+  return all;
+}
+
+GemmScheme GemmScheme::parse(const std::string& text) {
+  // Every valid scheme has exactly one canonical name: enumerate them and compare.
+  for (const GemmScheme& s : all())
     if (s.name() == text) return s;
   throwBadInput("", "gemm scheme",
                 "unknown scheme '" + text +

@@ -21,6 +21,7 @@
 // (absmax == 0 gives scale 0 and all-zero codes). See quantizeActivationsReference().
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace qs {
 
@@ -52,6 +53,8 @@ struct GemmScheme {
   std::string name() const;
   // Parses a canonical name; throws ErrorKind::BadInput naming the text otherwise.
   static GemmScheme parse(const std::string& text);
+  // Every scheme the op-sets implement (the FP16 baseline first).
+  static std::vector<GemmScheme> all();
   // Throws ErrorKind::BadInput when the combination is not one the op-set implements.
   void validate() const;
   bool operator==(const GemmScheme&) const = default;

@@ -186,13 +186,9 @@ class CpuTransformerOps final : public TransformerOps {
     }
   }
 
-  void geluTanh(float* x, int64_t n) override {
-    constexpr float kSqrt2OverPi = 0.7978845608028654f;
-    for (int64_t i = 0; i < n; ++i) {
-      const float v = x[i];
-      x[i] = 0.5f * v * (1.0f + std::tanh(kSqrt2OverPi * (v + 0.044715f * v * v * v)));
-    }
-  }
+  // GPT-2's MLP activation: the same function as activate(GeluTanh), written without the
+  // cancellation of 1 + tanh(u) for x < −2.
+  void geluTanh(float* x, int64_t n) override { activate(x, n, Activation::GeluTanh); }
 
   void add(float* x, const float* y, int64_t n) override {
     for (int64_t i = 0; i < n; ++i) x[i] += y[i];

@@ -5,20 +5,6 @@
 
 namespace qs {
 
-std::vector<GemmScheme> allGemmSchemes() {
-  std::vector<GemmScheme> all;
-  all.push_back({});
-  for (int g : {32, 64, 128, kGemmPerChannel})
-    for (bool asym : {false, true}) all.push_back({GemmWeightType::Int4, GemmActivationType::F16, g, asym});
-  for (int g : {32, 64, 128, kGemmPerChannel}) all.push_back({GemmWeightType::Int8, GemmActivationType::F16, g, false});
-  all.push_back({GemmWeightType::Int8, GemmActivationType::Int8PerToken, kGemmPerChannel, false});
-  for (GemmWeightType t : {GemmWeightType::Fp8E4M3, GemmWeightType::Fp8E5M2})
-    for (int g : {kGemmPerChannel, kGemmPerTensor})
-      for (GemmActivationType a : {GemmActivationType::F16, GemmActivationType::Fp8E4M3PerToken})
-        all.push_back({t, a, g, false});
-  return all;
-}
-
 namespace {
 
 std::string granularityText(int groupSize) {
@@ -57,7 +43,7 @@ QuantFormat formatOfScheme(const GemmScheme& scheme) {
 std::string schemeSpelling(const GemmScheme& scheme) { return formatToString(formatOfScheme(scheme)); }
 
 GemmScheme parseSchemeText(const std::string& text, const std::string& field) {
-  for (const GemmScheme& s : allGemmSchemes())
+  for (const GemmScheme& s : GemmScheme::all())
     if (s.name() == text) return s;  // the kernels' own name, accepted as an alias
   std::optional<GemmScheme> scheme;
   try {
@@ -66,7 +52,7 @@ GemmScheme parseSchemeText(const std::string& text, const std::string& field) {
   }
   if (scheme) return *scheme;
   std::string spellings;
-  for (const GemmScheme& s : allGemmSchemes()) spellings += (spellings.empty() ? "" : ", ") + schemeSpelling(s);
+  for (const GemmScheme& s : GemmScheme::all()) spellings += (spellings.empty() ? "" : ", ") + schemeSpelling(s);
   throwBadInput("", field, "'" + text + "' is not a format a GEMM kernel runs (one of: " + spellings + ")");
 }
 

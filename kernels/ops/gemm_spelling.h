@@ -11,9 +11,6 @@
 
 namespace qs {
 
-// Every scheme the GEMM op-sets implement (the FP16 baseline first).
-std::vector<GemmScheme> allGemmSchemes();
-
 // The format that runs as `scheme` (gemmSchemeFor(formatOfScheme(s)) == s for every scheme).
 QuantFormat formatOfScheme(const GemmScheme& scheme);
 // Its spelling: formatToString(formatOfScheme(scheme)).

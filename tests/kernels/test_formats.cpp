@@ -117,7 +117,7 @@ class TestFormats : public QObject {
   // aliases. Every scheme round-trips through it, and no two schemes share one.
   void gemmSchemesHaveOneSpelling() {
     std::set<std::string> seen;
-    const auto all = qs::allGemmSchemes();
+    const auto all = qs::GemmScheme::all();
     QCOMPARE(int(all.size()), 22);
     for (const qs::GemmScheme& s : all) {
       const std::string text = qs::schemeSpelling(s);

@@ -145,7 +145,7 @@ __global__ void geluKernel(float* __restrict__ x, int64_t n) {
        i += int64_t(gridDim.x) * blockDim.x) {
     const float v = x[i];
     const float inner = __fmul_rn(kSqrt2OverPi, __fadd_rn(v, __fmul_rn(__fmul_rn(__fmul_rn(0.044715f, v), v), v)));
-    x[i] = __fmul_rn(__fmul_rn(0.5f, v), 1.0f + tanhf(inner));
+    x[i] = __fdiv_rn(v, 1.0f + expf(__fmul_rn(-2.0f, inner)));  // ½x(1 + tanh u) = x / (1 + e^(−2u)), no cancellation for x < −2
   }
 }
 
