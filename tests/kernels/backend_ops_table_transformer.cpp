@@ -422,6 +422,8 @@ void addHelpers(std::vector<OpCase>& rows) {
       std::vector<uint16_t> h(size_t(R * C));
       const auto hv = randomValues(h.size(), seed + 2, d);
       for (size_t i = 0; i < h.size(); ++i) h[i] = floatToHalfBits(hv[i]);
+      h[3] = 0x7C00;  // +Inf (what toHalf makes of 70000): Inf + bias stays Inf
+      h[4] = 0x0001;  // the smallest FP16 subnormal
       in.f16("h") = std::move(h);
       return in;
     };
