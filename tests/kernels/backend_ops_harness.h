@@ -202,7 +202,6 @@ struct OpCase {
   std::string shape;   // "T=3 D=4099"
   Distribution distribution = Distribution::Normal;
   std::vector<Bound> bounds;
-  bool large = false;  // left out under QS_TEST_QUICK=1 (compute-sanitizer runs)
   std::function<Inputs(uint64_t seed)> makeInputs;
   std::function<Outputs(OpRun&)> run;
   std::function<Outputs(const Inputs&)> reference;
@@ -252,7 +251,7 @@ RunResult checkCase(const OpCase& c, Backend& backend, const Inputs& inputs, con
                     const Outputs* cpu = nullptr);
 
 // Every row of one op-set on a backend against the reference and, when `cpu` is given, against
-// the CPU backend's outputs too. Rows marked `large` are left out under QS_TEST_QUICK=1.
+// the CPU backend's outputs too.
 struct SweepReport {
   int rows = 0, failed = 0;
   std::string failures;  // each failing row: its id, its seed and what failed
@@ -260,6 +259,6 @@ struct SweepReport {
 };
 SweepReport sweep(const std::vector<OpCase>& table, OpSet set, Backend& backend, Backend* cpu = nullptr);
 
-bool quickRun();  // QS_TEST_QUICK=1
+bool quickRun();  // QS_TEST_QUICK=1: the builders shrink their largest shapes (compute-sanitizer)
 
 }  // namespace qs::backend_ops

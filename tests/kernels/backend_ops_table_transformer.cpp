@@ -63,11 +63,14 @@ const Bound kRope{{}, {1e-10}, {1e-10},
                   "few 2^-24; the device's powf/sincosf may move an angle of up to 3000 rad by one ulp "
                   "(2.4e-4 rad) for a few pairs: the earlier GPU test's relative L2 1e-5, squared"};
 
-const Bound kAttention{{}, {2e-10}, {1e-10},
+const Bound kAttention{{}, {2e-10, 1e-3}, {1e-10, 1e-3},
                        "FP32 scores (dot products of ≤ 256 terms), expf and sums over ≤ 700 positions: the "
                        "CPU is within ~1.2e-11 of double (outliers make scores of ~1e3 whose float error moves "
                        "the softmax weights); CUDA vs CPU: the earlier GPU test's relative L2 1e-5, squared; "
-                       "vs the reference (√1e-10 + √1.2e-11)² ≈ 1.8e-10 by the triangle inequality"};
+                       "vs the reference (√1e-10 + √1.2e-11)² ≈ 1.8e-10 by the triangle inequality. Outputs "
+                       "are convex combinations of v ~ N(0, 1), so an absolute bound per element means "
+                       "something (the NMSE of 5e5 values would hide one bad one): the CPU's largest |Δ| is "
+                       "1.1e-4, 1e-3"};
 
 // ---- small helpers ----------------------------------------------------------------------------
 
