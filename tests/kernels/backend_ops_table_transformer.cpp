@@ -1,0 +1,789 @@
+// The TransformerOps rows of the backend-ops table: every op with a CPU and a CUDA implementation
+// (kernels/ops/transformer_ops.h), on odd sizes, normal and outlier-heavy inputs.
+#include <cmath>
+#include <random>
+#include <string>
+
+#include "kernels/common/half.h"
+#include "kernels/ops/transformer_ops.h"
+#include "tests/kernels/backend_ops_reference.h"
+#include "tests/kernels/backend_ops_table.h"
+
+namespace qs::backend_ops {
+
+namespace {
+
+const Distribution kDistributions[] = {Distribution::Normal, Distribution::Outliers};
+
+OpCase makeCase(std::string op, std::string format, std::string shape, Distribution d, std::vector<Bound> bounds) {
+  OpCase c;
+  c.op = std::move(op);
+  c.opSet = OpSet::Transformer;
+  c.format = std::move(format);
+  c.shape = std::move(shape);
+  c.distribution = d;
+  c.bounds = std::move(bounds);
+  return c;
+}
+
+// ---- bounds, with the reasoning ---------------------------------------------------------------
+
+Bound fewRoundings(std::string what) {
+  return {{}, {1e-12}, {1e-12},
+          what + ": a few float roundings per value (2^-24 each: NMSE ~1e-14 against double); host and "
+                 "device libm (expf, tanhf, erfcf, rsqrtf) differ by a few ulps: the earlier GPU test's "
+                 "relative L2 1e-6, squared"};
+}
+
+// Activations evaluated in float: a few roundings (NMSE ~1e-14 against double). In the decaying
+// tail (x < −2) the relative error grows (the argument's rounding is amplified 10–30×; geluTanh's
+// 1 + tanh(u) cancels), but the values there are below 0.05: normalised with a floor of 1, their
+// absolute errors (< 1e-7) are what counts.
+Bound tailAmplified(std::string what) {
+  return {{}, {1e-12, kUnchecked, 1.0}, {1e-12, kUnchecked, 1.0},
+          what + ": a few float roundings per value (NMSE ~1e-14 against double); tail values (x < −2, "
+                 "|f| < 0.05) lose relative accuracy but not absolute, so |values| < 1 are normalised as 1; "
+                 "host and device libm differ by a few ulps: the earlier GPU test's relative L2 1e-6, squared"};
+}
+
+Bound oneRounding(std::string what) {
+  return {{}, {kOneFloatRounding}, {0},
+          what + ": one IEEE float operation per value: within one rounding of the exact value, "
+                 "and the same operation on CPU and CUDA (bit-equal)"};
+}
+
+const Bound kDotProducts{{}, {1e-10}, {1e-10},
+                         "FP32 sums of up to 512 products in another order than double (Eigen blocks, cuBLAS "
+                         "tiles): relative error ~√K·2^-24 per output, NMSE ≲ 1e-12; 1e-10 is the earlier GPU "
+                         "test's relative L2 1e-5, squared"};
+
+const Bound kRope{{}, {1e-10}, {1e-10},
+                  "angles are float by definition (freq and pos·freq rounded to float, as llama2.c and "
+                  "Hugging Face compute them), the rotation in double: cosf/sinf and two products add a "
+                  "few 2^-24; the device's powf/sincosf may move an angle of up to 3000 rad by one ulp "
+                  "(2.4e-4 rad) for a few pairs: the earlier GPU test's relative L2 1e-5, squared"};
+
+const Bound kAttention{{}, {2e-10, 1e-3}, {1e-10, 1e-3},
+                       "FP32 scores (dot products of ≤ 256 terms), expf and sums over ≤ 700 positions: the "
+                       "CPU is within ~1.2e-11 of double (outliers make scores of ~1e3 whose float error moves "
+                       "the softmax weights); CUDA vs CPU: the earlier GPU test's relative L2 1e-5, squared; "
+                       "vs the reference (√1e-10 + √1.2e-11)² ≈ 1.8e-10 by the triangle inequality. Outputs "
+                       "are convex combinations of v ~ N(0, 1), so an absolute bound per element means "
+                       "something (the NMSE of 5e5 values would hide one bad one): the CPU's largest |Δ| is "
+                       "1.1e-4, 1e-3"};
+
+// ---- small helpers ----------------------------------------------------------------------------
+
+std::vector<int32_t> consecutive(int64_t n, int32_t start) {
+  std::vector<int32_t> p(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) p[size_t(i)] = start + int32_t(i);
+  return p;
+}
+
+std::string shapeText(std::initializer_list<std::pair<const char*, int64_t>> dims) {
+  std::string s;
+  for (const auto& [name, value] : dims) s += (s.empty() ? "" : " ") + std::string(name) + "=" + std::to_string(value);
+  return s;
+}
+
+// ---- rows -------------------------------------------------------------------------------------
+
+void addLinear(std::vector<OpCase>& rows) {
+  for (auto [T, K, N] : {std::tuple{1, 7, 5}, {3, 64, 33}, {17, 257, 129}, {64, 512, 96}})
+    for (bool transposed : {false, true})
+      for (bool bias : {false, true})
+        for (Distribution d : kDistributions) {
+          OpCase c = makeCase("linear", "",
+                              shapeText({{"T", T}, {"K", K}, {"N", N}}) + (transposed ? " transposed" : "") +
+                                  (bias ? " bias" : ""),
+                              d, {kDotProducts});
+          c.makeInputs = [=](uint64_t seed) {
+            Inputs in;
+            in.f32("x") = randomValues(size_t(T * K), seed, d);
+            in.f32("w") = randomValues(size_t(N * K), seed + 1, Distribution::Normal, 0.05f);
+            if (bias) in.f32("b") = randomValues(size_t(N), seed + 2, Distribution::Normal);
+            return in;
+          };
+          c.run = [=](OpRun& r) {
+            auto& mem = r.transformerMemory();
+            float* y = mem.output<float>(size_t(T * N), "y");
+            r.backend.transformer().linear(mem.input(r.in.f32("x"), "x"), T, K, mem.input(r.in.f32("w"), "w"), N,
+                                           bias ? mem.input(r.in.f32("b"), "b") : nullptr, y, transposed);
+            Outputs o;
+            o.add("y", mem.read(y));
+            return o;
+          };
+          c.reference = [=](const Inputs& in) {
+            Outputs o;
+            o.add("y", ref::linear(in.f32("x"), T, K, in.f32("w"), N, bias ? in.f32("b") : std::vector<float>{},
+                                   transposed));
+            return o;
+          };
+          rows.push_back(std::move(c));
+        }
+}
+
+void addNorms(std::vector<OpCase>& rows) {
+  for (auto [T, D] : {std::pair{1, 7}, {5, 64}, {13, 1000}, {3, 4099}})
+    for (bool layer : {false, true})
+      for (Distribution d : kDistributions) {
+        OpCase c = makeCase(layer ? "layerNorm" : "rmsNorm", "", shapeText({{"T", T}, {"D", D}}), d,
+                            {fewRoundings("double sums, then a float reciprocal square root and two products")});
+        c.makeInputs = [=](uint64_t seed) {
+          Inputs in;
+          in.f32("x") = randomValues(size_t(T * D), seed, d, 2.0f);
+          in.f32("w") = randomValues(size_t(D), seed + 1, Distribution::Normal);
+          in.f32("b") = randomValues(size_t(D), seed + 2, Distribution::Normal);
+          return in;
+        };
+        c.run = [=](OpRun& r) {
+          auto& mem = r.transformerMemory();
+          float* out = mem.output<float>(size_t(T * D), "out");
+          const float* x = mem.input(r.in.f32("x"), "x");
+          const float* w = mem.input(r.in.f32("w"), "w");
+          if (layer)
+            r.backend.transformer().layerNorm(x, w, mem.input(r.in.f32("b"), "b"), T, D, 1e-5f, out);
+          else
+            r.backend.transformer().rmsNorm(x, w, T, D, 1e-5f, out);
+          Outputs o;
+          o.add("out", mem.read(out));
+          return o;
+        };
+        c.reference = [=](const Inputs& in) {
+          Outputs o;
+          o.add("out", layer ? ref::layerNorm(in.f32("x"), in.f32("w"), in.f32("b"), T, D, double(1e-5f))
+                             : ref::rmsNorm(in.f32("x"), in.f32("w"), T, D, double(1e-5f)));
+          return o;
+        };
+        rows.push_back(std::move(c));
+      }
+}
+
+struct RopeShape {
+  int T, H, KVH, HD, start;
+  float mscale;
+};
+
+// rope() and ropeFrequencies(): q and k rotated in place.
+void addRope(std::vector<OpCase>& rows) {
+  const RopeShape shapes[] = {{1, 4, 2, 8, 0, 1.0f}, {7, 6, 3, 64, 100, 1.2247f}, {33, 8, 1, 128, 3000, 0.9f},
+                              {5, 3, 3, 2, 17, 1.0f}};
+  for (bool explicitFrequencies : {false, true})
+    for (RopeMode mode : {RopeMode::Interleaved, RopeMode::HalfSplit})
+      for (const RopeShape& s : shapes)
+        for (Distribution d : kDistributions) {
+          const bool interleaved = mode == RopeMode::Interleaved;
+          const float mscale = explicitFrequencies ? s.mscale : 1.0f;
+          std::string shape = shapeText({{"T", s.T}, {"heads", s.H}, {"kv", s.KVH}, {"hd", s.HD}, {"pos", s.start}}) +
+                              (interleaved ? " interleaved" : " half-split");
+          if (explicitFrequencies) shape += " mscale=" + std::to_string(mscale).substr(0, 6);
+          OpCase c = makeCase(explicitFrequencies ? "ropeFrequencies" : "rope", "", shape, d, {kRope});
+          const AttentionShape as{s.H, s.KVH, s.HD, 4096};
+          const float theta = 10000.0f;
+          c.makeInputs = [=](uint64_t seed) {
+            Inputs in;
+            in.f32("q") = randomValues(size_t(s.T * s.H * s.HD), seed, d);
+            in.f32("k") = randomValues(size_t(s.T * s.KVH * s.HD), seed + 1, d);
+            in.i32("pos") = consecutive(s.T, s.start);
+            // A scaled RoPE's frequencies: the default ones divided by factors in [1, 9].
+            std::mt19937_64 rng(seed + 2);
+            auto& inv = in.f32("invFreq");
+            for (int i = 0; i < s.HD / 2; ++i)
+              inv.push_back(1.0f / (std::pow(theta, float(2 * i) / float(s.HD)) * (1.0f + float(rng() % 800) / 100.0f)));
+            return in;
+          };
+          c.run = [=](OpRun& r) {
+            auto& mem = r.transformerMemory();
+            float* q = mem.inOut(r.in.f32("q"), "q");
+            float* k = mem.inOut(r.in.f32("k"), "k");
+            const int32_t* pos = mem.input(r.in.i32("pos"), "positions");
+            if (explicitFrequencies)  // the frequencies are host memory by the op's contract
+              r.backend.transformer().ropeFrequencies(q, k, pos, s.T, as, r.in.f32("invFreq").data(), mscale, mode);
+            else
+              r.backend.transformer().rope(q, k, pos, s.T, as, theta, mode);
+            Outputs o;
+            o.add("q", mem.read(q));
+            o.add("k", mem.read(k));
+            return o;
+          };
+          c.reference = [=](const Inputs& in) {
+            const auto& pos = in.i32("pos");
+            const auto& inv = in.f32("invFreq");
+            auto angle = [&](int64_t t, int i) -> double {
+              const float freq = explicitFrequencies ? inv[size_t(i)]
+                                                     : 1.0f / std::pow(theta, float(2 * i) / float(s.HD));
+              return double(float(pos[size_t(t)]) * freq);
+            };
+            auto q = toDoubles(in.f32("q")), k = toDoubles(in.f32("k"));
+            ref::rope(q, s.T, s.H, s.HD, interleaved, angle, mscale);
+            ref::rope(k, s.T, s.KVH, s.HD, interleaved, angle, mscale);
+            Outputs o;
+            o.add("q", std::move(q));
+            o.add("k", std::move(k));
+            return o;
+          };
+          rows.push_back(std::move(c));
+        }
+}
+
+struct AttentionRow {
+  int H, KVH, HD;
+  int window = 0;
+  float scale = 0, softcap = 0;
+  int maxSeq, start, T;
+};
+
+// A prefill of T tokens after `start` cached positions, then two decode steps, on caches whose
+// earlier positions hold random keys and values (as an earlier prefill left them).
+OpCase attentionCase(const AttentionRow& a, Distribution d, bool viaReference) {
+  const AttentionShape s{a.H, a.KVH, a.HD, a.maxSeq, a.window, a.scale, a.softcap};
+  std::string shape = shapeText({{"heads", a.H}, {"kv", a.KVH}, {"hd", a.HD}, {"start", a.start}, {"T", a.T}});
+  if (!s.plain())
+    shape += " window=" + std::to_string(a.window) + " scale=" + std::to_string(a.scale).substr(0, 4) +
+             " softcap=" + std::to_string(a.softcap).substr(0, 3);
+  OpCase c = makeCase(viaReference ? "attentionReference" : "attention", "", shape, d,
+                      {kAttention, exactBound("the cache appends are copies", "kCache"),
+                       exactBound("the cache appends are copies", "vCache")});
+  const int64_t kvDim = int64_t(a.KVH) * a.HD, qDim = int64_t(a.H) * a.HD;
+  auto stepStart = [a](int step) { return step == 0 ? a.start : a.start + a.T + step - 1; };
+  auto stepTokens = [a](int step) { return step == 0 ? a.T : 1; };
+  c.makeInputs = [=](uint64_t seed) {
+    Inputs in;
+    in.f32("kCache") = randomValues(size_t(a.maxSeq * kvDim), seed + 7, Distribution::Normal);
+    in.f32("vCache") = randomValues(size_t(a.maxSeq * kvDim), seed + 8, Distribution::Normal);
+    for (int step = 0; step < 3; ++step) {
+      const std::string n = std::to_string(step);
+      const int64_t T = stepTokens(step);
+      in.f32("q" + n) = randomValues(size_t(T * qDim), seed + 10 * step, d);
+      in.f32("k" + n) = randomValues(size_t(T * kvDim), seed + 10 * step + 1, d);
+      in.f32("v" + n) = randomValues(size_t(T * kvDim), seed + 10 * step + 2, Distribution::Normal);
+      in.i32("pos" + n) = consecutive(T, stepStart(step));
+    }
+    return in;
+  };
+  c.run = [=](OpRun& r) {
+    auto& mem = r.transformerMemory();
+    TransformerOps& ops = r.backend.transformer();
+    float* kc = mem.inOut(r.in.f32("kCache"), "kCache");
+    float* vc = mem.inOut(r.in.f32("vCache"), "vCache");
+    Outputs o;
+    for (int step = 0; step < 3; ++step) {
+      const std::string n = std::to_string(step);
+      const int64_t T = stepTokens(step);
+      float* out = mem.output<float>(size_t(T * qDim), "out" + n);
+      const float* q = mem.input(r.in.f32("q" + n), "q" + n);
+      const float* k = mem.input(r.in.f32("k" + n), "k" + n);
+      const float* v = mem.input(r.in.f32("v" + n), "v" + n);
+      const int32_t* pos = mem.input(r.in.i32("pos" + n), "pos" + n);
+      if (viaReference)
+        ops.attentionReference(q, k, v, pos, T, s, kc, vc, out);
+      else
+        ops.attention(q, k, v, pos, T, s, kc, vc, out);
+      o.add("out" + n, mem.read(out));
+    }
+    o.add("kCache", mem.read(kc));
+    o.add("vCache", mem.read(vc));
+    return o;
+  };
+  c.reference = [=](const Inputs& in) {
+    auto kc = in.f32("kCache"), vc = in.f32("vCache");
+    const ref::AttentionCase rs{a.H, a.KVH, a.HD, a.window, a.scale, a.softcap};
+    Outputs o;
+    for (int step = 0; step < 3; ++step) {
+      const std::string n = std::to_string(step);
+      const auto& pos = in.i32("pos" + n);
+      for (size_t t = 0; t < pos.size(); ++t)
+        for (int64_t i = 0; i < kvDim; ++i) {
+          kc[size_t(pos[t] * kvDim + i)] = in.f32("k" + n)[size_t(int64_t(t) * kvDim + i)];
+          vc[size_t(pos[t] * kvDim + i)] = in.f32("v" + n)[size_t(int64_t(t) * kvDim + i)];
+        }
+      o.add("out" + n, ref::attention(in.f32("q" + n), pos, kc, vc, rs));
+    }
+    o.add("kCache", kc);
+    o.add("vCache", vc);
+    return o;
+  };
+  return c;
+}
+
+void addAttention(std::vector<OpCase>& rows) {
+  // Plain attention: head sizes 8 … 256 (each kernel instantiation), GQA and MHA, query counts
+  // that leave partial tiles; 700 cached positions in the largest case.
+  const int maxSeq = quickRun() ? 96 : 700;
+  for (auto [H, KVH, HD] : {std::tuple{8, 4, 8}, {4, 4, 64}, {6, 2, 80}, {4, 1, 128}, {2, 2, 256}})
+    for (auto [start, T] : {std::pair{0, 1}, {0, 37}, {5, 16}, {40, maxSeq - 48}})
+      for (Distribution d : kDistributions) rows.push_back(attentionCase({H, KVH, HD, 0, 0, 0, maxSeq, start, T}, d, false));
+  // The extras: sliding windows (Mistral, Gemma, Phi-3), a score scale (Gemma's
+  // query_pre_attn_scalar), soft-capping (Gemma 2), and all at once.
+  const int extrasSeq = quickRun() ? 96 : 300;
+  for (auto [H, KVH, HD] : {std::tuple{8, 4, 8}, {4, 1, 64}, {6, 2, 80}, {2, 2, 256}})
+    for (auto [window, scale, cap] : {std::tuple{1, 0.0f, 0.0f}, {4, 0.0f, 0.0f}, {33, 0.0f, 0.0f},
+                                      {0, 0.07f, 0.0f}, {0, 0.0f, 2.0f}, {100, 0.3f, 5.0f}})
+      for (auto [start, T] : {std::pair{0, 37}, {40, extrasSeq - 48}})
+        for (Distribution d : kDistributions)
+          rows.push_back(attentionCase({H, KVH, HD, window, scale, cap, extrasSeq, start, T}, d, false));
+  // The host-copy reference every op-set offers (attentionReference), with every extra.
+  for (Distribution d : kDistributions) rows.push_back(attentionCase({6, 2, 16, 5, 0.2f, 3.0f, 64, 3, 20}, d, true));
+}
+
+// An op on n values in place (or, for swiglu, into an output), against a scalar function.
+struct Elementwise {
+  std::string op;
+  Bound bound;
+  float sigma;
+  std::function<void(TransformerOps&, float* x, const float* y, float* out, int64_t n)> call;
+  std::function<double(double x, double y)> reference;
+  bool writesOutput = false;  // swiglu: out = f(x, y); the others update x in place
+};
+
+void addElementwise(std::vector<OpCase>& rows) {
+  std::vector<Elementwise> ops = {
+      {"swiglu", tailAmplified("g/(1+expf(-g))·u"), 3.0f,
+       [](TransformerOps& t, float* x, const float* y, float* out, int64_t n) { t.swiglu(x, y, n, out); },
+       [](double g, double u) { return ref::silu(g) * u; }, true},
+      {"geluTanh", tailAmplified("tanhf and five products"), 3.0f,
+       [](TransformerOps& t, float* x, const float*, float*, int64_t n) { t.geluTanh(x, n); },
+       [](double x, double) { return ref::geluTanh(x); }},
+      {"add", oneRounding("x + y"), 3.0f, [](TransformerOps& t, float* x, const float* y, float*, int64_t n) { t.add(x, y, n); },
+       [](double x, double y) { return x + y; }},
+      {"mul", oneRounding("x · y"), 3.0f, [](TransformerOps& t, float* x, const float* y, float*, int64_t n) { t.mul(x, y, n); },
+       [](double x, double y) { return x * y; }},
+      {"scale", oneRounding("x · 25.298 (Gemma's embedding scale)"), 3.0f,
+       [](TransformerOps& t, float* x, const float*, float*, int64_t n) { t.scale(x, n, 25.298f); },
+       [](double x, double) { return x * double(25.298f); }},
+      {"softcap", fewRoundings("3·tanhf(x/3)"), 3.0f,
+       [](TransformerOps& t, float* x, const float*, float*, int64_t n) { t.softcap(x, n, 3.0f); },
+       [](double x, double) { return 3.0 * std::tanh(x / 3.0); }},
+  };
+  for (Activation a : {Activation::Silu, Activation::Gelu, Activation::GeluTanh, Activation::Relu}) {
+    const std::string name = "activate " + std::string(activationName(a));
+    Bound b = a == Activation::Relu ? exactBound("max(x, 0) is exact") : tailAmplified(std::string(activationName(a)));
+    ops.push_back({name, b, 3.0f, [a](TransformerOps& t, float* x, const float*, float*, int64_t n) { t.activate(x, n, a); },
+                   [a](double x, double) {
+                     switch (a) {
+                       case Activation::Silu: return ref::silu(x);
+                       case Activation::Gelu: return ref::gelu(x);
+                       case Activation::GeluTanh: return ref::geluTanh(x);
+                       case Activation::Relu: return x > 0 ? x : 0.0;
+                     }
+                     return 0.0;
+                   }});
+  }
+  for (const Elementwise& e : ops)
+    for (int64_t n : {int64_t(1), int64_t(999), int64_t(70001)})
+      for (Distribution d : kDistributions) {
+        OpCase c = makeCase(e.op, "", "n=" + std::to_string(n), d, {e.bound});
+        c.makeInputs = [=](uint64_t seed) {
+          Inputs in;
+          in.f32("x") = randomValues(size_t(n), seed, d, e.sigma);
+          in.f32("y") = randomValues(size_t(n), seed + 1, d);
+          return in;
+        };
+        c.run = [e, n](OpRun& r) {
+          auto& mem = r.transformerMemory();
+          Outputs o;
+          const float* y = mem.input(r.in.f32("y"), "y");
+          if (e.writesOutput) {
+            float* out = mem.output<float>(size_t(n), "out");
+            // swiglu only reads its gate (the arena checks it is unchanged); the signature is shared.
+            e.call(r.backend.transformer(), const_cast<float*>(mem.input(r.in.f32("x"), "x")), y, out, n);
+            o.add("x", mem.read(out));
+          } else {
+            float* x = mem.inOut(r.in.f32("x"), "x");
+            e.call(r.backend.transformer(), x, y, nullptr, n);
+            o.add("x", mem.read(x));
+          }
+          return o;
+        };
+        c.reference = [e](const Inputs& in) {
+          const auto& x = in.f32("x");
+          const auto& y = in.f32("y");
+          // The exact value as the FP32 output can hold it: results below FP32's range (silu of
+          // −270 is −1e-115) are 0 there, and a relative measure of that difference means nothing.
+          std::vector<double> out(x.size());
+          for (size_t i = 0; i < x.size(); ++i) out[i] = float(e.reference(x[i], y[i]));
+          Outputs o;
+          o.add("x", std::move(out));
+          return o;
+        };
+        rows.push_back(std::move(c));
+      }
+}
+
+// toHalf / fromHalf / addBias / embedding / copyColumns / copy: the helpers around the linear
+// layers, on a [37, 129] matrix.
+void addHelpers(std::vector<OpCase>& rows) {
+  const int64_t R = 37, C = 129, V = 1000, D = 33;
+  for (Distribution d : kDistributions) {
+    auto matrix = [=](uint64_t seed) {
+      Inputs in;
+      in.f32("x") = randomValues(size_t(R * C), seed, d);
+      in.f32("x")[3] = 70000.0f;  // overflows FP16: ±Inf
+      in.f32("x")[4] = 1e-9f;     // below FP16's subnormals: 0
+      in.f32("x")[5] = -3e-6f;    // an FP16 subnormal
+      in.f32("bias") = randomValues(size_t(C), seed + 1, Distribution::Normal);
+      std::vector<uint16_t> h(size_t(R * C));
+      const auto hv = randomValues(h.size(), seed + 2, d);
+      for (size_t i = 0; i < h.size(); ++i) h[i] = floatToHalfBits(hv[i]);
+      h[3] = 0x7C00;  // +Inf (what toHalf makes of 70000): Inf + bias stays Inf
+      h[4] = 0x0001;  // the smallest FP16 subnormal
+      in.f16("h") = std::move(h);
+      return in;
+    };
+    const std::string shape = shapeText({{"rows", R}, {"cols", C}});
+    {
+      OpCase c = makeCase("toHalf", "", shape, d,
+                          {exactBound("round to nearest even, overflow to ±Inf: one correctly rounded conversion")});
+      c.makeInputs = matrix;
+      c.run = [=](OpRun& r) {
+        auto& mem = r.transformerMemory();
+        uint16_t* out = mem.output<uint16_t>(size_t(R * C), "half");
+        r.backend.transformer().toHalf(mem.input(r.in.f32("x"), "x"), R * C, out);
+        Outputs o;
+        o.addHalf("half", mem.read(out));
+        return o;
+      };
+      c.reference = [](const Inputs& in) {
+        std::vector<double> h;
+        for (float v : in.f32("x")) h.push_back(ref::roundToHalf(v));
+        Outputs o;
+        o.add("half", std::move(h));
+        return o;
+      };
+      rows.push_back(std::move(c));
+    }
+    for (bool bias : {false, true}) {
+      OpCase c = makeCase("fromHalf", "", shape + (bias ? " bias" : ""), d,
+                          {bias ? oneRounding("float(h) + bias") : exactBound("FP16 → FP32 is exact")});
+      c.makeInputs = matrix;
+      c.run = [=](OpRun& r) {
+        auto& mem = r.transformerMemory();
+        float* out = mem.output<float>(size_t(R * C), "out");
+        r.backend.transformer().fromHalf(mem.input(r.in.f16("h"), "h"), R, C,
+                                         bias ? mem.input(r.in.f32("bias"), "bias") : nullptr, out);
+        Outputs o;
+        o.add("out", mem.read(out));
+        return o;
+      };
+      c.reference = [=](const Inputs& in) {
+        std::vector<double> out;
+        for (size_t i = 0; i < in.f16("h").size(); ++i)
+          out.push_back(double(halfBitsToFloat(in.f16("h")[i])) + (bias ? in.f32("bias")[i % size_t(C)] : 0.0f));
+        Outputs o;
+        o.add("out", std::move(out));
+        return o;
+      };
+      rows.push_back(std::move(c));
+    }
+    {
+      OpCase c = makeCase("addBias", "", shape, d, {oneRounding("y + bias")});
+      c.makeInputs = matrix;
+      c.run = [=](OpRun& r) {
+        auto& mem = r.transformerMemory();
+        auto x = r.in.f32("x");
+        x[3] = 1.0f;  // keep the FP16 special out of a float add
+        float* y = mem.inOut(x, "y");
+        r.backend.transformer().addBias(y, mem.input(r.in.f32("bias"), "bias"), R, C);
+        Outputs o;
+        o.add("y", mem.read(y));
+        return o;
+      };
+      c.reference = [=](const Inputs& in) {
+        auto x = in.f32("x");
+        x[3] = 1.0f;
+        std::vector<double> out;
+        for (size_t i = 0; i < x.size(); ++i) out.push_back(double(x[i]) + in.f32("bias")[i % size_t(C)]);
+        Outputs o;
+        o.add("y", std::move(out));
+        return o;
+      };
+      rows.push_back(std::move(c));
+    }
+    {
+      OpCase c = makeCase("embedding", "", shapeText({{"V", V}, {"D", D}, {"T", 6}}), d,
+                          {exactBound("a gather: copies")});
+      c.makeInputs = [=](uint64_t seed) {
+        Inputs in;
+        in.f32("table") = randomValues(size_t(V * D), seed, d);
+        in.i32("tokens") = {0, 999, 5, 5, 123, 998};
+        return in;
+      };
+      c.run = [=](OpRun& r) {
+        auto& mem = r.transformerMemory();
+        const auto& tok = r.in.i32("tokens");
+        float* out = mem.output<float>(tok.size() * size_t(D), "out");
+        r.backend.transformer().embedding(mem.input(r.in.f32("table"), "table"), mem.input(tok, "tokens"),
+                                          int64_t(tok.size()), D, out);
+        Outputs o;
+        o.add("out", mem.read(out));
+        return o;
+      };
+      c.reference = [=](const Inputs& in) {
+        std::vector<double> out;
+        for (int32_t t : in.i32("tokens"))
+          for (int64_t i = 0; i < D; ++i) out.push_back(in.f32("table")[size_t(t * D + i)]);
+        Outputs o;
+        o.add("out", std::move(out));
+        return o;
+      };
+      rows.push_back(std::move(c));
+    }
+    {
+      const int64_t col0 = 61, cols = 50;
+      OpCase c = makeCase("copyColumns", "", shape + " from=61 cols=50", d, {exactBound("copies")});
+      c.makeInputs = matrix;
+      c.run = [=](OpRun& r) {
+        auto& mem = r.transformerMemory();
+        float* out = mem.output<float>(size_t(R * cols), "out");
+        r.backend.transformer().copyColumns(mem.input(r.in.f32("x"), "x"), C, col0, R, cols, out);
+        Outputs o;
+        o.add("out", mem.read(out));
+        return o;
+      };
+      c.reference = [=](const Inputs& in) {
+        std::vector<double> out;
+        for (int64_t row = 0; row < R; ++row)
+          for (int64_t i = 0; i < cols; ++i) out.push_back(in.f32("x")[size_t(row * C + col0 + i)]);
+        Outputs o;
+        o.add("out", std::move(out));
+        return o;
+      };
+      rows.push_back(std::move(c));
+    }
+    {
+      OpCase c = makeCase("copy", "", "bytes=" + std::to_string(R * C * 4 - 4), d, {exactBound("a copy")});
+      c.makeInputs = matrix;
+      c.run = [=](OpRun& r) {
+        auto& mem = r.transformerMemory();
+        const size_t n = size_t(R * C - 1);  // an odd byte count of whole floats
+        float* out = mem.output<float>(n, "out");
+        r.backend.transformer().copy(out, mem.input(r.in.f32("x"), "x"), n * sizeof(float));
+        Outputs o;
+        o.add("out", mem.read(out));
+        return o;
+      };
+      c.reference = [=](const Inputs& in) {
+        auto x = in.f32("x");
+        x.pop_back();
+        Outputs o;
+        o.add("out", x);
+        return o;
+      };
+      rows.push_back(std::move(c));
+    }
+  }
+}
+
+// Fake quantisation of weights (absmax scales found in-kernel on CUDA; per-tensor, MSE and
+// block scales through the host codec), out of place and in place.
+void addFakeQuantWeight(std::vector<OpCase>& rows) {
+  for (const char* f : {"int4-g32-sym", "int4-g64-asym", "int4-g128-sym", "int8-ch-sym", "fp8e4m3-ch", "fp8e5m2-ch",
+                        "fp16", "bf16", "int4-ch-sym", "int8-t-sym", "int4-g32-sym-mse", "fp8e4m3-b128"})
+    for (auto [R, C] : {std::pair{67, 256}, {3, 96}})
+      for (Distribution d : kDistributions) {
+        const WeightSpec spec = parseQuantFormat(f).weight;
+        if (spec.granularity == Granularity::Group && C % int64_t(spec.groupSize) != 0) continue;
+        const bool searched = spec.method != ScaleMethod::AbsMax;
+        OpCase c = makeCase("fakeQuantWeight", f, shapeText({{"rows", R}, {"cols", C}}), d,
+                            {exactBound(searched ? "the codec's rule, bit for bit; the reference is the formats' "
+                                                   "packed path (dequantize(quantize(w))): MSE scales come from a "
+                                                   "search, not re-derived here"
+                                                 : "the codec's rule (quant_math.h), bit for bit: every value is "
+                                                   "the same float operations")});
+        c.makeInputs = [=](uint64_t seed) {
+          Inputs in;
+          in.f32("w") = randomValues(size_t(R * C), seed, d, 0.02f);
+          return in;
+        };
+        c.run = [=](OpRun& r) {
+          auto& mem = r.transformerMemory();
+          TransformerOps& ops = r.backend.transformer();
+          float* out = mem.output<float>(size_t(R * C), "out");
+          ops.fakeQuantWeight(spec, mem.input(r.in.f32("w"), "w"), R, C, out);
+          float* inPlace = mem.inOut(r.in.f32("w"), "inPlace");
+          ops.fakeQuantWeight(spec, inPlace, R, C, inPlace);
+          Outputs o;
+          o.add("out", mem.read(out));
+          o.add("inPlace", mem.read(inPlace));
+          return o;
+        };
+        c.reference = [=](const Inputs& in) {
+          const auto& w = in.f32("w");
+          const auto fq = searched ? dequantizeWeight(quantizeWeight(spec, w, R, C)) : ref::fakeQuantWeight(spec, w, R, C);
+          Outputs o;
+          o.add("out", fq);
+          o.add("inPlace", fq);
+          return o;
+        };
+        rows.push_back(std::move(c));
+      }
+}
+
+void addFakeQuantActivations(std::vector<OpCase>& rows) {
+  struct Act {
+    const char* format;
+    float staticScale;
+    std::vector<std::pair<int, int>> shapes;
+  };
+  const std::vector<std::pair<int, int>> dynamicShapes = {{1, 7}, {19, 1000}, {64, 4096}};
+  const Act acts[] = {{"fp16:int8-tok", 0, dynamicShapes},     {"fp16:fp8e4m3-tok", 0, dynamicShapes},
+                      {"fp16:fp8e5m2-tok", 0, dynamicShapes},  {"fp16:fp16", 0, dynamicShapes},
+                      {"fp16:bf16", 0, dynamicShapes},         {"int8-ch-sym:int8-t", 0.02f, {{9, 300}}},
+                      {"fp8e4m3-ch:fp8e4m3-t", 0.02f, {{9, 300}}}, {"fp8e4m3-ch:fp8e5m2-t", 0.02f, {{9, 300}}}};
+  for (const Act& a : acts)
+    for (auto [R, C] : a.shapes)
+      for (Distribution d : kDistributions) {
+        const ActSpec spec = parseQuantFormat(a.format).act;
+        const float scale = a.staticScale;
+        OpCase c = makeCase("fakeQuantActivations", a.format,
+                            shapeText({{"rows", R}, {"cols", C}}) + (scale > 0 ? " static scale 0.02 (clips)" : ""), d,
+                            {exactBound("activation_codec.h's rule, bit for bit; a static scale clips the outliers")});
+        c.makeInputs = [=](uint64_t seed) {
+          Inputs in;
+          auto x = randomValues(size_t(R * C), seed, d);
+          if (R > 1) std::fill_n(x.begin(), C, 0.0f);  // an all-zero token: scale 0
+          in.f32("x") = std::move(x);
+          return in;
+        };
+        c.run = [=](OpRun& r) {
+          auto& mem = r.transformerMemory();
+          float* x = mem.inOut(r.in.f32("x"), "x");
+          r.backend.transformer().fakeQuantActivations(spec, x, R, C, scale);
+          Outputs o;
+          o.add("x", mem.read(x));
+          return o;
+        };
+        c.reference = [=](const Inputs& in) {
+          Outputs o;
+          o.add("x", ref::fakeQuantActivations(spec, in.f32("x"), R, C, scale));
+          return o;
+        };
+        rows.push_back(std::move(c));
+      }
+}
+
+void addGgmlRounding(std::vector<OpCase>& rows) {
+  for (DType type : {DType::F16, DType::Q8_0, DType::Q8_1, DType::Q8_K})
+    for (int64_t R : {1, 5, 33})
+      for (Distribution d : kDistributions) {
+        const int64_t C = type == DType::Q8_K ? 768 : type == DType::F16 ? 1001 : 96;
+        const int64_t block = type == DType::Q8_K ? 256 : type == DType::F16 ? 1 : 32;
+        const char* name = type == DType::F16 ? "f16" : type == DType::Q8_0 ? "q8_0" : type == DType::Q8_1 ? "q8_1" : "q8_k";
+        OpCase c = makeCase("roundActivationsLikeGgml", name, shapeText({{"rows", R}, {"cols", C}}), d,
+                            {exactBound("ggml_activations.h's rule, bit for bit (the same IEEE operations)")});
+        c.makeInputs = [=](uint64_t seed) {
+          Inputs in;
+          auto x = randomValues(size_t(R * C), seed, d);
+          if (block > 1 && R > 1) {  // an all-zero block; a tie of |max| with both signs (the first wins)
+            std::fill_n(x.begin(), block, 0.0f);
+            x[size_t(block + 3)] = 1000.0f;
+            x[size_t(block + 9)] = -1000.0f;
+          }
+          in.f32("x") = std::move(x);
+          return in;
+        };
+        c.run = [=](OpRun& r) {
+          auto& mem = r.transformerMemory();
+          float* x = mem.inOut(r.in.f32("x"), "x");
+          r.backend.transformer().roundActivationsLikeGgml(type, x, R, C);
+          Outputs o;
+          o.add("x", mem.read(x));
+          return o;
+        };
+        c.reference = [=](const Inputs& in) {
+          auto x = in.f32("x");
+          if (type == DType::F16)
+            for (float& v : x) v = ref::roundToHalf(v);
+          else if (type == DType::Q8_K)
+            ref::roundLikeGgmlQ8_K(x);
+          else
+            ref::roundLikeGgmlQ8_0(x);  // Q8_1 rounds the values as Q8_0 (it adds a sum)
+          Outputs o;
+          o.add("x", x);
+          return o;
+        };
+        rows.push_back(std::move(c));
+      }
+}
+
+void addCompareLogits(std::vector<OpCase>& rows) {
+  const Bound statsBound{{}, {1e-22, kUnchecked, 1.0}, {1e-18, kUnchecked, 1.0},
+                         "double accumulation over V ≤ 32000 terms: ≲ V·2^-53 ≈ 4e-12 of the sums, which are "
+                         "~10× the KL they cancel down to, so ≲ 1e-11 of max(1, value) against the reference; "
+                         "CUDA vs CPU: the earlier GPU test's 1e-9 of max(1, value), squared. Values below 1 "
+                         "count absolutely (floor 1): a one-hot softmax gives KL ≈ 1e-45, NLL ≈ 0"};
+  for (auto [T, V] : {std::pair{1, 5}, {9, 512}, {33, 32000}})
+    for (bool targets : {false, true})
+      for (Distribution d : kDistributions) {
+        OpCase c = makeCase("compareLogits", "", shapeText({{"T", T}, {"V", V}}) + (targets ? " targets" : ""), d,
+                            {statsBound, exactBound("the argmax of the same floats (ties to the lowest id)", "top1Same")});
+        c.makeInputs = [=](uint64_t seed) {
+          Inputs in;
+          const auto a = randomValues(size_t(T * V), seed, d, 4.0f);
+          auto b = a;
+          const auto noise = randomValues(b.size(), seed + 1, Distribution::Normal, 0.3f);
+          for (size_t i = 0; i < b.size(); ++i) b[i] += noise[i];
+          in.f32("ref") = a;
+          in.f32("test") = b;
+          auto& t = in.i32("targets");
+          for (int i = 0; i < T; ++i) t.push_back(int32_t((seed + uint64_t(i) * 7919) % uint64_t(V)));
+          return in;
+        };
+        c.run = [=](OpRun& r) {
+          auto& mem = r.transformerMemory();
+          std::vector<TransformerOps::LogitRowStats> rs(static_cast<size_t>(T));
+          r.backend.transformer().compareLogits(mem.input(r.in.f32("ref"), "ref"), mem.input(r.in.f32("test"), "test"),
+                                                T, V, targets ? r.in.i32("targets").data() : nullptr, rs.data());
+          std::vector<double> kl, nllRef, nllTest, top1;
+          for (const auto& s : rs) {
+            kl.push_back(s.kl);
+            nllRef.push_back(s.nllRef);
+            nllTest.push_back(s.nllTest);
+            top1.push_back(s.top1Same);
+          }
+          Outputs o;
+          o.add("kl", kl);
+          o.add("nllRef", nllRef);
+          o.add("nllTest", nllTest);
+          o.add("top1Same", top1);
+          return o;
+        };
+        c.reference = [=](const Inputs& in) {
+          const auto rs = ref::compareLogits(in.f32("ref"), in.f32("test"), T, V,
+                                             targets ? in.i32("targets") : std::vector<int32_t>{});
+          std::vector<double> kl, nllRef, nllTest, top1;
+          for (const auto& s : rs) {
+            kl.push_back(s.kl);
+            nllRef.push_back(s.nllRef);
+            nllTest.push_back(s.nllTest);
+            top1.push_back(s.top1Same);
+          }
+          Outputs o;
+          o.add("kl", kl);
+          o.add("nllRef", nllRef);
+          o.add("nllTest", nllTest);
+          o.add("top1Same", top1);
+          return o;
+        };
+        rows.push_back(std::move(c));
+      }
+}
+
+}  // namespace
+
+std::vector<OpCase> transformerCases() {
+  std::vector<OpCase> rows;
+  addLinear(rows);
+  addNorms(rows);
+  addRope(rows);
+  addAttention(rows);
+  addElementwise(rows);
+  addHelpers(rows);
+  addFakeQuantWeight(rows);
+  addFakeQuantActivations(rows);
+  addGgmlRounding(rows);
+  addCompareLogits(rows);
+  return rows;
+}
+
+}  // namespace qs::backend_ops
