@@ -11,7 +11,7 @@
 namespace qs::backend_ops {
 
 std::unique_ptr<GemmWeight> prepareGemm(GemmOps& ops, const QuantizedTensor& q, GemmActivationType activation) {
-  return ops.prepare(toQuantLinearWeight(q), activation);
+  return ops.prepare(q, activation);
 }
 
 namespace {
