@@ -39,12 +39,13 @@ std::string dims(int64_t rows, int64_t cols) { return std::to_string(rows) + "x"
 void addChannelStats(std::vector<OpCase>& rows) {
   const std::vector<Bound> bounds = {
       exactBound("min, max, NaN counts and value counts are exact on both (channel_stats.h)"),
-      {"sum", {1e-20}, {1e-9},
+      {"sum", {1e-9}, {1e-9},
        "CPU: double sums in index order, as the reference (NMSE ~1e-30). CUDA adds runs of ≤ 16 values in "
        "float first: |Δ| ≤ 1e-6·Σ|x| per channel; Σx of random signs is ~√n/n of Σ|x|, so NMSE ≲ n·1e-12 "
-       "for n ≤ 1000-value channels"},
-      {"sumSq", {1e-20}, {1e-12},
-       "as 'sum'; Σx² has no cancellation, so CUDA's 1e-6 relative per channel is NMSE ≤ 1e-12"},
+       "for n ≤ 1000-value channels (the bound against the reference is CUDA's, since it checks both)"},
+      {"sumSq", {1e-12}, {1e-12},
+       "as 'sum'; Σx² has no cancellation, so CUDA's 1e-6 relative per channel is NMSE ≤ 1e-12 (CUDA squares "
+       "in float: a 1x1 channel alone is off by one rounding, NMSE ~1e-15, H200 run)"},
   };
   for (auto [R, C] : {std::pair{1, 1}, {3, 7}, {37, 1001}, {129, 4099}, {5, 4097}, {77, 3001}})
     for (bool byRow : {false, true})
