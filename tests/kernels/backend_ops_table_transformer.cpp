@@ -705,6 +705,25 @@ void addGgmlRounding(std::vector<OpCase>& rows) {
       }
 }
 
+
+// compareLogits's rows (the op's LogitRowStats or the reference's) as the table's outputs.
+template <class Rows>
+Outputs logitRowOutputs(const Rows& rs) {
+  std::vector<double> kl, nllRef, nllTest, top1;
+  for (const auto& s : rs) {
+    kl.push_back(s.kl);
+    nllRef.push_back(s.nllRef);
+    nllTest.push_back(s.nllTest);
+    top1.push_back(s.top1Same);
+  }
+  Outputs o;
+  o.add("kl", kl);
+  o.add("nllRef", nllRef);
+  o.add("nllTest", nllTest);
+  o.add("top1Same", top1);
+  return o;
+}
+
 void addCompareLogits(std::vector<OpCase>& rows) {
   const Bound statsBound{{}, {1e-22, kUnchecked, 1.0}, {1e-18, kUnchecked, 1.0},
                          "double accumulation over V ≤ 32000 terms: ≲ V·2^-53 ≈ 4e-12 of the sums, which are "
@@ -733,36 +752,12 @@ void addCompareLogits(std::vector<OpCase>& rows) {
           std::vector<TransformerOps::LogitRowStats> rs(static_cast<size_t>(T));
           r.backend.transformer().compareLogits(mem.input(r.in.f32("ref"), "ref"), mem.input(r.in.f32("test"), "test"),
                                                 T, V, targets ? r.in.i32("targets").data() : nullptr, rs.data());
-          std::vector<double> kl, nllRef, nllTest, top1;
-          for (const auto& s : rs) {
-            kl.push_back(s.kl);
-            nllRef.push_back(s.nllRef);
-            nllTest.push_back(s.nllTest);
-            top1.push_back(s.top1Same);
-          }
-          Outputs o;
-          o.add("kl", kl);
-          o.add("nllRef", nllRef);
-          o.add("nllTest", nllTest);
-          o.add("top1Same", top1);
-          return o;
+          return logitRowOutputs(rs);
         };
         c.reference = [=](const Inputs& in) {
           const auto rs = ref::compareLogits(in.f32("ref"), in.f32("test"), T, V,
                                              targets ? in.i32("targets") : std::vector<int32_t>{});
-          std::vector<double> kl, nllRef, nllTest, top1;
-          for (const auto& s : rs) {
-            kl.push_back(s.kl);
-            nllRef.push_back(s.nllRef);
-            nllTest.push_back(s.nllTest);
-            top1.push_back(s.top1Same);
-          }
-          Outputs o;
-          o.add("kl", kl);
-          o.add("nllRef", nllRef);
-          o.add("nllTest", nllTest);
-          o.add("top1Same", top1);
-          return o;
+          return logitRowOutputs(rs);
         };
         rows.push_back(std::move(c));
       }
