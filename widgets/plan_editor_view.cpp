@@ -247,14 +247,12 @@ class ChoiceDelegate : public QStyledItemDelegate {
 }  // namespace
 
 // ---- the view ------------------------------------------------------------------------------------
-PlanEditorView::PlanEditorView(QWidget* parent) : QWidget(parent) {
+PlanEditorView::PlanEditorView(QUndoStack* undo, QWidget* parent) : QWidget(parent), undo_(undo) {
   setObjectName(QStringLiteral("planEditor"));
-  undo_ = new QUndoStack(this);
   buildUi();
 }
 
 PlanEditorView::~PlanEditorView() {
-  undo_->clear();  // the commands refer to the document: drop them first
   // The table outlives this body (QWidget deletes children later) and may still ask the model
   // for rows while it hides: detach the document before it goes.
   model_->setDocument(nullptr);
@@ -423,27 +421,17 @@ void PlanEditorView::buildUi() {
 
 const Plan* PlanEditorView::plan() const { return doc_ ? &doc_->plan() : nullptr; }
 
-void PlanEditorView::setModel(const ModelGraph* graph, const std::string& modelName, const std::string& modelHash,
-                              std::optional<Plan> plan) {
-  undo_->clear();
+const ModelGraph* PlanEditorView::graph() const { return doc_ ? &doc_->graph() : nullptr; }
+
+void PlanEditorView::setDocument(PlanDocument* doc) {
   model_->setDocument(nullptr);
-  doc_.reset();
-  graph_ = graph;
-  modelName_ = modelName;
-  modelHash_ = modelHash;
-  if (!graph_) return;
-  Plan p = plan ? std::move(*plan) : Plan{};
-  if (!plan) {
-    p.name = "plan";
-    p.model.name = modelName;
-    p.model.hash = modelHash;
-    // Valid for every layer from the start: a row set to INT gets a group that divides its K.
-    p.defaults.group = validGroup_ ? GroupChoice{Granularity::Group, validGroup_} : GroupChoice{Granularity::Channel, 0};
+  if (doc_) doc_->onChanged = nullptr;
+  doc_ = doc;
+  if (!doc_) {
+    rebuildProblem();
+    updateTotals();
+    return;
   }
-  ResolveOptions ro;
-  ro.modelName = modelName;
-  ro.modelHash = modelHash;
-  doc_ = std::make_unique<PlanDocument>(*graph_, std::move(p), ro);
   doc_->onChanged = [this] { onDocumentChanged(); };
   if (sensitivity_) doc_->setSensitivity(sensitivity_);
   if (speed_) {
@@ -452,12 +440,10 @@ void PlanEditorView::setModel(const ModelGraph* graph, const std::string& modelN
     } catch (const Error&) {
     }
   }
-  model_->setDocument(doc_.get());
+  model_->setDocument(doc_);
   rebuildProblem();
   onDocumentChanged();
 }
-
-void PlanEditorView::clearModel() { setModel(nullptr, {}, {}); }
 
 void PlanEditorView::setSensitivity(std::shared_ptr<const SensitivityTable> table) {
   sensitivity_ = std::move(table);
@@ -483,12 +469,12 @@ void PlanEditorView::rebuildProblem() {
   front_.reset();
   budget_->setEnabled(false);
   pareto_->setPoints({}, tr("predicted error"));
-  if (!doc_ || !graph_ || !doc_->sensitivity()) {
+  if (!doc_ || !graph() || !doc_->sensitivity()) {
     budgetLabel_->setText(tr("budget: run sensitivity first"));
     return;
   }
   try {
-    problem_ = std::make_unique<PlannerProblem>(buildPlannerProblem(*graph_, *doc_->sensitivity(), doc_->speed()));
+    problem_ = std::make_unique<PlannerProblem>(buildPlannerProblem(*graph(), *doc_->sensitivity(), doc_->speed()));
     front_ = std::make_unique<ParetoFront>(paretoBySize(*problem_));
   } catch (const Error& e) {
     problem_.reset();
@@ -559,7 +545,7 @@ bool PlanEditorView::applyPattern(const QString& selector, PlanField field, cons
     // A pattern that names no layer is an error, not a silent no-op.
     const LayerSelector sel = LayerSelector::parse(selector.trimmed().toStdString(), "pattern");
     int matched = 0;
-    for (const PlanLayer& l : planLayers(*graph_)) matched += sel.matches(l);
+    for (const PlanLayer& l : planLayers(*graph())) matched += sel.matches(l);
     if (matched == 0)
       throw Error(ErrorKind::BadInput,
                   "no layer matches '" + selector.trimmed().toStdString() +
@@ -590,8 +576,8 @@ bool PlanEditorView::autoPlanThresholds(QString* error) {
     return false;
   }
   try {
-    const ThresholdResult r = planByThresholds(*graph_, *doc_->sensitivity());
-    Plan p = planFromFormats(*graph_, r.formats);
+    const ThresholdResult r = planByThresholds(*graph(), *doc_->sensitivity());
+    Plan p = planFromFormats(*graph(), r.formats);
     p.name = "auto-thresholds";
     p.description = "auto: thresholds (normalised sensitivity < 0.1 → INT4, < 0.3 → INT8, else FP16)";
     p.model = doc_->plan().model;
@@ -610,7 +596,7 @@ bool PlanEditorView::autoPlanBudgetBits(double bits, QString* error, uint64_t me
   }
   try {
     const BudgetSolution s = solveBudget(*problem_, bytesForBitsBudget(*problem_, bits));
-    Plan p = planFromSolution(*graph_, *problem_, s.choice);
+    Plan p = planFromSolution(*graph(), *problem_, s.choice);
     p.name = "auto-budget";
     p.description = "auto: budget " + QString::number(bits, 'f', 2).toStdString() + " bits/weight";
     p.model = doc_->plan().model;
@@ -630,7 +616,7 @@ bool PlanEditorView::loadParetoPoint(int index, QString* error) {
   if (!doc_ || !front_ || index < 0 || index >= int(front_->points.size())) return false;
   try {
     const auto& pt = front_->points[size_t(index)];
-    Plan p = planFromSolution(*graph_, *problem_, pt.solution.choice);
+    Plan p = planFromSolution(*graph(), *problem_, pt.solution.choice);
     const double bits = 8.0 * double(pt.solution.bytes) / double(std::max<uint64_t>(1, problem_->parameters));
     p.name = "pareto-" + QString::number(bits, 'f', 2).toStdString();
     p.description = "auto: Pareto point at " + QString::number(bits, 'f', 2).toStdString() + " bits/weight";
@@ -657,9 +643,9 @@ bool PlanEditorView::openPlanFile(const QString& path, QString* error) {
     // --allow-other-model): its layer choices were made for other weights.
     ResolveOptions ro;
     ro.source = path.toStdString();
-    ro.modelName = modelName_;
-    ro.modelHash = modelHash_;
-    for (const PlanProblem& pr : resolvePlan(p, *graph_, ro).problems)
+    ro.modelName = doc_->resolveOptions().modelName;
+    ro.modelHash = doc_->resolveOptions().modelHash;
+    for (const PlanProblem& pr : resolvePlan(p, *graph(), ro).problems)
       if (pr.field == "model.hash") throwBadInput(path.toStdString(), pr.field, pr.message);
     pushCommand(makeReplacePlanCommand(*doc_, std::move(p), "open " + path.toStdString()));
     const auto& probs = doc_->resolved().problems;

@@ -3,8 +3,10 @@
 // size, scale method, activation format, method, bytes, bits per weight, predicted error), edited
 // through combo-box delegates. An edit applies to every selected row when the edited row is part
 // of the selection (a bulk edit), and a pattern box applies fields to the layers a selector names
-// ("blocks.*.mlp.down"). Every edit is a core PlanCommand wrapped in a QUndoCommand on the view's
-// QUndoStack, so Undo/Redo work and a budget-slider drag is one step. Live totals: size, bits per
+// ("blocks.*.mlp.down"). Every edit is a core PlanCommand wrapped in a QUndoCommand on the
+// QUndoStack it is given, so Undo/Redo work and a budget-slider drag is one step. The view owns
+// neither: the document and its undo stack are the workspace's (app/gui/workspace.h), which
+// replaces them when a model opens; the view shows and edits what it is given. Live totals: size, bits per
 // weight, predicted error, predicted speedup. With a sensitivity table the auto-planner runs from
 // the thresholds button or the budget slider, and the Pareto fronts show every budget's optimum;
 // clicking a point loads that plan.
@@ -39,22 +41,18 @@ class PlanTableModel;
 class PlanEditorView : public QWidget {
   Q_OBJECT
  public:
-  explicit PlanEditorView(QWidget* parent = nullptr);
+  // `undo`: the stack edits are pushed on (not owned; it must outlive the view).
+  explicit PlanEditorView(QUndoStack* undo, QWidget* parent = nullptr);
   ~PlanEditorView() override;
 
-  // A new document for this model with `plan` (the built-in defaults when nullopt); the undo
-  // history starts empty. The graph must outlive the view or the next setModel.
-  void setModel(const ModelGraph* graph, const std::string& modelName, const std::string& modelHash,
-                std::optional<Plan> plan = std::nullopt);
-  void clearModel();
-  // The group size a new plan's defaults use (the largest that divides every layer's K, so any
-  // row set to INT is valid; 0: per channel). Set before setModel.
-  void setValidGroup(uint32_t groupSize) { validGroup_ = groupSize; }
+  // The document to show and edit (not owned; null: none). Its owner clears the undo stack
+  // before it replaces or destroys the document (the commands refer to it).
+  void setDocument(PlanDocument* doc);
   // Tables behind the predicted figures and the auto-planner (null: none).
   void setSensitivity(std::shared_ptr<const SensitivityTable> table);
   void setSpeed(std::shared_ptr<const SpeedTable> table, int64_t tokens);
 
-  PlanDocument* document() const { return doc_.get(); }
+  PlanDocument* document() const { return doc_; }
   QUndoStack* undoStack() const { return undo_; }
   const Plan* plan() const;
 
@@ -99,9 +97,8 @@ class PlanEditorView : public QWidget {
   std::vector<int> selectedRows() const;
   void pushCommand(std::unique_ptr<PlanCommand> cmd);
 
-  const ModelGraph* graph_ = nullptr;
-  std::string modelName_, modelHash_;
-  std::unique_ptr<PlanDocument> doc_;
+  const ModelGraph* graph() const;
+  PlanDocument* doc_ = nullptr;
   std::shared_ptr<const SensitivityTable> sensitivity_;
   std::shared_ptr<const SpeedTable> speed_;
   int64_t speedTokens_ = 1;
@@ -118,7 +115,6 @@ class PlanEditorView : public QWidget {
   QLabel* budgetLabel_ = nullptr;
   ParetoPlot* pareto_ = nullptr;
   uint64_t dragKey_ = 0;
-  uint32_t validGroup_ = 128;
 };
 
 // The choices a column offers (shared by the delegate, the pattern box and tests).

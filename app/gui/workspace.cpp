@@ -10,6 +10,7 @@
 #include <QPushButton>
 #include <QRegularExpression>
 #include <QSpinBox>
+#include <QUndoStack>
 #include <QStandardPaths>
 #include <QVBoxLayout>
 #include <QtConcurrent>
@@ -129,7 +130,24 @@ Workspace::Workspace(JobRunner* jobs, QObject* parent) : QObject(parent), jobs_(
   });
 }
 
-Workspace::~Workspace() = default;
+Workspace::~Workspace() {
+  // The view may outlive the workspace (the main window's tabs own the pages): let go of the
+  // document first, then the commands that refer to it, then the document.
+  if (planEditor_) planEditor_->setDocument(nullptr);
+  planUndo_->clear();
+}
+
+void Workspace::replacePlanDocument(std::optional<Plan> plan) {
+  planUndo_->clear();  // the commands refer to the document being replaced
+  if (planEditor_) planEditor_->setDocument(nullptr);
+  planDoc_.reset();
+  if (!model_ || !plan) return;
+  ResolveOptions ro;
+  ro.modelName = QFileInfo(modelPath_).fileName().toStdString();
+  ro.modelHash = hash_;
+  planDoc_ = std::make_unique<PlanDocument>(graph_, std::move(*plan), ro);
+  if (planEditor_) planEditor_->setDocument(planDoc_.get());
+}
 
 QWidget* Workspace::planPage() const { return planEditor_; }
 
@@ -184,7 +202,8 @@ void Workspace::buildPages() {
   });
   connect(sweep, &QPushButton::clicked, this, &Workspace::runSensitivity);
 
-  planEditor_ = new widgets::PlanEditorView;
+  planUndo_ = new QUndoStack(this);
+  planEditor_ = new widgets::PlanEditorView(planUndo_);
   connect(planEditor_, &widgets::PlanEditorView::message, this, &Workspace::message);
   connect(planEditor_, &widgets::PlanEditorView::compareRequested, this, [this](const QString& p) { comparePlanWith(p); });
   connect(planEditor_, &widgets::PlanEditorView::planChanged, this, [this] {
@@ -320,7 +339,7 @@ void Workspace::setModel(std::shared_ptr<ModelFile> model, const QString& path) 
   // speed bars, sensitivity cells, and the plan editor's tables behind the budget and Pareto.
   runView_->clear();
   sensitivityView_->setTable(SensitivityTable{});
-  planEditor_->clearModel();
+  replacePlanDocument(std::nullopt);  // before the graph it refers to changes
   planEditor_->setSensitivity(nullptr);
   planEditor_->setSpeed(nullptr, 1);
   if (!model_) {
@@ -332,7 +351,6 @@ void Workspace::setModel(std::shared_ptr<ModelFile> model, const QString& path) 
   hash_ = sampledModelHash(*model_);
   const widgets::LayerLabels labels(graph_);
   sensitivityView_->setLayerLabels(labels);
-  planEditor_->setValidGroup(groupForAllLayers(graph_));
   {
     // The evaluation text chosen for this model last time (kept per model, like its session).
     QSettings st;
@@ -399,7 +417,8 @@ void Workspace::setModel(std::shared_ptr<ModelFile> model, const QString& path) 
     if (g != builtinPlanDefaults().group->size)
       plan->defaults.group = g ? GroupChoice{Granularity::Group, g} : GroupChoice{Granularity::Channel, 0};
   }
-  planEditor_->setModel(&graph_, QFileInfo(path).fileName().toStdString(), hash_, plan);
+  replacePlanDocument(plan ? std::move(plan)
+                            : newPlanFor(QFileInfo(path).fileName().toStdString(), hash_, groupForAllLayers(graph_)));
   showSession();
   updateTextLabel();
 }

@@ -24,19 +24,23 @@
 #include <string>
 
 #include "core/model/model_graph.h"
+#include "core/plan/plan.h"
 #include "core/session/session.h"
 #include "widgets/layer_view.h"
+#include "widgets/plan_editor_view.h"  // QPointer needs the complete type
 
 class QWidget;
 class QSpinBox;
 class QComboBox;
 class QLabel;
 class QLineEdit;
+class QUndoStack;
 
 namespace qs {
 class Backend;
 class Engine;
 class ModelFile;
+class PlanDocument;
 }  // namespace qs
 namespace qs::widgets {
 class SensitivityView;
@@ -60,6 +64,7 @@ class Workspace : public QObject {
   QWidget* runPage() const { return runPage_; }
   widgets::SensitivityView* sensitivityView() const { return sensitivityView_; }
   widgets::PlanEditorView* planEditor() const { return planEditor_; }
+  QUndoStack* planUndoStack() const { return planUndo_; }
   widgets::RunView* runView() const { return runView_; }
 
   // A newly loaded model (null: none). Opens (or starts) its session.
@@ -177,7 +182,12 @@ class Workspace : public QObject {
   QWidget* sensitivityPage_ = nullptr;
   QWidget* runPage_ = nullptr;
   widgets::SensitivityView* sensitivityView_ = nullptr;
-  widgets::PlanEditorView* planEditor_ = nullptr;
+  QPointer<widgets::PlanEditorView> planEditor_;
+  // The plan being edited and its undo history: the workspace's (the Plan tab's view shows and
+  // edits them; the Edit menu's Undo/Redo act on the stack). Replaced when a model opens.
+  std::unique_ptr<PlanDocument> planDoc_;
+  QUndoStack* planUndo_ = nullptr;
+  void replacePlanDocument(std::optional<Plan> plan);
   widgets::RunView* runView_ = nullptr;
   QLabel* textLabel_ = nullptr;
   // Exact, estimate or automatic (estimate on the CPU, where an exact sweep of a real model takes

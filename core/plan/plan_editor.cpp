@@ -14,6 +14,15 @@ MergeKey newMergeKey() {
 
 // ---- PlanDocument ----------------------------------------------------------------------------
 
+Plan newPlanFor(const std::string& modelName, const std::string& modelHash, uint32_t validGroup) {
+  Plan p;
+  p.name = "plan";
+  p.model.name = modelName;
+  p.model.hash = modelHash;
+  p.defaults.group = validGroup ? GroupChoice{Granularity::Group, validGroup} : GroupChoice{Granularity::Channel, 0};
+  return p;
+}
+
 PlanDocument::PlanDocument(const ModelGraph& graph, Plan plan, ResolveOptions options)
     : graph_(graph), layers_(planLayers(graph)), options_(std::move(options)), plan_(std::move(plan)) {
   refresh();

@@ -72,6 +72,10 @@ MergeKey newMergeKey();  // unique per process (thread-safe)
 
 class PlanCommand;
 
+// A new plan for a model: the built-in defaults, valid for every layer from the start (a row set
+// to INT gets `validGroup`, a group that divides every layer's K; 0: per channel).
+Plan newPlanFor(const std::string& modelName, const std::string& modelHash, uint32_t validGroup);
+
 class PlanDocument {
  public:
   // The graph must outlive the document. An invalid plan is accepted: its problems show in

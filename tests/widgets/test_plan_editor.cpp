@@ -47,6 +47,26 @@ std::shared_ptr<SensitivityTable> syntheticSensitivity(const ModelGraph& g) {
     }
   return t;
 }
+// What the workspace gives the Plan tab: the document of a new plan for the model and its undo
+// stack, neither owned by the view.
+struct Editor {
+  QUndoStack undo;
+  PlanDocument doc;
+  PlanEditorView view{&undo};
+  explicit Editor(const ModelGraph& graph) : doc(graph, newPlanFor("stories260K", "", 128), options()) {
+    view.setDocument(&doc);
+  }
+  ~Editor() {
+    view.setDocument(nullptr);
+    undo.clear();  // the commands refer to the document
+  }
+  static ResolveOptions options() {
+    ResolveOptions ro;
+    ro.modelName = "stories260K";
+    return ro;
+  }
+};
+
 }  // namespace
 
 class TestPlanEditor : public QObject {
@@ -61,10 +81,10 @@ class TestPlanEditor : public QObject {
   }
 
   void editsUndoAndBulk() {
-    PlanEditorView v;
+    Editor e(graph_);
+    PlanEditorView& v = e.view;
     v.resize(1300, 800);
     v.show();
-    v.setModel(&graph_, "stories260K", "");
     QAbstractItemModel* m = v.table()->model();
     const int rows = m->rowCount();
     QCOMPARE(rows, int(planLayers(graph_).size()));
@@ -133,8 +153,8 @@ class TestPlanEditor : public QObject {
     for (const QString& w : weights) (void)parseWeightChoice(w.toStdString(), "weight");  // every choice is valid
     QVERIFY(widgets::planFieldChoices(PlanField::Scale).contains(QStringLiteral("imatrix")));
     for (const QString& sc : widgets::planFieldChoices(PlanField::Scale)) (void)parseScaleChoice(sc.toStdString(), "scale");
-    PlanEditorView v;
-    v.setModel(&graph_, "stories260K", "");
+    Editor e(graph_);
+    PlanEditorView& v = e.view;
     QAbstractItemModel* m = v.table()->model();
     QString err;
     QVERIFY2(v.applyPattern(QStringLiteral("blocks.*"), PlanField::Weight, QStringLiteral("q4_0"), &err), qPrintable(err));
@@ -157,10 +177,10 @@ class TestPlanEditor : public QObject {
   }
   void compareTwoPlans();
   void budgetSliderAndPareto() {
-    PlanEditorView v;
+    Editor e(graph_);
+    PlanEditorView& v = e.view;
     v.resize(1300, 800);
     v.show();
-    v.setModel(&graph_, "stories260K", "");
     QVERIFY(!v.budgetSlider()->isEnabled());
     QString err;
     QVERIFY(!v.autoPlanThresholds(&err));  // no sensitivity yet
