@@ -19,7 +19,7 @@
 #include <filesystem>
 
 #include "core/export/export_internal.h"
-#include "core/io/hdf5_writer.h"
+#include "core/io/hdf5_file.h"
 #include "kernels/common/error.h"
 
 namespace qs::exportdetail {
@@ -81,17 +81,17 @@ void writeHdf5(const ExportSource& src, const ExportPreview& p, const ModelExpor
                Progress& progress) {
   AtomicFile& f = files.open(p.files.front());
   // HDF5 builds the file in memory; its bytes go through AtomicFile like every other export.
-  h5w::Hdf5Writer h(p.files.front());
-  h.attr("/", "format", std::string("quantscope-export"));
-  h.attr("/", "format_version", int64_t(1));
-  h.attr("/", "generator", o.generator);
-  h.attr("/", "source", src.file.path());
-  h.attr("/", "source_format", std::string(modelFormatName(src.file.format())));
-  h.attr("/", "architecture", src.graph.architecture);
-  h.attr("/", "plan_source", o.planSource);
-  h.writeString("/plan", planToJson(src.plan));
-  h.writeString("/config", src.file.config().toJson().dump(2));
-  h.group("/tensors");
+  h5::File h = h5::File::createInMemory(p.files.front());
+  h.setAttrUtf8("/", "format", std::string("quantscope-export"));
+  h.setAttr("/", "format_version", int64_t(1));
+  h.setAttrUtf8("/", "generator", o.generator);
+  h.setAttrUtf8("/", "source", src.file.path());
+  h.setAttrUtf8("/", "source_format", std::string(modelFormatName(src.file.format())));
+  h.setAttrUtf8("/", "architecture", src.graph.architecture);
+  h.setAttrUtf8("/", "plan_source", o.planSource);
+  h.writeUtf8("/plan", planToJson(src.plan));
+  h.writeUtf8("/config", src.file.config().toJson().dump(2));
+  h.createGroup("/tensors");
   for (const auto& t : p.tensors) {
     progress.check();
     const std::string g = t.outputName;
@@ -100,65 +100,65 @@ void writeHdf5(const ExportSource& src, const ExportPreview& p, const ModelExpor
       const LayerAssignment& a = src.resolved.layers[size_t(t.planLayer)];
       const QuantizedTensor q = quantizeForExport(src, t);
       const uint64_t rowBytes = payloadRowBytes(q.spec.kind, q.cols);
-      h.write(g + "/payload", {uint64_t(q.rows), rowBytes}, std::span<const uint8_t>(q.payload));
+      h.write(g + "/payload", {hsize_t(q.rows), hsize_t(rowBytes)}, q.payload.data());
       if (!q.scales.empty())
-        h.writeHalf(g + "/scales", {uint64_t(q.grid.gridRows), uint64_t(q.grid.gridCols)}, q.scales);
-      if (!q.zeros.empty()) h.write(g + "/zero_points", {q.zeros.size()}, std::span<const uint8_t>(q.zeros));
-      h.attr(g, "layer", a.name);
-      h.attr(g, "format", formatToString(a.quant.format));
-      h.attr(g, "kind", std::string(quantKindTraits(q.spec.kind).name));
-      h.attr(g, "granularity", granularityName(q.spec.granularity));
-      h.attr(g, "group_size", int64_t(q.spec.groupSize));
-      h.attr(g, "symmetric", int64_t(q.spec.symmetric ? 1 : 0));
-      h.attr(g, "rows", int64_t(q.rows));
-      h.attr(g, "cols", int64_t(q.cols));
-      h.attr(g, "grid_rows", int64_t(q.grid.gridRows));
-      h.attr(g, "grid_cols", int64_t(q.grid.gridCols));
-      h.attr(g, "cell_rows", int64_t(q.grid.cellRows));
-      h.attr(g, "cell_cols", int64_t(q.grid.cellCols));
+        h.writeHalf(g + "/scales", {hsize_t(q.grid.gridRows), hsize_t(q.grid.gridCols)}, q.scales.data());
+      if (!q.zeros.empty()) h.write(g + "/zero_points", {hsize_t(q.zeros.size())}, q.zeros.data());
+      h.setAttrUtf8(g, "layer", a.name);
+      h.setAttrUtf8(g, "format", formatToString(a.quant.format));
+      h.setAttrUtf8(g, "kind", std::string(quantKindTraits(q.spec.kind).name));
+      h.setAttrUtf8(g, "granularity", granularityName(q.spec.granularity));
+      h.setAttr(g, "group_size", int64_t(q.spec.groupSize));
+      h.setAttr(g, "symmetric", int64_t(q.spec.symmetric ? 1 : 0));
+      h.setAttr(g, "rows", int64_t(q.rows));
+      h.setAttr(g, "cols", int64_t(q.cols));
+      h.setAttr(g, "grid_rows", int64_t(q.grid.gridRows));
+      h.setAttr(g, "grid_cols", int64_t(q.grid.gridCols));
+      h.setAttr(g, "cell_rows", int64_t(q.grid.cellRows));
+      h.setAttr(g, "cell_cols", int64_t(q.grid.cellCols));
       n = q.payload.size() + q.scales.size() * 2 + q.zeros.size();
     } else if (isIntegerTensor(src.file.tensors()[size_t(t.sourceTensor)])) {
       // Integer buffers as they are: I64 as an int64 dataset, other widths as their bytes.
       const TensorInfo& ti = src.file.tensors()[size_t(t.sourceTensor)];
       const auto b = src.file.tensorBytes(ti);
-      std::vector<uint64_t> dims;
-      for (auto d : ti.shape) dims.push_back(uint64_t(d));
+      std::vector<hsize_t> dims;
+      for (auto d : ti.shape) dims.push_back(hsize_t(d));
       if (ti.dtype == DType::I64) {
         std::vector<int64_t> v(b.size() / 8);
         std::memcpy(v.data(), b.data(), v.size() * 8);
-        h.write(g + "/values", dims, std::span<const int64_t>(v));
+        h.write(g + "/values", dims, v.data());
       } else {
-        h.write(g + "/bytes", {uint64_t(b.size())}, std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(b.data()), b.size()));
+        h.write(g + "/bytes", {hsize_t(b.size())}, reinterpret_cast<const uint8_t*>(b.data()));
       }
-      h.attr(g, "dtype", ti.dtypeLabel);
-      h.attr(g, "layer", std::string());
+      h.setAttrUtf8(g, "dtype", ti.dtypeLabel);
+      h.setAttrUtf8(g, "layer", std::string());
       n = b.size();
     } else {
       const std::vector<float> v = loadForExport(src, t);
-      std::vector<uint64_t> dims;
-      for (auto d : exportShape(src, t)) dims.push_back(uint64_t(d));
-      h.write(g + "/values", dims, std::span<const float>(v));
-      h.attr(g, "layer", std::string());
+      std::vector<hsize_t> dims;
+      for (auto d : exportShape(src, t)) dims.push_back(hsize_t(d));
+      h.write(g + "/values", dims, v.data());
+      h.setAttrUtf8(g, "layer", std::string());
       n = v.size() * 4;
     }
-    h.attr(g, "source_name", t.sourceName);
+    h.setAttrUtf8(g, "source_name", t.sourceName);
     progress.add(n, "writing " + t.sourceName);
   }
   if (o.calibration) {
-    h.group("/calibration");
-    h.attr("/calibration", "source", o.calibration->source);
+    h.createGroup("/calibration");
+    h.setAttrUtf8("/calibration", "source", o.calibration->source);
     for (const auto& l : o.calibration->layers) {
       progress.check();
       const std::string g = "/calibration/" + linkName(l.weightName);
-      h.write(g + "/channel_absmax", {l.channelAbsMax.size()}, std::span<const float>(l.channelAbsMax));
-      h.write(g + "/channel_mean_square", {l.channelMeanSquare.size()}, std::span<const float>(l.channelMeanSquare));
-      h.write(g + "/histogram", {l.histogram.size()}, std::span<const uint64_t>(l.histogram));
-      h.attr(g, "absmax", double(l.absMax));
-      h.attr(g, "histogram_max", double(l.histogramMax));
-      h.attr(g, "tokens", l.tokens);
+      h.write(g + "/channel_absmax", {hsize_t(l.channelAbsMax.size())}, l.channelAbsMax.data());
+      h.write(g + "/channel_mean_square", {hsize_t(l.channelMeanSquare.size())}, l.channelMeanSquare.data());
+      h.write(g + "/histogram", {hsize_t(l.histogram.size())}, l.histogram.data());
+      h.setAttr(g, "absmax", double(l.absMax));
+      h.setAttr(g, "histogram_max", double(l.histogramMax));
+      h.setAttr(g, "tokens", int64_t(l.tokens));
     }
   }
-  const std::vector<std::byte> image = h.finish();
+  const std::vector<std::byte> image = h.image();
   f.writeAt(0, image);
 }
 

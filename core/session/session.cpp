@@ -14,7 +14,7 @@
 
 #include "core/io/atomic_file.h"
 #include "core/io/regular_file.h"
-#include "core/session/hdf5_file.h"
+#include "core/io/hdf5_file.h"
 #include "kernels/common/error.h"
 
 namespace qs {

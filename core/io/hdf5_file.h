@@ -1,13 +1,18 @@
 #pragma once
-// A thin layer over HDF5's C API for the session store: RAII handles, typed datasets and
-// attributes, and errors that name the file and the object. HDF5's own error printing is
+// The one layer over HDF5's C API — the session store (core/session) and the .h5 export
+// (core/export/hdf5_export.cpp): RAII handles, typed datasets and attributes, and errors that
+// name the file and the object. HDF5's own error printing is
 // switched off (per thread: HDF5 keeps one error stack per thread) and every failing call
 // becomes a qs::Error — BadInput when reading (a corrupt or foreign file), Internal when
 // writing. Reads check a dataset's class, rank and extent before allocating, and never trust an
 // extent larger than the file could hold (the session writer stores datasets uncompressed).
 //
-// HDF5 calls are serialised by one process-wide mutex (H5Lock), as the GUI saves from worker
-// threads; Debian's libhdf5 happens to be thread-safe, other builds are not.
+// Every libhdf5 call in the process is serialised by one mutex (lock()): the GUI autosaves and
+// exports from worker threads, and the session reader forks while holding it; Debian's libhdf5
+// happens to be thread-safe, other builds are not. Files are written in memory (createInMemory)
+// and leave through image() and AtomicFile: a full disk then fails in our own write, never
+// inside HDF5 (whose 1.10 library crashes at exit after a failed close of a file it could not
+// flush).
 #include <hdf5.h>
 
 #include <cstddef>
@@ -91,6 +96,13 @@ class File {
   void write(const std::string& path, const std::vector<hsize_t>& dims, const uint8_t* data);
   void writeString(const std::string& path, const std::string& text);  // scalar string
   void writeStrings(const std::string& path, const std::vector<std::string>& items);  // [n]
+  // FP16 bit patterns as an IEEE binary16 dataset (h5py and NumPy read it as float16).
+  void writeHalf(const std::string& path, const std::vector<hsize_t>& dims, const uint16_t* bits);
+  // A scalar string as h5py writes a Python str (variable length, UTF-8), and such an attribute:
+  // the export's form (h5py gives str back, not bytes). The session store keeps fixed-length
+  // strings (writeString, setAttr).
+  void writeUtf8(const std::string& path, const std::string& text);
+  void setAttrUtf8(const std::string& obj, const std::string& name, const std::string& v);
 
   // Reads check the extent: `expected` (when not empty) must match exactly; otherwise the rank
   // must be `rank`. Returns the values; `dims` (optional) receives the extent.

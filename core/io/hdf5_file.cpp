@@ -1,6 +1,5 @@
-#include "core/session/hdf5_file.h"
+#include "core/io/hdf5_file.h"
 
-#include "core/io/hdf5_writer.h"
 #include "core/io/regular_file.h"
 
 #include <sys/stat.h>
@@ -13,8 +12,11 @@
 namespace qs::h5 {
 
 namespace {
-// One mutex for every libhdf5 call in the process, shared with the archive writer.
-std::recursive_mutex& h5Mutex() { return h5w::hdf5Mutex(); }
+// One mutex for every libhdf5 call in the process (sessions and exports alike).
+std::recursive_mutex& h5Mutex() {
+  static std::recursive_mutex m;
+  return m;
+}
 // Byte counts of datasets are checked against the file size with this much slack for the
 // smallest files (an empty dataset still has a header).
 constexpr uint64_t kSizeSlack = 4096;
@@ -415,6 +417,43 @@ void File::writeString(const std::string& path, const std::string& text) {
   Handle t = stringType(text.size());
   std::string buf = text.empty() ? std::string(1, '\0') : text;
   writeNumeric(path, {}, t.id(), t.id(), buf.data());
+}
+
+void File::writeHalf(const std::string& path, const std::vector<hsize_t>& dims, const uint16_t* bits) {
+  auto l = lock();
+  // IEEE binary16: 1 sign, 5 exponent (bias 15), 10 mantissa bits. Memory and file type are the
+  // same, so the bits go through unchanged.
+  Handle t(H5Tcopy(H5T_IEEE_F32LE), H5Tclose);
+  if (!t || H5Tset_fields(t.id(), 15, 10, 5, 0, 10) < 0 || H5Tset_size(t.id(), 2) < 0 || H5Tset_ebias(t.id(), 15) < 0)
+    fail(path, "cannot make the FP16 type");
+  writeNumeric(path, dims, t.id(), t.id(), bits);
+}
+
+namespace {
+Handle utf8Type() {
+  Handle t(H5Tcopy(H5T_C_S1), H5Tclose);
+  if (t) {
+    H5Tset_size(t.id(), H5T_VARIABLE);
+    H5Tset_cset(t.id(), H5T_CSET_UTF8);
+  }
+  return t;
+}
+}  // namespace
+
+void File::writeUtf8(const std::string& path, const std::string& text) {
+  auto l = lock();
+  Handle t = utf8Type();
+  if (!t) fail(path, "cannot make the string type");
+  const char* p = text.c_str();
+  writeNumeric(path, {}, t.id(), t.id(), &p);
+}
+
+void File::setAttrUtf8(const std::string& obj, const std::string& name, const std::string& v) {
+  auto l = lock();
+  Handle t = utf8Type();
+  if (!t) fail(obj + "@" + name, "cannot make the string type");
+  const char* p = v.c_str();
+  writeAttr(*this, obj, name, t.id(), t.id(), &p);
 }
 
 void File::writeStrings(const std::string& path, const std::vector<std::string>& items) {
