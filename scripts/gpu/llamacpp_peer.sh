@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# On the device machine: builds llama.cpp's CUDA backend (test-backend-ops, llama-bench) from the
+# tree packed by scripts/gpu/pack_llamacpp_src.sh (about 5 minutes on 16 cores, sm_90a only), then
+# times its MUL_MAT kernels with `test-backend-ops perf` — the peer beside `bench gemm` and
+# scripts/gpu/peers.py in the same call. Writes $OUT/llamacpp_build.log and
+# $OUT/llamacpp_mul_mat.txt; prints the rows for F16, Q4_0 and Q8_0 weights.
+# Usage: bash scripts/gpu/llamacpp_peer.sh SRC.tar.xz [BUILD_SECONDS]
+set -uo pipefail
+tarball=${1:?usage: llamacpp_peer.sh SRC.tar.xz [BUILD_SECONDS]}
+limit=${2:-360}
+out=${OUT:-/tmp/llamacpp-out}
+work=/tmp/llamacpp-cuda
+mkdir -p "$out" "$work/src"
+if [[ ! -x $work/build/bin/test-backend-ops ]]; then
+  tar -C "$work/src" -xJf "$tarball"
+  cmake -S "$work/src" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLLAMA_OPENSSL=OFF \
+    -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TESTS=ON -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON \
+    -DGGML_CCACHE=OFF -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a >"$out/llamacpp_build.log" 2>&1 \
+    || { tail -20 "$out/llamacpp_build.log"; exit 1; }
+  start=$(date +%s)
+  timeout "$limit" cmake --build "$work/build" -j "$(nproc)" --target test-backend-ops llama-bench \
+    >>"$out/llamacpp_build.log" 2>&1 || { echo "llama.cpp build failed or ran past $limit s"; tail -5 "$out/llamacpp_build.log"; exit 1; }
+  echo "llama.cpp CUDA build: $(( $(date +%s) - start )) s"
+fi
+# Its perf table's one shape of ours: 4096 outputs × 14336 inputs (m=4096, k=14336 in ggml's
+# names), n = tokens; F16 (the baseline) and the weight types of our formats' nearest kin.
+"$work/build/bin/test-backend-ops" perf -o MUL_MAT -b CUDA0 \
+  -p 'type_a=(f16|q4_0|q8_0|q4_K),type_b=f32,m=4096,n=(1|8|512),k=14336,' >"$out/llamacpp_mul_mat.txt" 2>&1
+echo "test-backend-ops perf rc=$?"
+grep -E 'MUL_MAT' "$out/llamacpp_mul_mat.txt" | head -40
