@@ -519,9 +519,9 @@ LabResult lab15(LabEnv& env, const LabParams& p, const JobContext& ctx) {
   c.series = {bars, base};
   r.charts.push_back(c);
   r.summary = "Perplexity of the model on " + std::to_string(tokens.size()) +
-              " held-out TinyStories tokens, with every linear layer quantised to one format and run on " +
+              " held-out TinyStories tokens, with every linear layer quantised to one format and run on the kernels of " +
               env.backend().name() +
-              "'s kernels, as the Run tab runs a plan (groups fall back to per-channel where K is not a multiple of "
+              ", as the Run tab runs a plan (groups fall back to per-channel where K is not a multiple of "
               "the group). Float: **" +
               fmtFixed(pplF, 3) + "**.";
   r.exercisePrompt = within.empty() ? "No plan stays within 1% of float here: answer \"none\"."

@@ -346,12 +346,17 @@ std::string File::attrString(const std::string& obj, const std::string& name) co
   return s;
 }
 
-double File::attrDouble(const std::string& obj, const std::string& name) const {
+template <typename T>
+T File::scalarAttr(const std::string& obj, const std::string& name, H5T_class_t cls, hid_t memType) const {
   auto l = lock();
-  Handle a = openAttr(obj, name, H5T_FLOAT);
-  double v = 0;
-  if (H5Aread(a.id(), H5T_NATIVE_DOUBLE, &v) < 0) fail(obj + "@" + name, "cannot read the attribute");
+  Handle a = openAttr(obj, name, cls);
+  T v{};
+  if (H5Aread(a.id(), memType, &v) < 0) fail(obj + "@" + name, "cannot read the attribute");
   return v;
+}
+
+double File::attrDouble(const std::string& obj, const std::string& name) const {
+  return scalarAttr<double>(obj, name, H5T_FLOAT, H5T_NATIVE_DOUBLE);
 }
 int64_t File::attrInt(const std::string& obj, const std::string& name) const {
   auto l = lock();
@@ -364,16 +369,10 @@ int64_t File::attrInt(const std::string& obj, const std::string& name) const {
     if (u > uint64_t(INT64_MAX)) fail(obj + "@" + name, "value " + std::to_string(u) + " is out of range");
     return int64_t(u);
   }
-  int64_t v = 0;
-  if (H5Aread(a.id(), H5T_NATIVE_INT64, &v) < 0) fail(obj + "@" + name, "cannot read the attribute");
-  return v;
+  return scalarAttr<int64_t>(obj, name, H5T_INTEGER, H5T_NATIVE_INT64);
 }
 uint64_t File::attrUInt(const std::string& obj, const std::string& name) const {
-  auto l = lock();
-  Handle a = openAttr(obj, name, H5T_INTEGER);
-  uint64_t v = 0;
-  if (H5Aread(a.id(), H5T_NATIVE_UINT64, &v) < 0) fail(obj + "@" + name, "cannot read the attribute");
-  return v;
+  return scalarAttr<uint64_t>(obj, name, H5T_INTEGER, H5T_NATIVE_UINT64);
 }
 
 // ---- datasets -----------------------------------------------------------------------------

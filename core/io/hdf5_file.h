@@ -131,6 +131,8 @@ class File {
   void writeNumeric(const std::string& path, const std::vector<hsize_t>& dims, hid_t memType,
                     hid_t fileType, const void* data);
   Handle openAttr(const std::string& obj, const std::string& name, H5T_class_t cls) const;
+  template <typename T>
+  T scalarAttr(const std::string& obj, const std::string& name, H5T_class_t cls, hid_t memType) const;
 };
 
 }  // namespace qs::h5
