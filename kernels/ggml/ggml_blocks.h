@@ -132,4 +132,23 @@ struct BlockQ8_K {
 };
 static_assert(sizeof(BlockQ8_K) == 4 + 256 + 32, "Q8_K block must be 292 bytes");
 
+// Q4_K / Q5_K: scale and min of sub-block j (0..7), 6 bits each. j < 4: low 6 bits of bytes j
+// and j+4; j >= 4: low / high nibble of byte j+4, plus the top 2 bits of bytes j-4 and j.
+inline void unpackScaleMinK4(int j, const uint8_t* q, uint8_t& sc, uint8_t& mn) {
+  if (j < 4) {
+    sc = q[j] & 63;
+    mn = q[j + 4] & 63;
+  } else {
+    sc = uint8_t((q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4));
+    mn = uint8_t((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+  }
+}
+
+// Q3_K: the signed scale of sub-block s (0..15), in [-32, 31] (see BlockQ3_K).
+inline int unpackScaleQ3K(const uint8_t packed[12], int s) {
+  const int low = s < 8 ? (packed[s] & 0x0F) : (packed[s - 8] >> 4);
+  const int high = (packed[8 + (s % 4)] >> (2 * (s / 4))) & 3;
+  return (low | (high << 4)) - 32;
+}
+
 }  // namespace qs::ggml

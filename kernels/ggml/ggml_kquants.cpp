@@ -312,16 +312,6 @@ void packScaleMin6(int j, uint8_t ls, uint8_t lm, uint8_t* scales) {
     scales[j - 0] |= uint8_t((lm >> 4) << 6);
   }
 }
-void unpackScaleMin6(int j, const uint8_t* q, uint8_t& sc, uint8_t& m) {
-  if (j < 4) {
-    sc = q[j] & 63;
-    m = q[j + 4] & 63;
-  } else {
-    sc = uint8_t((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
-    m = uint8_t((q[j + 4] >> 4) | ((q[j - 0] >> 6) << 4));
-  }
-}
-
 // Q3_K: sixteen 6-bit scales (biased by 32) in 12 bytes: low nibbles in bytes 0-7, the top two
 // bits of scale j in byte 8 + j%4 at bit 2·(j/4).
 void packScalesQ3(const int* l6, uint8_t* scales) {
@@ -333,16 +323,10 @@ void packScalesQ3(const int* l6, uint8_t* scales) {
     scales[j % 4 + 8] |= uint8_t((l >> 4) << (2 * (j / 4)));
   }
 }
-int unpackScaleQ3(const uint8_t* scales, int j) {
-  int8_t sc = int8_t(j < 8 ? scales[j] & 0xF : scales[j - 8] >> 4);
-  sc = int8_t((sc | (((scales[8 + j % 4] >> (2 * (j / 4))) & 3) << 4)) - 32);
-  return sc;
-}
-
 // Q3_K's last steps: levels from the stored scales, then high bits into hmask, low bits packed.
 void finishQ3K(const float* x, BlockQ3_K& b, int8_t* L) {
   for (int j = 0; j < kQK_K / 16; ++j) {
-    const float d = h2f(b.d) * unpackScaleQ3(b.scales, j);
+    const float d = h2f(b.d) * unpackScaleQ3K(b.scales, j);
     if (!d) continue;
     for (int ii = 0; ii < 16; ++ii) {
       const int l = std::max(-4, std::min(3, nearestInt(x[16 * j + ii] / d)));
@@ -370,7 +354,7 @@ template <typename Block>
 void requantizeScaleMin(const float* x, const Block& b, int nmax, uint8_t* L) {
   for (int j = 0; j < kQK_K / 32; ++j) {
     uint8_t sc, m;
-    unpackScaleMin6(j, b.scales, sc, m);
+    unpackScaleMinK4(j, b.scales, sc, m);
     const float d = h2f(b.d) * sc;
     if (!d) continue;
     const float dm = h2f(b.dmin) * m;
@@ -724,33 +708,48 @@ void pack5(const uint8_t* L, uint8_t* qs, uint8_t* qhOut) {
   std::memcpy(qhOut, &qh, 4);
 }
 
+// One 32-value block weighted by its importance, with the row's σ².
+template <typename Block, int Bits, bool Symmetric>
+void smallBlockWeighted(const float* xb, const float* qw, float sigma2, std::byte* out) {
+  float weight[32];
+  for (int j = 0; j < 32; ++j) weight[j] = qw[j] * std::sqrt(sigma2 + xb[j] * xb[j]);
+  Block b{};
+  uint8_t L[32];
+  if constexpr (Symmetric) {
+    int8_t Ls[32];
+    const float d = searchSymmetric(32, 1 << (Bits - 1), xb, Ls, weight);
+    b.d = f2h(d);
+    for (int j = 0; j < 32; ++j) L[j] = uint8_t(Ls[j]);
+  } else {
+    uint8_t Laux[32];
+    float min;
+    const float d = searchScaleMin<MinSearch::Qkx3>(32, (1 << Bits) - 1, xb, weight, L, &min,
+                                                    Laux, -0.9f, 0.05f, 36, false);
+    b.d = f2h(d);
+    b.m = f2h(-min);
+  }
+  if constexpr (Bits == 4) pack4(L, b.qs);
+  else pack5(L, b.qs, b.qh);
+  storeBlock(out, 0, b);
+}
+
 template <typename Block, int Bits, bool Symmetric>
 void smallRowWeighted(const float* x, std::byte* out, int64_t nPerRow, const float* qwRow) {
   const float sigma2 = sumSquares(x, nPerRow) / nPerRow;
-  float weight[32];
-  for (int64_t ib = 0; ib < nPerRow / 32; ++ib) {
-    const float* xb = x + 32 * ib;
-    const float* qw = qwRow + 32 * ib;
-    for (int j = 0; j < 32; ++j) weight[j] = qw[j] * std::sqrt(sigma2 + xb[j] * xb[j]);
-    Block b{};
-    uint8_t L[32];
-    if constexpr (Symmetric) {
-      int8_t Ls[32];
-      const float d = searchSymmetric(32, 1 << (Bits - 1), xb, Ls, weight);
-      b.d = f2h(d);
-      for (int j = 0; j < 32; ++j) L[j] = uint8_t(Ls[j]);
-    } else {
-      uint8_t Laux[32];
-      float min;
-      const float d = searchScaleMin<MinSearch::Qkx3>(32, (1 << Bits) - 1, xb, weight, L, &min,
-                                                      Laux, -0.9f, 0.05f, 36, false);
-      b.d = f2h(d);
-      b.m = f2h(-min);
-    }
-    if constexpr (Bits == 4) pack4(L, b.qs);
-    else pack5(L, b.qs, b.qh);
-    storeBlock(out, uint64_t(ib), b);
-  }
+  for (int64_t ib = 0; ib < nPerRow / 32; ++ib)
+    smallBlockWeighted<Block, Bits, Symmetric>(x + 32 * ib, qwRow + 32 * ib, sigma2, out + ib * sizeof(Block));
+}
+
+template <typename Block, int Bits, bool Symmetric>
+void smallBlockOfRow(const float* x, int64_t nPerRow, int64_t block, std::byte* out, const float* qwRow) {
+  smallBlockWeighted<Block, Bits, Symmetric>(x + 32 * block, qwRow + 32 * block, sumSquares(x, nPerRow) / nPerRow,
+                                             out);
+}
+
+// The K types' search has no row-wide statistic: block b of a row is the row function on it.
+template <ImportanceRowFn Row>
+void kBlockOfRow(const float* x, int64_t, int64_t block, std::byte* out, const float* qwRow) {
+  Row(x + kQK_K * block, out, kQK_K, qwRow + kQK_K * block);
 }
 
 }  // namespace
@@ -781,6 +780,21 @@ ImportanceRowFn importanceRowQuantizer(DType type) {
     case DType::Q5_K: return q5KRowWeighted;
     case DType::Q6_K: return q6KRowWeighted;
     default: return nullptr;  // Q8_0 ignores importance, as in ggml
+  }
+}
+
+ImportanceBlockFn importanceBlockQuantizer(DType type) {
+  switch (type) {
+    case DType::Q4_0: return smallBlockOfRow<BlockQ4_0, 4, true>;
+    case DType::Q4_1: return smallBlockOfRow<BlockQ4_1, 4, false>;
+    case DType::Q5_0: return smallBlockOfRow<BlockQ5_0, 5, true>;
+    case DType::Q5_1: return smallBlockOfRow<BlockQ5_1, 5, false>;
+    case DType::Q2_K: return kBlockOfRow<q2KRowWeighted>;
+    case DType::Q3_K: return kBlockOfRow<q3KRowWeighted>;
+    case DType::Q4_K: return kBlockOfRow<q4KRowWeighted>;
+    case DType::Q5_K: return kBlockOfRow<q5KRowWeighted>;
+    case DType::Q6_K: return kBlockOfRow<q6KRowWeighted>;
+    default: return nullptr;
   }
 }
 

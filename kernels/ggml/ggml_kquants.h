@@ -21,4 +21,10 @@ using ImportanceRowFn = void (*)(const float* row, std::byte* out, int64_t nPerR
 // nullptr for a type whose quantizer ignores importance (Q8_0) or that has none.
 ImportanceRowFn importanceRowQuantizer(DType type);
 
+// Block `block` of a row, exactly as the row function writes it (the 32-value types take σ² over
+// the whole row). nullptr where importanceRowQuantizer is.
+using ImportanceBlockFn = void (*)(const float* row, int64_t nPerRow, int64_t block, std::byte* out,
+                                   const float* importance);
+ImportanceBlockFn importanceBlockQuantizer(DType type);
+
 }  // namespace qs::ggml

@@ -120,29 +120,17 @@ void q2_KToFloat(const std::byte* in, float* y, uint64_t nb) {
   }
 }
 
-// Unpacks Q3_K's sixteen 6-bit scales (see BlockQ3_K) into signed values in [-32, 31].
-std::array<int, 16> unpackScalesQ3K(const uint8_t packed[12]) {
-  std::array<int, 16> sc{};
-  for (int s = 0; s < 16; ++s) {
-    const int low = s < 8 ? (packed[s] & 0x0F) : (packed[s - 8] >> 4);
-    const int high = (packed[8 + (s % 4)] >> (2 * (s / 4))) & 3;
-    sc[size_t(s)] = (low | (high << 4)) - 32;
-  }
-  return sc;
-}
-
 void q3_KToFloat(const std::byte* in, float* y, uint64_t nb) {
   for (uint64_t i = 0; i < nb; ++i) {
     const auto b = loadBlock<BlockQ3_K>(in, i);
     const float d = h2f(b.d);
-    const auto sc = unpackScalesQ3K(b.scales);
     const uint8_t* q = b.qs;
     uint8_t mask = 1;  // selects the hmask bit of the current group of 32 values
     int s = 0;
     for (int half = 0; half < 2; ++half, q += 32) {
       for (int shift = 0; shift < 8; shift += 2, mask = uint8_t(mask << 1)) {
         for (int part = 0; part < 2; ++part, ++s) {
-          const float dl = d * float(sc[size_t(s)]);
+          const float dl = d * float(unpackScaleQ3K(b.scales, s));
           for (int l = 0; l < 16; ++l) {
             const int k = l + 16 * part;
             const int low = (q[k] >> shift) & 3;
@@ -152,18 +140,6 @@ void q3_KToFloat(const std::byte* in, float* y, uint64_t nb) {
         }
       }
     }
-  }
-}
-
-// Q4_K / Q5_K: scale and min j (0..7), 6 bits each. j < 4: low 6 bits of bytes j and j+4;
-// j >= 4: low nibble / high nibble of byte j+4, plus the top 2 bits of bytes j-4 and j.
-inline void unpackScaleMinK4(int j, const uint8_t* q, uint8_t& sc, uint8_t& mn) {
-  if (j < 4) {
-    sc = q[j] & 63;
-    mn = q[j + 4] & 63;
-  } else {
-    sc = uint8_t((q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4));
-    mn = uint8_t((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
   }
 }
 
@@ -473,6 +449,25 @@ void quantizeRows(DType type, std::span<const float> in, std::span<std::byte> ou
   const uint64_t rowBytes = uint64_t(nPerRow) / t->blockElems * t->blockBytes;
   for (uint64_t r = 0; r < rows; ++r)
     weighted(in.data() + r * nPerRow, out.data() + r * rowBytes, nPerRow, importance.data());
+}
+
+void quantizeBlockOfRow(DType type, std::span<const float> row, int64_t block, std::span<std::byte> out,
+                        std::span<const float> importance) {
+  const auto* t = ggmlTraitsForDType(type);
+  if (!t || !t->fromFloatRef)
+    throw Error(ErrorKind::Unsupported,
+                "no reference quantizer for " + std::string(dtypeName(type)));
+  const int64_t n = int64_t(row.size());
+  if (n % t->blockElems != 0 || block < 0 || block >= n / int64_t(t->blockElems) || out.size() != t->blockBytes ||
+      (!importance.empty() && importance.size() != row.size()))
+    throw Error(ErrorKind::Internal, "quantizeBlockOfRow " + std::string(t->name) + ": block " +
+                                         std::to_string(block) + " of a row of " + std::to_string(n));
+  const ImportanceBlockFn weighted = importance.empty() ? nullptr : importanceBlockQuantizer(type);
+  if (!weighted) {
+    t->fromFloatRef(row.data() + block * t->blockElems, out.data(), 1);
+    return;
+  }
+  weighted(row.data(), n, block, out.data(), importance.data());
 }
 
 bool usesImportance(DType type) { return importanceRowQuantizer(type) != nullptr; }

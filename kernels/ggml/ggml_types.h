@@ -52,6 +52,11 @@ void quantizeRef(DType type, std::span<const float> in, std::span<std::byte> out
 // reference quantizer. Throws Unsupported for a type without a quantizer.
 void quantizeRows(DType type, std::span<const float> in, std::span<std::byte> out, int64_t nPerRow,
                   std::span<const float> importance = {});
+// Block `block` (0-based) of one row of `row.size()` values, exactly as quantizeRows writes it
+// inside that row (the 32-value types' importance search takes σ² over the whole row as given).
+// `out`: the block's bytes. GPTQ (kernels/rounding) fixes each block's scales with this.
+void quantizeBlockOfRow(DType type, std::span<const float> row, int64_t block, std::span<std::byte> out,
+                        std::span<const float> importance = {});
 // Whether `importance` changes what quantizeRows writes for this type.
 bool usesImportance(DType type);
 bool canDequantize(DType type);

@@ -37,10 +37,12 @@
 // scale method for group scales (per-tensor and per-channel scales come from the host, any
 // method); other methods with groups are Unsupported there.
 //
+// ggml block types (Q4_0 … Q6_K) run the same loop with the block as the group (runGgmlGptq).
+//
 // Layouts: W row-major [rows, cols]; H row-major [cols, cols], symmetric (only the lower
 // triangle is read). Errors: BadInput for a shape mismatch, a non-finite weight or H, a
-// format without scales or with 128×128 blocks, a group size that does not divide K; Device for
-// CUDA failures.
+// format without scales or with 128×128 blocks, a group size (ggml: block) that does not divide
+// K; Device for CUDA failures.
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -121,11 +123,28 @@ struct GptqPrepared {
   int64_t blockSize = 128;        // multiple of the group size (when grouped)
   int64_t groupSize = 0;          // Group granularity: columns per group; 0 otherwise
   bool staticScales = false;      // scales fixed up front (tensor/channel, or act-order groups)
-  WeightScales scales;            // when staticScales: the final scales, grid of `spec`
+  WeightScales scales;            // when staticScales: the final scales, grid of `spec` (not ggml kinds)
+  std::vector<float> importance;  // ggml kinds with the imatrix method: per column (original order)
 };
 GptqPrepared prepareGptq(const WeightSpec& spec, std::span<const float> w, int64_t rows,
                          int64_t cols, std::span<const float> h, const GptqOptions& options,
                          std::string_view tensorName);
+
+// The lazy block update after the column loop of [b0, b1): W[:, b1:] -= E · U[b0:b1, b1:] (E:
+// the block's scaled errors [rows, b1 - b0]), summed in ascending order, one rounding per
+// multiply and per add.
+void gptqUpdateLaterColumns(std::vector<float>& W, const std::vector<float>& err, const std::vector<float>& u,
+                            int64_t rows, int64_t cols, int64_t b0, int64_t b1);
+
+// GPTQ for a ggml block type (Q4_0 … Q6_K), on the CPU (gptq_ggml.cpp; the CUDA op-set runs it
+// too): at a block's first column its scales (and minimums) are chosen by ggml's own search on
+// the row's current, error-updated values — llama-quantize's imatrix search when the spec's
+// method is imatrix, with H's diagonal as the importance —, then each column is rounded to the
+// block's lattice (kernels/ggml/ggml_lattice.h) and its error fed forward as above. With
+// act-order every block's scales are chosen up front from the original W. The result's payload
+// is the tensor's GGUF blocks; `dequantized` is what ggml's dequantizer reads from them.
+GptqResult runGgmlGptq(GptqPrepared& p, const std::vector<float>& u, double lambda, const std::string& note,
+                       std::string_view tensorName);
 
 // The damped H with λ·mean added to the diagonal (FP64, row-major).
 std::vector<double> dampedHessian(const GptqPrepared& p, double lambda);

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "kernels/common/error.h"
+#include "kernels/common/parallel.h"
 #include "kernels/rounding/gptq.h"
 
 namespace qs {
@@ -68,10 +69,6 @@ GptqPrepared prepareGptq(const WeightSpec& spec, std::span<const float> w, int64
     throw Error(ErrorKind::BadInput,
                 "GPTQ needs a scaled INT or FP8 format, not '" + weightSpecToString(spec) + "'",
                 {}, field);
-  if (cls == QuantClass::Ggml)
-    throw Error(ErrorKind::Unsupported,
-                "GPTQ for the ggml block types ('" + weightSpecToString(spec) + "') is not implemented yet",
-                {}, field);
   if (spec.granularity == Granularity::Block)
     throw Error(ErrorKind::Unsupported,
                 "GPTQ does not handle 128x128 block scales ('" + weightSpecToString(spec) + "')",
@@ -113,7 +110,10 @@ GptqPrepared prepareGptq(const WeightSpec& spec, std::span<const float> w, int64
   p.spec = spec;
   p.rows = rows;
   p.cols = cols;
-  p.groupSize = spec.granularity == Granularity::Group ? int64_t(spec.groupSize) : 0;
+  const bool ggmlKind = cls == QuantClass::Ggml;
+  // A ggml block is GPTQ's group: its scales are chosen when the loop reaches its first column.
+  p.groupSize = ggmlKind ? int64_t(quantKindTraits(spec.kind).blockElems)
+                         : spec.granularity == Granularity::Group ? int64_t(spec.groupSize) : 0;
   p.blockSize = options.blockSize;
   if (p.groupSize > 0) p.blockSize = std::max<int64_t>(1, (p.blockSize + p.groupSize - 1) / p.groupSize) * p.groupSize;
   p.staticScales = p.groupSize == 0 || options.actOrder;
@@ -142,7 +142,17 @@ GptqPrepared prepareGptq(const WeightSpec& spec, std::span<const float> w, int64
   }
   p.diagMean = {std::accumulate(diag.begin(), diag.end(), 0.0) / double(cols)};
 
-  if (p.staticScales) p.scales = chooseWeightScales(spec, w, rows, cols, name);
+  if (p.staticScales && !ggmlKind) p.scales = chooseWeightScales(spec, w, rows, cols, name);
+  if (ggmlKind && spec.method == ScaleMethod::Importance) {
+    // llama-imatrix's importance is E[x_c²], H's diagonal up to the token count (the search is
+    // invariant to a common factor). A dead column gets a vanishing weight instead of 0, which
+    // the search would divide by when a whole block is dead.
+    p.importance.resize(size_t(cols));
+    for (int64_t j = 0; j < cols; ++j) {
+      const double raw = h[size_t(j * cols + j)];
+      p.importance[size_t(j)] = float(raw > 0 ? raw : p.diagMean[0] * 1e-6);
+    }
+  }
 
   if (options.actOrder) {
     p.perm.resize(size_t(cols));
@@ -162,6 +172,28 @@ GptqPrepared prepareGptq(const WeightSpec& spec, std::span<const float> w, int64
     p.w.assign(w.begin(), w.end());
   }
   return p;
+}
+
+void gptqUpdateLaterColumns(std::vector<float>& W, const std::vector<float>& err, const std::vector<float>& u,
+                            int64_t rows, int64_t cols, int64_t b0, int64_t b1) {
+  if (b1 >= cols) return;
+  // W[:, b1:] -= E · U[b0:b1, b1:], each sum over the block's columns in ascending order with a
+  // separate multiply and add (as the CUDA kernel does): no GEMM library, whose summation order
+  // is its own, so both backends compute the same floats.
+  const int64_t nb = b1 - b0, rest = cols - b1;
+  parallelFor(rows, std::max<int64_t>(1, (1 << 16) / (rest * nb + 1)), [&](int64_t r0, int64_t r1) {
+    std::vector<float> acc(static_cast<size_t>(rest));
+    for (int64_t r = r0; r < r1; ++r) {
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int64_t k = 0; k < nb; ++k) {
+        const float e = err[size_t(r * nb + k)];
+        const float* uk = u.data() + (b0 + k) * cols + b1;
+        for (int64_t c = 0; c < rest; ++c) acc[size_t(c)] += e * uk[c];
+      }
+      float* wr = W.data() + r * cols + b1;
+      for (int64_t c = 0; c < rest; ++c) wr[c] -= acc[size_t(c)];
+    }
+  });
 }
 
 std::vector<double> dampedHessian(const GptqPrepared& p, double lambda) {

@@ -97,6 +97,7 @@ class CpuGptqOps final : public GptqOps {
                   "Gram matrix is not positive definite even with damping " +
                       std::to_string(lambda) + " (too few calibration tokens?)",
                   {}, name.empty() ? std::string("weight") : "tensor '" + std::string(name) + "'");
+    if (quantKindTraits(spec.kind).cls == QuantClass::Ggml) return runGgmlGptq(p, u, lambda, note, name);
     return run(p, u, lambda, note, name);
   }
 
@@ -150,25 +151,7 @@ class CpuGptqOps final : public GptqOps {
           }
         }
       });
-      if (b1 < cols) {
-        // W[:, b1:] -= E · U[b0:b1, b1:], each sum over the block's columns in ascending order
-        // with a separate multiply and add (as the CUDA kernel does): no GEMM library, whose
-        // summation order is its own, so both backends compute the same floats.
-        const int64_t rest = cols - b1;
-        parallelFor(rows, std::max<int64_t>(1, (1 << 16) / (rest * nb + 1)), [&](int64_t r0, int64_t r1) {
-          std::vector<float> acc(static_cast<size_t>(rest));
-          for (int64_t r = r0; r < r1; ++r) {
-            std::fill(acc.begin(), acc.end(), 0.0f);
-            for (int64_t k = 0; k < nb; ++k) {
-              const float e = err[size_t(r * nb + k)];
-              const float* uk = u.data() + (b0 + k) * cols + b1;
-              for (int64_t c = 0; c < rest; ++c) acc[size_t(c)] += e * uk[c];
-            }
-            float* wr = W.data() + r * cols + b1;
-            for (int64_t c = 0; c < rest; ++c) wr[c] -= acc[size_t(c)];
-          }
-        });
-      }
+      gptqUpdateLaterColumns(W, err, u, rows, cols, b0, b1);
     }
     double loss = 0;
     for (double l : rowLoss) loss += l;

@@ -11,6 +11,7 @@
 #include "kernels/common/parallel.h"
 #include "kernels/quant/quant_format.h"
 #include "kernels/quant/weight_codec.h"
+#include "kernels/ggml/ggml_lattice.h"
 #include "kernels/ggml/ggml_types.h"
 #include "kernels/stats/sensitivity.h"
 
@@ -258,6 +259,92 @@ class TestFormatsGgml : public QObject {
     QVERIFY(r[1].weightedSqError < r[0].weightedSqError);  // the importance-weighted search wins on its metric
     // Without activations' importance an -imatrix candidate cannot be computed: BadInput.
     QVERIFY_THROWS_EXCEPTION(Error, weightSensitivityCpu(w, rows, cols, {}, std::span(&cands[1], 1), "t"));
+  }
+
+  // The block lattice GPTQ rounds to (ggml_lattice.h): for every type, the lattice value of each
+  // code is the dequantizer's value bit for bit (==, so −0 and +0 agree), codes round-trip byte
+  // for byte through setBlockCodes, codes written into a block decode as the lattice says, and
+  // the nearest code is the nearest value. Blocks from the plain and the imatrix search, with
+  // outliers and an all-zero row.
+  void latticeIsTheDequantizer() {
+    const int64_t rows = 5, cols = 512;
+    auto w = weights(rows, cols, 31);
+    for (int64_t c = 0; c < cols; ++c) w[size_t(4 * cols + c)] = 0.0f;
+    const auto imp = importance(cols, 32);
+    std::mt19937 rng(33);
+    for (const auto& kc : kKinds) {
+      const DType type = quantKindTraits(kc.kind).dtype;
+      const auto* tr = ggml::ggmlTraitsForDType(type);
+      const ggml::LatticeRange lr = ggml::latticeRange(type);
+      const int64_t E = tr->blockElems, BB = tr->blockBytes;
+      for (bool withImp : {false, true}) {
+        std::vector<std::byte> bytes;
+        const auto decoded = ggmlRoundTrip(type, w, cols, withImp ? std::span<const float>(imp) : std::span<const float>(), &bytes);
+        std::vector<float> mul(static_cast<size_t>(E)), add(static_cast<size_t>(E));
+        std::vector<int> codes(static_cast<size_t>(E));
+        for (int64_t b = 0; b < int64_t(bytes.size()) / BB; ++b) {
+          const std::byte* blk = bytes.data() + b * BB;
+          ggml::blockLattice(type, blk, mul, add);
+          ggml::blockCodes(type, blk, codes);
+          for (int64_t j = 0; j < E; ++j) {
+            const int q = codes[size_t(j)];
+            QVERIFY2(q >= lr.qmin && q <= lr.qmax, kc.name);
+            QVERIFY2(ggml::latticeValue(mul[size_t(j)], add[size_t(j)], q, lr.bias) == decoded[size_t(b * E + j)],
+                     qPrintable(QString("%1 block %2 value %3").arg(kc.name).arg(b).arg(j)));
+          }
+          std::vector<std::byte> copy(blk, blk + BB);
+          ggml::setBlockCodes(type, copy.data(), codes);
+          QVERIFY2(std::memcmp(copy.data(), blk, size_t(BB)) == 0, kc.name);
+          // Random codes: written, read back, decoded as the lattice says.
+          std::uniform_int_distribution<int> code(lr.qmin, lr.qmax);
+          for (auto& q : codes) q = code(rng);
+          ggml::setBlockCodes(type, copy.data(), codes);
+          std::vector<int> back(static_cast<size_t>(E));
+          ggml::blockCodes(type, copy.data(), back);
+          QVERIFY2(back == codes, kc.name);
+          std::vector<float> dec(static_cast<size_t>(E));
+          ggml::dequantize(type, std::span<const std::byte>(copy.data(), size_t(BB)), dec);
+          for (int64_t j = 0; j < E; ++j)
+            QVERIFY2(ggml::latticeValue(mul[size_t(j)], add[size_t(j)], codes[size_t(j)], lr.bias) == dec[size_t(j)],
+                     kc.name);
+          // The nearest code: no code of the lattice is nearer.
+          for (int64_t j = 0; j < E; j += 7) {
+            const float x = w[size_t(b * E + j) % w.size()] * 1.3f;
+            const int q = ggml::nearestLatticeCode(x, mul[size_t(j)], add[size_t(j)], lr);
+            const float eq = std::fabs(ggml::latticeValue(mul[size_t(j)], add[size_t(j)], q, lr.bias) - x);
+            for (int o = lr.qmin; o <= lr.qmax; ++o)
+              QVERIFY2(eq <= std::fabs(ggml::latticeValue(mul[size_t(j)], add[size_t(j)], o, lr.bias) - x), kc.name);
+          }
+        }
+      }
+    }
+    QVERIFY_THROWS_EXCEPTION(Error, ggml::latticeRange(DType::Q8_K));
+    std::vector<int> outOfRange(32, 16);
+    std::vector<std::byte> blk(18);
+    QVERIFY_THROWS_EXCEPTION(Error, ggml::setBlockCodes(DType::Q4_0, blk.data(), outOfRange));
+  }
+
+  // quantizeBlockOfRow (GPTQ's scale choice) writes exactly the block quantizeRows writes in the
+  // whole row: the 32-value types' imatrix search takes σ² over the row.
+  void blockOfRowIsTheRowsBlock() {
+    const int64_t cols = 768;
+    const auto w = weights(1, cols, 41);
+    const auto imp = importance(cols, 42);
+    for (const auto& kc : kKinds) {
+      const DType type = quantKindTraits(kc.kind).dtype;
+      const auto* tr = ggml::ggmlTraitsForDType(type);
+      for (bool withImp : {false, true}) {
+        const std::span<const float> im = withImp ? std::span<const float>(imp) : std::span<const float>();
+        std::vector<std::byte> row(size_t(cols / tr->blockElems * tr->blockBytes));
+        ggml::quantizeRows(type, w, row, cols, im);
+        for (int64_t b = 0; b < cols / int64_t(tr->blockElems); ++b) {
+          std::vector<std::byte> one(tr->blockBytes);
+          ggml::quantizeBlockOfRow(type, w, b, one, im);
+          QVERIFY2(std::memcmp(one.data(), row.data() + b * tr->blockBytes, tr->blockBytes) == 0,
+                   qPrintable(QString("%1 block %2 importance %3").arg(kc.name).arg(b).arg(withImp)));
+        }
+      }
+    }
   }
 
   void threadCountDoesNotMatter() {

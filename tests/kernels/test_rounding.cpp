@@ -7,6 +7,8 @@
 
 #include "kernels/backend/backend.h"
 #include "kernels/common/error.h"
+#include "kernels/ggml/ggml_lattice.h"
+#include "kernels/ggml/ggml_types.h"
 #include "kernels/quant/weight_codec.h"
 #include "kernels/rounding/gptq.h"
 
@@ -170,6 +172,92 @@ class TestRounding : public QObject {
     int64_t diff = 0;
     for (size_t i = 0; i < ga.dequantized.size(); ++i) diff += ga.dequantized[i] != gb.dequantized[i];
     QVERIFY2(diff <= int64_t(ga.dequantized.size() / 200), qPrintable(QString::number(diff)));
+  }
+
+  // GPTQ for the ggml block types (runGgmlGptq). With H diagonal and equal there is no error
+  // feedback: every block's scales are ggml's own search on the original values (the lattice
+  // equals llama-quantize's, with and without an imatrix), and every value takes the nearest
+  // code of that lattice — so no value is further from the weight than llama-quantize's.
+  void ggmlUncorrelatedHessianIsTheNearestLatticePoint() {
+    auto ops = createCpuGptqOps();
+    const int64_t N = 7, K = 512;
+    const auto w = gaussian(size_t(N * K), 0.05f, 17, 0.01f);
+    std::vector<float> h(size_t(K * K), 0.0f);
+    for (int64_t i = 0; i < K; ++i) h[size_t(i * K + i)] = 3.0f;
+    const std::vector<float> imp(size_t(K), 3.0f);
+    for (const char* f : {"q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k",
+                          "q4_k-imatrix", "q5_0-imatrix", "q3_k-imatrix"}) {
+      const WeightSpec spec = parseQuantFormat(f).weight;
+      const DType type = quantKindTraits(spec.kind).dtype;
+      const auto* tr = ggml::ggmlTraitsForDType(type);
+      for (bool act : {false, true}) {
+        GptqOptions o;
+        o.actOrder = act;
+        const GptqResult g = ops->quantize(spec, w, N, K, h, o);
+        const QuantizedTensor r = quantizeWeightWithImportance(spec, w, N, K, imp);
+        const std::vector<float> rv = dequantizeWeight(r);
+        QCOMPARE(g.quantized.payload.size(), r.payload.size());
+        QVERIFY2(dequantizeWeight(g.quantized) == g.dequantized, f);
+        std::vector<float> gm(tr->blockElems), ga(tr->blockElems), rm(tr->blockElems), ra(tr->blockElems);
+        for (size_t b = 0; b < r.payload.size() / tr->blockBytes; ++b) {
+          ggml::blockLattice(type, reinterpret_cast<const std::byte*>(g.quantized.payload.data()) + b * tr->blockBytes, gm, ga);
+          ggml::blockLattice(type, reinterpret_cast<const std::byte*>(r.payload.data()) + b * tr->blockBytes, rm, ra);
+          QVERIFY2(gm == rm && ga == ra, qPrintable(QString("%1 act %2 block %3").arg(f).arg(act).arg(b)));
+        }
+        for (size_t i = 0; i < w.size(); ++i)
+          QVERIFY2(std::fabs(g.dequantized[i] - w[i]) <= std::fabs(rv[i] - w[i]), f);
+      }
+    }
+  }
+
+  // On correlated inputs GPTQ's output error tr(ΔW H ΔWᵀ) is below llama-quantize's with the
+  // imatrix (E[x²], H's diagonal) for every ggml type, odd row counts, act-order or not,
+  // outliers; and the file's blocks decode to what GPTQ computed with.
+  void ggmlBeatsTheImatrixSearchOnCorrelatedInputs() {
+    auto ops = createCpuGptqOps();
+    struct Case {
+      const char* format;
+      int64_t N, K;
+      bool actOrder;
+      float outliers;
+      double bound;  // GPTQ error / llama-quantize's
+    };
+    for (const Case& c : {Case{"q4_0-imatrix", 37, 256, false, 0.0f, 0.85}, Case{"q4_1", 21, 160, true, 0.02f, 0.85},
+                          Case{"q5_0-imatrix", 29, 96, false, 0.01f, 0.85}, Case{"q8_0", 19, 64, false, 0.0f, 0.9},
+                          Case{"q2_k-imatrix", 23, 256, false, 0.0f, 0.85}, Case{"q3_k-imatrix", 17, 512, true, 0.01f, 0.85},
+                          Case{"q4_k-imatrix", 33, 512, false, 0.02f, 0.85}, Case{"q5_k", 11, 256, false, 0.0f, 0.85},
+                          Case{"q6_k-imatrix", 13, 256, true, 0.0f, 0.9}}) {
+      const int64_t T = 3 * c.K;
+      const auto x = correlatedActs(T, c.K, 23, c.outliers);
+      const auto h = gramOf(*ops, x, T, c.K, 101);
+      const auto w = gaussian(size_t(c.N * c.K), 0.04f, 29, c.outliers);
+      const WeightSpec spec = parseQuantFormat(c.format).weight;
+      GptqOptions o;
+      o.actOrder = c.actOrder;
+      const GptqResult g = ops->quantize(spec, w, c.N, c.K, h, o, "blk.0.w");
+      std::vector<float> imp(size_t(c.K));
+      for (int64_t j = 0; j < c.K; ++j) imp[size_t(j)] = h[size_t(j * c.K + j)] / float(T);
+      std::vector<float> ref(w.size());
+      fakeQuantWeightWithImportance(spec, w, ref, c.N, c.K, imp);
+      const double eG = hessianWeightedError(w, g.dequantized, c.N, c.K, h);
+      const double eR = hessianWeightedError(w, ref, c.N, c.K, h);
+      qInfo("%s N=%lld K=%lld act=%d: GPTQ %.4g  llama-quantize %.4g  ratio %.3f", c.format, (long long)c.N,
+            (long long)c.K, int(c.actOrder), eG, eR, eG / eR);
+      QVERIFY2(eG < c.bound * eR, c.format);
+      QVERIFY2(dequantizeWeight(g.quantized) == g.dequantized, c.format);
+      QCOMPARE(g.quantized.spec, spec);
+      QVERIFY(g.gptqLoss > 0);
+    }
+    // A K that is not a whole number of the type's blocks: BadInput naming the tensor.
+    const auto h = gramOf(*ops, correlatedActs(300, 160, 3), 300, 160, 300);
+    const auto w = gaussian(size_t(4 * 160), 0.04f, 5);
+    try {
+      ops->quantize(parseQuantFormat("q4_k").weight, w, 4, 160, h, GptqOptions{}, "blk.1.ffn_down");
+      QFAIL("no error");
+    } catch (const Error& e) {
+      QCOMPARE(e.kind(), ErrorKind::BadInput);
+      QVERIFY2(std::string(e.what()).find("blk.1.ffn_down") != std::string::npos, e.what());
+    }
   }
 
   void singularHessianRaisesDamping() {

@@ -233,6 +233,12 @@ class CudaGptqOps final : public GptqOps {
   GptqResult quantize(const WeightSpec& spec, std::span<const float> w, int64_t rows,
                       int64_t cols, std::span<const float> hm, const GptqOptions& o,
                       std::string_view name) override {
+    if (quantKindTraits(spec.kind).cls == QuantClass::Ggml) {
+      // ggml's block search and lattices are host code (runGgmlGptq): the whole layer runs on
+      // the CPU reference, factorisation included.
+      if (!cpu_) cpu_ = createCpuGptqOps();
+      return cpu_->quantize(spec, w, rows, cols, hm, o, name);
+    }
     GptqPrepared p = prepareGptq(spec, w, rows, cols, hm, o, name);
     if (!p.staticScales && spec.method != ScaleMethod::AbsMax)
       throw Error(ErrorKind::Unsupported,
@@ -386,6 +392,7 @@ class CudaGptqOps final : public GptqOps {
 
   Handles h_;
   DeviceBuffer a_, b_, work_;
+  std::unique_ptr<GptqOps> cpu_;  // ggml kinds (host code)
   DeviceBuffer info_;
   DeviceBuffer u_, w_, q_, err_;
   DeviceBuffer loss_;
