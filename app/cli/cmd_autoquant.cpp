@@ -1,9 +1,10 @@
 // quantscope-cli autoquant MODEL --calib-text FILE (--target-bpw B | --target-bytes N | --match GGUF)
-//                          --to gguf -o OUT [--formats LIST] [--method imatrix|rtn] [--refine-passes P] [--json]
+//                          --to gguf -o OUT [--formats LIST] [--method imatrix|rtn|gptq] [--refine-passes P] [--json]
 // One command, like llama-quantize: calibration, per-layer sensitivity (one exact probe per layer,
 // the rest estimated), the budget choice, the exact measurement of the types that decide it
 // (refineAutoquant) and the ggml-exact rounding (core/autoquant/autoquant.h), then the file.
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "app/cli/commands.h"
@@ -12,6 +13,7 @@
 #include "core/autoquant/autoquant.h"
 #include "core/io/atomic_file.h"
 #include "core/model/model_file.h"
+#include "kernels/backend/backend.h"
 #include "kernels/ggml/ggml_types.h"
 #include "kernels/common/error.h"
 
@@ -41,8 +43,11 @@ void registerAutoquant(CLI::App& app, CliContext& ctx) {
   cmd->add_option("-o,--output", a->out, "Output file")->required();
   cmd->add_option("--formats", a->formats,
                   "Candidate ggml types, comma-separated (default Q2_K,Q3_K,Q4_K,Q5_K,Q6_K,Q4_0,Q4_1,Q5_0,Q5_1,Q8_0,F16)");
-  cmd->add_option("--method", a->method, "Rounding: imatrix (importance-weighted, default) or rtn (ggml's reference)")
-      ->check(CLI::IsMember({"imatrix", "rtn"}));
+  cmd->add_option("--method", a->method,
+                  "Rounding: imatrix (llama-quantize's importance-weighted search, default), rtn (ggml's reference "
+                  "quantizer) or gptq (GPTQ on the chosen types' blocks, block scales by the imatrix search; "
+                  "costs one more pass over the calibration tokens)")
+      ->check(CLI::IsMember({"imatrix", "rtn", "gptq"}));
   cmd->add_option("--calib-tokens", a->calibTokens, "Calibration tokens used at most (default 4096)")->check(CLI::PositiveNumber);
   cmd->add_option("--ctx", a->context, "Calibration window length, BOS included (default 512)")->check(CLI::Range(int64_t(16), int64_t(1) << 20));
   cmd->add_option("--gain-windows", a->gainWindows, "Windows used for the exact KL probes (default 1)")->check(CLI::PositiveNumber);
@@ -74,7 +79,8 @@ void registerAutoquant(CLI::App& app, CliContext& ctx) {
     } else {
       throw Error(ErrorKind::BadInput, "autoquant: give the size with --target-bpw, --target-bytes or --match");
     }
-    o.importance = a->method == "imatrix";
+    o.importance = a->method != "rtn";
+    o.gptq = a->method == "gptq";
     o.context = a->context;
     o.gainWindows = a->gainWindows;
     o.gainContext = a->gainContext;
@@ -106,10 +112,19 @@ void registerAutoquant(CLI::App& app, CliContext& ctx) {
     rjob.cancelFlag = job.cancelFlag;
     rjob.onProgress = [&progress](double f, std::string_view s) { progress.update(0.85 + 0.03 * f, s); };
     refineAutoquant(*m.model.file, *m.runtime, ids, plan, o, rjob);
+    std::optional<RoundedTensors> gptq;
+    if (o.gptq) {
+      JobContext gjob;
+      gjob.cancelFlag = job.cancelFlag;
+      gjob.onProgress = [&progress](double f, std::string_view s) { progress.update(0.88 + 0.01 * f, s); };
+      gptq = roundAutoquantGptq(*m.model.file, *m.runtime, ctx.backend().gptq(), ids, plan, o, gjob);
+    }
+    const RoundedTensors* rounded = gptq ? &*gptq : nullptr;
     if (a->checkWindows > 0 && (!held.empty() || int64_t(ids.size()) >= a->context)) {
       JobContext cjob;
-      cjob.onProgress = [&progress](double f, std::string_view s) { progress.update(0.88 + 0.02 * f, s); };
-      checkAutoquant(*m.model.file, *m.runtime, held.empty() ? std::span<const int32_t>(ids) : held, plan, o, cjob);
+      cjob.onProgress = [&progress](double f, std::string_view s) { progress.update(0.89 + 0.01 * f, s); };
+      checkAutoquant(*m.model.file, *m.runtime, held.empty() ? std::span<const int32_t>(ids) : held, plan, o, cjob,
+                     rounded);
       if (held.empty()) plan.checkBasis += " (calibration tokens: the text has none beyond them)";
       else plan.checkBasis += " (held-out tokens after the calibration's)";
     }
@@ -117,7 +132,7 @@ void registerAutoquant(CLI::App& app, CliContext& ctx) {
     if (!a->planOut.empty()) writeFileAtomically(a->planOut, planJson + "\n");
     JobContext wjob;
     wjob.onProgress = [&progress](double f, std::string_view s) { progress.update(0.9 + 0.1 * f, s); };
-    writeAutoquantGguf(*m.model.file, plan, a->out, wjob);
+    writeAutoquantGguf(*m.model.file, plan, a->out, wjob, rounded);
     if (a->json) {
       ctx.out << planJson << '\n';
       return;
@@ -135,7 +150,8 @@ void registerAutoquant(CLI::App& app, CliContext& ctx) {
                   plan.bpw(), static_cast<unsigned long long>(plan.totalBytes),
                   static_cast<unsigned long long>(plan.targetBytes), plan.predictedKl);
     ctx.out << "wrote " << a->out << ": " << line << "types:" << types.str() << "\n"
-            << "calibration: " << plan.calibrationTokens << " tokens of " << a->calibText << "; " << plan.basis << "\n";
+            << "calibration: " << plan.calibrationTokens << " tokens of " << a->calibText << "; " << plan.basis << "\n"
+            << "rounding: " << plan.rounding << "\n";
     if (plan.checkedKl >= 0) {
       std::snprintf(line, sizeof line, "checked KL %.5f nats/token, top-1 agreement %.2f %% on %lld positions\n",
                     plan.checkedKl, 100.0 * plan.checkedTop1, static_cast<long long>(plan.checkedPositions));

@@ -23,7 +23,7 @@ void useCheckpointCodes(RunnableModel& r) {
   if (!compressedCheckpointOf(*r.model.file)) return;
   const ResolvedPlan resolved = resolvePlan(checkpointPlan(*r.model.file, r.model.graph), r.model.graph, {});
   RoundedTensors codes = checkpointRounded(*r.model.file, resolved);
-  for (auto& [tensor, fixed] : codes.scales) {
+  for (auto& [tensor, fixed] : codes.fixed) {
     const int i = r.runtime->linearIndex(r.model.file->tensors()[size_t(tensor)].name);
     if (i >= 0) r.runtime->setLinearWeight(i, std::move(codes.values.at(tensor)), std::move(fixed));
   }

@@ -118,12 +118,7 @@ AccumulationResult runAccumulation(Runtime& rt, std::span<const int32_t> text,
   const bool rounding = needsRounding(plan);
   if (rounding) {
     for (size_t i = 0; i < L; ++i) {
-      if (formats[i] && formats[i]->weight.method == ScaleMethod::Importance)
-        throw Error(ErrorKind::Unsupported,
-                    "format '" + formatToString(*formats[i]) +
-                        "': imatrix layers together with GPTQ / AWQ / SmoothQuant layers in one plan are not "
-                        "supported yet",
-                    {}, linearAt(rt, i).weightName);
+      // (imatrix layers: quantizeModel measures their importance on its own calibration)
       if (formats[i] && formats[i]->act.scaling == ActScaling::PerTensorStatic)
         throw Error(ErrorKind::Unsupported,
                     "format '" + formatToString(*formats[i]) +

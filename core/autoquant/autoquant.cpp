@@ -42,6 +42,17 @@ bool llamaQuantizable(const TensorInfo& t) {
   return true;
 }
 
+const std::vector<float>* gptqValues(const RoundedTensors* r, int tensor) {
+  if (!r) return nullptr;
+  const auto it = r->values.find(tensor);
+  return it == r->values.end() ? nullptr : &it->second;
+}
+const QuantizedTensor* gptqCodes(const RoundedTensors* r, int tensor) {
+  if (!r) return nullptr;
+  const auto it = r->fixed.find(tensor);
+  return it == r->fixed.end() ? nullptr : &it->second;
+}
+
 uint64_t typeBytes(DType type, uint64_t elements) {
   const auto& tr = traitsOf(type);
   return elements / tr.blockElems * tr.blockBytes;
@@ -380,6 +391,7 @@ AutoquantPlan measureAutoquant(const ModelFile& file, Runtime& rt, std::span<con
                std::to_string(plan.gainPositions) + " positions" +
                (assumed ? ", median gain assumed for " + std::to_string(assumed) + " tensor(s) without a linear layer"
                         : std::string());
+  plan.rounding = options.importance ? "llama-quantize's imatrix search" : "llama-quantize's reference quantizers";
   ctx.progress(1.0, "measured");
   return plan;
 }
@@ -552,7 +564,7 @@ void refineAutoquant(const ModelFile& file, Runtime& rt, std::span<const int32_t
 }
 
 void checkAutoquant(const ModelFile& file, Runtime& rt, std::span<const int32_t> tokens, AutoquantPlan& plan,
-                    const AutoquantOptions& options, const JobContext& ctx) {
+                    const AutoquantOptions& options, const JobContext& ctx, const RoundedTensors* rounded) {
   EvalOptions eo;
   eo.context = options.context;
   eo.bos = options.bos;
@@ -571,13 +583,18 @@ void checkAutoquant(const ModelFile& file, Runtime& rt, std::span<const int32_t>
     ctx.checkCancelled();
     ctx.progress(0.5 * double(ti) / double(plan.tensors.size()), "check: applying " + a.name);
     const DType type = a.options[size_t(a.chosen)].type;
-    const TensorInfo& info = file.tensors()[ti];
-    const std::vector<float> w = file.tensorToFloat(info);
-    const int64_t cols = a.shape.back();
-    std::span<const float> imp;
-    if (auto it = plan.importance.find(a.name); it != plan.importance.end() && it->second.size() == size_t(cols))
-      imp = it->second;
-    std::vector<float> y = decode(type, encode(type, w, cols, imp), w.size());
+    std::vector<float> y;
+    if (const std::vector<float>* g = gptqValues(rounded, int(ti))) {
+      y = *g;  // GPTQ's codes, decoded
+    } else {
+      const TensorInfo& info = file.tensors()[ti];
+      const std::vector<float> w = file.tensorToFloat(info);
+      const int64_t cols = a.shape.back();
+      std::span<const float> imp;
+      if (auto im = plan.importance.find(a.name); im != plan.importance.end() && im->second.size() == size_t(cols))
+        imp = im->second;
+      y = decode(type, encode(type, w, cols, imp), w.size());
+    }
     if (a.linear >= 0) {
       rt.setLinearGgmlActivations(a.linear, type);
       if (int(ti) == embedding) rt.setTokenEmbedding(y);  // a tied table: lookup and head
@@ -621,6 +638,7 @@ std::string autoquantPlanJson(const AutoquantPlan& plan) {
   j["bpw"] = plan.bpw();
   j["predicted_kl"] = plan.predictedKl;
   j["basis"] = plan.basis;
+  j["rounding"] = plan.rounding;
   j["calibration_tokens"] = plan.calibrationTokens;
   j["gain_positions"] = plan.gainPositions;
   j["refined_options"] = plan.refinedOptions;
@@ -662,7 +680,7 @@ std::string autoquantPlanJson(const AutoquantPlan& plan) {
 }
 
 void writeAutoquantGguf(const ModelFile& file, const AutoquantPlan& plan, const std::string& out,
-                        const JobContext& ctx) {
+                        const JobContext& ctx, const RoundedTensors* rounded) {
   if (file.format() != ModelFormat::Gguf)
     throw Error(ErrorKind::BadInput, file.path() + ": autoquant writes GGUF from GGUF sources only (this is " +
                                          std::string(modelFormatName(file.format())) +
@@ -711,6 +729,13 @@ void writeAutoquantGguf(const ModelFile& file, const AutoquantPlan& plan, const 
     const auto& t = plan.tensors[i];
     if (t.chosen < 0) {
       f.writeAt(header.size() + w.relativeOffset(i), file.tensorBytes(info));
+      continue;
+    }
+    if (const QuantizedTensor* g = gptqCodes(rounded, int(i))) {  // GPTQ's blocks, as the check ran them
+      const QuantizedTensor& q = *g;
+      if (q.spec.kind != *quantKindOfGgmlType(types[i]) || q.payload.size() != typeBytes(types[i], info.elements()))
+        throw Error(ErrorKind::Internal, "autoquant: GPTQ's " + t.name + " is not " + std::string(traitsOf(types[i]).name));
+      f.writeAt(header.size() + w.relativeOffset(i), std::as_bytes(std::span(q.payload)));
       continue;
     }
     const std::vector<float> x = file.tensorToFloat(info);

@@ -31,11 +31,13 @@
 #include <vector>
 
 #include "core/model/model_file.h"
+#include "core/rounding/rounded_tensors.h"
 #include "core/util/progress.h"
 #include "kernels/common/dtype.h"
 
 namespace qs {
 
+class GptqOps;
 class Runtime;
 
 struct AutoquantOptions {
@@ -52,6 +54,9 @@ struct AutoquantOptions {
   int64_t gainContext = 256;
   int64_t gainWindows = 1;
   bool importance = true;     // weight the quantizers by the calibration importance
+  // Round the block linears with GPTQ (roundAutoquantGptq) instead of llama-quantize's search
+  // alone: each block's scales come from that search, its codes from GPTQ's error feedback.
+  bool gptq = false;
   int32_t bos = -1;           // BOS prepended to each window (-1: none)
   // The check pass (checkAutoquant): windows of `context` tokens cut as llama-perplexity cuts
   // them, from the calibration tokens after those the calibration used (or from the start when
@@ -102,6 +107,7 @@ struct AutoquantPlan {
   int64_t refinedOptions = 0; // options measured exactly by refineAutoquant
   double refinePasses = 0;    // what they cost, in forward passes over the gain windows
   std::string basis;          // one line: what the prediction rests on
+  std::string rounding;       // one line: how the file's weights are rounded
   // checkAutoquant: the chosen file run as llama.cpp runs it, against the unquantized model.
   double checkedKl = -1;      // mean KL; −1 when not checked
   double checkedTop1 = 0;     // top-1 agreement
@@ -133,22 +139,34 @@ void chooseAutoquantTypes(AutoquantPlan& plan, const AutoquantOptions& options);
 void refineAutoquant(const ModelFile& file, Runtime& rt, std::span<const int32_t> tokens, AutoquantPlan& plan,
                      const AutoquantOptions& options, const JobContext& ctx);
 
+// GPTQ for the chosen types (options.gptq): every block linear's chosen ggml type rounded by
+// GPTQ (core/rounding/quantize_model.h: block by block, each block's calibration inputs through
+// the blocks already rounded; block scales by llama-quantize's search, with the importance when
+// options.importance), on `tokens` in windows of options.context. Returns the coded weights by
+// source tensor index (values and their QuantizedTensor, the file's blocks); `rt` is left as
+// it was. The token table and a tied head are not block linears: the writer rounds them as usual.
+// Sets plan.rounding.
+RoundedTensors roundAutoquantGptq(const ModelFile& file, Runtime& rt, GptqOps& gptq, std::span<const int32_t> tokens,
+                                  AutoquantPlan& plan, const AutoquantOptions& options, const JobContext& ctx);
+
 // The check: every chosen type applied at once — weights rounded by the ggml quantizers with the
 // importance, the token-embedding table too, every linear layer's activations rounded as
 // llama.cpp's CPU products round them — and the mean KL against the unquantized model measured
 // on options.checkWindows windows cut as llama-perplexity cuts them. What llama.cpp will measure,
 // up to its FP16 base and the evaluation text; `rt` is left as it was.
+// `rounded` (roundAutoquantGptq): those weights as GPTQ coded them.
 void checkAutoquant(const ModelFile& file, Runtime& rt, std::span<const int32_t> tokens, AutoquantPlan& plan,
-                    const AutoquantOptions& options, const JobContext& ctx);
+                    const AutoquantOptions& options, const JobContext& ctx, const RoundedTensors* rounded = nullptr);
 
 // The plan as JSON: per tensor its type, bytes, error, gain and predicted KL; totals.
 std::string autoquantPlanJson(const AutoquantPlan& plan);
 
 // Writes the GGUF: the source's metadata (general.file_type set to the type holding most
 // parameters), every tensor in the source's order, quantizable ones re-quantized from their
-// float values to the chosen type (with the importance), the rest copied unchanged. Atomic.
-// Only GGUF sources (the tensor names and metadata are llama.cpp's already); others: BadInput.
+// float values to the chosen type (with the importance) — or, those in `rounded`, GPTQ's blocks —,
+// the rest copied unchanged. Atomic. Only GGUF sources (the tensor names and metadata are
+// llama.cpp's already); others: BadInput.
 void writeAutoquantGguf(const ModelFile& file, const AutoquantPlan& plan, const std::string& out,
-                        const JobContext& ctx);
+                        const JobContext& ctx, const RoundedTensors* rounded = nullptr);
 
 }  // namespace qs

@@ -71,6 +71,9 @@ class Progress {
 std::vector<float> loadForExport(const ExportSource& src, const ExportTensorPlan& t);
 // Quantises a plan layer's weight (RTN with the plan's scale method) after loadForExport.
 QuantizedTensor quantizeForExport(const ExportSource& src, const ExportTensorPlan& t);
+// Whether GPTQ fixed this plan layer's codes (quantizeForExport returns them, for a ggml type its
+// blocks): the exporters write them instead of rounding again.
+bool hasFixedCodes(const ExportSource& src, const ExportTensorPlan& t);
 // The plan's values of a layer (quantise → dequantise), after loadForExport.
 std::vector<float> fakeQuantForExport(const ExportSource& src, const ExportTensorPlan& t);
 

@@ -343,6 +343,12 @@ void planGguf(const ExportSource& src, const std::string& out, const ModelExport
           t.note = "ggml " + ggmlName(type) + " with the importance E[x²] of " + std::to_string(st->tokens) +
                    " calibration tokens (llama-quantize --imatrix)";
       }
+      if (isGgmlKind(a.quant.format.weight.kind) && hasFixedCodes(src, t))
+        t.note = a.quant.method == QuantMethod::Gptq
+                     ? "GPTQ's " + ggmlName(type) + " blocks (block scales from llama-quantize's search" +
+                           (a.quant.format.weight.method == ScaleMethod::Importance ? " with the importance)" : ")")
+                     : "ggml " + ggmlName(type) + " with the importance E[x²] of the rounding's calibration "
+                                                  "(the blocks the runtime ran)";
       if (quantKindTraits(a.quant.format.act.kind).cls != QuantClass::Float)
         p.warnings.push_back(a.name + ": activation format " + activationText(a.quant.format.act) +
                              " is not stored (GGUF holds weights; llama.cpp chooses how activations are computed)");
@@ -411,7 +417,11 @@ void writeGguf(const ExportSource& src, const ExportPreview& p, const ModelExpor
       const LayerAssignment& a = src.resolved.layers[size_t(t.planLayer)];
       const bool blocks = type == kQ4_0 || type == kQ4_1 || type == kQ8_0;
       const QuantKind kind = a.quant.format.weight.kind;
-      if (isGgmlKind(kind)) {
+      if (isGgmlKind(kind) && hasFixedCodes(src, t)) {  // GPTQ's blocks
+        const QuantizedTensor q = quantizeForExport(src, t);
+        bytes.resize(q.payload.size());
+        std::memcpy(bytes.data(), q.payload.data(), bytes.size());
+      } else if (isGgmlKind(kind)) {
         // The ggml-exact quantizer (byte-identical to llama-quantize), with the calibration's
         // importance when the plan says imatrix (planGguf checked that it is there).
         std::span<const float> importance;

@@ -246,47 +246,65 @@ std::vector<float> loadForExport(const ExportSource& src, const ExportTensorPlan
 }
 
 namespace {
-// The scales GPTQ fixed for this tensor in this spec, rows permuted like the weight's.
-std::optional<WeightScales> fixedScalesFor(const ExportSource& src, const ExportTensorPlan& t,
-                                           const LayerAssignment& a) {
-  if (!src.rounded) return std::nullopt;
-  const auto it = src.rounded->scales.find(t.sourceTensor);
-  if (it == src.rounded->scales.end() || it->second.spec != a.quant.format.weight) return std::nullopt;
-  WeightScales s = it->second.scales;
-  const int64_t rows = a.outFeatures;
-  if (t.permuteRows && rows > 0 && s.scales.size() % size_t(rows) == 0 && s.scales.size() >= size_t(rows)) {
-    // Where each row goes: permute the row numbers the way the weight's rows are permuted.
-    bool bias = false;
-    const LinearLayer* l = linearOf(src, t.sourceTensor, &bias);
-    const ModelConfig& c = src.file.config();
-    std::vector<float> order(static_cast<size_t>(rows));
-    for (int64_t r = 0; r < rows; ++r) order[size_t(r)] = float(r);
-    permuteRopeRows(order, l && l->role == LinearRole::Q ? c.nHeads : c.nKvHeads, c.headDim(), 1,
-                    src.graph.rope == RopeLayout::Interleaved);
-    const size_t per = s.scales.size() / size_t(rows);
-    WeightScales p = s;
-    for (int64_t r = 0; r < rows; ++r) {
-      const size_t from = size_t(order[size_t(r)]);
-      std::copy_n(s.scales.begin() + from * per, per, p.scales.begin() + size_t(r) * per);
-      if (!s.zeros.empty()) std::copy_n(s.zeros.begin() + from * per, per, p.zeros.begin() + size_t(r) * per);
-    }
-    s = std::move(p);
-  }
-  return s;
+// GPTQ's quantized tensor for this tensor in this plan spec (nullptr: none).
+const QuantizedTensor* fixedOf(const ExportSource& src, const ExportTensorPlan& t, const LayerAssignment& a) {
+  if (!src.rounded) return nullptr;
+  const auto it = src.rounded->fixed.find(t.sourceTensor);
+  return it == src.rounded->fixed.end() || it->second.spec != a.quant.format.weight ? nullptr : &it->second;
+}
+
+// The tensor's rows in export order: the row of the source that export row r comes from,
+// permuted the way the weight's rows are (RoPE layouts, loadForExport).
+std::vector<int64_t> exportRowOrder(const ExportSource& src, const ExportTensorPlan& t, int64_t rows) {
+  bool bias = false;
+  const LinearLayer* l = linearOf(src, t.sourceTensor, &bias);
+  const ModelConfig& c = src.file.config();
+  std::vector<float> order(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) order[size_t(r)] = float(r);
+  permuteRopeRows(order, l && l->role == LinearRole::Q ? c.nHeads : c.nKvHeads, c.headDim(), 1,
+                  src.graph.rope == RopeLayout::Interleaved);
+  return {order.begin(), order.end()};
 }
 }  // namespace
 
 QuantizedTensor quantizeForExport(const ExportSource& src, const ExportTensorPlan& t) {
   const LayerAssignment& a = src.resolved.layers[size_t(t.planLayer)];
-  const std::vector<float> w = loadForExport(src, t);
-  if (const auto fixed = fixedScalesFor(src, t, a))  // GPTQ: its codes, exactly
-    return quantizeWeightWithScales(a.quant.format.weight, w, a.outFeatures, a.inFeatures, *fixed, t.sourceName);
-  return quantizeWeight(a.quant.format.weight, w, a.outFeatures, a.inFeatures, t.sourceName);
+  if (const QuantizedTensor* fixed = fixedOf(src, t, a)) {  // GPTQ: its codes, exactly
+    if (!t.permuteRows) return *fixed;
+    const std::vector<int64_t> order = exportRowOrder(src, t, fixed->rows);
+    if (isGgmlKind(fixed->spec.kind)) {  // a row's blocks hold its scales: move whole rows
+      QuantizedTensor q = *fixed;
+      const size_t rowBytes = fixed->payload.size() / size_t(fixed->rows);
+      for (int64_t r = 0; r < fixed->rows; ++r)
+        std::copy_n(fixed->payload.begin() + order[size_t(r)] * int64_t(rowBytes), rowBytes,
+                    q.payload.begin() + r * int64_t(rowBytes));
+      return q;
+    }
+    // Scale cells by row (group or channel scales): the permuted weight with the permuted scales.
+    WeightScales s = weightScalesOf(*fixed);
+    if (s.scales.size() % size_t(fixed->rows) == 0 && s.scales.size() >= size_t(fixed->rows)) {
+      const size_t per = s.scales.size() / size_t(fixed->rows);
+      WeightScales p = s;
+      for (int64_t r = 0; r < fixed->rows; ++r) {
+        const size_t from = size_t(order[size_t(r)]);
+        std::copy_n(s.scales.begin() + from * per, per, p.scales.begin() + size_t(r) * per);
+        if (!s.zeros.empty()) std::copy_n(s.zeros.begin() + from * per, per, p.zeros.begin() + size_t(r) * per);
+      }
+      s = std::move(p);
+    }
+    return quantizeWeightWithScales(a.quant.format.weight, loadForExport(src, t), a.outFeatures, a.inFeatures, s,
+                                    t.sourceName);
+  }
+  return quantizeWeight(a.quant.format.weight, loadForExport(src, t), a.outFeatures, a.inFeatures, t.sourceName);
+}
+
+bool hasFixedCodes(const ExportSource& src, const ExportTensorPlan& t) {
+  return t.planLayer >= 0 && fixedOf(src, t, src.resolved.layers[size_t(t.planLayer)]) != nullptr;
 }
 
 std::vector<float> fakeQuantForExport(const ExportSource& src, const ExportTensorPlan& t) {
   const LayerAssignment& a = src.resolved.layers[size_t(t.planLayer)];
-  if (a.quant.format.weight.kind != QuantKind::F32 && fixedScalesFor(src, t, a))
+  if (a.quant.format.weight.kind != QuantKind::F32 && fixedOf(src, t, a))
     return dequantizeWeight(quantizeForExport(src, t));
   std::vector<float> w = loadForExport(src, t);
   if (a.quant.format.weight.kind != QuantKind::F32)

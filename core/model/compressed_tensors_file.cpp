@@ -454,13 +454,15 @@ RoundedTensors checkpointRounded(const ModelFile& file, const ResolvedPlan& reso
     if (!sameStored(a.quant.format, l.quant, l)) continue;
     const TensorInfo* t = file.findTensor(a.weightName);
     const int index = int(t - file.tensors().data());
-    FixedWeightScales fs{a.quant.format.weight, l.scales};
+    WeightScales scales = l.scales;
     if (a.quant.format.weight.granularity != l.quant.weight.granularity) {  // tensor stored as equal rows
-      fs.scales.scales.resize(1);
-      if (!fs.scales.zeros.empty()) fs.scales.zeros.resize(1);
+      scales.scales.resize(1);
+      if (!scales.zeros.empty()) scales.zeros.resize(1);
     }
-    r.values[index] = f->decodedValues(a.weightName);
-    r.scales[index] = std::move(fs);
+    std::vector<float> values = f->decodedValues(a.weightName);
+    r.fixed[index] = quantizeWeightWithScales(a.quant.format.weight, values, a.outFeatures, a.inFeatures, scales,
+                                              a.weightName);
+    r.values[index] = std::move(values);
   }
   return r;
 }

@@ -271,9 +271,9 @@ void checkLayer(LayerAssignment& a) {
     if (w.method != ScaleMethod::AbsMax && w.method != ScaleMethod::Importance)
       return fail(PlanField::Scale, weightChoiceText(*a.fields.weight) + " takes scale absmax (llama-quantize's own "
                                     "search) or imatrix, the scale is " + scaleChoiceText(*a.fields.scale));
-    if (a.quant.method != QuantMethod::Rtn)
-      return fail(PlanField::Method, std::string(quantMethodName(a.quant.method)) + " is not available for the ggml types "
-                                     "(they round with llama-quantize's search; scale imatrix weights it by calibration)");
+    if (a.quant.method == QuantMethod::Awq)
+      return fail(PlanField::Method, "awq is not available for the ggml types (rtn: llama-quantize's search, with "
+                                     "scale imatrix weighted by calibration; gptq: GPTQ on the type's blocks)");
   } else if (cls != QuantClass::Float) {
     const WeightSpec& w = a.quant.format.weight;
     if (w.method == ScaleMethod::Importance)

@@ -112,12 +112,19 @@ std::vector<std::vector<InputGroup>> blockGroups(const Runtime& rt) {
 struct GroupStats {
   std::unique_ptr<GramAccumulator> gram;
   std::vector<double> absSum, absMax;
+  std::vector<double> sqSum;  // Σ x² per input column: the importance of imatrix layers
   std::vector<float> sample;  // rows × dim
   int64_t sampleRows = 0, tokens = 0;
 };
 
 // Windows of `context` tokens, BOS first when bos >= 0: perplexity's cutting (the one place,
 // core/runtime/eval_windows.h), every token of `ids` used.
+// A ggml layer rounded to nearest by llama-quantize's imatrix search: it needs the importance of
+// each input column, which quantizeModel measures on its own calibration.
+bool imatrixRtn(const LayerQuant& e) {
+  return !e.unquantized() && e.method == RoundingMethod::Rtn && e.format.weight.method == ScaleMethod::Importance;
+}
+
 std::vector<std::vector<int32_t>> cutWindows(std::span<const int32_t> ids, int64_t context, int32_t bos,
                                              int64_t maxSeq, const char* what) {
   if (ids.empty()) throw Error(ErrorKind::BadInput, std::string("no ") + what + " tokens", {}, what);
@@ -142,7 +149,7 @@ QuantizeReport quantizeModel(Runtime& rt, GptqOps& gptq, const LayerQuants& plan
   bool needCalib = false;
   for (const auto& e : plan) {
     if (e.unquantized()) continue;
-    if (e.method != RoundingMethod::Rtn || e.smoothAlpha.has_value()) needCalib = true;
+    if (e.method != RoundingMethod::Rtn || e.smoothAlpha.has_value() || imatrixRtn(e)) needCalib = true;
     if (e.format.act.scaling == ActScaling::PerTensorStatic)
       throw Error(ErrorKind::Unsupported,
                   "static per-tensor activation scales ('" + formatToString(e.format) +
@@ -182,7 +189,7 @@ QuantizeReport quantizeModel(Runtime& rt, GptqOps& gptq, const LayerQuants& plan
         const auto& e = planOf(i);
         if (e.unquantized()) continue;
         gptqHere |= e.method == RoundingMethod::Gptq;
-        statsHere |= e.method == RoundingMethod::Awq || e.smoothAlpha.has_value();
+        statsHere |= e.method == RoundingMethod::Awq || e.smoothAlpha.has_value() || imatrixRtn(e);
       }
       if (!gptqHere && !statsHere) continue;
       blockCalib = true;
@@ -194,6 +201,7 @@ QuantizeReport quantizeModel(Runtime& rt, GptqOps& gptq, const LayerQuants& plan
       }
       stats[g].absSum.assign(size_t(n), 0.0);
       stats[g].absMax.assign(size_t(n), 0.0);
+      stats[g].sqSum.assign(size_t(n), 0.0);
     }
     report.gramBytesPeak = std::max(report.gramBytesPeak, blockGram);
     report.gramBytesTotal += blockGram;
@@ -213,6 +221,7 @@ QuantizeReport quantizeModel(Runtime& rt, GptqOps& gptq, const LayerQuants& plan
             const double a = std::fabs(double(x[c]));
             s.absSum[size_t(c)] += a;
             s.absMax[size_t(c)] = std::max(s.absMax[size_t(c)], a);
+            s.sqSum[size_t(c)] += a * a;
           }
           if ((rowBase + r) % stride == 0) {
             s.sample.insert(s.sample.end(), x, x + e.cols);
@@ -290,6 +299,7 @@ QuantizeReport quantizeModel(Runtime& rt, GptqOps& gptq, const LayerQuants& plan
         for (int64_t r = 0; r < grp.dim; ++r)
           for (int64_t c = 0; c < grp.dim; ++c)
             gramOf[g][size_t(r * grp.dim + c)] /= sc[size_t(r)] * sc[size_t(c)];
+      for (size_t k = 0; k < s.sqSum.size(); ++k) s.sqSum[k] /= double(sc[k]) * double(sc[k]);  // E[(x/s)²]
       if (grp.producer == InputGroup::Producer::AttnNorm ||
           grp.producer == InputGroup::Producer::FfnNorm) {
         const bool ffn = grp.producer == InputGroup::Producer::FfnNorm;
@@ -314,7 +324,7 @@ QuantizeReport quantizeModel(Runtime& rt, GptqOps& gptq, const LayerQuants& plan
         const auto& e = planOf(i);
         const LinearLayer& l = *L[size_t(i)];
         std::vector<float> wq = W[i];
-        std::optional<FixedWeightScales> fixed;
+        std::optional<QuantizedTensor> fixed;
         LayerReport& r = rep[i];
         r.linear = i;
         r.name = l.weightName;
@@ -333,22 +343,42 @@ QuantizeReport quantizeModel(Runtime& rt, GptqOps& gptq, const LayerQuants& plan
             const GptqResult res = gptq.quantize(spec, W[i], l.outFeatures, l.inFeatures, gramOf[g],
                                                  o.gptq, l.weightName);
             wq = res.dequantized;
-            fixed = FixedWeightScales{spec, weightScalesOf(res.quantized)};
+            fixed = res.quantized;
             r.damping = res.dampingUsed;
             if (!res.note.empty()) r.note = res.note;
             const double cost = double(l.outFeatures) * double(l.inFeatures) * double(l.inFeatures);
             if (cost <= 1e10) {  // the error report costs rows·cols² multiply-adds
               std::vector<float> rtn(W[i].size());
-              fakeQuantWeight(spec, W[i], rtn, l.outFeatures, l.inFeatures, l.weightName);
               const double tok = double(std::max<int64_t>(1, stats[g].tokens));
+              if (spec.method == ScaleMethod::Importance) {  // llama-quantize with the imatrix: E[x²] = diag H / tokens
+                std::vector<float> imp(static_cast<size_t>(l.inFeatures));
+                for (int64_t c = 0; c < l.inFeatures; ++c)
+                  imp[size_t(c)] = float(gramOf[g][size_t(c * l.inFeatures + c)] / tok);
+                fakeQuantWeightWithImportance(spec, W[i], rtn, l.outFeatures, l.inFeatures, imp, l.weightName);
+              } else {
+                fakeQuantWeight(spec, W[i], rtn, l.outFeatures, l.inFeatures, l.weightName);
+              }
               r.outputError = hessianWeightedError(W[i], wq, l.outFeatures, l.inFeatures, gramOf[g]) / tok;
               r.rtnOutputError = hessianWeightedError(W[i], rtn, l.outFeatures, l.inFeatures, gramOf[g]) / tok;
             }
           }
         }
+        if (!fixed && !e.unquantized() && imatrixRtn(e)) {
+          // llama-quantize's imatrix search with the importance of this calibration (E[x²] of
+          // the inputs as they reach the layer): its blocks are the codes the runtime runs and
+          // the exporters write.
+          const GroupStats& s = stats[g];
+          std::vector<float> imp(static_cast<size_t>(l.inFeatures));
+          for (int64_t c = 0; c < l.inFeatures; ++c)
+            imp[size_t(c)] = float(s.sqSum[size_t(c)] / double(std::max<int64_t>(1, s.tokens)));
+          QuantizedTensor q = quantizeWeightWithImportance(e.format.weight, W[i], l.outFeatures, l.inFeatures, imp,
+                                                           l.weightName);
+          wq = dequantizeWeight(q);
+          fixed = std::move(q);
+        }
         if (fixed || folded.count(i)) {
           report.rounded.values[l.weight] = wq;
-          if (fixed) report.rounded.scales[l.weight] = *fixed;
+          if (fixed) report.rounded.fixed[l.weight] = *fixed;
           rt.setLinearWeight(i, std::move(wq), std::move(fixed));
         }
         if (!e.unquantized()) rt.setLinearFormat(i, e.format, o.mode);

@@ -18,7 +18,10 @@
 // reproduces its codes exactly; AWQ/SmoothQuant scales are folded into the layers' columns and
 // into the norm before q/k/v (gate/up), into v's rows before o (when there is no grouped-query
 // sharing and no bias) and into up's rows before down, and the folded weights are then rounded
-// to nearest by the format. The head stays FP32 unless the plan names it (then round-to-nearest:
+// to nearest by the format. A ggml layer with the imatrix scale and method rtn is rounded by
+// llama-quantize's search with the importance E[x²] measured on this calibration (the inputs as
+// they reach the layer, after any fold) and kept with its codes like a GPTQ layer. The head stays
+// FP32 unless the plan names it (then round-to-nearest:
 // its input is the final norm's, which the model shares). QuantizeReport::rounded lists every
 // tensor that changed, so an exporter writes what the runtime computes with.
 #include <cstdint>

@@ -421,12 +421,12 @@ void Runtime::restoreNorms() {
     }
 }
 
-void Runtime::setLinearWeight(int i, std::vector<float> w, std::optional<FixedWeightScales> scales) {
+void Runtime::setLinearWeight(int i, std::vector<float> w, std::optional<QuantizedTensor> fixed) {
   LinearWeights& lw = weights_.at(size_t(i));
   if (w.size() != lw.original.size())
     throw Error(ErrorKind::Internal, "setLinearWeight: size mismatch for " + linears_[size_t(i)]->weightName);
   lw.replaced = std::move(w);
-  lw.fixedScales = std::move(scales);
+  lw.fixed = std::move(fixed);
   if (ops_.hostMemory()) {
     lw.devReplaced = toCompute(lw.replaced);
   } else {
@@ -441,7 +441,7 @@ void Runtime::restoreLinearWeight(int i) {
   if (lw.replaced.empty()) return;
   lw.replaced.clear();
   lw.replaced.shrink_to_fit();
-  lw.fixedScales.reset();
+  lw.fixed.reset();
   lw.devReplaced = {};
   if (lw.format) prepareLinear(i);
 }
@@ -567,11 +567,8 @@ void Runtime::prepareLinear(int i) {
                 {}, l.weightName);
   const int64_t n = l.outFeatures, k = l.inFeatures;
   const std::span<const float> w(lw.w(), lw.original.size());
-  const bool fixed = lw.fixedScales && lw.fixedScales->spec == f.weight;
-  auto quantized = [&] {
-    return fixed ? quantizeWeightWithScales(f.weight, w, n, k, lw.fixedScales->scales, l.weightName)
-                 : quantizeWeight(f.weight, w, n, k, l.weightName);
-  };
+  const bool fixed = lw.fixed && lw.fixed->spec == f.weight;
+  auto quantized = [&] { return fixed ? *lw.fixed : quantizeWeight(f.weight, w, n, k, l.weightName); };
   if (lw.mode == LinearMode::Kernel) {
     if (const auto scheme = gemmSchemeFor(f, n, k)) {
       lw.gemm = gemmOps().prepare(quantized(), scheme->activation, l.weightName);
@@ -589,14 +586,14 @@ void Runtime::prepareLinear(int i) {
   } else {
     lw.devFake.mem = ops_.allocate(size_t(n * k) * sizeof(float));
   }
-  if (isGgmlKind(f.weight.kind)) {  // the ggml-exact quantizer on the host (no device codec for the blocks)
+  if (isGgmlKind(f.weight.kind) && !fixed) {  // the ggml-exact quantizer on the host (no device codec for the blocks)
     std::vector<float> v(w.size());
     fakeQuantWeightWithImportance(f.weight, w, v, n, k, lw.importance, l.weightName);
     ops_.upload(lw.devFake.mem.get(), v.data(), v.size() * sizeof(float));
     return;
   }
-  if (fixed) {  // the codec on the host with the given scales (the op-set chooses its own)
-    const std::vector<float> v = dequantizeWeight(quantized());
+  if (fixed) {  // the fixed codes (the op-set would choose its own scales)
+    const std::vector<float> v = dequantizeWeight(*lw.fixed);
     ops_.upload(lw.devFake.mem.get(), v.data(), v.size() * sizeof(float));
     return;
   }

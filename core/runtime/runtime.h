@@ -114,11 +114,11 @@ class Runtime {
   std::span<const float> linearWeight(int i) const;       // [out, in], host memory
   // Replaces the layer's FP32 weight (same size as linearWeight(i)); a format set on the layer
   // is applied to the new weight. On CUDA the layer's device copy is re-uploaded.
-  // `scales` (optional): the scales a format with that weight spec must use for this weight
-  // instead of choosing its own — GPTQ picks scales from error-updated values, so choosing them
-  // again from its dequantized result could pick smaller ones and round a second time. With
-  // them, quantizing the weight reproduces GPTQ's codes exactly (w = code·scale).
-  void setLinearWeight(int i, std::vector<float> w, std::optional<FixedWeightScales> scales = {});
+  // `fixed` (optional): the weight already quantized (its dequantized values are `w`), which a
+  // format with exactly its weight spec uses as it is instead of rounding `w` again — GPTQ picks
+  // scales (and ggml block scales) from error-updated values, so choosing them again from its
+  // result could pick others and round a second time.
+  void setLinearWeight(int i, std::vector<float> w, std::optional<QuantizedTensor> fixed = {});
   void restoreLinearWeight(int i);
   void restoreAllWeights();
   // Fake-quantises the activations entering linear i (TransformerOps::fakeQuantActivations, the
@@ -219,7 +219,7 @@ class Runtime {
   struct LinearWeights {
     std::vector<float> original;  // [out, in], host
     std::vector<float> replaced;  // empty unless setLinearWeight was called
-    std::optional<FixedWeightScales> fixedScales;  // with `replaced` (setLinearWeight)
+    std::optional<QuantizedTensor> fixed;  // with `replaced` (setLinearWeight)
     std::vector<float> bias;
     Buffer devOriginal, devReplaced, devBias;  // compute-memory copies
     std::optional<QuantFormat> format;

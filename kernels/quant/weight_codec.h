@@ -124,14 +124,6 @@ struct WeightScales {
   std::vector<uint8_t> zeros;
 };
 
-// Scales fixed for one weight spec (kept from GPTQ, whose scales come from error-updated values
-// and cannot be chosen again from its result): a format with exactly this spec quantizes the
-// weight with them; any other spec chooses its own.
-struct FixedWeightScales {
-  WeightSpec spec;
-  WeightScales scales;
-};
-
 WeightScales chooseWeightScales(const WeightSpec& spec, std::span<const float> w, int64_t rows,
                                 int64_t cols, std::string_view tensorName = {});
 

@@ -10,7 +10,8 @@
 # halves of WikiText-2 test (datasets/text/wikitext2_raw_test.txt): calibration = second half,
 # evaluation = first half (20 chunks of 512 tokens).
 # Environment: QS_BUILD_DIR (default build), QS_THREADS (default nproc), QS_CHUNKS (default 20),
-#              QS_CALIB_CHUNKS (default 8), QS_RECIPES (default "Q4_0 Q4_K_M").
+#              QS_CALIB_CHUNKS (default 8), QS_RECIPES (default "Q4_0 Q4_K_M"), QS_VARIANTS (default
+#              "all sym"), QS_METHODS (autoquant --method values, default "imatrix").
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 name=${1:?usage: $0 smollm2|gemma3 [WORK_DIR]}
@@ -54,18 +55,23 @@ for r in $recipes; do
   # dequantized from Q4_1, so its weights lie on Q4_1 grids: Q4_1 re-creates them exactly, and
   # Q5_1's importance search finds half the Q4_1 step (also exact). "all" may use that, "sym"
   # cannot (a symmetric grid does not hold an asymmetric one): it shows the method without it.
+  # Rounding methods of ours (QS_METHODS, default "imatrix"; "gptq" = GPTQ on the chosen types'
+  # blocks): files of method m other than imatrix are named quantscope-VARIANT-m-RECIPE.gguf.
   for v in ${QS_VARIANTS:-all sym}; do
-    f=$work/quantscope-$v-$r.gguf
-    formats=()
-    [[ $v == noq41 ]] && formats=(--formats Q2_K,Q3_K,Q4_K,Q5_K,Q6_K,Q4_0,Q5_0,Q5_1,Q8_0,F16)
-    [[ $v == sym ]] && formats=(--formats Q2_K,Q3_K,Q4_K,Q5_K,Q6_K,Q4_0,Q5_0,Q8_0,F16)
-    if [[ ! -f $f ]]; then
-      say "quantscope autoquant ($v) at the size of llama.cpp's $r (imatrix)"
-      /usr/bin/time -v "$cli" --backend "${QS_BACKEND:-auto}" autoquant "$base" --calib-text "$work/calib.txt" \
-        --calib-tokens $((calib_chunks * 512)) --match "$work/llamacpp-$r-imatrix.gguf" -o "$f" \
-        --plan-out "$f.plan.json" "${formats[@]}" >"$f.log" 2>"$f.err" || { cat "$f.err" >&2; exit 1; }
-    fi
-    files+=("$f")
+    for m in ${QS_METHODS:-imatrix}; do
+      f=$work/quantscope-$v-$r.gguf
+      [[ $m == imatrix ]] || f=$work/quantscope-$v-$m-$r.gguf
+      formats=()
+      [[ $v == noq41 ]] && formats=(--formats Q2_K,Q3_K,Q4_K,Q5_K,Q6_K,Q4_0,Q5_0,Q5_1,Q8_0,F16)
+      [[ $v == sym ]] && formats=(--formats Q2_K,Q3_K,Q4_K,Q5_K,Q6_K,Q4_0,Q5_0,Q8_0,F16)
+      if [[ ! -f $f ]]; then
+        say "quantscope autoquant ($v, $m) at the size of llama.cpp's $r (imatrix)"
+        /usr/bin/time -v "$cli" --backend "${QS_BACKEND:-auto}" autoquant "$base" --calib-text "$work/calib.txt" \
+          --calib-tokens $((calib_chunks * 512)) --match "$work/llamacpp-$r-imatrix.gguf" -o "$f" --method "$m" \
+          --plan-out "$f.plan.json" "${formats[@]}" >"$f.log" 2>"$f.err" || { cat "$f.err" >&2; exit 1; }
+      fi
+      files+=("$f")
+    done
   done
 done
 

@@ -1,8 +1,8 @@
 // quantscope-cli autoquant on a tiny Llama GGUF (gguf-py fixture; in process, CPU backend): the
 // file holds exactly the bytes the plan predicts, within the target, in the plan's types, and
 // decodes; a smaller budget gives a smaller file with a higher predicted KL; the refinement
-// measures the types that decide the choice within its budget; bad input is one line with exit 2
-// naming the option.
+// measures the types that decide the choice within its budget; --method gptq writes GPTQ's blocks
+// at the same bytes; bad input is one line with exit 2 naming the option.
 #include <QTemporaryDir>
 #include <QtTest>
 #include <cmath>
@@ -122,6 +122,43 @@ class TestCliAutoquant : public QObject {
     for (const auto& e : plan["tensors"])
       if (e["type"] != "kept") measured += e["kl_measured"].get<bool>();
     QVERIFY(measured > 0);
+  }
+
+  // --method gptq: the same choice (it rests on the same measurements), the same tensor bytes,
+  // and GPTQ's own blocks in the block linears — not what llama-quantize's search writes —
+  // while the token table is rounded as before; the check ran the GPTQ weights.
+  void gptqWritesItsOwnBlocks() {
+    const std::string ref = (tmp_.path() + "/aq-imatrix.gguf").toStdString();
+    const std::string out = (tmp_.path() + "/aq-gptq.gguf").toStdString();
+    const auto a = autoquant(ref, {"--target-bpw", "6", "--refine-passes", "0", "--json"});
+    const auto b = autoquant(out, {"--target-bpw", "6", "--refine-passes", "0", "--method", "gptq", "--json"});
+    QVERIFY2(a.code == 0, a.err.c_str());
+    QVERIFY2(b.code == 0, b.err.c_str());
+    const auto pa = nlohmann::json::parse(a.out), pb = nlohmann::json::parse(b.out);
+    QCOMPARE(pb["tensor_bytes"], pa["tensor_bytes"]);
+    int blockTyped = 0;  // block linears in a ggml block type: GPTQ rounds each of them
+    for (const auto& e : pb["tensors"]) {
+      const std::string type = e["type"];
+      blockTyped += e["name"].get<std::string>().rfind("blk.", 0) == 0 && type != "kept" && type != "F16" && type != "F32";
+    }
+    QVERIFY(blockTyped > 0);
+    QVERIFY2(pb["rounding"].get<std::string>().rfind("GPTQ on " + std::to_string(blockTyped) + " block linears", 0) == 0,
+             pb["rounding"].get<std::string>().c_str());
+    QVERIFY(pb.contains("checked_kl"));
+    const auto fa = openModel(ref), fb = openModel(out);
+    QCOMPARE(fb->tensorDataBytes(), pb["tensor_bytes"].get<uint64_t>());
+    int differ = 0;
+    for (size_t i = 0; i < fa->tensors().size(); ++i) {
+      const TensorInfo &ta = fa->tensors()[i], &tb = fb->tensors()[i];
+      QCOMPARE(tb.dtype, ta.dtype);
+      const auto ba = fa->tensorBytes(ta), bb = fb->tensorBytes(tb);
+      const bool same = ba.size() == bb.size() && std::equal(ba.begin(), ba.end(), bb.begin());
+      const bool blockLinear = tb.name.rfind("blk.", 0) == 0 && ggml::ggmlTraitsForDType(tb.dtype) != nullptr;
+      if (tb.name == "token_embd.weight" || tb.name.find("norm") != std::string::npos) QVERIFY2(same, tb.name.c_str());
+      if (blockLinear && !same) ++differ;
+      for (float v : fb->tensorToFloat(tb)) QVERIFY2(std::isfinite(v), tb.name.c_str());
+    }
+    QVERIFY2(differ >= 1, qPrintable(QString::number(differ)));
   }
 
   void badInputIsOneLineExit2() {

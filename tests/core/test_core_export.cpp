@@ -632,14 +632,13 @@ class TestCoreExport : public QObject {
       qo.bos = orig.m.tokenizer->bos();
       qo.context = 128;
       const QuantizeReport rep = quantizeModel(*rt, *gptq, s->resolved.quants(rt->linears().size()), calib, qo);
-      QCOMPARE(int(rep.rounded.scales.size()), 20);        // GPTQ: 5 blocks × q, k, v, o
+      QCOMPARE(int(rep.rounded.fixed.size()), 20);         // GPTQ: 5 blocks × q, k, v, o
       QCOMPARE(int(rep.rounded.values.size()), 20 + 10 + 5);  // + AWQ-folded gate, up and the ffn norms
-      // GPTQ's values quantize back to themselves with its scales.
-      for (const auto& [tensor, fixed] : rep.rounded.scales) {
+      // GPTQ's values are its codes decoded, and quantize back to them with its scales.
+      for (const auto& [tensor, fixed] : rep.rounded.fixed) {
         const auto& v = rep.rounded.values.at(tensor);
-        const TensorInfo& ti = s->m.file->tensors()[size_t(tensor)];
-        const int64_t rows = ti.shape[0], cols = int64_t(v.size()) / ti.shape[0];
-        QCOMPARE(dequantizeWeight(quantizeWeightWithScales(fixed.spec, v, rows, cols, fixed.scales)), v);
+        QCOMPARE(dequantizeWeight(fixed), v);
+        QCOMPARE(dequantizeWeight(quantizeWeightWithScales(fixed.spec, v, fixed.rows, fixed.cols, weightScalesOf(fixed))), v);
       }
       const double pRuntime = perplexity(*rt, *orig.m.tokenizer);
       // The HF copy has no tokenizer of its own: the GGUF carries the llama2.c vocabulary.
@@ -880,7 +879,7 @@ class TestCoreExport : public QObject {
       const RoundedTensors codes = checkpointRounded(*back.file, r);
       int quantised = 0;
       for (const auto& a : r.layers) quantised += quantKindTraits(a.quant.format.weight.kind).cls != QuantClass::Float;
-      QCOMPARE(int(codes.scales.size()), quantised);
+      QCOMPARE(int(codes.fixed.size()), quantised);
       // Re-export with the checkpoint's own plan and codes: the same file contents.
       exportModel(ExportSource{*back.file, back.graph, nullptr, p, r, &codes}, ct2, o);
       auto f1 = openSafetensors(ct + "/model.safetensors"), f2 = openSafetensors(ct2 + "/model.safetensors");
@@ -899,7 +898,7 @@ class TestCoreExport : public QObject {
       auto dense = runtimeOf(back, o2);
       const double pDense = perplexity(*dense, *s.m.tokenizer);
       auto coded = runtimeOf(back, o3);
-      for (const auto& [tensor, fixed] : codes.scales) {
+      for (const auto& [tensor, fixed] : codes.fixed) {
         const int i = coded->linearIndex(back.file->tensors()[size_t(tensor)].name);
         coded->setLinearWeight(i, codes.values.at(tensor), fixed);
       }
@@ -957,11 +956,12 @@ class TestCoreExport : public QObject {
       const Plan p = checkpointPlan(*m.file, m.graph);
       const ResolvedPlan r = resolvePlanStrict(p, m.graph, {});
       const RoundedTensors codes = checkpointRounded(*m.file, r);
-      QCOMPARE(int(codes.scales.size()), 7);
-      for (const auto& [tensor, fixed] : codes.scales) {
+      QCOMPARE(int(codes.fixed.size()), 7);
+      for (const auto& [tensor, fixed] : codes.fixed) {
         const auto& v = codes.values.at(tensor);
         const TensorInfo& ti = m.file->tensors()[size_t(tensor)];
-        const QuantizedTensor q = quantizeWeightWithScales(fixed.spec, v, ti.shape[0], ti.shape[1], fixed.scales, ti.name);
+        const QuantizedTensor q =
+            quantizeWeightWithScales(fixed.spec, v, ti.shape[0], ti.shape[1], weightScalesOf(fixed), ti.name);
         const std::vector<float> back = dequantizeWeight(q);
         const CheckpointLayer* l = nullptr;
         for (const auto& x : ck->layers)

@@ -22,6 +22,7 @@
 #include "core/runtime/evaluate.h"
 #include "core/runtime/llamacpp_arithmetic.h"
 #include "core/runtime/loaded_model.h"
+#include "core/rounding/quantize_model.h"
 #include "core/runtime/runtime.h"
 #include "kernels/backend/backend.h"
 #include "kernels/common/error.h"
@@ -103,7 +104,7 @@ class TestGgmlPlan : public QObject {
     for (const auto& a : q4k.layers) QVERIFY(a.problem.find("256-value block of q4_k") != std::string::npos);
 
     // Field combinations: imatrix is a scale for the ggml types only; mse makes no ggml format;
-    // gptq does not apply to them; the group size is ignored (the block is the type's own).
+    // gptq applies to them, awq does not; the group size is ignored (the block is the type's own).
     auto firstProblem = [&](const char* entry) {
       const std::string j = std::string(R"({"schema": "quantscope-plan", "version": 2, "defaults": {"weight": "fp16"},
           "entries": [{"layers": ["blocks.0.attn.q"], )") + entry + "}]}";
@@ -113,7 +114,8 @@ class TestGgmlPlan : public QObject {
     QCOMPARE(firstProblem(R"("weight": "q4_0", "group_size": 128, "scale": "imatrix")"), std::string());
     QVERIFY(firstProblem(R"("weight": "int4-sym", "group_size": 32, "scale": "imatrix")").find("entries[0].scale") == 0);
     QVERIFY(firstProblem(R"("weight": "q4_0", "scale": "mse")").find("entries[0].scale") == 0);
-    QVERIFY(firstProblem(R"("weight": "q4_0", "method": "gptq")").find("entries[0].method") == 0);
+    QCOMPARE(firstProblem(R"("weight": "q4_0", "method": "gptq")"), std::string());
+    QVERIFY(firstProblem(R"("weight": "q4_0", "method": "awq")").find("entries[0].method") == 0);
   }
 
   void planTextRoundTrips() {
@@ -313,6 +315,61 @@ class TestGgmlPlan : public QObject {
   // activations rounded as llama.cpp's products round them) is what the exported GGUF then
   // measures, run as llama.cpp runs a GGUF (perplexity --protocol llama.cpp --base): the same
   // weights, the same activation rounding, the same windows.
+  // method gptq on the ggml types: quantizeResolvedPlan runs GPTQ on their blocks (each layer's
+  // output error on the calibration below llama-quantize's, reported) and rounds the imatrix
+  // layers left to round-to-nearest with the importance of the same calibration; the GGUF export
+  // writes both sets of blocks byte for byte — what the runtime then computes with.
+  void gptqOnGgmlTypesIsExported() {
+    QTemporaryDir dir;
+    std::string json = kGpt2Plan;
+    for (const char* w : {R"("weight": "q5_1")", R"("weight": "Q4_1")", R"("weight": "q4_k")"}) {
+      const size_t at = json.find(w);
+      QVERIFY(at != std::string::npos);
+      json.insert(at + std::strlen(w), R"(, "method": "gptq")");
+    }
+    const char* up = R"("weight": "q8_0", "scale": "imatrix")";  // mlp.up
+    QVERIFY(json.find(up) != std::string::npos);
+    json.insert(json.find(up) + std::strlen(up), R"(, "method": "gptq")");
+    const Plan p = plan(json.c_str());
+    const ResolvedPlan r = resolvePlanStrict(p, gpt2_.graph);
+    Runtime rt(*gpt2_.file, gpt2_.graph, cpu_->transformer());
+    const std::vector<int32_t> calibIds = tokensOf(gpt2_, "models/shakespeare-gpt2/calib.txt", 3000);
+    const CalibrationStats calib = calibrateForExport(rt, cpu_->stats(), calibIds, -1, "calib.txt");
+    const QuantizeReport rep = quantizeResolvedPlan(rt, *cpu_, r, calibIds, -1);
+    int gptqLayers = 0;
+    for (const LayerReport& l : rep.layers) {
+      if (l.method != "gptq") continue;
+      ++gptqLayers;
+      QVERIFY2(l.outputError < l.rtnOutputError, qPrintable(QString("%1: GPTQ %2, llama-quantize %3").arg(
+                                                     QString::fromStdString(l.name)).arg(l.outputError).arg(l.rtnOutputError)));
+    }
+    QCOMPARE(gptqLayers, 4 * 3 + 2);  // qkv, o, up in every block; down in blocks 0-1
+    QCOMPARE(int(rep.rounded.fixed.size()), gptqLayers + 2);  // + down of blocks 2-3 (q6_k-imatrix, rtn)
+    const ExportSource src{*gpt2_.file, gpt2_.graph, gpt2_.tokenizer.get(), p, r, &rep.rounded};
+    ModelExportOptions o;
+    o.format = ModelExportFormat::Gguf;
+    o.calibration = &calib;
+    const std::string out = dir.filePath("gptq.gguf").toStdString();
+    const ModelExportResult res = exportModel(src, out, o);
+    const auto file = openModel(out);
+    int written = 0;
+    for (const ExportTensorPlan& t : res.preview.tensors) {
+      const auto it = rep.rounded.fixed.find(t.sourceTensor);
+      if (t.planLayer < 0 || it == rep.rounded.fixed.end()) continue;
+      const TensorInfo* ti = file->findTensor(t.outputName);
+      QVERIFY2(ti, t.outputName.c_str());
+      const auto bytes = file->tensorBytes(*ti);
+      QVERIFY2(bytes.size() == it->second.payload.size() &&
+                   std::memcmp(bytes.data(), it->second.payload.data(), bytes.size()) == 0,
+               t.outputName.c_str());
+      QCOMPARE(file->tensorToFloat(*ti), rep.rounded.values.at(t.sourceTensor));  // what the runtime ran
+      const bool gptq = r.layers[size_t(t.planLayer)].quant.method == QuantMethod::Gptq;
+      QVERIFY2(t.note.find(gptq ? "GPTQ's" : "ggml Q6_K with the importance") == 0, t.note.c_str());
+      ++written;
+    }
+    QCOMPARE(written, gptqLayers + 2);
+  }
+
   void exportedGgufMeasuresWhatAccumulatePredicted() {
     QTemporaryDir dir;
     Plan p = plan(kGpt2Plan);
