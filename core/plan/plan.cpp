@@ -271,9 +271,6 @@ void checkLayer(LayerAssignment& a) {
     if (w.method != ScaleMethod::AbsMax && w.method != ScaleMethod::Importance)
       return fail(PlanField::Scale, weightChoiceText(*a.fields.weight) + " takes scale absmax (llama-quantize's own "
                                     "search) or imatrix, the scale is " + scaleChoiceText(*a.fields.scale));
-    if (a.quant.method == QuantMethod::Awq)
-      return fail(PlanField::Method, "awq is not available for the ggml types (rtn: llama-quantize's search, with "
-                                     "scale imatrix weighted by calibration; gptq: GPTQ on the type's blocks)");
   } else if (cls != QuantClass::Float) {
     const WeightSpec& w = a.quant.format.weight;
     if (w.method == ScaleMethod::Importance)
@@ -297,8 +294,8 @@ void checkLayer(LayerAssignment& a) {
   } catch (const Error& e) {
     return fail(PlanField::Weight, "the fields make no valid format: " + e.message());
   }
-  if (a.quant.method == QuantMethod::Awq && cls != QuantClass::Int)
-    return fail(PlanField::Method, "awq is for INT weights");
+  if (a.quant.method == QuantMethod::Awq && cls != QuantClass::Int && cls != QuantClass::Ggml)
+    return fail(PlanField::Method, "awq is for INT weights and the ggml types");
   if (a.quant.smoothAlpha && quantKindTraits(a.quant.format.act.kind).cls == QuantClass::Float)
     return fail(PlanField::SmoothAlpha, "smooth_alpha moves activation outliers into the weights: it "
                                         "needs quantised activations (int8-tok, fp8e4m3-tok, …), the "

@@ -49,7 +49,7 @@ AwqSearch searchAwqScales(std::span<const AwqLinear> linears, int64_t cols,
 
   AwqSearch best;
   best.loss = std::numeric_limits<double>::infinity();
-  std::vector<float> s(static_cast<size_t>(cols)), wq;
+  std::vector<float> s(static_cast<size_t>(cols)), wq, imp(static_cast<size_t>(cols));
   for (int gi = 0; gi < gridPoints; ++gi) {
     const double alpha = double(gi) / double(gridPoints - 1);
     double mx = 0, mn = std::numeric_limits<double>::infinity();
@@ -66,7 +66,14 @@ AwqSearch searchAwqScales(std::span<const AwqLinear> linears, int64_t cols,
       const auto& l = linears[li];
       wq.assign(l.w.begin(), l.w.end());
       scaleColumns(wq, l.rows, cols, s);
-      fakeQuantWeight(l.spec, wq, wq, l.rows, cols);
+      if (l.spec.method == ScaleMethod::Importance) {
+        if (int64_t(l.importance.size()) != cols)
+          throw Error(ErrorKind::Internal, "AWQ search: " + weightSpecToString(l.spec) + " without its importance");
+        for (int64_t c = 0; c < cols; ++c) imp[size_t(c)] = l.importance[size_t(c)] / (s[size_t(c)] * s[size_t(c)]);
+        fakeQuantWeightWithImportance(l.spec, wq, wq, l.rows, cols, imp);
+      } else {
+        fakeQuantWeight(l.spec, wq, wq, l.rows, cols);
+      }
       for (int64_t r = 0; r < l.rows; ++r)
         for (int64_t c = 0; c < cols; ++c) wq[size_t(r * cols + c)] /= s[size_t(c)];
       const Eigen::Map<const MatF> Wq(wq.data(), l.rows, cols);

@@ -20,11 +20,14 @@
 
 namespace qs {
 
-// One linear that reads the group's input: W [rows, cols] row-major.
+// One linear that reads the group's input: W [rows, cols] row-major. A ggml spec with the
+// imatrix scale also needs `importance`, E[x_c²] of the unscaled input (the search rounds the
+// scaled weight with E[(x_c/s_c)²], as the layer will be rounded after the fold).
 struct AwqLinear {
   std::span<const float> w;
   int64_t rows = 0;
   WeightSpec spec;
+  std::span<const float> importance = {};
 };
 
 struct AwqSearch {

@@ -119,10 +119,11 @@ struct GroupStats {
 
 // Windows of `context` tokens, BOS first when bos >= 0: perplexity's cutting (the one place,
 // core/runtime/eval_windows.h), every token of `ids` used.
-// A ggml layer rounded to nearest by llama-quantize's imatrix search: it needs the importance of
-// each input column, which quantizeModel measures on its own calibration.
+// A ggml layer rounded to nearest (after an AWQ fold or not) by llama-quantize's imatrix search:
+// it needs the importance of each input column, which quantizeModel measures on its own
+// calibration. (GPTQ takes it from its Gram matrix.)
 bool imatrixRtn(const LayerQuant& e) {
-  return !e.unquantized() && e.method == RoundingMethod::Rtn && e.format.weight.method == ScaleMethod::Importance;
+  return !e.unquantized() && e.method != RoundingMethod::Gptq && e.format.weight.method == ScaleMethod::Importance;
 }
 
 std::vector<std::vector<int32_t>> cutWindows(std::span<const int32_t> ids, int64_t context, int32_t bos,
@@ -262,10 +263,11 @@ QuantizeReport quantizeModel(Runtime& rt, GptqOps& gptq, const LayerQuants& plan
         awq |= e.method == RoundingMethod::Awq;
       }
       if (smooth < 0 && !awq) continue;
+      std::vector<float> importance(s.sqSum.size());  // E[x²] of the unscaled input (imatrix specs)
+      for (size_t k = 0; k < importance.size(); ++k) importance[k] = float(s.sqSum[k] / double(s.tokens));
       std::vector<AwqLinear> ls;
       for (int i : grp.members)
-        ls.push_back({W[i], L[size_t(i)]->outFeatures,
-                      planOf(i).format.weight});
+        ls.push_back({W[i], L[size_t(i)]->outFeatures, planOf(i).format.weight, importance});
       if (grp.producer == InputGroup::Producer::None) {
         for (int i : grp.members)
           rep[i].note = std::string(awq ? "AWQ" : "SmoothQuant") +

@@ -104,7 +104,7 @@ class TestGgmlPlan : public QObject {
     for (const auto& a : q4k.layers) QVERIFY(a.problem.find("256-value block of q4_k") != std::string::npos);
 
     // Field combinations: imatrix is a scale for the ggml types only; mse makes no ggml format;
-    // gptq applies to them, awq does not; the group size is ignored (the block is the type's own).
+    // gptq and awq apply to them; the group size is ignored (the block is the type's own).
     auto firstProblem = [&](const char* entry) {
       const std::string j = std::string(R"({"schema": "quantscope-plan", "version": 2, "defaults": {"weight": "fp16"},
           "entries": [{"layers": ["blocks.0.attn.q"], )") + entry + "}]}";
@@ -115,7 +115,8 @@ class TestGgmlPlan : public QObject {
     QVERIFY(firstProblem(R"("weight": "int4-sym", "group_size": 32, "scale": "imatrix")").find("entries[0].scale") == 0);
     QVERIFY(firstProblem(R"("weight": "q4_0", "scale": "mse")").find("entries[0].scale") == 0);
     QCOMPARE(firstProblem(R"("weight": "q4_0", "method": "gptq")"), std::string());
-    QVERIFY(firstProblem(R"("weight": "q4_0", "method": "awq")").find("entries[0].method") == 0);
+    QCOMPARE(firstProblem(R"("weight": "q4_0", "method": "awq")"), std::string());
+    QVERIFY(firstProblem(R"("weight": "fp8e4m3", "group_size": "channel", "method": "awq")").find("entries[0].method") == 0);
   }
 
   void planTextRoundTrips() {
@@ -368,6 +369,46 @@ class TestGgmlPlan : public QObject {
       ++written;
     }
     QCOMPARE(written, gptqLayers + 2);
+  }
+
+  // method awq on the ggml types (plain and imatrix): the AWQ scales are searched with the type's
+  // own rounding (the imatrix one with E[(x/s)²]), folded into the norms before qkv and mlp.up,
+  // and the exported GGUF — folded norms, the folded weights in the ggml types — computes what
+  // the rounded runtime computed.
+  void awqOnGgmlTypesIsExported() {
+    QTemporaryDir dir;
+    const Plan p = plan(R"({"schema": "quantscope-plan", "version": 2, "defaults": {"weight": "fp16"},
+      "entries": [{"layers": ["blocks.*.attn.qkv"], "weight": "q4_0", "scale": "imatrix", "method": "awq"},
+                  {"layers": ["blocks.*.mlp.up"], "weight": "q4_1", "method": "awq"}]})");
+    const ResolvedPlan r = resolvePlanStrict(p, gpt2_.graph);
+    Runtime rt(*gpt2_.file, gpt2_.graph, cpu_->transformer());
+    const std::vector<int32_t> calibIds = tokensOf(gpt2_, "models/shakespeare-gpt2/calib.txt", 3000);
+    const CalibrationStats calib = calibrateForExport(rt, cpu_->stats(), calibIds, -1, "calib.txt");
+    const QuantizeReport rep = quantizeResolvedPlan(rt, *cpu_, r, calibIds, -1);
+    int awq = 0;
+    for (const LayerReport& l : rep.layers) awq += l.method == "awq" && l.awqAlpha >= 0;
+    QCOMPARE(awq, 8);
+    QCOMPARE(int(rep.rounded.fixed.size()), 4);  // the imatrix qkv layers keep their blocks
+    const std::vector<int32_t> text = tokensOf(gpt2_, "models/shakespeare-gpt2/heldout.txt", 2000);
+    const std::vector<int32_t> probe(text.begin(), text.begin() + 96);
+    const std::vector<float> expected = logitsOf(rt, probe);
+    const ExportSource src{*gpt2_.file, gpt2_.graph, gpt2_.tokenizer.get(), p, r, &rep.rounded};
+    ModelExportOptions o;
+    o.format = ModelExportFormat::Gguf;
+    o.calibration = &calib;
+    const std::string out = dir.filePath("awq.gguf").toStdString();
+    (void)exportModel(src, out, o);
+    const LoadedModel g = loadModel(out);
+    Runtime back(*g.file, g.graph, cpu_->transformer());
+    const std::vector<float> got = logitsOf(back, probe);
+    QCOMPARE(got.size(), expected.size());
+    double maxDiff = 0, maxAbs = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      maxDiff = std::max(maxDiff, double(std::fabs(got[i] - expected[i])));
+      maxAbs = std::max(maxAbs, double(std::fabs(expected[i])));
+    }
+    // FP16 for the unplanned layers is exact in both; the rest differs by float summation order.
+    QVERIFY2(maxDiff <= 1e-3 * maxAbs, qPrintable(QString("max |Δlogit| %1 of %2").arg(maxDiff).arg(maxAbs)));
   }
 
   void exportedGgufMeasuresWhatAccumulatePredicted() {
