@@ -131,6 +131,7 @@ void AutoquantDialog::buildUi(const QString& calibrationText) {
   reasonLabel_ = new QLabel;
   reasonLabel_->setObjectName(QStringLiteral("aqReason"));
   reasonLabel_->setWordWrap(true);
+  reasonLabel_->setTextFormat(Qt::PlainText);
   reasonLabel_->setStyleSheet(QStringLiteral("QLabel { color: #b00020; font-weight: bold; }"));
   reasonLabel_->hide();
 
@@ -201,9 +202,8 @@ void AutoquantDialog::buildUi(const QString& calibrationText) {
 
   measureButton_ = new QPushButton(tr("Measure"));
   measureButton_->setObjectName(QStringLiteral("aqMeasure"));
-  measureButton_->setToolTip(tr("Calibrate, then quantize every tensor to every candidate type and measure one exact "
-                                "KL probe per layer (minutes on a CPU for a 100M-parameter model)"));
   measuredLabel_ = new QLabel(tr("Not measured yet."));
+  measuredLabel_->setTextFormat(Qt::RichText);  // the staleness note is coloured; the rest escaped
   measuredLabel_->setObjectName(QStringLiteral("aqMeasured"));
   measuredLabel_->setWordWrap(true);
   measuredLabel_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
@@ -240,13 +240,16 @@ void AutoquantDialog::buildUi(const QString& calibrationText) {
   sliderRow->addWidget(bpw_);
   sliderRow->addWidget(matchButton_);
   sl->addLayout(sliderRow);
-  choiceLabel_ = new QLabel;
+  choiceLabel_ = new QLabel(tr("Measure first: the slider then spans every size the candidate types reach, from "
+                                "each tensor at its smallest type to each at its largest."));
   choiceLabel_->setObjectName(QStringLiteral("aqChoice"));
+  choiceLabel_->setTextFormat(Qt::RichText);
   choiceLabel_->setWordWrap(true);
   choiceLabel_->setTextInteractionFlags(Qt::TextSelectableByMouse);
   typesLabel_ = new QLabel;
   typesLabel_->setObjectName(QStringLiteral("aqTypes"));
   typesLabel_->setWordWrap(true);
+  typesLabel_->setTextFormat(Qt::PlainText);
   typesLabel_->setTextInteractionFlags(Qt::TextSelectableByMouse);
   sl->addWidget(choiceLabel_);
   sl->addWidget(typesLabel_);
@@ -299,14 +302,13 @@ void AutoquantDialog::buildUi(const QString& calibrationText) {
   planJson_->setObjectName(QStringLiteral("aqPlanJson"));
   planJson_->setToolTip(tr("Every tensor's type, bytes, error, gain and predicted KL, beside the file (.plan.json)"));
   auto* optRow = new QHBoxLayout;
-  optRow->addWidget(new QLabel(tr("Refine")));
   optRow->addWidget(refine_);
   optRow->addSpacing(12);
   optRow->addWidget(check_);
   optRow->addSpacing(12);
   optRow->addWidget(planJson_);
   optRow->addStretch(1);
-  eform->addRow(tr("Then"), optRow);
+  eform->addRow(tr("Refine"), optRow);
   exportButton_ = new QPushButton(tr("Export"));
   exportButton_->setObjectName(QStringLiteral("aqExport"));
   openButton_ = new QPushButton(tr("Open the File"));
@@ -332,6 +334,7 @@ void AutoquantDialog::buildUi(const QString& calibrationText) {
   status_ = new QLabel;
   status_->setObjectName(QStringLiteral("aqStatus"));
   status_->setWordWrap(true);
+  status_->setTextFormat(Qt::PlainText);
   status_->setTextInteractionFlags(Qt::TextSelectableByMouse);
   status_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
   auto* buttons = new QDialogButtonBox(QDialogButtonBox::Close);
@@ -399,6 +402,11 @@ void AutoquantDialog::setEngine(std::shared_ptr<Engine> engine) {
     exported_.reset();
     table_->setRowCount(0);
     measuredLabel_->setText(tr("Not measured yet (another model was opened)."));
+    choiceLabel_->setText(tr("Measure first."));
+    typesLabel_->clear();
+    minLabel_->clear();
+    maxLabel_->clear();
+    openButton_->hide();
   }
   engine_ = std::move(engine);
   reason_.clear();
@@ -443,15 +451,17 @@ void AutoquantDialog::refreshState() {
   const bool stale = plan_ && measuredWith_ && !(*measuredWith_ == in);
   measureButton_->setText(plan_ ? tr("Measure Again") : tr("Measure"));
   measureButton_->setEnabled(usable && !busyNow && !in.candidates.empty() && !in.text.isEmpty());
-  if (in.candidates.empty()) measureButton_->setToolTip(tr("Tick at least one candidate type"));
-  if (plan_ && measuredWith_) {
-    QString note = measuredLabel_->property("measured").toString();
-    if (stale)
-      note += QStringLiteral(" <span style='color:#b06000'>%1</span>")
-                  .arg(tr("The settings above changed since: Measure Again to use them (or set them back) before "
-                          "exporting."));
-    measuredLabel_->setText(note);
-  }
+  measureButton_->setToolTip(in.candidates.empty()
+                                 ? tr("Tick at least one candidate type")
+                                 : tr("Calibrate, then quantize every tensor to every candidate type and measure one "
+                                      "exact KL probe per layer (minutes on a CPU for a 100M-parameter model)"));
+  if (plan_ && measuredWith_)
+    measuredLabel_->setText(
+        stale ? QStringLiteral("%1 <span style='color:#b06000'>%2</span>")
+                    .arg(measuredSummary_.toHtmlEscaped(),
+                         tr("The settings above changed since: Measure Again to use them (or set them back) before "
+                            "exporting."))
+              : measuredSummary_.toHtmlEscaped());
   sizeBox_->setEnabled(usable && plan_ && !busyNow);
   exportBox_->setEnabled(usable && plan_ && !busyNow);
   exportButton_->setEnabled(usable && plan_ && !busyNow && !stale && !output_->text().trimmed().isEmpty());
@@ -493,7 +503,6 @@ void AutoquantDialog::submit(const QString& title, JobRunner::Work work, bool is
   const bool queued = jobs_->busy();  // behind another job (a sweep, a lab): it starts after it
   job_ = jobs_->submit(kTag, title, std::move(work));
   clock_.start();
-  setStatus(QString());
   refreshState();
   progress_->setValue(0);
   progress_->setFormat(queued ? tr("waiting for the running job to end…") : tr("starting…"));
@@ -532,6 +541,8 @@ bool AutoquantDialog::measure() {
   o.context = in.context;
   auto engine = engine_;
   QPointer<AutoquantDialog> self(this);
+  setStatus(tr("Measuring: the time left shows once the rate is known. Cancel (or Close) stops it; the measurement "
+               "writes nothing."));
   submit(tr("Autoquant: measuring %1").arg(QFileInfo(modelPath_).fileName()),
          [engine, o, in, self](const JobContext& ctx) -> std::function<void()> {
            const auto start = std::chrono::steady_clock::now();
@@ -578,8 +589,8 @@ void AutoquantDialog::onMeasured(std::shared_ptr<AutoquantPlan> plan, std::share
           .arg(plan_->tensors.size())
           .arg(measuredGains)
           .arg(plan_->referencePerplexity, 0, 'f', 2);
-  measuredLabel_->setProperty("measured", summary);
-  measuredLabel_->setText(summary);
+  measuredSummary_ = summary;
+  measuredLabel_->setText(summary.toHtmlEscaped());
   measuredLabel_->setToolTip(QString::fromStdString(plan_->basis));
   {
     const QSignalBlocker b(bpw_);
@@ -644,7 +655,9 @@ void AutoquantDialog::showChoice() {
                      .arg(p.bpw(), 0, 'f', 4)
                      .arg(mib(p.totalBytes), grouped(p.totalBytes), grouped(p.targetBytes));
   if (source > 0)
-    line += tr(" · %1 % of %2").arg(100.0 * double(p.totalBytes) / double(source), 0, 'f', 1).arg(QFileInfo(modelPath_).fileName());
+    line += tr(" · %1 % of %2")
+                .arg(100.0 * double(p.totalBytes) / double(source), 0, 'f', 1)
+                .arg(QFileInfo(modelPath_).fileName().toHtmlEscaped());
   line += tr(" · <b>predicted KL %1</b> nats/token").arg(p.predictedKl, 0, 'f', 5);
   choiceLabel_->setText(line);
   QStringList types;
@@ -765,6 +778,8 @@ bool AutoquantDialog::exportNow() {
   auto engine = engine_;
   auto tokens = tokens_;
   QPointer<AutoquantDialog> self(this);
+  setStatus(tr("Exporting to %1: refine, check, write. Cancel leaves no file (the file appears only when it is "
+               "complete).").arg(out));
   submit(tr("Autoquant: exporting %1").arg(outInfo.fileName()),
          [engine, tokens, plan, o, out, json, jsonPath, self](const JobContext& ctx) -> std::function<void()> {
            Runtime& rt = engine->runtime(ctx);
@@ -801,7 +816,14 @@ void AutoquantDialog::onExported(std::shared_ptr<const AutoquantPlan> plan, cons
                 .arg(p.checkedKl, 0, 'f', 5)
                 .arg(100.0 * p.checkedTop1, 0, 'f', 2)
                 .arg(p.checkedPositions);
-  if (p.refinedOptions > 0) text += tr("; %1 deciding options measured exactly").arg(p.refinedOptions);
+  // The refinement measured the options that decide the choice and chose again: its figures are
+  // the file's, the slider's line above is the estimate before it.
+  if (p.refinedOptions > 0 && plan_)
+    text += tr("; before writing, %1 deciding options were measured exactly and the types chosen again (the "
+               "slider's estimate at this size: %2 BPW, predicted KL %3)")
+                .arg(p.refinedOptions)
+                .arg(plan_->bpw(), 0, 'f', 4)
+                .arg(plan_->predictedKl, 0, 'f', 5);
   text += QLatin1Char('.');
   setStatus(text);
   status_->setToolTip(QString::fromStdString(p.basis + (p.checkBasis.empty() ? "" : "\ncheck: " + p.checkBasis)));

@@ -137,6 +137,7 @@ class AutoquantDialog : public QDialog {
   std::shared_ptr<const AutoquantTokens> tokens_;
   AutoquantOptions options_;
   std::optional<Inputs> measuredWith_;
+  QString measuredSummary_;  // what the measure line says (plain text)
   AutoquantSizeRange range_;
   uint64_t targetBytes_ = 0;
   std::shared_ptr<const AutoquantPlan> exported_;

@@ -3,6 +3,7 @@
 #include <QCoreApplication>
 #include <QDialog>
 #include <QDir>
+#include <QElapsedTimer>
 #include <QFileInfo>
 #include <QPushButton>
 #include <QTabWidget>
@@ -10,6 +11,7 @@
 #include <QTreeView>
 #include <algorithm>
 #include <cstdio>
+#include <memory>
 
 #include "app/gui/autoquant_dialog.h"
 #include "app/gui/export_dialog.h"
@@ -128,6 +130,16 @@ Walkthrough::Walkthrough(MainWindow* window, WalkthroughOptions options)
            return done();
          }
          pending_[0] = connect(autoquant_, &AutoquantDialog::measured, this, [this] {
+           // The slider's cost: a choice and its redraw per position, across the range.
+           const AutoquantSizeRange r = autoquant_->range();
+           QElapsedTimer clock;
+           clock.start();
+           constexpr int kMoves = 20;
+           for (int i = 0; i <= kMoves; ++i) autoquant_->setTargetBytes(r.minBytes + (r.maxBytes - r.minBytes) * uint64_t(i) / kMoves);
+           say(QStringLiteral("autoquant: %1 ms per slider position (the choice and the table), %2 .. %3 BPW")
+                   .arg(double(clock.nsecsElapsed()) / 1e6 / (kMoves + 1), 0, 'f', 1)
+                   .arg(r.minBpw, 0, 'f', 3)
+                   .arg(r.maxBpw, 0, 'f', 3));
            autoquant_->setTargetBpw(5.0);
            shoot(QStringLiteral("08c-autoquant-measured"), autoquant_);
          });
@@ -135,6 +147,14 @@ Walkthrough::Walkthrough(MainWindow* window, WalkthroughOptions options)
                                [this](const QString& m) { fail(QStringLiteral("autoquant measure: ") + m); });
          pending_[2] = connect(autoquant_, &AutoquantDialog::cancelled, this,
                                [this] { fail(QStringLiteral("autoquant measure was cancelled")); });
+         // One picture while it runs (progress, time left, Cancel), once a third is done.
+         auto taken = std::make_shared<bool>(false);
+         pending_[3] = connect(w_->jobs(), &JobRunner::jobProgress, this, [this, taken](quint64, double f, const QString& stage) {
+           if (*taken || f < 0.34 || !stage.startsWith(QLatin1String("measuring")) || !autoquant_) return;
+           *taken = true;
+           const QString path = QDir(o_.outDir).filePath(QStringLiteral("08c-autoquant-measuring.png"));
+           if (autoquant_->grab().save(path)) shots_ << path, say(QStringLiteral("08c-autoquant-measuring: ") + path);
+         });
          if (!autoquant_->measure()) fail(QStringLiteral("autoquant measure: ") + autoquant_->statusText());
        }},
       {QStringLiteral("08d-autoquant-exported"),

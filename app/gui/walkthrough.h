@@ -4,7 +4,8 @@
 // screenshot of the window after each step:
 //   01-open  02-layer  03-calibrate  04-sensitivity  05-autoplan  06-run  07-speed  08-export
 //   08b-autoquant  08c-autoquant-measured  08d-autoquant-exported  (File → Autoquant to GGUF…:
-//   the dialog before the measure, after it with the slider at 5 BPW, after the export to
+//   the dialog before the measure, during it (08c-autoquant-measuring, at a third: progress, time
+//   left, Cancel), after it with the slider at 5 BPW, after the export to
 //   DIR/autoquant.gguf; a model that is not a GGUF shows the dialog's reason and skips the rest)
 //   09-report (File → Export Report, written as report.html)  10-reopen-sensitivity
 //   11-reopen-run  (the model opened again after another one: the session restored)
@@ -64,7 +65,7 @@ class Walkthrough : public QObject {
   std::vector<Step> steps_;
   size_t current_ = 0;
   QStringList shots_;
-  QMetaObject::Connection pending_[3];
+  QMetaObject::Connection pending_[4];
   QTimer* timeout_ = nullptr;
   QPointer<AutoquantDialog> autoquant_;  // open from 08b to 08d
 };
