@@ -11,10 +11,10 @@
 #include "app/cli/run_support.h"
 #include "app/cli/terminal_progress.h"
 #include "core/autoquant/autoquant.h"
+#include "core/autoquant/autoquant_steps.h"
 #include "core/io/atomic_file.h"
 #include "core/model/model_file.h"
 #include "kernels/backend/backend.h"
-#include "kernels/ggml/ggml_types.h"
 #include "kernels/common/error.h"
 
 namespace qs::cli {
@@ -91,60 +91,25 @@ void registerAutoquant(CLI::App& app, CliContext& ctx) {
     if (m.model.file->format() != ModelFormat::Gguf)
       throw Error(ErrorKind::BadInput, a->model + ": autoquant reads GGUF models (export this one to GGUF first)");
     const Tokenizer& tok = *m.model.tokenizer;
-    // The one bounded reader: only the bytes the calibration and the check can need.
-    const int64_t checkTokens = a->checkWindows * a->context;
-    std::vector<int32_t> ids =
-        tok.encode(readTextFile(a->calibText, textBytesForTokens(tok, a->calibTokens + checkTokens)), {});
-    // Held-out check tokens: those after the calibration's, when the text has a whole window more.
-    std::vector<int32_t> held;
-    if (int64_t(ids.size()) >= a->calibTokens + a->context) held.assign(ids.begin() + a->calibTokens, ids.end());
-    if (int64_t(ids.size()) > a->calibTokens) ids.resize(size_t(a->calibTokens));
-    if (ids.size() < 128)
-      throw Error(ErrorKind::BadInput, "--calib-text " + a->calibText + ": " + std::to_string(ids.size()) +
-                                           " tokens; autoquant needs at least 128");
+    const AutoquantTokens tokens =
+        readAutoquantTokens(tok, a->calibText, a->calibTokens, a->context, a->checkWindows, "--calib-text");
     o.bos = tok.sequenceStart();
     o.checkWindows = a->checkWindows;
     JobContext job;
-    job.onProgress = [&progress](double f, std::string_view s) { progress.update(f * 0.85, s); };
-    AutoquantPlan plan = measureAutoquant(*m.model.file, *m.runtime, ids, o, job);
+    job.onProgress = [&progress](double f, std::string_view s) { progress.update(f, s); };
+    AutoquantPlan plan = measureAutoquant(*m.model.file, *m.runtime, tokens.calibration, o, progressRange(job, 0, 0.85));
     chooseAutoquantTypes(plan, o);
-    JobContext rjob;
-    rjob.cancelFlag = job.cancelFlag;
-    rjob.onProgress = [&progress](double f, std::string_view s) { progress.update(0.85 + 0.03 * f, s); };
-    refineAutoquant(*m.model.file, *m.runtime, ids, plan, o, rjob);
-    std::optional<RoundedTensors> gptq;
-    if (o.gptq) {
-      JobContext gjob;
-      gjob.cancelFlag = job.cancelFlag;
-      gjob.onProgress = [&progress](double f, std::string_view s) { progress.update(0.88 + 0.01 * f, s); };
-      gptq = roundAutoquantGptq(*m.model.file, *m.runtime, ctx.backend().gptq(), ids, plan, o, gjob);
-    }
-    const RoundedTensors* rounded = gptq ? &*gptq : nullptr;
-    if (a->checkWindows > 0 && (!held.empty() || int64_t(ids.size()) >= a->context)) {
-      JobContext cjob;
-      cjob.onProgress = [&progress](double f, std::string_view s) { progress.update(0.89 + 0.01 * f, s); };
-      checkAutoquant(*m.model.file, *m.runtime, held.empty() ? std::span<const int32_t>(ids) : held, plan, o, cjob,
-                     rounded);
-      if (held.empty()) plan.checkBasis += " (calibration tokens: the text has none beyond them)";
-      else plan.checkBasis += " (held-out tokens after the calibration's)";
-    }
+    const std::optional<RoundedTensors> gptq = refineAndCheckAutoquant(
+        *m.model.file, *m.runtime, tokens, plan, o, progressRange(job, 0.85, 0.9), &ctx.backend().gptq());
     const std::string planJson = autoquantPlanJson(plan);
     if (!a->planOut.empty()) writeFileAtomically(a->planOut, planJson + "\n");
-    JobContext wjob;
-    wjob.onProgress = [&progress](double f, std::string_view s) { progress.update(0.9 + 0.1 * f, s); };
-    writeAutoquantGguf(*m.model.file, plan, a->out, wjob, rounded);
+    writeAutoquantGguf(*m.model.file, plan, a->out, progressRange(job, 0.9, 1.0), gptq ? &*gptq : nullptr);
     if (a->json) {
       ctx.out << planJson << '\n';
       return;
     }
-    std::map<std::string, int> counts;
-    for (const auto& t : plan.tensors)
-      if (t.chosen >= 0) {
-        for (const auto& row : ggml::ggmlTypeTable())
-          if (row.dtype == t.options[size_t(t.chosen)].type) ++counts[std::string(row.name)];
-      }
     std::ostringstream types;
-    for (const auto& [n, c] : counts) types << ' ' << n << " x" << c;
+    for (const auto& [n, c] : autoquantTypeCounts(plan)) types << ' ' << n << " x" << c;
     char line[256];
     std::snprintf(line, sizeof line, "%.4f BPW (%llu tensor bytes, target %llu), predicted KL %.5f nats/token\n",
                   plan.bpw(), static_cast<unsigned long long>(plan.totalBytes),

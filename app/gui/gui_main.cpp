@@ -50,7 +50,7 @@ int runGui(QApplication& app) {
   parser.addOption(lab);
   QCommandLineOption walkthrough(QStringLiteral("walkthrough"),
                                  QStringLiteral("Drive the app through open, layer, calibrate, sensitivity, auto plan, run, "
-                                                "speed, export and reopen, saving a screenshot per step into DIR, then quit"),
+                                                "speed, export, autoquant and reopen, saving a screenshot per step into DIR, then quit"),
                                  QStringLiteral("DIR"));
   QCommandLineOption wtFormats(QStringLiteral("walkthrough-formats"),
                                QStringLiteral("Comma-separated formats for the walkthrough's sensitivity sweep"),
@@ -60,7 +60,12 @@ int runGui(QApplication& app) {
   QCommandLineOption wtOther(QStringLiteral("walkthrough-other"),
                              QStringLiteral("The model opened between the two visits (default: the bundled one)"),
                              QStringLiteral("model"));
+  QCommandLineOption wtSteps(QStringLiteral("walkthrough-steps"),
+                             QStringLiteral("Only the walkthrough steps whose names start with one of these "
+                                            "(comma-separated, e.g. 01,08b,08c,08d)"),
+                             QStringLiteral("list"));
   parser.addOption(walkthrough);
+  parser.addOption(wtSteps);
   parser.addOption(wtFormats);
   parser.addOption(wtTokens);
   parser.addOption(wtOther);
@@ -124,6 +129,7 @@ int runGui(QApplication& app) {
     if (parser.isSet(wtFormats)) o.sweepFormats = parser.value(wtFormats).split(QLatin1Char(','), Qt::SkipEmptyParts);
     if (parser.isSet(wtTokens)) o.tokens = parser.value(wtTokens).toLongLong();
     o.otherModel = parser.value(wtOther);
+    if (parser.isSet(wtSteps)) o.onlySteps = parser.value(wtSteps).split(QLatin1Char(','), Qt::SkipEmptyParts);
     auto* wt = new Walkthrough(window, o);
     QObject::connect(wt, &Walkthrough::finished, window, [](int code) { QCoreApplication::exit(code); });
     wt->start();

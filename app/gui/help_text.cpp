@@ -51,6 +51,7 @@ QString helpHtml(const QString& tabTitle) {
       "<h3>Keyboard</h3><table cellpadding='2'>"
       "<tr><td>Ctrl+O</td><td>Open a model</td></tr>"
       "<tr><td>Ctrl+E / Ctrl+Shift+E</td><td>Export the plan or weights / Export Report (HTML)</td></tr>"
+      "<tr><td>Ctrl+Shift+A</td><td>Autoquant to GGUF: measure, choose the size, write</td></tr>"
       "<tr><td>Ctrl+Z / Ctrl+Shift+Z</td><td>Undo / redo a plan edit</td></tr>"
       "<tr><td>Ctrl+F</td><td>Find a layer (the model panel's filter)</td></tr>"
       "<tr><td>Ctrl+1 … Ctrl+6</td><td>Model, Layer, Sensitivity, Plan, Run, Labs</td></tr>"

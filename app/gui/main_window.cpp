@@ -47,7 +47,9 @@
 #include "kernels/stats/stats_ops.h"
 #include "app/gui/job_runner.h"
 #include "app/gui/workspace.h"
+#include "app/gui/autoquant_dialog.h"
 #include "app/gui/export_dialog.h"
+#include "app/gui/job_progress.h"
 #include "widgets/plan_editor_view.h"
 #include "app/labs/labs_panel.h"
 #include "core/analysis/layer_analysis.h"
@@ -240,7 +242,7 @@ void MainWindow::buildUi() {
     w->hide();
   }
   connect(jobCancel_, &QPushButton::clicked, jobs_, &JobRunner::cancelAll);
-  auto jobClock = std::make_shared<QElapsedTimer>();
+  auto jobClock = std::make_shared<JobClock>();
   connect(jobs_, &JobRunner::jobStarted, this, [this, jobClock](quint64, const QString& title) {
     jobClock->start();
     jobLabel_->setText(title);
@@ -251,14 +253,7 @@ void MainWindow::buildUi() {
   });
   connect(jobs_, &JobRunner::jobProgress, this, [this, jobClock](quint64, double f, const QString& stage) {
     jobProgress_->setValue(int(f * 1000));
-    // Time left from the rate so far (once there is a rate to go by).
-    QString text = stage + QStringLiteral(" %p%");
-    const double elapsed = jobClock->isValid() ? double(jobClock->elapsed()) / 1000.0 : 0;
-    if (f > 0.02 && f < 1 && elapsed > 3) {
-      const double left = elapsed * (1 - f) / f;
-      text += left >= 90 ? tr(" · %1 min left").arg(std::lround(left / 60)) : tr(" · %1 s left").arg(std::lround(left));
-    }
-    jobProgress_->setFormat(text);
+    jobProgress_->setFormat(jobClock->format(f, stage));  // time left from the rate so far
   });
   auto jobEnded = [this] {
     if (jobs_->busy()) return;
@@ -389,6 +384,11 @@ void MainWindow::buildMenus() {
   QAction* exportAct = file->addAction(tr("&Export…"), this, &MainWindow::openExportDialog);
   exportAct->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_E));
   file->insertAction(quit, exportAct);
+  QAction* autoquant = file->addAction(tr("&Autoquant to GGUF…"), this, &MainWindow::openAutoquantDialog);
+  autoquant->setObjectName(QStringLiteral("autoquantAction"));
+  autoquant->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_A));
+  autoquant->setToolTip(tr("A mixed-precision GGUF at a size you choose, each tensor's type picked by measured sensitivity"));
+  file->insertAction(quit, autoquant);
   QAction* report = file->addAction(tr("Export &Report…"), this, [this] {
     const QString p = QFileDialog::getSaveFileName(this, tr("Export Report"),
                                                    QFileInfo(modelPath_).completeBaseName() + QStringLiteral("-report.html"),
@@ -511,6 +511,21 @@ ExportDialog* MainWindow::openExportDialog() {
     // no backend or text yet: a plan that needs rounding says so when exported
   }
   connect(d, &ExportDialog::exported, this, [this](const QString& p) { statusBar()->showMessage(tr("Exported %1").arg(p), 10000); });
+  d->open();
+  return d;
+}
+
+AutoquantDialog* MainWindow::openAutoquantDialog() {
+  if (!model_) {
+    statusBar()->showMessage(tr("Open a model first"), 5000);
+    return nullptr;
+  }
+  auto* d = new AutoquantDialog(jobs_, workspace_->engine(), modelPath_, workspace_->evalTextPath(), this);
+  d->setAttribute(Qt::WA_DeleteOnClose);
+  // The backend may come up (or the model change) while it is open.
+  connect(workspace_, &Workspace::engineChanged, d, &AutoquantDialog::setEngine);
+  connect(d, &AutoquantDialog::exported, this, [this](const QString& p) { statusBar()->showMessage(tr("Wrote %1").arg(p), 10000); });
+  connect(d, &AutoquantDialog::openRequested, this, [this](const QString& p) { openModel(p); });
   d->open();
   return d;
 }

@@ -31,6 +31,7 @@ namespace qs::app {
 class JobRunner;
 class Workspace;
 class ExportDialog;
+class AutoquantDialog;
 }
 
 namespace qs::app {
@@ -75,6 +76,9 @@ class MainWindow : public QMainWindow {
   void chooseEvalText();
   // File → Export…: the plan being edited or the weights with it applied (non-modal).
   ExportDialog* openExportDialog();
+  // File → Autoquant to GGUF…: measure, choose the size with a slider, write the GGUF (window-
+  // modal; its jobs run on the workspace's engine).
+  AutoquantDialog* openAutoquantDialog();
   // Shows `tensor` in the layer view and computes its analysis off the GUI thread.
   void selectTensor(const QString& tensor);
 

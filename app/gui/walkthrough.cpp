@@ -3,13 +3,17 @@
 #include <QCoreApplication>
 #include <QDialog>
 #include <QDir>
+#include <QElapsedTimer>
 #include <QFileInfo>
 #include <QPushButton>
 #include <QTabWidget>
 #include <QTimer>
 #include <QTreeView>
+#include <algorithm>
 #include <cstdio>
+#include <memory>
 
+#include "app/gui/autoquant_dialog.h"
 #include "app/gui/export_dialog.h"
 #include "app/gui/job_runner.h"
 #include "app/gui/main_window.h"
@@ -108,14 +112,69 @@ Walkthrough::Walkthrough(MainWindow* window, WalkthroughOptions options)
        [this] {
          ExportDialog* d = w_->openExportDialog();
          if (!d) return fail(QStringLiteral("the export dialog did not open"));
-         QTimer::singleShot(2 * kSettleMs, this, [this, d] {
-           const QString path = QDir(o_.outDir).filePath(QStringLiteral("08-export.png"));
-           if (!d->grab().save(path)) return fail(QStringLiteral("cannot write ") + path);
-           shots_ << path;
-           say(QStringLiteral("08-export: ") + path);
-           d->close();
-           done();
+         shoot(QStringLiteral("08-export"), d, true);
+       }},
+      {QStringLiteral("08b-autoquant"),
+       [this] {
+         autoquant_ = w_->openAutoquantDialog();
+         if (!autoquant_) return fail(QStringLiteral("the autoquant dialog did not open"));
+         autoquant_->setCalibrationTokens(int(std::max<qint64>(o_.tokens, kAutoquantMinTokens)));
+         // The backend is up (the jobs before ran): a reason here is the model's (not a GGUF).
+         if (!autoquant_->unavailableReason().isEmpty()) say(QStringLiteral("autoquant: ") + autoquant_->unavailableReason());
+         shoot(QStringLiteral("08b-autoquant"), autoquant_);
+       }},
+      {QStringLiteral("08c-autoquant-measured"),
+       [this] {
+         if (!autoquant_ || !autoquant_->unavailableReason().isEmpty()) {
+           say(QStringLiteral("08c-autoquant-measured: skipped (the dialog cannot run on this model)"));
+           return done();
+         }
+         pending_[0] = connect(autoquant_, &AutoquantDialog::measured, this, [this] {
+           // The slider's cost: a choice and its redraw per position, across the range.
+           const AutoquantSizeRange r = autoquant_->range();
+           QElapsedTimer clock;
+           clock.start();
+           constexpr int kMoves = 20;
+           for (int i = 0; i <= kMoves; ++i) autoquant_->setTargetBytes(r.minBytes + (r.maxBytes - r.minBytes) * uint64_t(i) / kMoves);
+           say(QStringLiteral("autoquant: %1 ms per slider position (the choice and the table), %2 .. %3 BPW")
+                   .arg(double(clock.nsecsElapsed()) / 1e6 / (kMoves + 1), 0, 'f', 1)
+                   .arg(r.minBpw, 0, 'f', 3)
+                   .arg(r.maxBpw, 0, 'f', 3));
+           autoquant_->setTargetBpw(5.0);
+           shoot(QStringLiteral("08c-autoquant-measured"), autoquant_);
          });
+         pending_[1] = connect(autoquant_, &AutoquantDialog::failed, this,
+                               [this](const QString& m) { fail(QStringLiteral("autoquant measure: ") + m); });
+         pending_[2] = connect(autoquant_, &AutoquantDialog::cancelled, this,
+                               [this] { fail(QStringLiteral("autoquant measure was cancelled")); });
+         // One picture while it runs (progress, time left, Cancel), once a third is done.
+         auto taken = std::make_shared<bool>(false);
+         pending_[3] = connect(w_->jobs(), &JobRunner::jobProgress, this, [this, taken](quint64, double f, const QString& stage) {
+           if (*taken || f < 0.34 || !stage.startsWith(QLatin1String("measuring")) || !autoquant_) return;
+           *taken = true;
+           const QString path = QDir(o_.outDir).filePath(QStringLiteral("08c-autoquant-measuring.png"));
+           if (autoquant_->grab().save(path)) shots_ << path, say(QStringLiteral("08c-autoquant-measuring: ") + path);
+         });
+         if (!autoquant_->measure()) fail(QStringLiteral("autoquant measure: ") + autoquant_->statusText());
+       }},
+      {QStringLiteral("08d-autoquant-exported"),
+       [this] {
+         if (!autoquant_ || !autoquant_->unavailableReason().isEmpty() || !autoquant_->plan()) {
+           say(QStringLiteral("08d-autoquant-exported: skipped"));
+           if (autoquant_) autoquant_->close();
+           return done();
+         }
+         pending_[0] = connect(autoquant_, &AutoquantDialog::exported, this, [this] {
+           say(QStringLiteral("autoquant: ") + autoquant_->statusText());
+           shoot(QStringLiteral("08d-autoquant-exported"), autoquant_, true);
+         });
+         pending_[1] = connect(autoquant_, &AutoquantDialog::failed, this,
+                               [this](const QString& m) { fail(QStringLiteral("autoquant export: ") + m); });
+         pending_[2] = connect(autoquant_, &AutoquantDialog::cancelled, this,
+                               [this] { fail(QStringLiteral("autoquant export was cancelled")); });
+         autoquant_->setOutput(QDir(o_.outDir).filePath(QStringLiteral("autoquant.gguf")));
+         autoquant_->setOverwrite(true);
+         if (!autoquant_->exportNow()) fail(QStringLiteral("autoquant export: ") + autoquant_->statusText());
        }},
       {QStringLiteral("09-report"),
        [this] {
@@ -150,6 +209,13 @@ Walkthrough::Walkthrough(MainWindow* window, WalkthroughOptions options)
          QTimer::singleShot(kSettleMs, this, [this] { shoot(QStringLiteral("11-reopen-run")); });
        }},
   };
+  if (!o_.onlySteps.isEmpty())
+    steps_.erase(std::remove_if(steps_.begin(), steps_.end(),
+                                [this](const Step& s) {
+                                  return std::none_of(o_.onlySteps.begin(), o_.onlySteps.end(),
+                                                      [&s](const QString& p) { return s.name.startsWith(p); });
+                                }),
+                 steps_.end());
 }
 
 void Walkthrough::start() {
@@ -194,13 +260,17 @@ void Walkthrough::fail(const QString& why) {
   emit finished(2);
 }
 
-void Walkthrough::shoot(const QString& name) {
+void Walkthrough::shoot(const QString& name, QWidget* what, bool closeAfter) {
   for (auto& c : pending_) disconnect(c);
-  QTimer::singleShot(kSettleMs, this, [this, name] {
+  QPointer<QWidget> target = what ? what : static_cast<QWidget*>(w_);
+  // A dialog gets twice the time: it has just been laid out for the first time.
+  QTimer::singleShot(what ? 2 * kSettleMs : kSettleMs, this, [this, name, target, closeAfter] {
+    if (!target) return fail(name + QStringLiteral(": the window to shoot was closed"));
     const QString path = QDir(o_.outDir).filePath(name + QStringLiteral(".png"));
-    if (!w_->grab().save(path)) return fail(QStringLiteral("cannot write ") + path);
+    if (!target->grab().save(path)) return fail(QStringLiteral("cannot write ") + path);
     shots_ << path;
     say(name + QStringLiteral(": ") + path);
+    if (closeAfter) target->close();
     done();
   });
 }

@@ -1,6 +1,7 @@
 // autoquant (autoquant.h): calibration, candidate errors, per-layer gains, the budget choice and
 // the GGUF writer.
 #include "core/autoquant/autoquant.h"
+#include "core/autoquant/autoquant_steps.h"
 
 #include <algorithm>
 #include <cctype>
@@ -397,18 +398,9 @@ AutoquantPlan measureAutoquant(const ModelFile& file, Runtime& rt, std::span<con
 }
 
 void chooseAutoquantTypes(AutoquantPlan& plan, const AutoquantOptions& options) {
-  uint64_t fixed = 0, minBytes = 0, maxBytes = 0;
-  for (auto& t : plan.tensors) {
-    if (!t.quantizable || t.options.empty()) {
-      t.quantizable = t.quantizable && !t.options.empty();
-      fixed += t.keptBytes;
-      continue;
-    }
-    uint64_t lo = UINT64_MAX, hi = 0;
-    for (const auto& o : t.options) lo = std::min(lo, o.bytes), hi = std::max(hi, o.bytes);
-    minBytes += lo;
-    maxBytes += hi;
-  }
+  for (auto& t : plan.tensors) t.quantizable = t.quantizable && !t.options.empty();
+  const AutoquantSizeRange range = autoquantSizeRange(plan);
+  const uint64_t fixed = range.fixedBytes, minBytes = range.minBytes - fixed, maxBytes = range.maxBytes - fixed;
   if (options.targetBytes.has_value() == options.targetBpw.has_value())
     throw Error(ErrorKind::BadInput, "autoquant: give exactly one of --target-bpw and --target-bytes");
   const uint64_t target = options.targetBytes

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The app as a new user would take it, scripted: open -> layer -> calibrate -> sensitivity ->
-# auto plan -> run -> speed -> export -> report -> reopen, one screenshot per step (PNG) and the
+# auto plan -> run -> speed -> export -> autoquant -> report -> reopen, one screenshot per step (PNG) and the
 # HTML report, under Xvfb (or the display you have with QS_DISPLAY=1).
 #
 #   scripts/gui/walkthrough.sh MODEL [OUTDIR] [-- extra quantscope options]
+#   scripts/gui/walkthrough.sh MODEL OUTDIR -- --walkthrough-steps 01,08b,08c,08d   # the autoquant dialog alone
 #
 # Environment: QS_BIN (default build/bin/quantscope), QS_WT_FORMATS (sweep formats, default
 # "int4-g32-sym,int4-ch-sym,int8-ch-sym": three, because a CPU sweep of SmolLM2-135M takes minutes per format),
