@@ -15,7 +15,7 @@ void ModelTreeModel::setModel(std::shared_ptr<const ModelFile> model) {
   beginResetModel();
   model_ = std::move(model);
   groups_.clear();
-  labels_ = model_ ? LayerLabels(model_->graph(), false) : LayerLabels();
+  labels_ = model_ ? LayerLabels(model_->graph()) : LayerLabels();
   if (model_) {
     // Groups come from the model's ModelGraph: embeddings, one node per block (its tensors in
     // execution order: norm, q, k, v, o, norm, gate, up, down — biases after their weights),

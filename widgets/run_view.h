@@ -33,7 +33,7 @@ struct RunCurve {
 };
 
 struct RunSpeed {
-  QStringList layers;            // layer names (widgets/layer_labels.h), execution order
+  QStringList layers;            // canonical layer names (LayerRef::name), execution order
   QStringList weightNames;       // their weight tensors (click-through to the Layer tab)
   std::vector<double> speedup;   // per layer: baseline time / plan kernel time (NaN: not measured)
   double wholeModel = RunCurve::nan;

@@ -133,13 +133,11 @@ SensitivityView::SensitivityView(QWidget* parent) : QWidget(parent) {
   connect(barFormat_, &QComboBox::currentIndexChanged, this, [this] { rebuildBars(); });
 }
 
-void SensitivityView::setLayerLabels(LayerLabels labels) {
-  labels_ = std::move(labels);
-  rebuild();
-}
-
 QString SensitivityView::layerName(int l) const {
-  return l >= 0 && l < int(table_.layers.size()) ? labels_.of(table_.layers[size_t(l)]) : QString();
+  if (l < 0 || l >= int(table_.layers.size())) return {};
+  const LayerRef& r = table_.layers[size_t(l)];
+  // Rows are named when the table is made or opened against its model; the tensor otherwise.
+  return QString::fromStdString(r.name.empty() ? r.weightName : r.name);
 }
 
 int SensitivityView::notApplicableCells() const {

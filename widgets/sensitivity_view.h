@@ -6,14 +6,14 @@
 // entries not measured yet (NaN) stay blank; cells whose format cannot apply to the layer (a group
 // size that does not divide K) are grey, distinct from every colour of the scale.
 // At real-model scale (SmolLM2: 211 layers) the heatmap and the bars scroll with a readable row
-// per layer, each labelled with the layer's one name (layer_labels.h); hovering shows the cell's
+// per layer, each labelled with the layer's one name (its row's canonical name, LayerRef::name:
+// the model tree's and the Plan tab's; the tensor name is in the tooltip); hovering shows the cell's
 // figures, clicking a cell, a bar or a point emits cellClicked (the window opens that layer).
 #include <QWidget>
 
 #include <vector>
 
 #include "core/analysis/tables.h"
-#include "widgets/layer_labels.h"
 
 class QComboBox;
 class QLabel;
@@ -31,7 +31,6 @@ class SensitivityView : public QWidget {
 
   explicit SensitivityView(QWidget* parent = nullptr);
   void setTable(const SensitivityTable& table);
-  void setLayerLabels(LayerLabels labels);
   // What the tooltip shows for this layer and format (tests, the hover read-out).
   QString cellText(int layer, int format) const;
   static constexpr int kRowPixels = 14;  // one heatmap row / bar per layer, label included
@@ -74,7 +73,6 @@ class SensitivityView : public QWidget {
   QCustomPlot* heat_ = nullptr;
   QCPColorMap* map_ = nullptr;
   QCPColorMap* naMap_ = nullptr;  // grey where a format does not apply
-  LayerLabels labels_;
   std::vector<int> barLayers_;
   std::vector<std::pair<int, int>> scatterCells_;
   QCustomPlot* bars_ = nullptr;

@@ -50,7 +50,7 @@ AnalysisSetup setUpAnalysis(CliContext& ctx, const AnalysisArgs& a, TerminalProg
   // was accepted for any model with the same layer names).
   progress.update(0, "hashing the model");
   s.modelHash = sampledModelHash(*s.run.model.file);
-  if (!a.session.empty()) s.session = openSessionFor(a.session, a.model, s.modelHash);
+  if (!a.session.empty()) s.session = openSessionFor(a.session, a.model, s.modelHash, s.run.model.graph);
   progress.update(0, "tokenizing");
   const Tokenizer& tok = *s.run.model.tokenizer;
   s.tokens = tok.encode(readTextFile(s.textSource, textBytesForTokens(tok, a.tokens)), {});

@@ -82,7 +82,7 @@ void registerAccumulate(CLI::App& app, CliContext& ctx) {
       } catch (const Error& e) {
         throw Error(ErrorKind::BadInput, e.message(), {}, "--format");
       }
-      plan = uniformPlan(rt, f, &skipped);
+      plan = uniformQuants(rt.linears(), f, "--format", &skipped);
       const QuantMethod method = parseRoundingMethod(a->method);
       for (LayerQuant& q : plan)
         if (!q.unquantized()) {

@@ -64,10 +64,12 @@ void registerBenchE2e(CLI::App& bench, CliContext& ctx) {
     } else {
       // Every layer the format fits; the others stay in FP16 (say, K not a multiple of the group).
       size_t fit = 0;
-      for (const LinearLayer* l : rt.linears()) {
-        const bool ok = formatFitsShape(*format, l->outFeatures, l->inFeatures);
+      const QuantFormat fp16 = parseQuantFormat("fp16");
+      for (int i = 0; i < int(L); ++i) {
+        const LinearLayer* l = rt.linears()[size_t(i)];
+        const bool ok = weightFitsShape(format->weight, l->outFeatures, l->inFeatures);
         fit += ok;
-        quant.push_back(LayerQuant{ok ? *format : parseQuantFormat("fp16")});
+        quant.push_back(LayerQuant{rt.checkLinearFormat(i, ok ? *format : fp16, "--format"), QuantMethod::Rtn, std::nullopt});
       }
       planName = formatToString(*format) + (fit == L ? " everywhere"
                                                      : " on " + std::to_string(fit) + " of " + std::to_string(L) +

@@ -130,7 +130,7 @@ void registerBenchSweep(CLI::App& bench, CliContext& ctx) {
           continue;
         }
         const auto m0 = Clock::now();
-        rt.setLinearFormat(i, formats[f], mode);
+        rt.setLinearFormat(i, rt.checkLinearFormat(i, formats[f], "--format"), mode);
         rt.copy(work, cache[size_t(b)]);
         for (int bb = b; bb < nBlocks; ++bb) rt.runBlock(bb, work, T, 0);
         rt.head(work, T, logits);

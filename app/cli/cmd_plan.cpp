@@ -171,22 +171,10 @@ SensitivityTable loadOrMeasure(const SensitivitySource& s, const std::string& mo
     if (!t.modelHash.empty() && !sameHashAlgorithm(t.modelHash, m.id.hash))
       ctx.err << "note: the table's model hash (" << t.modelHash << ") is of another kind than " << m.id.hash
               << ": not compared\n";
-    // The table against the model: a layer of the model must have the model's shape there (a
-    // table of another model with the same layer names would otherwise lend it its figures).
-    std::map<std::string, const LinearLayer*> byName;
-    for (const LinearLayer* l : m.graph().allLinears()) byName.emplace(l->weightName, l);
-    for (size_t i = 0; i < t.layers.size(); ++i) {
-      const LayerRef& ref = t.layers[i];
-      auto it = byName.find(ref.weightName);
-      if (it == byName.end() || s.allowOtherModel) continue;
-      if ((ref.outFeatures && ref.outFeatures != it->second->outFeatures) ||
-          (ref.inFeatures && ref.inFeatures != it->second->inFeatures))
-        throwBadInput(s.file, "layers[" + std::to_string(i) + "]",
-                      "layer '" + ref.weightName + "' is [" + std::to_string(ref.outFeatures) + ", " +
-                          std::to_string(ref.inFeatures) + "] in the table, [" +
-                          std::to_string(it->second->outFeatures) + ", " + std::to_string(it->second->inFeatures) +
-                          "] in " + modelPath);
-    }
+    // The table against the model: each row gets its canonical name, by which plans join it; a
+    // row must be a layer of the model with the model's shape (a table of another model with the
+    // same layer names would otherwise lend it its figures).
+    nameLayerRows(t.layers, m.graph(), s.file, "layers", s.allowOtherModel);
     // After the checks: a refused table prints its one error line only.
     if (t.modelHash.empty())
       ctx.err << "warning: " << s.file << ": the table has no model_hash, so it cannot be checked against "
@@ -247,7 +235,11 @@ GgufSize ggufSize(const ModelFile& file, const Plan& plan, const ResolvedPlan& r
   // plain search (the export itself needs --calib-text for them).
   ResolvedPlan sized = r;
   for (auto& a : sized.layers)
-    if (a.quant.format.weight.method == ScaleMethod::Importance) a.quant.format.weight.method = ScaleMethod::AbsMax;
+    if (a.quant.format.weight.method == ScaleMethod::Importance) {
+      QuantFormat plain = a.quant.format;
+      plain.weight.method = ScaleMethod::AbsMax;
+      a.quant.format = checkFormat(plain, a.outFeatures, a.inFeatures, "scale", a.weightName);
+    }
   const ExportSource src{file, file.graph(), nullptr, plan, sized};
   ModelExportOptions o;
   o.format = ModelExportFormat::Gguf;
@@ -468,13 +460,13 @@ void registerShow(CLI::App& plan, CliContext& ctx) {
     std::optional<SensitivityTable> table;
     std::optional<SensitivityLookup> lookup;
     if (!a->sens.file.empty()) {
-      table = loadSensitivityTable(a->sens.file);
+      table = loadSensitivityTable(a->sens.file, m.graph(), a->sens.allowOtherModel);
       lookup.emplace(*table, metricOf(a->sens, *table));
     }
     std::optional<SpeedTable> speed;
     std::optional<SpeedLookup> speedLookup;
     if (!a->speed.file.empty()) {
-      speed = loadSpeedTable(a->speed.file);
+      speed = loadSpeedTable(a->speed.file, m.graph());
       speedLookup.emplace(*speed, a->speed.tokens);
     }
     const PlanFigures f = computePlanFigures(r, lookup ? &*lookup : nullptr, speedLookup ? &*speedLookup : nullptr);
@@ -564,7 +556,7 @@ void registerPareto(CLI::App& plan, CliContext& ctx) {
     std::optional<SpeedTable> speed;
     std::optional<SpeedLookup> speedLookup;
     if (!a->speed.file.empty()) {
-      speed = loadSpeedTable(a->speed.file);
+      speed = loadSpeedTable(a->speed.file, m.graph());
       speedLookup.emplace(*speed, a->speed.tokens);
     }
     ProblemOptions po;
@@ -705,7 +697,7 @@ void registerMeasure(CLI::App& plan, CliContext& ctx) {
     std::optional<SensitivityTable> table;
     std::optional<SensitivityLookup> lookup;
     if (!a->sens.file.empty()) {
-      table = loadSensitivityTable(a->sens.file);
+      table = loadSensitivityTable(a->sens.file, m.graph(), a->sens.allowOtherModel);
       lookup.emplace(*table, metricOf(a->sens, *table));
     }
     Measurement meas = prepareMeasurement(ctx, a->model, a->sens.text, progress);

@@ -94,7 +94,7 @@ void registerQuantize(CLI::App& app, CliContext& ctx) {
           fi.weight.groupSize = 0;
           fallbacks.push_back(L[i]->weightName + " (K = " + std::to_string(L[i]->inFeatures) + ")");
         }
-        formats[i].format = fi;
+        formats[i].format = rt.checkLinearFormat(int(i), fi, "--format");
       }
     }
 

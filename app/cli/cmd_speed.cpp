@@ -13,6 +13,7 @@
 #include "app/cli/text_table.h"
 #include "core/analysis/speed.h"
 #include "core/analysis/tables_json.h"
+#include "core/plan/layer_names.h"
 #include "core/plan/model_hash.h"
 #include "core/session/session.h"
 #include "core/runtime/loaded_model.h"
@@ -66,11 +67,11 @@ void registerSpeed(CLI::App& app, CliContext& ctx) {
     LoadedModel m = loadModel(a->model);
     // Opened before measuring: a session of another model fails at once.
     std::optional<Session> session;
-    if (!a->session.empty()) session = openSessionFor(a->session, a->model, sampledModelHash(*m.file));
+    if (!a->session.empty()) session = openSessionFor(a->session, a->model, sampledModelHash(*m.file), m.graph);
     SpeedOptions o;
     o.tokenCounts = a->tokens;
     o.repeats = a->repeats;
-    const std::vector<LayerRef> layers = speedLayers(m.graph);
+    const std::vector<LayerRef> layers = linearLayerRows(m.graph);
     if (!a->plan.empty()) {
       o.plan = planFormatsFromFile(a->plan, m, layers.size(), a->allowOtherModel, "speed", ctx.err);
     } else {

@@ -84,7 +84,7 @@ LayerQuants planFormatsFromFile(const std::string& path, const LoadedModel& mode
   if (needsRounding(f.resolved))
     notes << path << ": the plan names rounding methods or smooth_alpha; " << command << " takes only its formats\n";
   LayerQuants q = f.resolved.quants(linears);
-  for (LayerQuant& l : q) l = LayerQuant{l.format};
+  for (LayerQuant& l : q) l = LayerQuant{l.format, QuantMethod::Rtn, std::nullopt};
   return q;
 }
 

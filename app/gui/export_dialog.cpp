@@ -182,11 +182,14 @@ void ExportDialog::refreshPreview() {
                   .arg(p.tensors.size())
                   .arg(double(p.estimatedBytes) / (1 << 20), 0, 'f', 2);
       for (const auto& f : p.files) html += QStringLiteral("<li>%1</li>").arg(QString::fromStdString(f).toHtmlEscaped());
-      html += QStringLiteral("</ul><table cellpadding='2'><tr><th align='left'>tensor</th><th align='left'>stored as</th><th align='left'>note</th></tr>");
+      // The target's tensor name beside the layer's one name (the Plan tab's, the model tree's).
+      html += QStringLiteral("</ul><table cellpadding='2'><tr><th align='left'>layer</th><th align='left'>tensor</th>"
+                             "<th align='left'>stored as</th><th align='left'>note</th></tr>");
       for (const auto& t : p.tensors)
-        if (t.planLayer >= 0)
-          html += QStringLiteral("<tr><td>%1</td><td>%2</td><td>%3</td></tr>")
-                      .arg(QString::fromStdString(t.outputName).toHtmlEscaped(),
+        if (t.planLayer >= 0 && size_t(t.planLayer) < s_->resolved.layers.size())
+          html += QStringLiteral("<tr><td>%1</td><td>%2</td><td>%3</td><td>%4</td></tr>")
+                      .arg(QString::fromStdString(s_->resolved.layers[size_t(t.planLayer)].name).toHtmlEscaped(),
+                           QString::fromStdString(t.outputName).toHtmlEscaped(),
                            QString::fromStdString(t.storage).toHtmlEscaped(),
                            QString::fromStdString(t.note).toHtmlEscaped());
       html += QStringLiteral("</table>");

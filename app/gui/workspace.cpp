@@ -39,7 +39,6 @@
 #include "core/plan/plan_editor.h"
 #include "core/plan/plan_figures.h"
 #include "core/plan/layer_names.h"
-#include "widgets/layer_labels.h"
 #include <QSettings>
 #include <QGuiApplication>
 #include <QScreen>
@@ -349,8 +348,6 @@ void Workspace::setModel(std::shared_ptr<ModelFile> model, const QString& path) 
   graph_ = buildModelGraph(*model_);
   makeEngine();  // the next job builds the new model's runtime
   hash_ = sampledModelHash(*model_);
-  const widgets::LayerLabels labels(graph_);
-  sensitivityView_->setLayerLabels(labels);
   {
     // The evaluation text chosen for this model last time (kept per model, like its session).
     QSettings st;
@@ -379,7 +376,7 @@ void Workspace::setModel(std::shared_ptr<ModelFile> model, const QString& path) 
   QDir().mkpath(dir);
   sessionPath_ = dir + QLatin1Char('/') + safe + QStringLiteral(".qsession");
   try {
-    session_ = openSessionFor(sessionPath_.toStdString(), path.toStdString(), hash_);
+    session_ = openSessionFor(sessionPath_.toStdString(), path.toStdString(), hash_, graph_);
   } catch (const Error& e) {
     // The model opens with a fresh session; the unreadable file is kept aside, never overwritten
     // by the next autosave: renamed to NAME.corrupt-N (docs/reliability.md).
@@ -675,10 +672,9 @@ void Workspace::showSpeed(const QString& name, const SpeedTable& t, double whole
     return;
   }
   widgets::RunSpeed s;
-  const widgets::LayerLabels labels(graph_);
   double base = 0, kern = 0;
   for (size_t l = 0; l < t.layers.size() && l < plan.size(); ++l) {
-    s.layers << labels.of(t.layers[l]);
+    s.layers << QString::fromStdString(t.layers[l].name);  // row l is plan (and runtime) layer l
     s.weightNames << QString::fromStdString(t.layers[l].weightName);
     double v = widgets::RunCurve::nan;
     for (size_t f = 0; f < t.formats.size(); ++f)
@@ -704,7 +700,7 @@ void Workspace::measureSpeed(qint64 tokens) {
   if (!planEditor_->document()) return;
   LayerQuants plan;
   try {
-    plan = planEditor_->document()->resolved().quants(speedLayers(graph_).size());
+    plan = planEditor_->document()->resolved().quants(linearLayerRows(graph_).size());
   } catch (const Error& e) {
     emit message(tr("The plan cannot run: %1").arg(QString::fromStdString(e.what())));
     return;

@@ -172,13 +172,13 @@ uint64_t applyPlan(Runtime& rt, const std::function<std::string(const std::strin
     const std::string text = formatFor(l->weightName);
     if (text.empty() || text == "fp16") {
       bytes += uint64_t(rows * cols) * 2;
-      if (text == "fp16") rt.setLinearFormat(i, parseQuantFormat("fp16"));
+      if (text == "fp16") rt.setLinearFormat(i, rt.checkLinearFormat(i, parseQuantFormat("fp16"), "format"));
       continue;
     }
     const QuantFormat f = fittedFormat(text, cols);
     if (fallbacks && formatToString(f) != formatToString(parseQuantFormat(text)))
       fallbacks->push_back(l->weightName);
-    rt.setLinearFormat(i, f);
+    rt.setLinearFormat(i, rt.checkLinearFormat(i, f, "format"));
     bytes += quantStorage(f.weight, rows, cols).totalBytes();
   }
   return bytes;

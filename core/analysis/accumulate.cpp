@@ -48,20 +48,6 @@ const LinearLayer& linearAt(const Runtime& rt, size_t i) { return *rt.linears()[
 
 }  // namespace
 
-LayerQuants uniformPlan(const Runtime& rt, const QuantFormat& format, std::vector<std::string>* skipped) {
-  validateQuantFormat(format);
-  LayerQuants q(rt.linears().size());
-  for (size_t i = 0; i < q.size(); ++i) {
-    const LinearLayer& l = linearAt(rt, i);
-    std::string why;
-    if (formatFitsShape(format, l.outFeatures, l.inFeatures, &why))
-      q[i].format = format;
-    else if (skipped)
-      skipped->push_back(l.weightName + ": " + why);
-  }
-  return q;
-}
-
 nlohmann::ordered_json quantsToJson(const Runtime& rt, const LayerQuants& quants) {
   nlohmann::ordered_json j = nlohmann::ordered_json::object();
   for (size_t i = 0; i < quants.size() && i < rt.linears().size(); ++i)
@@ -89,7 +75,7 @@ AccumulationResult runAccumulation(Runtime& rt, std::span<const int32_t> text,
                                    const AccumulationCallback& onUpdate) {
   const size_t L = rt.linears().size();
   // The formats that change a layer (FP32 weights and activations leave it as loaded).
-  std::vector<std::optional<QuantFormat>> formats(plan.size());
+  std::vector<std::optional<CheckedFormat>> formats(plan.size());
   for (size_t i = 0; i < plan.size(); ++i)
     if (!isUnquantized(plan[i].format)) formats[i] = plan[i].format;
   if (plan.size() != L)
@@ -97,7 +83,7 @@ AccumulationResult runAccumulation(Runtime& rt, std::span<const int32_t> text,
                                          " layers, the model has " + std::to_string(L), {}, "plan");
   for (size_t i = 0; i < L; ++i) {
     if (!formats[i]) continue;
-    // (formats were validated where the LayerQuants were made: resolvePlan or uniformPlan)
+    // (formats were checked where the LayerQuants were made: resolvePlan or uniformQuants)
     const QuantFormat& f = *formats[i];
     if (f.act.scaling == ActScaling::PerTensorStatic &&
         (!calibration || calibration->layers.size() != L ||

@@ -36,10 +36,8 @@
 
 namespace qs {
 
-// Every runtime layer in `format` (round to nearest); layers whose shape cannot take it stay as
-// loaded and are listed in `skipped` as "name: why" (e.g. INT4 groups of 128 on a K = 172
-// projection). A resolved plan gives its LayerQuants with ResolvedPlan::quants.
-LayerQuants uniformPlan(const Runtime& rt, const QuantFormat& format, std::vector<std::string>* skipped = nullptr);
+// The LayerQuants of a job: ResolvedPlan::quants for a plan, uniformQuants(rt.linears(), …) for
+// one format on every layer (core/plan/layer_quant.h).
 
 // Calibration tokens for GPTQ / AWQ / SmoothQuant when only one text is at hand: the tokens after
 // the ones the evaluation windows use (never the same), at most maxTokens. BadInput when the

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "core/analysis/speed.h"
+#include "core/plan/layer_names.h"
 #include "kernels/common/error.h"
 #include "kernels/quant/activation_codec.h"
 
@@ -62,7 +62,7 @@ const LayerCalibration* CalibrationResult::find(const std::string& weightName) c
 }
 
 std::vector<LayerRef> runtimeLayerRefs(const Runtime& rt) {
-  std::vector<LayerRef> refs = speedLayers(rt.graph());  // the same list: allLinears + tied head
+  std::vector<LayerRef> refs = linearLayerRows(rt.graph());
   if (refs.size() != rt.linears().size())
     throw Error(ErrorKind::Internal, "runtimeLayerRefs: the graph and the runtime list different layers");
   return refs;

@@ -8,9 +8,7 @@ namespace qs {
 
 bool formatFitsShape(const QuantFormat& format, int64_t rows, int64_t cols, std::string* why) {
   try {
-    validateQuantFormat(format);
-    if (quantKindTraits(format.weight.kind).cls != QuantClass::Float)
-      (void)scaleGrid(format.weight, rows, cols);
+    (void)checkFormat(format, rows, cols, "format");
     return true;
   } catch (const Error& e) {
     if (why) *why = e.message();

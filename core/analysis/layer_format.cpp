@@ -16,7 +16,7 @@ bool calibrationCovers(const Runtime& rt, int i, const CalibrationResult* calibr
 }
 }  // namespace
 
-void applyLayerFormat(Runtime& rt, int i, const QuantFormat& format,
+void applyLayerFormat(Runtime& rt, int i, const CheckedFormat& format,
                       const CalibrationResult* calibration, LinearMode mode) {
   if (format.weight.method == ScaleMethod::Importance) {
     // ggml -imatrix: llama-quantize's search weighted by E[x_c²] of the layer's input, as
@@ -39,11 +39,8 @@ void applyLayerFormat(Runtime& rt, int i, const QuantFormat& format,
                 "format '" + formatToString(format) +
                     "' needs a static activation scale from a calibration of this model",
                 {}, name);
-  QuantFormat weightOnly = format;
-  weightOnly.act = ActSpec{};
-  rt.setLinearFormat(i, weightOnly, mode);
-  rt.setLinearInputQuant(i, format.act,
-                         calibration->layers[size_t(i)].staticActivationScale(format.act));
+  rt.setLinearFormat(i, format.weightOnly(), mode);
+  rt.setLinearInputQuant(i, format, calibration->layers[size_t(i)].staticActivationScale(format.act));
 }
 
 void clearLayerFormat(Runtime& rt, int i) {

@@ -17,9 +17,10 @@
 
 namespace qs {
 
+// `format` is checked for layer i (a plan's LayerQuant::format, or Runtime::checkLinearFormat).
 // Throws BadInput when a static activation scale or an importance is needed and `calibration`
-// is null or does not cover layer i, and whatever setLinearFormat throws (a shape the format cannot take).
-void applyLayerFormat(Runtime& rt, int i, const QuantFormat& format,
+// is null or does not cover layer i, and whatever setLinearFormat throws.
+void applyLayerFormat(Runtime& rt, int i, const CheckedFormat& format,
                       const CalibrationResult* calibration, LinearMode mode);
 // The layer unquantised again (format and input quantisation cleared).
 void clearLayerFormat(Runtime& rt, int i);

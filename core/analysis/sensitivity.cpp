@@ -416,7 +416,8 @@ static void sensitivityInto(SensitivityResult& res, Runtime& rt, StatsOps& stats
     const int from = lr.block < 0 ? blocks : lr.block;
     DistributionStats ds;
     try {
-      applyLayerFormat(run, i, t.formats[p.format], calibration, LinearMode::FakeQuant);
+      applyLayerFormat(run, i, run.checkLinearFormat(i, t.formats[p.format], "formats"), calibration,
+                       LinearMode::FakeQuant);
       for (const ReferenceWindow& rw : ref.windows) {
         ctx.checkCancelled();
         resumeFromBlock(run, rw, from, s.x, s.logits);

@@ -63,22 +63,6 @@ struct Measured {
 
 }  // namespace
 
-std::vector<LayerRef> speedLayers(const ModelGraph& graph) {
-  std::vector<LayerRef> out;
-  for (const PlanLayer& p : planLayers(graph)) out.push_back(p);  // the layer table's rows
-  if (graph.tiedHead && graph.head.weight >= 0) {  // the runtime runs it: the embedding as the head
-    LayerRef r;
-    r.name = "head";
-    r.weightName = graph.head.weightName;
-    r.role = std::string(linearRoleName(graph.head.role));
-    r.outFeatures = graph.head.outFeatures;
-    r.inFeatures = graph.head.inFeatures;
-    r.parameters = uint64_t(r.outFeatures) * uint64_t(r.inFeatures);
-    out.push_back(r);
-  }
-  return out;
-}
-
 SpeedResult measureSpeed(Backend& backend, const ModelGraph& graph, const SpeedOptions& options,
                          const JobContext& ctx) {
   SpeedResult res;
@@ -86,7 +70,7 @@ SpeedResult measureSpeed(Backend& backend, const ModelGraph& graph, const SpeedO
   t.device = backend.name();
   res.backend = backend.name();
   res.reference = backend.kind() == BackendKind::Cpu;
-  t.layers = speedLayers(graph);
+  t.layers = linearLayerRows(graph);
   if (t.layers.empty()) throw Error(ErrorKind::BadInput, "the model has no linear layers to time");
   if (options.tokenCounts.empty()) throw Error(ErrorKind::BadInput, "no token counts given");
   for (int64_t m : options.tokenCounts)

@@ -33,8 +33,8 @@ class Backend;
 struct SpeedOptions {
   // Candidate formats, one column each. Ignored when `plan` is given.
   std::vector<QuantFormat> formats;
-  // A plan: one entry per layer of speedLayers() (the runtime's order; an unquantized entry is the
-  // FP16 baseline, nothing to measure); its distinct formats become the columns, each layer
+  // A plan: one entry per row of linearLayerRows() (core/plan/layer_names.h: the runtime's
+  // order; an unquantized entry is the FP16 baseline, nothing to measure); its distinct formats become the columns, each layer
   // measured in its own format only. Rounding methods do not change the kernel: ignored.
   std::optional<LayerQuants> plan;
   std::vector<int64_t> tokenCounts = {1, 16, 512};
@@ -72,9 +72,6 @@ struct SpeedResult {
     return kernels[(layer * table.formats.size() + format) * table.tokenCounts.size() + tokens];
   }
 };
-
-// The layers the speed job (and the runtime) sees: ModelGraph::allLinears() plus a tied head.
-std::vector<LayerRef> speedLayers(const ModelGraph& graph);
 
 // Throws BadInput for bad options (no formats, token counts < 1, a plan of the wrong size),
 // Cancelled when ctx is cancelled.

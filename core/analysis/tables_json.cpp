@@ -8,6 +8,7 @@
 #include "core/io/atomic_file.h"
 #include "core/io/json_guard.h"
 #include "core/io/regular_file.h"
+#include "core/plan/layer_names.h"
 #include "kernels/common/error.h"
 
 namespace qs {
@@ -244,6 +245,12 @@ SensitivityTable loadSensitivityTable(const std::string& path) {
   return sensitivityTableFromJson(readWhole(path, "sensitivity table"), path);
 }
 
+SensitivityTable loadSensitivityTable(const std::string& path, const ModelGraph& graph, bool otherModel) {
+  SensitivityTable t = loadSensitivityTable(path);
+  nameLayerRows(t.layers, graph, path, "layers", otherModel);
+  return t;
+}
+
 void saveSensitivityTable(const SensitivityTable& t, const std::string& path) {
   writeFileAtomically(path, sensitivityTableToJson(t));
 }
@@ -342,6 +349,12 @@ SpeedTable speedTableFromJson(std::string_view text, const std::string& source) 
 }
 
 SpeedTable loadSpeedTable(const std::string& path) { return speedTableFromJson(readWhole(path, "speed table"), path); }
+
+SpeedTable loadSpeedTable(const std::string& path, const ModelGraph& graph) {
+  SpeedTable t = loadSpeedTable(path);
+  nameLayerRows(t.layers, graph, path, "layers");
+  return t;
+}
 
 void saveSpeedTable(const SpeedTable& t, const std::string& path) { writeFileAtomically(path, speedTableToJson(t)); }
 

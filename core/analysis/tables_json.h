@@ -40,21 +40,31 @@
 //
 // Reading is strict: wrong types, unknown formats, duplicate layers, negative sizes or
 // non-finite numbers are BadInput naming the file and the field ("layers[3].figures.int4-g32-sym.kl").
+//
+// The files key layers by weight name. A table read on its own has rows without canonical names
+// (LayerRef::name); the load functions that take the model's graph open it against the model:
+// every row gets its canonical name (nameLayerRows, core/plan/layer_names.h; BadInput naming the
+// file and "layers[i]" for a row that is no layer of the model or has another shape), which is
+// what plans and lookups join by.
 #include <string>
 #include <string_view>
 
 #include "core/analysis/tables.h"
+#include "core/model/model_graph.h"
 
 namespace qs {
 
 std::string sensitivityTableToJson(const SensitivityTable& table);
 SensitivityTable sensitivityTableFromJson(std::string_view text, const std::string& source);
 SensitivityTable loadSensitivityTable(const std::string& path);
+// `otherModel`: a table accepted for another model (nameLayerRows' otherModel).
+SensitivityTable loadSensitivityTable(const std::string& path, const ModelGraph& graph, bool otherModel = false);
 void saveSensitivityTable(const SensitivityTable& table, const std::string& path);  // atomic
 
 std::string speedTableToJson(const SpeedTable& table);
 SpeedTable speedTableFromJson(std::string_view text, const std::string& source);
 SpeedTable loadSpeedTable(const std::string& path);
+SpeedTable loadSpeedTable(const std::string& path, const ModelGraph& graph);
 void saveSpeedTable(const SpeedTable& table, const std::string& path);  // atomic
 
 }  // namespace qs

@@ -15,8 +15,10 @@ struct LayerRef {
   int64_t outFeatures = 0, inFeatures = 0;
   uint64_t parameters = 0;  // weight elements (out × in)
   // The canonical name a person sees ("blocks.3.attn.q", "head"; core/plan/layer_names.h), the
-  // same for every file format of one model. Empty in a row read from a table file (the tables
-  // key layers by weightName).
+  // same for every file format of one model, and what tables and plans join by. Table files key
+  // layers by weightName: a row read from one gets its name when the file is opened against its
+  // model (nameLayerRows; openSessionFor, loadSensitivityTable/loadSpeedTable with the graph) and
+  // is empty until then.
   std::string name;
 };
 

@@ -106,8 +106,9 @@ std::vector<FrontierLayer> frontierLayers(const std::vector<std::vector<CostPoin
 
 std::vector<TableCell> frontierCells(const ModelGraph& graph, const SensitivityTable& table,
                                      const std::vector<double>& budgetsBits, const ProblemOptions& options) {
-  std::map<std::string, size_t> rowOf;
-  for (size_t l = 0; l < table.layers.size(); ++l) rowOf.emplace(table.layers[l].weightName, l);
+  std::map<std::string, size_t> rowOf;  // canonical name → table row
+  for (size_t l = 0; l < table.layers.size(); ++l)
+    if (!table.layers[l].name.empty()) rowOf.emplace(table.layers[l].name, l);
   auto columnOf = [&](const QuantFormat& f) -> int {
     for (size_t k = 0; k < table.formats.size(); ++k)
       if (table.formats[k] == f) return int(k);
@@ -127,7 +128,7 @@ std::vector<TableCell> frontierCells(const ModelGraph& graph, const SensitivityT
     const BudgetSolution s = solveBudget(problem, budget);
     for (const FrontierLayer& f : frontierLayers(points, s.choice, budget)) {
       const PlannerLayer& pl = problem.layers[f.layer];
-      const auto row = rowOf.find(pl.weightName);
+      const auto row = rowOf.find(pl.name);
       if (row == rowOf.end()) continue;
       for (int k : {f.chosen, f.other}) {
         const int col = columnOf(pl.choices[size_t(k)].format);

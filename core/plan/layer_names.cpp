@@ -77,6 +77,50 @@ std::vector<PlanLayer> planLayers(const ModelGraph& graph) {
   return out;
 }
 
+std::vector<LayerRef> linearLayerRows(const ModelGraph& graph) {
+  std::vector<LayerRef> out;
+  for (const PlanLayer& p : planLayers(graph)) out.push_back(p);
+  if (graph.tiedHead && graph.head.weight >= 0) {  // the runtime runs it: the embedding as the head
+    LayerRef r;
+    r.name = "head";
+    r.weightName = graph.head.weightName;
+    r.role = std::string(linearRoleName(graph.head.role));
+    r.outFeatures = graph.head.outFeatures;
+    r.inFeatures = graph.head.inFeatures;
+    r.parameters = uint64_t(r.outFeatures) * uint64_t(r.inFeatures);
+    out.push_back(r);
+  }
+  return out;
+}
+
+void nameLayerRows(std::vector<LayerRef>& rows, const ModelGraph& graph, const std::string& file,
+                   const std::string& field, bool otherModel) {
+  const std::vector<LayerRef> model = linearLayerRows(graph);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    LayerRef& r = rows[i];
+    const std::string where = field + "[" + std::to_string(i) + "]";
+    // Tables list the model's rows in order: row i is nearly always layer i.
+    const LayerRef* m = i < model.size() && model[i].weightName == r.weightName ? &model[i] : nullptr;
+    for (size_t j = 0; !m && j < model.size(); ++j)
+      if (model[j].weightName == r.weightName) m = &model[j];
+    r.name.clear();
+    if (!m && otherModel) continue;
+    if (!m)
+      throwBadInput(file, where, "'" + r.weightName + "' is no linear layer of this " + graph.architecture +
+                                     " model (the table was made for another model)");
+    if (r.outFeatures == 0 && r.inFeatures == 0) {  // a JSON table may leave the shape out
+      r.outFeatures = m->outFeatures;
+      r.inFeatures = m->inFeatures;
+      r.parameters = m->parameters;
+    }
+    if (!otherModel && (m->outFeatures != r.outFeatures || m->inFeatures != r.inFeatures))
+      throwBadInput(file, where, "'" + r.weightName + "' is [" + std::to_string(r.outFeatures) + ", " +
+                                     std::to_string(r.inFeatures) + "] in the table, [" + std::to_string(m->outFeatures) +
+                                     ", " + std::to_string(m->inFeatures) + "] in the model");
+    r.name = m->name;
+  }
+}
+
 std::string hfModuleName(const ModelGraph& graph, const PlanLayer& layer) {
   const LinearLayer& l = *layer.linear;
   if (l.role == LinearRole::Head) return "lm_head";

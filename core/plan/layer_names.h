@@ -40,6 +40,23 @@ struct PlanLayer : LayerRef {
 // Every plan layer, in ModelGraph::allLinears() order. The pointers live as long as the graph.
 std::vector<PlanLayer> planLayers(const ModelGraph& graph);
 
+// The rows of every linear layer the runtime runs, in Runtime::linears() order: planLayers'
+// rows, then a head tied to the token embedding (row "head", the embedding's tensor; no plan
+// layer). The analysis tables (calibration, sensitivity, speed) have these rows, so row i of a
+// table is layer i of a plan (i < the plan's layers) and of the runtime.
+std::vector<LayerRef> linearLayerRows(const ModelGraph& graph);
+
+// Gives rows read from a file their canonical names (LayerRef::name) from the model's rows
+// (linearLayerRows): table files key layers by weight name, so this is where a file's key meets
+// the layer table, once, when the file is opened against its model; everything after joins by
+// the row. BadInput naming `file` and `field` ("/sensitivity/layers/weight_name[3]") for a row
+// whose weight name is no linear layer of the model or whose shape differs from the model's. A
+// row without a shape (JSON tables may leave it out) takes the model's. `otherModel` (a table
+// accepted for another model, --allow-other-model): a row that is no layer of this model keeps
+// no name, so it joins nothing, and shapes are not compared.
+void nameLayerRows(std::vector<LayerRef>& rows, const ModelGraph& graph, const std::string& file,
+                   const std::string& field, bool otherModel = false);
+
 // "attn.q", "mlp.down", … for a role inside a block; "head"; "" for Generic.
 std::string_view canonicalRoleName(LinearRole role);
 

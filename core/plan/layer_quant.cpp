@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+#include "kernels/common/error.h"
+
 namespace qs {
 
 std::string_view quantMethodName(QuantMethod m) {
@@ -25,8 +27,29 @@ bool needsRounding(const LayerQuants& quants) {
   return false;
 }
 
-LayerQuants uniformQuants(size_t layers, const QuantFormat& format) {
-  return LayerQuants(layers, LayerQuant{format, QuantMethod::Rtn, std::nullopt});
+LayerQuants uniformQuants(std::span<const LinearLayer* const> layers, const QuantFormat& format,
+                          std::string_view field, std::vector<std::string>* skipped) {
+  LayerQuants q(layers.size());
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const LinearLayer& l = *layers[i];
+    try {
+      q[i].format = checkFormat(format, l.outFeatures, l.inFeatures, field, l.weightName);
+    } catch (const Error& e) {
+      // Skipped only for its shape; a format that is itself invalid is an error on any layer
+      // (asked only once checkFormat has refused).
+      const bool formatValid = [&] {
+        try {
+          validateQuantFormat(format);
+          return true;
+        } catch (const Error&) {
+          return false;
+        }
+      }();
+      if (!skipped || !formatValid || weightFitsShape(format.weight, l.outFeatures, l.inFeatures)) throw;
+      skipped->push_back(e.message());  // names the tensor
+    }
+  }
+  return q;
 }
 
 std::string layerQuantText(const LayerQuant& q) {

@@ -8,10 +8,12 @@
 // ResolvedPlan::layers[i] and Runtime::linears()[i] are the same layer for every plan layer i.
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "core/model/model_graph.h"
 #include "kernels/quant/quant_format.h"
 
 namespace qs {
@@ -26,7 +28,10 @@ std::string_view quantMethodName(QuantMethod m);  // "rtn", "gptq", "awq"
 std::optional<QuantMethod> quantMethodFromName(std::string_view name);
 
 struct LayerQuant {
-  QuantFormat format;  // the default, FP32 weights and activations, leaves the layer as loaded
+  // Checked for the layer's shape where the LayerQuant was made (resolvePlan, uniformQuants, or
+  // a caller's checkFormat): the runtime takes it as it is. The default, FP32 weights and
+  // activations, leaves the layer as loaded.
+  CheckedFormat format;
   QuantMethod method = QuantMethod::Rtn;  // rtn for float weights
   std::optional<double> smoothAlpha;      // SmoothQuant migration strength; nullopt: none
 
@@ -40,8 +45,12 @@ struct LayerQuant {
 using LayerQuants = std::vector<LayerQuant>;
 
 bool needsRounding(const LayerQuants& quants);
-// The same format on every entry (round to nearest).
-LayerQuants uniformQuants(size_t layers, const QuantFormat& format);
+// The same format (round to nearest) on each of `layers` (Runtime::linears()), checked for each
+// one's shape (checkFormat; BadInput naming `field` and the first layer it does not fit). With
+// `skipped`, a layer whose shape the format does not fit is left as loaded instead and listed
+// there (checkFormat's message, which names the tensor); an invalid format still throws.
+LayerQuants uniformQuants(std::span<const LinearLayer* const> layers, const QuantFormat& format,
+                          std::string_view field, std::vector<std::string>* skipped = nullptr);
 // "int4-g128-sym", "int4-g128-sym gptq", "int8-ch-sym+int8-tok rtn smooth 0.50"; "" unquantized.
 std::string layerQuantText(const LayerQuant& q);
 

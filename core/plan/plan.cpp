@@ -254,16 +254,18 @@ std::string layerLabel(const LayerAssignment& a) {
          std::to_string(a.inFeatures) + "])";
 }
 
-// Checks one layer's composed format; sets problem/problemField.
-void checkLayer(LayerAssignment& a) {
+// Checks one layer's composed format: sets problem/problemField, or the layer's checked format
+// (quant.format). checkFormat is the one validation; the checks before it name the plan field to
+// blame for the common mistakes.
+void checkLayer(LayerAssignment& a, const QuantFormat& format) {
   const auto src = [&](PlanField f) { return fieldPath(a.fieldSource[fieldIndex(f)], f); };
-  const auto cls = quantKindTraits(a.quant.format.weight.kind).cls;
+  const auto cls = quantKindTraits(format.weight.kind).cls;
   auto fail = [&](PlanField f, const std::string& msg) {
     a.problem = layerLabel(a) + ": " + msg;
     a.problemField = src(f);
   };
   if (cls == QuantClass::Ggml) {
-    const WeightSpec& w = a.quant.format.weight;
+    const WeightSpec& w = format.weight;
     const int64_t block = quantKindTraits(w.kind).blockElems;
     if (a.inFeatures % block != 0)
       return fail(PlanField::Weight, "K = " + std::to_string(a.inFeatures) + " inputs is not a multiple of the " +
@@ -272,7 +274,7 @@ void checkLayer(LayerAssignment& a) {
       return fail(PlanField::Scale, weightChoiceText(*a.fields.weight) + " takes scale absmax (llama-quantize's own "
                                     "search) or imatrix, the scale is " + scaleChoiceText(*a.fields.scale));
   } else if (cls != QuantClass::Float) {
-    const WeightSpec& w = a.quant.format.weight;
+    const WeightSpec& w = format.weight;
     if (w.method == ScaleMethod::Importance)
       return fail(PlanField::Scale, "the imatrix scale is for the ggml types (q4_0 … q6_k), the weight is " +
                                         weightChoiceText(*a.fields.weight));
@@ -289,17 +291,19 @@ void checkLayer(LayerAssignment& a) {
     if (w.method == ScaleMethod::KlEntropy && cls != QuantClass::Int)
       return fail(PlanField::Scale, "the kl scale method is for INT weights");
   }
+  CheckedFormat checked;
   try {
-    validateQuantFormat(a.quant.format);
+    checked = checkFormat(format, a.outFeatures, a.inFeatures, src(PlanField::Weight), a.weightName);
   } catch (const Error& e) {
     return fail(PlanField::Weight, "the fields make no valid format: " + e.message());
   }
   if (a.quant.method == QuantMethod::Awq && cls != QuantClass::Int && cls != QuantClass::Ggml)
     return fail(PlanField::Method, "awq is for INT weights and the ggml types");
-  if (a.quant.smoothAlpha && quantKindTraits(a.quant.format.act.kind).cls == QuantClass::Float)
+  if (a.quant.smoothAlpha && quantKindTraits(format.act.kind).cls == QuantClass::Float)
     return fail(PlanField::SmoothAlpha, "smooth_alpha moves activation outliers into the weights: it "
                                         "needs quantised activations (int8-tok, fp8e4m3-tok, …), the "
-                                        "activation is " + activationText(a.quant.format.act));
+                                        "activation is " + activationText(format.act));
+  a.quant.format = checked;
 }
 
 }  // namespace
@@ -362,13 +366,13 @@ ResolvedPlan resolvePlan(const Plan& plan, const ModelGraph& graph, const Resolv
           a.fieldSource[fieldIndex(f)] = int(e);
         }
     }
-    a.quant.format = composeFormat(*a.fields.weight, *a.fields.group, *a.fields.scale, *a.fields.activation);
+    const QuantFormat format = composeFormat(*a.fields.weight, *a.fields.group, *a.fields.scale, *a.fields.activation);
     // Like group size and scale, the rounding method means nothing for float weights: "method:
     // gptq" in the defaults applies to the quantised layers and leaves FP16 ones as they are.
-    a.quant.method = quantKindTraits(a.quant.format.weight.kind).cls == QuantClass::Float ? QuantMethod::Rtn : *a.fields.method;
+    a.quant.method = quantKindTraits(format.weight.kind).cls == QuantClass::Float ? QuantMethod::Rtn : *a.fields.method;
     a.quant.smoothAlpha = *a.fields.smoothAlpha;
     a.note = a.fields.note.value_or("");
-    checkLayer(a);
+    checkLayer(a, format);
     if (!a.problem.empty()) out.problems.push_back({a.problemField, a.problem});
     out.layers.push_back(std::move(a));
   }

@@ -100,7 +100,7 @@ ScaleChoice parseScaleChoice(std::string_view text, const std::string& where);
 ActSpec parseActivation(std::string_view text, const std::string& where);
 
 // The QuantFormat a full set of fields makes (float kinds ignore group and scale). Not
-// validated: see validateQuantFormat. The inverse, splitFormat, sets weight, group (INT/FP8
+// validated: resolvePlan checks it (checkFormat). The inverse, splitFormat, sets weight, group (INT/FP8
 // only), scale (INT/FP8 only) and activation.
 QuantFormat composeFormat(const WeightKindChoice& w, const GroupChoice& g, const ScaleChoice& s,
                           const ActSpec& a);
@@ -157,8 +157,10 @@ void savePlan(const Plan& plan, const std::string& path);  // atomic (temporary 
 struct LayerAssignment : LayerRef {
 
   PlanFields fields;  // every field set: the resolved columns
-  // Composed from fields (format valid unless `problem` is set; method rtn for float weights,
-  // whatever the field says): what the runtime, rounding and exporters take.
+  // Composed from fields, its format checked for this layer's shape (checkFormat: the one
+  // validation on the way to a kernel; the default, FP32 as loaded, when `problem` is set),
+  // method rtn for float weights whatever the field says: what the runtime, rounding and
+  // exporters take.
   LayerQuant quant;
   std::string note;
 

@@ -26,9 +26,14 @@ ErrorMetric defaultErrorMetric(const SensitivityTable& table) {
 
 namespace {
 
-std::vector<std::pair<std::string, size_t>> indexLayers(const std::vector<LayerRef>& layers) {
+// The table's rows by canonical name (rows without one, of another model, join nothing).
+std::vector<std::pair<std::string, size_t>> indexLayers(const std::vector<LayerRef>& layers, const char* what) {
   std::vector<std::pair<std::string, size_t>> idx;
-  for (size_t i = 0; i < layers.size(); ++i) idx.emplace_back(layers[i].weightName, i);
+  for (size_t i = 0; i < layers.size(); ++i)
+    if (!layers[i].name.empty()) idx.emplace_back(layers[i].name, i);
+  if (idx.empty() && !layers.empty())
+    throw Error(ErrorKind::Internal, std::string(what) + " table: its rows have no canonical names (a table read from a "
+                                                          "file is opened against its model first: nameLayerRows)");
   std::sort(idx.begin(), idx.end());
   return idx;
 }
@@ -55,19 +60,19 @@ bool isPlainFp16(const QuantFormat& f) {
 }  // namespace
 
 SensitivityLookup::SensitivityLookup(const SensitivityTable& table, ErrorMetric metric)
-    : table_(&table), metric_(metric), layerIndex_(indexLayers(table.layers)) {
+    : table_(&table), metric_(metric), layerIndex_(indexLayers(table.layers, "sensitivity")) {
   if (table.entries.size() != table.layers.size() * table.formats.size())
     throw Error(ErrorKind::Internal, "sensitivity table: entries do not match layers × formats");
   for (const auto& f : table.formats)
     if (f.weight.kind == QuantKind::FP16) hasFp16Column_ = true;
 }
 
-bool SensitivityLookup::hasLayer(const std::string& weightName) const {
-  return findLayer(layerIndex_, weightName).has_value();
+bool SensitivityLookup::hasLayer(const LayerRef& layer) const {
+  return findLayer(layerIndex_, layer.name).has_value();
 }
 
-double SensitivityLookup::error(const std::string& weightName, const QuantFormat& format) const {
-  if (const auto l = findLayer(layerIndex_, weightName)) {
+double SensitivityLookup::error(const LayerRef& layer, const QuantFormat& format) const {
+  if (const auto l = findLayer(layerIndex_, layer.name)) {
     for (size_t f = 0; f < table_->formats.size(); ++f)
       if (table_->formats[f] == format) {
         const SensitivityEntry& e = table_->at(*l, f);
@@ -81,8 +86,8 @@ double SensitivityLookup::error(const std::string& weightName, const QuantFormat
   return std::numeric_limits<double>::quiet_NaN();
 }
 
-FigureBasis SensitivityLookup::basis(const std::string& weightName, const QuantFormat& format) const {
-  if (const auto l = findLayer(layerIndex_, weightName)) {
+FigureBasis SensitivityLookup::basis(const LayerRef& layer, const QuantFormat& format) const {
+  if (const auto l = findLayer(layerIndex_, layer.name)) {
     for (size_t f = 0; f < table_->formats.size(); ++f)
       if (table_->formats[f] == format) {
         const SensitivityEntry& e = table_->at(*l, f);
@@ -115,7 +120,7 @@ std::string errorBasisText(const PlanFigures& f) {
 }
 
 SpeedLookup::SpeedLookup(const SpeedTable& table, int64_t tokens)
-    : table_(&table), layerIndex_(indexLayers(table.layers)) {
+    : table_(&table), layerIndex_(indexLayers(table.layers, "speed")) {
   auto it = std::find(table.tokenCounts.begin(), table.tokenCounts.end(), tokens);
   if (it == table.tokenCounts.end()) {
     std::string have;
@@ -128,9 +133,9 @@ SpeedLookup::SpeedLookup(const SpeedTable& table, int64_t tokens)
     throw Error(ErrorKind::Internal, "speed table: entries do not match layers × formats × tokens");
 }
 
-std::pair<double, double> SpeedLookup::times(const std::string& weightName, const QuantFormat& format) const {
+std::pair<double, double> SpeedLookup::times(const LayerRef& layer, const QuantFormat& format) const {
   constexpr double nan = std::numeric_limits<double>::quiet_NaN();
-  const auto l = findLayer(layerIndex_, weightName);
+  const auto l = findLayer(layerIndex_, layer.name);
   if (!l) return {nan, nan};
   double baseline = nan;
   for (size_t f = 0; f < table_->formats.size(); ++f) {
@@ -177,10 +182,10 @@ PlanFigures computePlanFigures(const ResolvedPlan& plan, const SensitivityLookup
     out.weightBytes += lf.bytes;
     validParams += a.parameters;
     if (sensitivity) {
-      lf.error = sensitivity->error(a.weightName, a.quant.format);
+      lf.error = sensitivity->error(a, a.quant.format);
       if (std::isfinite(lf.error)) out.predictedError += lf.error;
       else ++out.errorMissing;
-      switch (std::isfinite(lf.error) ? sensitivity->basis(a.weightName, a.quant.format) : FigureBasis::Unknown) {
+      switch (std::isfinite(lf.error) ? sensitivity->basis(a, a.quant.format) : FigureBasis::Unknown) {
         case FigureBasis::Measured: ++out.errorMeasured; break;
         case FigureBasis::Estimated: ++out.errorEstimated; break;
         case FigureBasis::Proxy: ++out.errorProxy; break;
@@ -189,7 +194,7 @@ PlanFigures computePlanFigures(const ResolvedPlan& plan, const SensitivityLookup
       }
     }
     if (speed) {
-      std::tie(lf.kernelMicros, lf.baselineMicros) = speed->times(a.weightName, a.quant.format);
+      std::tie(lf.kernelMicros, lf.baselineMicros) = speed->times(a, a.quant.format);
       if (std::isfinite(lf.kernelMicros) && std::isfinite(lf.baselineMicros)) {
         out.kernelMicros += lf.kernelMicros;
         out.baselineMicros += lf.baselineMicros;

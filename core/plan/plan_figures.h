@@ -11,6 +11,12 @@
 // cancel and under-predicts when one layer's error is amplified by another's; docs/plan.md
 // reports how well it holds on stories260K (predicted vs measured over a dozen plans).
 //
+// Tables meet plans by the canonical layer name (LayerRef::name, the layer table's row): the
+// lookups take a plan's row (a LayerAssignment, a PlanLayer) and find the table's row of the same
+// name. Rows made from a graph carry it; rows read from a file get it when the file is opened
+// against its model (nameLayerRows, core/plan/layer_names.h). A table none of whose rows is named
+// is refused (Internal: it was never opened against a model).
+//
 // Lookup rules: a layer's figure is the table's entry for exactly its format (weight and
 // activation); an F32 layer (unquantised) counts 0; an FP16 layer counts 0 when the table has no
 // FP16 column (the cast's relative error is at most 2^-11 — measured FP16 KL on stories260K is
@@ -57,15 +63,15 @@ class SensitivityLookup {
   const SensitivityTable& table() const { return *table_; }
   ErrorMetric metric() const { return metric_; }
   // The layer's figure for this format by the rules above; NaN when unknown.
-  double error(const std::string& weightName, const QuantFormat& format) const;
+  double error(const LayerRef& layer, const QuantFormat& format) const;
   // What error() of the same arguments rests on.
-  FigureBasis basis(const std::string& weightName, const QuantFormat& format) const;
-  bool hasLayer(const std::string& weightName) const;
+  FigureBasis basis(const LayerRef& layer, const QuantFormat& format) const;
+  bool hasLayer(const LayerRef& layer) const;
 
  private:
   const SensitivityTable* table_;
   ErrorMetric metric_;
-  std::vector<std::pair<std::string, size_t>> layerIndex_;  // sorted by name
+  std::vector<std::pair<std::string, size_t>> layerIndex_;  // canonical name → row, sorted
   bool hasFp16Column_ = false;
 };
 
@@ -75,7 +81,7 @@ class SpeedLookup {
   SpeedLookup(const SpeedTable& table, int64_t tokens);
   int64_t tokens() const { return table_->tokenCounts[tokenIndex_]; }
   // Kernel and baseline micro-seconds for this layer and format; NaN when unknown.
-  std::pair<double, double> times(const std::string& weightName, const QuantFormat& format) const;
+  std::pair<double, double> times(const LayerRef& layer, const QuantFormat& format) const;
 
  private:
   const SpeedTable* table_;

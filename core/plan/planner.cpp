@@ -64,7 +64,7 @@ PlannerProblem buildPlannerProblem(const ModelGraph& graph, const SensitivityLoo
 
   for (const PlanLayer& pl : planLayers(graph)) {
     const LinearLayer& ll = *pl.linear;
-    if (!sensitivity.hasLayer(ll.weightName))
+    if (!sensitivity.hasLayer(pl))
       throwBadInput({}, "sensitivity", "the sensitivity table has no row for layer " + pl.name + " (" +
                                            ll.weightName + "): was it made for another model?");
     PlannerLayer l;
@@ -75,14 +75,14 @@ PlannerProblem buildPlannerProblem(const ModelGraph& graph, const SensitivityLoo
     l.parameters = uint64_t(ll.outFeatures * ll.inFeatures);
     for (const auto& f : candidates) {
       if (!validForShape(f, l.outFeatures, l.inFeatures)) continue;
-      const double e = sensitivity.error(ll.weightName, f);
+      const double e = sensitivity.error(pl, f);
       if (!std::isfinite(e)) continue;
       PlannerChoice c;
       c.format = f;
       c.bytes = layerBytes(f, l.outFeatures, l.inFeatures);
       c.error = e;
       if (speed) {
-        const auto [k, b] = speed->times(ll.weightName, f);
+        const auto [k, b] = speed->times(pl, f);
         c.kernelMicros = k;
         if (std::isfinite(b)) l.baselineMicros = b;
       }
@@ -136,7 +136,7 @@ ThresholdResult planByThresholds(const ModelGraph& graph, const SensitivityLooku
     double s = std::numeric_limits<double>::quiet_NaN();
     for (const auto& f : o.int4Tier) {
       if (!validForShape(f, ll.outFeatures, ll.inFeatures)) continue;
-      s = sensitivity.error(ll.weightName, f);
+      s = sensitivity.error(pl, f);
       if (std::isfinite(s)) break;
     }
     if (!std::isfinite(s))

@@ -449,10 +449,8 @@ void Runtime::restoreAllWeights() {
   for (int i = 0; i < int(weights_.size()); ++i) restoreLinearWeight(i);
 }
 
-void Runtime::setLinearInputQuant(int i, const ActSpec& spec, float staticScale) {
-  QuantFormat f;
-  f.act = spec;
-  validateQuantFormat(f);
+void Runtime::setLinearInputQuant(int i, const CheckedFormat& format, float staticScale) {
+  const ActSpec& spec = format.act;
   if (spec.scaling == ActScaling::PerTensorStatic && !(staticScale >= 0.0f && std::isfinite(staticScale)))
     throwBadInput("", "static activation scale", std::to_string(staticScale) + " is negative or not finite");
   LinearWeights& lw = weights_.at(size_t(i));
@@ -511,9 +509,20 @@ void Runtime::clearAllInputQuant() {
 
 // ---- plans ----------------------------------------------------------------------------------
 
-void Runtime::setLinearFormat(int i, const std::optional<QuantFormat>& format, LinearMode mode) {
+CheckedFormat Runtime::checkLinearFormat(int i, const QuantFormat& format, std::string_view field) const {
+  const LinearLayer& l = *linears_.at(size_t(i));
+  return checkFormat(format, l.outFeatures, l.inFeatures, field, l.weightName);
+}
+
+void Runtime::setLinearFormat(int i, const std::optional<CheckedFormat>& format, LinearMode mode) {
   LinearWeights& lw = weights_.at(size_t(i));
-  std::optional<QuantFormat> previous = lw.format;
+  const LinearLayer& l = *linears_[size_t(i)];
+  if (format && !format->fits(l.outFeatures, l.inFeatures))
+    throw Error(ErrorKind::Internal, "format '" + formatToString(*format) + "' was checked for a [" +
+                                         std::to_string(format->rows()) + ", " + std::to_string(format->cols()) +
+                                         "] weight, " + l.weightName + " is [" + std::to_string(l.outFeatures) +
+                                         ", " + std::to_string(l.inFeatures) + "]");
+  std::optional<CheckedFormat> previous = lw.format;
   const LinearMode previousMode = lw.mode;
   lw.format = format;
   lw.mode = mode;
@@ -533,8 +542,8 @@ void Runtime::setPlan(const LayerQuants& plan, LinearMode mode) {
                                          std::to_string(linears_.size()) + " linear layers");
   // Only the formats: rounding methods and smoothing change the weights before (quantizeModel).
   for (int i = 0; i < int(plan.size()); ++i) {
-    const QuantFormat& f = plan[size_t(i)].format;
-    setLinearFormat(i, isUnquantized(f) ? std::nullopt : std::optional<QuantFormat>(f), mode);
+    const CheckedFormat& f = plan[size_t(i)].format;
+    setLinearFormat(i, isUnquantized(f) ? std::nullopt : std::optional<CheckedFormat>(f), mode);
   }
 }
 
@@ -543,7 +552,7 @@ void Runtime::clearPlan() {
     if (weights_[size_t(i)].format) setLinearFormat(i, std::nullopt);
 }
 
-const std::optional<QuantFormat>& Runtime::linearFormat(int i) const { return weights_.at(size_t(i)).format; }
+const std::optional<CheckedFormat>& Runtime::linearFormat(int i) const { return weights_.at(size_t(i)).format; }
 
 void Runtime::prepareLinear(int i) {
   LinearWeights& lw = weights_[size_t(i)];
@@ -556,8 +565,7 @@ void Runtime::prepareLinear(int i) {
   lw.fake = false;
   lw.fakeReason.clear();
   if (!lw.format) return;
-  const QuantFormat& f = *lw.format;
-  validateQuantFormat(f);
+  const QuantFormat& f = *lw.format;  // checked for this shape (setLinearFormat)
   if (isUnquantized(f)) return;  // the reference
   if (f.act.scaling == ActScaling::PerTensorStatic)
     throw Error(ErrorKind::Unsupported,

@@ -121,12 +121,13 @@ class Runtime {
   void setLinearWeight(int i, std::vector<float> w, std::optional<QuantizedTensor> fixed = {});
   void restoreLinearWeight(int i);
   void restoreAllWeights();
-  // Fake-quantises the activations entering linear i (TransformerOps::fakeQuantActivations, the
-  // formats codec's arithmetic: FP16/BF16 cast, INT8/FP8 per token or with a static per-tensor
-  // scale from calibration) before its product, whatever the layer's format; the LinearInput tap
-  // still sees the unquantised input. An ActSpec of kind F32 (or clearLinearInputQuant) turns
-  // it off.
-  void setLinearInputQuant(int i, const ActSpec& spec, float staticScale = 0.0f);
+  // Fake-quantises the activations entering linear i as `format`'s activation part says
+  // (TransformerOps::fakeQuantActivations, the formats codec's arithmetic: FP16/BF16 cast,
+  // INT8/FP8 per token or with a static per-tensor scale from calibration) before its product,
+  // whatever the layer's format; the LinearInput tap still sees the unquantised input.
+  // Activations of kind F32 (or clearLinearInputQuant) turn it off. The format's weight part is
+  // not used here.
+  void setLinearInputQuant(int i, const CheckedFormat& format, float staticScale = 0.0f);
   // The norm in front of block b's attention (ffn = false) or MLP (ffn = true): weight [dim]
   // and bias ([dim]; empty for RMSNorm), host memory. setNormWeight replaces them (same sizes),
   // e.g. to fold AWQ / SmoothQuant scales; restoreNorms puts every norm back as loaded.
@@ -158,16 +159,23 @@ class Runtime {
   void clearAllGgmlActivations();
 
   // ---- plans -------------------------------------------------------------------------------
-  // Sets one layer's format (nullopt = unquantized): quantizes its current weight and prepares
-  // it for the backend (Kernel: packs and uploads the GEMM weight; FakeQuant: fake-quantizes on
-  // the backend). Throws BadInput for a format that does not fit the layer (K not a multiple of
-  // the group size), Unsupported for static activation scales (they need calibration).
-  void setLinearFormat(int i, const std::optional<QuantFormat>& format,
+  // Formats come checked (CheckedFormat, kernels/quant/quant_format.h): a plan's when it
+  // resolved, anything else through checkLinearFormat. The runtime does not validate them again.
+  //
+  // `format` checked for linear i's shape (checkFormat with the layer's [out, in] and weight
+  // name; BadInput naming `field` when it does not fit): for callers without a plan.
+  CheckedFormat checkLinearFormat(int i, const QuantFormat& format, std::string_view field) const;
+  // Sets one layer's format (nullopt, or the default FP32 format = unquantized): quantizes its
+  // current weight and prepares it for the backend (Kernel: packs and uploads the GEMM weight;
+  // FakeQuant: fake-quantizes on the backend). Internal error for a format checked for another
+  // shape; Unsupported for static activation scales (they need calibration). The layer keeps
+  // its previous format when this throws.
+  void setLinearFormat(int i, const std::optional<CheckedFormat>& format,
                        LinearMode mode = LinearMode::Kernel);
   // A whole plan (size linears().size()); clearPlan() = every layer unquantized.
   void setPlan(const LayerQuants& plan, LinearMode mode = LinearMode::Kernel);
   void clearPlan();
-  const std::optional<QuantFormat>& linearFormat(int i) const;
+  const std::optional<CheckedFormat>& linearFormat(int i) const;
   // What runs layer i for T tokens: "fp32-reference", a GEMM kernel name ("skinny-mma",
   // "cublasGemmEx-f16", "eigen-fp32" …) or "fake-quant fp32 (…why…)".
   std::string linearKernel(int i, int64_t T) const;
@@ -222,7 +230,7 @@ class Runtime {
     std::optional<QuantizedTensor> fixed;  // with `replaced` (setLinearWeight)
     std::vector<float> bias;
     Buffer devOriginal, devReplaced, devBias;  // compute-memory copies
-    std::optional<QuantFormat> format;
+    std::optional<CheckedFormat> format;  // checked for this layer's shape
     LinearMode mode = LinearMode::Kernel;
     ActSpec inputQuant;       // kind F32: the input is used as it is
     float inputScale = 0.0f;  // static per-tensor activation scale

@@ -83,7 +83,7 @@ ThroughputComparison measureThroughput(Runtime& rt, const LayerQuants& plan, con
     Runtime& rt;
     ~Clear() { rt.clearPlan(); }
   } clear{rt};
-  c.baseline = measureOne(rt, "fp16", uniformQuants(rt.linears().size(), parseQuantFormat("fp16")), prompt, options, ctx,
+  c.baseline = measureOne(rt, "fp16", uniformQuants(rt.linears(), parseQuantFormat("fp16"), "baseline"), prompt, options, ctx,
                           0.0, 0.5);
   c.plan = measureOne(rt, planName, plan, prompt, options, ctx, 0.5, 1.0);
   ctx.progress(1.0, "tokens/s");

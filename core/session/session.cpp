@@ -15,6 +15,7 @@
 #include "core/io/atomic_file.h"
 #include "core/io/regular_file.h"
 #include "core/io/hdf5_file.h"
+#include "core/plan/layer_names.h"
 #include "kernels/common/error.h"
 
 namespace qs {
@@ -590,7 +591,7 @@ void saveSession(const Session& s, const std::string& path) {
 }
 
 Session openSessionFor(const std::string& path, const std::string& modelPath,
-                       const std::string& modelHash) {
+                       const std::string& modelHash, const ModelGraph& graph) {
   struct stat st{};
   if (::stat(path.c_str(), &st) != 0) {
     Session s;
@@ -605,6 +606,14 @@ Session openSessionFor(const std::string& path, const std::string& modelPath,
                     modelHash + " (" + modelPath + ")",
                 path, "model_hash");
   s.modelPath = modelPath;
+  if (s.calibration) {
+    std::vector<LayerRef> rows;
+    for (const LayerCalibration& l : s.calibration->layers) rows.push_back(l.layer);
+    nameLayerRows(rows, graph, path, "/calibration/layers");
+    for (size_t i = 0; i < rows.size(); ++i) s.calibration->layers[i].layer = std::move(rows[i]);
+  }
+  if (s.sensitivity) nameLayerRows(s.sensitivity->layers, graph, path, "/sensitivity/layers/weight_name");
+  if (s.speed) nameLayerRows(s.speed->layers, graph, path, "/speed/layers/weight_name");
   return s;
 }
 

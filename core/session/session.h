@@ -44,6 +44,7 @@
 #include "core/analysis/accumulate.h"
 #include "core/analysis/calibrate.h"
 #include "core/analysis/tables.h"
+#include "core/model/model_graph.h"
 
 namespace qs {
 
@@ -69,6 +70,8 @@ void checkSessionName(const std::string& name, const std::string& what);
 
 // Reads a whole session file. libhdf5 parses it in a forked child process (it is not memory-safe
 // on corrupt files): a crash or hang there is BadInput naming the file (session.cpp says more).
+// Its tables' rows carry no canonical names (LayerRef::name) until opened against the model
+// (openSessionFor).
 Session loadSession(const std::string& path);
 // The same parse in this process, without the child: for the fuzzer (tests/fuzz/fuzz_session),
 // which must see the reader's coverage and whatever goes wrong in it.
@@ -79,7 +82,11 @@ void saveSession(const Session& session, const std::string& path);
 
 // The session of `path` when the file exists (BadInput naming both hashes when it was made for
 // another model; the model path is updated when the model moved), else an empty one for it.
+// The file keys its layers by weight name: the rows of its tables (calibration, sensitivity,
+// speed) get their canonical names from `graph`, the model's (nameLayerRows: BadInput naming
+// the file and the dataset for a row that is no layer of it), so sessions written before
+// canonical names existed open the same way.
 Session openSessionFor(const std::string& path, const std::string& modelPath,
-                       const std::string& modelHash);
+                       const std::string& modelHash, const ModelGraph& graph);
 
 }  // namespace qs

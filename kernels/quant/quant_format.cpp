@@ -348,6 +348,28 @@ void validateQuantFormat(const QuantFormat& f) {
   checkMethodPercentile(a.method, a.percentile, where);
 }
 
+CheckedFormat checkFormat(const QuantFormat& f, int64_t rows, int64_t cols, std::string_view field,
+                          std::string_view tensorName) {
+  auto fail = [&](const std::string& msg) -> CheckedFormat { throw Error(ErrorKind::BadInput, msg, {}, std::string(field)); };
+  try {
+    validateQuantFormat(f);
+  } catch (const Error& e) {
+    return fail(e.message());
+  }
+  try {
+    (void)scaleGrid(f.weight, rows, cols, tensorName);  // positive shape, K a multiple of the group or block
+  } catch (const Error& e) {
+    return fail(tensorName.empty() ? e.message() : quoted(tensorName) + " " + e.message());
+  }
+  return CheckedFormat(f, rows, cols);
+}
+
+CheckedFormat CheckedFormat::weightOnly() const {
+  CheckedFormat w = *this;
+  w.act = ActSpec{};
+  return w;
+}
+
 std::string weightSpecToString(const WeightSpec& w) {
   const auto& tr = quantKindTraits(w.kind);
   std::string s(tr.name);
@@ -416,6 +438,12 @@ std::string describeFormat(const QuantFormat& f) {
   if (f.act.scaling == ActScaling::PerTensorStatic)
     s += " per tensor (static, " + methodLabel(f.act.method, f.act.percentile) + ")";
   return s;
+}
+
+bool weightFitsShape(const WeightSpec& w, int64_t rows, int64_t cols) {
+  if (rows <= 0 || cols <= 0) return false;
+  if (isGgmlKind(w.kind)) return cols % int64_t(quantKindTraits(w.kind).blockElems) == 0;
+  return w.granularity != Granularity::Group || (w.groupSize > 0 && cols % int64_t(w.groupSize) == 0);
 }
 
 ScaleGrid scaleGrid(const WeightSpec& w, int64_t rows, int64_t cols, std::string_view tensorName) {

@@ -143,7 +143,8 @@ struct ActSpec {
 struct QuantFormat {
   WeightSpec weight;
   ActSpec act;
-  bool operator==(const QuantFormat&) const = default;
+  // A friend, not a member: a CheckedFormat (below) compares with a QuantFormat either way round.
+  friend bool operator==(const QuantFormat&, const QuantFormat&) = default;
 };
 // FP32 weights and activations: the format changes nothing (a plan's "leave it as it is").
 inline bool isUnquantized(const QuantFormat& f) { return f.weight.kind == QuantKind::F32 && f.act.kind == QuantKind::F32; }
@@ -159,6 +160,43 @@ void validateQuantFormat(const QuantFormat& format);
 void validateWeightSpec(const WeightSpec& spec);
 // One line for people: "INT4, groups of 128 along K, symmetric, absmax; activations FP16".
 std::string describeFormat(const QuantFormat& format);
+
+// The one validation of a format on its way to a kernel: validateQuantFormat, and that a
+// [rows, cols] weight can take it (positive shape; K = cols a multiple of the group size or of
+// the ggml block). BadInput naming `field` (the plan field or the option: "--format",
+// "entries[2].weight"); the message is validateQuantFormat's or scaleGrid's, with `tensorName`
+// (when given) in front of a shape problem.
+class CheckedFormat;
+CheckedFormat checkFormat(const QuantFormat& format, int64_t rows, int64_t cols, std::string_view field,
+                          std::string_view tensorName = {});
+
+// A format checked for one weight shape: what the runtime runs (core/runtime/runtime.h takes
+// nothing else). Only checkFormat makes one, so a format is validated once on its way to a
+// kernel: a plan's layers when the plan resolves (core/plan/plan.h, LayerQuant::format), the
+// callers without a plan (--format, the labs, the sweeps' candidates, the baselines) when they
+// call checkFormat with their own field name. Its fields read as a QuantFormat's (never write
+// them: check the changed QuantFormat again), and it converts to one (a copy made that way is
+// unchecked again). Comparing two compares formats only. The default is FP32 weights and activations, "leave the layer as loaded", which fits any
+// shape.
+class CheckedFormat : public QuantFormat {
+ public:
+  CheckedFormat() = default;
+  // The [rows, cols] weight it was checked for; 0 × 0 for the default.
+  int64_t rows() const { return rows_; }
+  int64_t cols() const { return cols_; }
+  // Whether it may run on a [rows, cols] weight: checked for that shape, or the default.
+  bool fits(int64_t rows, int64_t cols) const {
+    return (rows_ == rows && cols_ == cols) || (rows_ == 0 && cols_ == 0);
+  }
+  // The same weight format with the activations untouched: still valid for the same shape
+  // (a format's activation part never constrains its weight part or the shape).
+  CheckedFormat weightOnly() const;
+
+ private:
+  friend CheckedFormat checkFormat(const QuantFormat&, int64_t, int64_t, std::string_view, std::string_view);
+  CheckedFormat(const QuantFormat& f, int64_t rows, int64_t cols) : QuantFormat(f), rows_(rows), cols_(cols) {}
+  int64_t rows_ = 0, cols_ = 0;
+};
 
 // The scale grid of a [rows, cols] weight: gridRows × gridCols scales, scale (i, j) covering
 // rows [i·cellRows, …) and columns [j·cellCols, …) (cells at the bottom/right edge of a Block
@@ -176,6 +214,10 @@ struct ScaleGrid {
 };
 ScaleGrid scaleGrid(const WeightSpec& spec, int64_t rows, int64_t cols,
                     std::string_view tensorName = {});
+// Whether a [rows, cols] weight can take the grid of `spec` (scaleGrid would not throw): a
+// positive shape and K a multiple of the group or of the ggml block. Arithmetic only: says
+// nothing of whether `spec` itself is valid (that is checkFormat's).
+bool weightFitsShape(const WeightSpec& spec, int64_t rows, int64_t cols);
 
 // Bytes of payload per row: INT4 packs two values per byte (ceil(cols/2)).
 uint64_t payloadRowBytes(QuantKind kind, int64_t cols);

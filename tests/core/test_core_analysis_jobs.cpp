@@ -19,6 +19,8 @@
 #include "core/analysis/speed.h"
 #include "core/analysis/tables_json.h"
 #include "core/plan/frontier.h"
+#include "core/plan/layer_names.h"
+#include "core/plan/plan_figures.h"
 #include "core/plan/model_hash.h"
 #include "core/runtime/loaded_model.h"
 #include "core/runtime/runtime.h"
@@ -547,6 +549,65 @@ class TestAnalysisJobs : public QObject {
     QCOMPARE(r.cells, int64_t(2 * t.layers.size()));
   }
 
+  // Sessions written before canonical layer names existed (the fuzzer's seeds, written by the CLI
+  // and by make_seeds.py for tests/data/bad/l2c_tiny.bin): opened against their model, every
+  // table's rows get the layer table's canonical names, and plans join them by those (a plan's
+  // figures come from the session's sensitivity table).
+  void sessionFromBeforeCanonicalNamesOpensWithThem() {
+    const LoadedModel tiny = loadModel(QS_SOURCE_DIR "/tests/data/bad/l2c_tiny.bin", {}, false);
+    const std::string hash = sampledModelHash(*tiny.file);
+    const std::string dir = QS_SOURCE_DIR "/tests/fuzz/corpus/session/";
+    const std::vector<LayerRef> rows = linearLayerRows(tiny.graph);
+    QCOMPARE(rows.size(), size_t(8));  // 7 block layers and the tied head
+    const Session s = openSessionFor(dir + "sensitivity_runs_plans.qsession", "tiny.bin", hash, tiny.graph);
+    QVERIFY(s.sensitivity.has_value());
+    QCOMPARE(s.sensitivity->layers.size(), rows.size());
+    for (size_t i = 0; i < rows.size(); ++i) {
+      QCOMPARE(s.sensitivity->layers[i].weightName, rows[i].weightName);
+      QCOMPARE(s.sensitivity->layers[i].name, rows[i].name);
+    }
+    QCOMPARE(s.sensitivity->layers[0].name, std::string("blocks.0.attn.q"));
+    QCOMPARE(s.sensitivity->layers[6].name, std::string("blocks.0.mlp.down"));
+    QCOMPARE(s.sensitivity->layers[7].name, std::string("head"));
+    const Session speed = openSessionFor(dir + "speed.qsession", "tiny.bin", hash, tiny.graph);
+    for (size_t i = 0; i < rows.size(); ++i) QCOMPARE(speed.speed->layers[i].name, rows[i].name);
+    const Session calib = openSessionFor(dir + "calibration.qsession", "tiny.bin", hash, tiny.graph);
+    QCOMPARE(calib.calibration->layers.size(), size_t(2));  // the seed keeps two layers
+    QCOMPARE(calib.calibration->layers[1].layer.name, std::string("blocks.0.attn.k"));
+
+    // The join: an int8 plan's predicted error is the sum of the table's int8 column.
+    Plan p;
+    p.defaults.weight = parseWeightChoice("int8-sym", "weight");
+    p.defaults.group = parseGroupChoice("channel", "group_size");
+    const ResolvedPlan r = resolvePlanStrict(p, tiny.graph);
+    const SensitivityLookup lookup(*s.sensitivity, ErrorMetric::Kl);
+    const PlanFigures f = computePlanFigures(r, &lookup, nullptr);
+    size_t int8 = 0;
+    while (formatToString(s.sensitivity->formats[int8]) != "int8-ch-sym") ++int8;
+    double sum = 0;
+    for (size_t i = 0; i < r.layers.size(); ++i) sum += s.sensitivity->at(i, int8).kl;
+    QCOMPARE(f.errorMissing, 0);
+    QCOMPARE(f.predictedError, sum);
+
+    // Opened against another model's graph (stories260K): refused, naming the file and the row.
+    try {
+      openSessionFor(dir + "sensitivity_runs_plans.qsession", "tiny.bin", hash, m_.graph);
+      QFAIL("a session of another model's layers was named");
+    } catch (const Error& e) {
+      QCOMPARE(e.kind(), ErrorKind::BadInput);
+      QVERIFY2(e.file().find("sensitivity_runs_plans.qsession") != std::string::npos, e.what());
+      QVERIFY2(e.field().rfind("/sensitivity/layers/weight_name[", 0) == 0, e.what());
+    }
+    // A table read on its own has no names; a lookup over it is a programming error, not zeros.
+    const Session unnamed = loadSession(dir + "sensitivity_runs_plans.qsession");
+    try {
+      const SensitivityLookup bad(*unnamed.sensitivity, ErrorMetric::Kl);
+      QFAIL("an unnamed table was looked up");
+    } catch (const Error& e) {
+      QCOMPARE(e.kind(), ErrorKind::Internal);
+    }
+  }
+
   // A session written before kl_source existed (the fuzzer's seed, made by the CLI then): it
   // opens, and every finite KL reads as measured.
   void sessionFromBeforeKlSourceOpens() {
@@ -618,11 +679,12 @@ class TestAnalysisJobs : public QObject {
     QCOMPARE(same.top1Agreement, 1.0);
     QVERIFY(std::fabs(same.perplexity - same.basePerplexity) < 1e-9 * same.basePerplexity);
 
-    const AccumulationResult int8 = runAccumulation(rt, text_, uniformPlan(rt, parseQuantFormat("int8-ch-sym")),
+    std::vector<std::string> unfit;  // the layers g32 cannot take (K = 172) stay as loaded
+    const AccumulationResult int8 = runAccumulation(rt, text_, uniformQuants(rt.linears(), parseQuantFormat("int8-ch-sym"), "format"),
                                                     nullptr, o);
     AccumulationOptions fq = o;
     fq.mode = LinearMode::FakeQuant;
-    const AccumulationResult int4 = runAccumulation(rt, text_, uniformPlan(rt, parseQuantFormat("int4-g32-sym")),
+    const AccumulationResult int4 = runAccumulation(rt, text_, uniformQuants(rt.linears(), parseQuantFormat("int4-g32-sym"), "format", &unfit),
                                                     nullptr, fq);
     QCOMPARE(int64_t(int8.blocks.size()), int64_t(B));
     for (int b = 0; b < B; ++b) {
@@ -633,7 +695,7 @@ class TestAnalysisJobs : public QObject {
     QVERIFY(int4.kl > int8.kl && int8.kl > 0);
     QVERIFY(int8.top1Agreement > 0.8 && int8.top1Agreement <= 1.0);
     std::vector<std::string> skipped;
-    (void)uniformPlan(rt, parseQuantFormat("int4-g128-sym"), &skipped);
+    (void)uniformQuants(rt.linears(), parseQuantFormat("int4-g128-sym"), "format", &skipped);
     QVERIFY(!skipped.empty());
     for (size_t i = 0; i < rt.linears().size(); ++i) QVERIFY(!rt.linearFormat(int(i)));
   }
@@ -646,7 +708,8 @@ class TestAnalysisJobs : public QObject {
     Runtime rt(*m_.file, m_.graph, *cpu_);
     AccumulationOptions o;
     o.eval = eval(1020, 256);  // 4 windows
-    const LayerQuants rtn = uniformPlan(rt, parseQuantFormat("int4-g32-sym"));
+    std::vector<std::string> unfit;  // K = 172: left as loaded
+    const LayerQuants rtn = uniformQuants(rt.linears(), parseQuantFormat("int4-g32-sym"), "format", &unfit);
     LayerQuants gptq = rtn;
     for (LayerQuant& q : gptq) q.method = QuantMethod::Gptq;
     QVERIFY(!needsRounding(rtn) && needsRounding(gptq));
@@ -715,7 +778,7 @@ class TestAnalysisJobs : public QObject {
     ao.eval = eval(150, 64);
     cancelled = false;
     try {
-      runAccumulation(rt, text_, uniformPlan(rt, parseQuantFormat("int8-ch-sym")), nullptr, ao, ctx);
+      runAccumulation(rt, text_, uniformQuants(rt.linears(), parseQuantFormat("int8-ch-sym"), "format"), nullptr, ao, ctx);
     } catch (const Error& e) {
       cancelled = e.kind() == ErrorKind::Cancelled;
     }
@@ -751,7 +814,7 @@ class TestAnalysisJobs : public QObject {
     s.sensitivity = runSensitivity(rt, cpu_->stats(), text_, &*s.calibration, so).table;
     AccumulationOptions ao;
     ao.eval = eval(64, 64);
-    const LayerQuants a = uniformPlan(rt, parseQuantFormat("int8-ch-sym"));
+    const LayerQuants a = uniformQuants(rt.linears(), parseQuantFormat("int8-ch-sym"), "format");
     s.runs["int8"] = RunTrace{quantsToJson(rt, a).dump(), runAccumulation(rt, text_, a, nullptr, ao)};
     s.plans["int8"] = s.runs["int8"].planJson;
     SpeedOptions po;
@@ -801,10 +864,23 @@ class TestAnalysisJobs : public QObject {
     for (size_t k = 0; k < s.speed->entries.size(); ++k)
       QVERIFY(sameOrBothNan(back.speed->entries[k].kernelMicros, s.speed->entries[k].kernelMicros));
 
-    // The same model reopens it; another hash is refused naming both.
-    QVERIFY(openSessionFor(path, "elsewhere.bin", s.modelHash).sensitivity.has_value());
+    // The file keys layers by weight name: rows read back carry no canonical name until the
+    // session is opened against its model, which gives every table the names the jobs gave them.
+    QVERIFY(back.sensitivity->layers.front().name.empty());
+    const Session opened = openSessionFor(path, "elsewhere.bin", s.modelHash, m_.graph);
+    QVERIFY(opened.sensitivity.has_value());
+    QCOMPARE(opened.sensitivity->layers.size(), s.sensitivity->layers.size());
+    for (size_t i = 0; i < s.sensitivity->layers.size(); ++i) {
+      QVERIFY(!s.sensitivity->layers[i].name.empty());
+      QCOMPARE(opened.sensitivity->layers[i].name, s.sensitivity->layers[i].name);
+    }
+    for (size_t i = 0; i < s.speed->layers.size(); ++i) QCOMPARE(opened.speed->layers[i].name, s.speed->layers[i].name);
+    for (size_t i = 0; i < c0.layers.size(); ++i)
+      QCOMPARE(opened.calibration->layers[i].layer.name, c0.layers[i].layer.name);
+    QCOMPARE(opened.sensitivity->layers.back().name, std::string("head"));  // stories260K's head is tied
+    // Another hash is refused naming both.
     try {
-      openSessionFor(path, "other.bin", "xxh3-64-sampled:0000000000000000");
+      openSessionFor(path, "other.bin", "xxh3-64-sampled:0000000000000000", m_.graph);
       QFAIL("another model's session was accepted");
     } catch (const Error& e) {
       QCOMPARE(e.kind(), ErrorKind::BadInput);

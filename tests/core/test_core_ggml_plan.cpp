@@ -166,7 +166,7 @@ class TestGgmlPlan : public QObject {
       if (withImp) {
         // No importance: refused, naming the layer (never a silent plain search).
         try {
-          rt.setLinearFormat(i, f, LinearMode::FakeQuant);
+          rt.setLinearFormat(i, rt.checkLinearFormat(i, f, "format"), LinearMode::FakeQuant);
           QFAIL("imatrix without importance accepted");
         } catch (const Error& e) {
           QCOMPARE(e.kind(), ErrorKind::BadInput);
@@ -175,7 +175,7 @@ class TestGgmlPlan : public QObject {
         rt.setLinearImportance(i, imp);
       }
       for (LinearMode mode : {LinearMode::FakeQuant, LinearMode::Kernel}) {
-        rt.setLinearFormat(i, f, mode);
+        rt.setLinearFormat(i, rt.checkLinearFormat(i, f, "format"), mode);
         QVERIFY2(bitEqual(logitsOf(rt, tokens), expected), name);
         QVERIFY(rt.linearKernel(i, 8).find("fake-quant") != std::string::npos);
         QCOMPARE(rt.linearWeightBytes(i), uint64_t(quantStorage(f.weight, l.outFeatures, l.inFeatures).totalBytes()));

@@ -48,6 +48,7 @@ SensitivityTable syntheticTable(const ModelGraph& g, const std::vector<QuantForm
   std::uniform_real_distribution<double> u(0.5, 2.0);
   for (const auto& pl : planLayers(g)) {
     LayerRef r;
+    r.name = pl.name;
     r.weightName = pl.linear->weightName;
     r.role = std::string(linearRoleName(pl.linear->role));
     r.block = pl.block;
@@ -418,6 +419,11 @@ class TestCorePlan : public QObject {
     p.entries.push_back({{"blocks.*.mlp.*"}, fieldsOf("int8-sym", "channel")});
     p.entries.push_back({{"blocks.0.mlp.down"}, fieldsOf("fp16")});
     const ResolvedPlan r = resolvePlanStrict(p, *graph_);
+    // Each layer's format was checked once, for its own shape, as the plan resolved.
+    for (const auto& a : r.layers) {
+      QCOMPARE(a.quant.format.rows(), a.outFeatures);
+      QCOMPARE(a.quant.format.cols(), a.inFeatures);
+    }
 
     // A speed table: kernel time proportional to bytes, baseline to FP16 bytes.
     SpeedTable speed;

@@ -192,6 +192,7 @@ class TestCorePlanner : public QObject {
                  parseQuantFormat("int8-ch-sym")};
     for (const auto& pl : planLayers(g)) {
       LayerRef r;
+      r.name = pl.name;
       r.weightName = pl.linear->weightName;
       r.outFeatures = pl.linear->outFeatures;
       r.inFeatures = pl.linear->inFeatures;
@@ -229,6 +230,7 @@ class TestCorePlanner : public QObject {
     const auto layers = planLayers(g);
     for (const auto& pl : layers) {
       LayerRef r;
+      r.name = pl.name;
       r.weightName = pl.linear->weightName;
       r.outFeatures = pl.linear->outFeatures;
       r.inFeatures = pl.linear->inFeatures;

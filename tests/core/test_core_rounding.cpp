@@ -34,12 +34,13 @@ struct Model {
     LayerQuants p(rt->linears().size());
     for (size_t i = 0; i < p.size(); ++i) {
       if (rt->linears()[i]->role == LinearRole::Head) continue;
-      p[i].format = parseQuantFormat(format);
-      auto& w = p[i].format.weight;  // down has K = 172: per-channel where groups do not fit
+      QuantFormat f = parseQuantFormat(format);
+      auto& w = f.weight;  // down has K = 172: per-channel where groups do not fit
       if (w.granularity == Granularity::Group && rt->linears()[i]->inFeatures % w.groupSize != 0) {
         w.granularity = Granularity::Channel;
         w.groupSize = 0;
       }
+      p[i].format = rt->checkLinearFormat(int(i), f, "format");
       p[i].method = method;
       if (smooth >= 0) p[i].smoothAlpha = smooth;
     }

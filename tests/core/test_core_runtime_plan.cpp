@@ -167,7 +167,7 @@ class TestCoreRuntimePlan : public QObject {
     const int i = rt.linearIndex("layers.1.attention.wq.weight");
     for (const char* name : {"int4-g32-sym", "int8-ch-sym:int8-tok", "fp8e4m3-ch:fp8e4m3-tok", "fp16"}) {
       const QuantFormat f = parseQuantFormat(name);
-      rt.setLinearFormat(i, f);
+      rt.setLinearFormat(i, rt.checkLinearFormat(i, f, "format"));
       QCOMPARE(rt.linearKernel(i, 4), std::string("eigen-fp32"));
       LayerCapture cap(rt, i);
       std::vector<float> logits;
@@ -195,7 +195,7 @@ class TestCoreRuntimePlan : public QObject {
     for (const char* name : {"int4-ch-sym", "int8-ch-sym:int8-tok", "bf16", "int4-ch-asym-mse"})
       for (LinearMode mode : {LinearMode::FakeQuant, LinearMode::Kernel}) {  // K = 172: no kernel either way
         const QuantFormat f = parseQuantFormat(name);
-        rt.setLinearFormat(i, f, mode);
+        rt.setLinearFormat(i, rt.checkLinearFormat(i, f, "format"), mode);
         QVERIFY(QString::fromStdString(rt.linearKernel(i, 1)).startsWith("fake-quant fp32"));
         LayerCapture cap(rt, i);
         std::vector<float> logits;
@@ -218,8 +218,9 @@ class TestCoreRuntimePlan : public QObject {
     Runtime rt(*m.file, m.graph, *cpu_);
     auto ops = createCpuTransformerOps();
     const int i = rt.linearIndex("layers.0.attention.wk.weight");
-    const ActSpec spec = parseQuantFormat("int8-ch-sym:int8-t").act;
-    rt.setLinearInputQuant(i, spec, 0.01f);
+    const CheckedFormat format = rt.checkLinearFormat(i, parseQuantFormat("int8-ch-sym:int8-t"), "format");
+    const ActSpec& spec = format.act;
+    rt.setLinearInputQuant(i, format, 0.01f);
     LayerCapture cap(rt, i);
     std::vector<float> logits;
     rt.forward(kTokens, 0, logits, true);
@@ -230,7 +231,7 @@ class TestCoreRuntimePlan : public QObject {
     QVERIFY(x != cap.x);  // the tap saw the input before quantization
     ops->linear(x.data(), cap.T, l.inFeatures, rt.linearWeight(i).data(), l.outFeatures, nullptr, y.data());
     QVERIFY(bitEqual(cap.y, y));
-    QVERIFY_THROWS_EXCEPTION(Error, rt.setLinearInputQuant(i, spec, -1.0f));
+    QVERIFY_THROWS_EXCEPTION(Error, rt.setLinearInputQuant(i, format, -1.0f));
     rt.clearAllInputQuant();
     std::vector<float> base, again;
     Runtime fresh(*m.file, m.graph, *cpu_);
@@ -244,7 +245,7 @@ class TestCoreRuntimePlan : public QObject {
     Runtime rt(*m.file, m.graph, *cpu_);
     std::vector<float> base, q, back;
     rt.forward(kTokens, 0, base, true);
-    rt.setPlan(uniformQuants(rt.linears().size(), parseQuantFormat("int8-ch-sym")));
+    rt.setPlan(uniformQuants(rt.linears(), parseQuantFormat("int8-ch-sym"), "format"));
     QCOMPARE(*rt.linearFormat(0), parseQuantFormat("int8-ch-sym"));
     rt.forward(kTokens, 0, q, true);
     QVERIFY(q != base);
@@ -260,21 +261,68 @@ class TestCoreRuntimePlan : public QObject {
     Model m;
     Runtime rt(*m.file, m.graph, *cpu_);
     QVERIFY_THROWS_EXCEPTION(Error, rt.setPlan(LayerQuants(3)));
-    rt.setLinearFormat(0, parseQuantFormat("int8-ch-sym"));
+    rt.setLinearFormat(0, rt.checkLinearFormat(0, parseQuantFormat("int8-ch-sym"), "format"));
     try {  // static activation scales need calibration
-      rt.setLinearFormat(0, parseQuantFormat("int8-ch-sym:int8-t"));
+      rt.setLinearFormat(0, rt.checkLinearFormat(0, parseQuantFormat("int8-ch-sym:int8-t"), "format"));
       QFAIL("static scale accepted");
     } catch (const Error& e) {
       QCOMPARE(e.kind(), ErrorKind::Unsupported);
     }
     QCOMPARE(*rt.linearFormat(0), parseQuantFormat("int8-ch-sym"));  // unchanged
-    try {  // g128 on K = 64
-      rt.setLinearFormat(1, parseQuantFormat("int4-g128-sym"));
+    try {  // g128 on K = 64: refused where it is checked, naming the caller's option and the layer
+      rt.setLinearFormat(1, rt.checkLinearFormat(1, parseQuantFormat("int4-g128-sym"), "--format"));
       QFAIL("g128 on K = 64 accepted");
     } catch (const Error& e) {
       QCOMPARE(e.kind(), ErrorKind::BadInput);
+      QCOMPARE(e.field(), std::string("--format"));
+      QVERIFY2(e.message().find(rt.linears()[1]->weightName) != std::string::npos, e.what());
     }
     QVERIFY(!rt.linearFormat(1));
+    // The runtime takes checked formats as they are; one checked for another layer's shape is a
+    // programming error, never run.
+    const int w2 = rt.linearIndex("layers.3.feed_forward.w2.weight");  // [64, 172]
+    try {
+      rt.setLinearFormat(1, rt.checkLinearFormat(w2, parseQuantFormat("int8-ch-sym"), "format"));
+      QFAIL("a format checked for [64, 172] ran on [64, 64]");
+    } catch (const Error& e) {
+      QCOMPARE(e.kind(), ErrorKind::Internal);
+    }
+    QVERIFY(!rt.linearFormat(1));
+  }
+
+  // uniformQuants (--format): one format on every runtime layer, each checked for its shape; with
+  // `skipped` a layer whose shape refuses it stays as loaded and is listed; without, the first
+  // such layer is an error naming the option; an invalid format is an error either way.
+  void uniformQuantsChecksEachLayer() {
+    Model m;
+    Runtime rt(*m.file, m.graph, *cpu_);
+    const QuantFormat g32 = parseQuantFormat("int4-g32-sym");
+    std::vector<std::string> skipped;
+    const LayerQuants q = uniformQuants(rt.linears(), g32, "--format", &skipped);
+    QCOMPARE(q.size(), rt.linears().size());
+    size_t unfit = 0;
+    for (size_t i = 0; i < q.size(); ++i) {
+      const LinearLayer& l = *rt.linears()[i];
+      if (l.inFeatures % 32 == 0) {
+        QVERIFY(q[i].format == g32);
+        QCOMPARE(q[i].format.cols(), l.inFeatures);
+      } else {
+        QVERIFY(isUnquantized(q[i].format));
+        QVERIFY2(skipped.at(unfit++).find(l.weightName) != std::string::npos, skipped[unfit - 1].c_str());
+      }
+    }
+    QVERIFY(unfit > 0);  // the w2 projections, K = 172
+    QCOMPARE(skipped.size(), unfit);
+    try {
+      (void)uniformQuants(rt.linears(), g32, "--format");
+      QFAIL("g32 on K = 172 accepted");
+    } catch (const Error& e) {
+      QCOMPARE(e.kind(), ErrorKind::BadInput);
+      QCOMPARE(e.field(), std::string("--format"));
+    }
+    QuantFormat bad = parseQuantFormat("int8-g32-sym");
+    bad.weight.groupSize = 48;  // fits no layer's K either way: still an error, not "skipped"
+    QVERIFY_THROWS_EXCEPTION(Error, (void)uniformQuants(rt.linears(), bad, "--format", &skipped));
   }
 
   void computeMemoryApiMatchesHostApi() {
@@ -389,7 +437,7 @@ class TestCoreRuntimePlan : public QObject {
     // A plan: each layer in its own format only.
     SpeedOptions p = o;
     LayerQuants plan(t.layers.size());
-    plan[0].format = parseQuantFormat("int8-ch-sym");
+    plan[0].format = checkFormat(parseQuantFormat("int8-ch-sym"), t.layers[0].outFeatures, t.layers[0].inFeatures, "format");
     p.plan = plan;
     const SpeedResult rp = measureSpeed(*cpu_, m.graph, p);
     QCOMPARE(rp.table.formats.size(), size_t(1));

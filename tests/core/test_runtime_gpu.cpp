@@ -69,12 +69,8 @@ Agreement agree(const std::vector<float>& gpu, const std::vector<float>& cpu) {
 
 // The format on every layer it fits (K a multiple of the group size), as loaded elsewhere.
 LayerQuants planFor(const Runtime& rt, const QuantFormat& f) {
-  LayerQuants p(rt.linears().size());
-  for (size_t i = 0; i < p.size(); ++i) {
-    const int64_t k = rt.linears()[i]->inFeatures;
-    if (f.weight.granularity != Granularity::Group || k % int64_t(f.weight.groupSize) == 0) p[i].format = f;
-  }
-  return p;
+  std::vector<std::string> skipped;
+  return uniformQuants(rt.linears(), f, "format", &skipped);
 }
 
 std::vector<int32_t> randomTokens(int64_t n, int64_t vocab, uint64_t seed) {
@@ -233,7 +229,7 @@ class TestRuntimeGpu : public QObject {
     const QString wide = QString::fromStdString(g.linearKernel(w1, 64));
     QVERIFY2(wide == "wide-mma" || wide.startsWith("dequant+cublas"), qPrintable(wide));
     QVERIFY(g.linearKernel(w2, 1) == "fp32-reference");  // g32 does not fit K = 172: no entry
-    g.setLinearFormat(w2, parseQuantFormat("int4-ch-sym"));
+    g.setLinearFormat(w2, g.checkLinearFormat(w2, parseQuantFormat("int4-ch-sym"), "format"));
     QVERIFY(QString::fromStdString(g.linearKernel(w2, 1)).contains("not a multiple of 32"));
   }
 
@@ -351,8 +347,8 @@ class TestRuntimeGpu : public QObject {
     // A format on a replaced weight quantizes the replacement.
     g.setLinearWeight(i, w);
     c.setLinearWeight(i, w);
-    g.setLinearFormat(i, parseQuantFormat("int8-ch-sym"), LinearMode::FakeQuant);
-    c.setLinearFormat(i, parseQuantFormat("int8-ch-sym"), LinearMode::FakeQuant);
+    g.setLinearFormat(i, g.checkLinearFormat(i, parseQuantFormat("int8-ch-sym"), "format"), LinearMode::FakeQuant);
+    c.setLinearFormat(i, c.checkLinearFormat(i, parseQuantFormat("int8-ch-sym"), "format"), LinearMode::FakeQuant);
     QVERIFY(compare(c, g, toks, "replaced + fake-quant").rel() <= 1e-4);
   }
 
@@ -378,7 +374,7 @@ class TestRuntimeGpu : public QObject {
       QVERIFY(r.kl < 1e-12 && r.top1Same);
       QVERIFY(std::fabs(r.nllRef - r.nllTest) < 1e-12);
     }
-    g.setLinearFormat(0, parseQuantFormat("int4-g32-sym"), LinearMode::FakeQuant);
+    g.setLinearFormat(0, g.checkLinearFormat(0, parseQuantFormat("int4-g32-sym"), "format"), LinearMode::FakeQuant);
     g.embed(kStoryTokens, 0, x);
     for (int b = 0; b < int(m.graph.blocks.size()); ++b) g.runBlock(b, x, T, 0);
     g.head(x, T, logits);

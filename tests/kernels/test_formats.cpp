@@ -244,6 +244,58 @@ class TestFormats : public QObject {
     QVERIFY_THROWS_EXCEPTION(Error, scaleGrid(parseQuantFormat("int8-ch-sym").weight, 0, 4));
   }
 
+  // checkFormat: the one validation of a format on its way to a kernel. It makes the only
+  // CheckedFormats, refuses what validateQuantFormat refuses and shapes the format cannot take,
+  // naming the caller's field (and the tensor for a shape), and stamps the shape it checked.
+  void checkFormatIsTheOneValidation() {
+    const CheckedFormat c = checkFormat(parseQuantFormat("int4-g32-sym:int8-tok"), 8, 64, "--format", "blk.0.w");
+    QCOMPARE(c.rows(), int64_t(8));
+    QCOMPARE(c.cols(), int64_t(64));
+    QVERIFY(c == parseQuantFormat("int4-g32-sym:int8-tok"));  // reads and compares as its format
+    QVERIFY(parseQuantFormat("int4-g32-sym:int8-tok") == c);
+    QVERIFY(c.fits(8, 64) && !c.fits(8, 96) && !c.fits(16, 64));
+    const CheckedFormat w = c.weightOnly();
+    QCOMPARE(formatToString(w), std::string("int4-g32-sym"));
+    QVERIFY(w.fits(8, 64) && !w.fits(8, 96));
+    const CheckedFormat none;  // leave as loaded: FP32, any shape
+    QVERIFY(isUnquantized(none) && none.fits(3, 5) && none.fits(4096, 11008));
+    // Shapes: the group, the ggml block, an empty shape — BadInput naming the field and tensor.
+    struct Bad {
+      const char* format;
+      int64_t rows, cols;
+      const char* needle;
+    };
+    for (const Bad& b : {Bad{"int4-g128-sym", 64, 172, "group size 128"}, Bad{"q4_k", 64, 128, "256-value block"},
+                         Bad{"int8-ch-sym", 0, 64, "empty"}, Bad{"fp16", 4, 0, "empty"}}) {
+      try {
+        (void)checkFormat(parseQuantFormat(b.format), b.rows, b.cols, "--format", "blk.0.w");
+        QFAIL(b.format);
+      } catch (const Error& e) {
+        QCOMPARE(e.kind(), ErrorKind::BadInput);
+        QCOMPARE(e.field(), std::string("--format"));
+        QVERIFY2(e.message().find(b.needle) != std::string::npos && e.message().find("'blk.0.w'") != std::string::npos,
+                 e.what());
+      }
+    }
+    // An invalid format (made by hand): validateQuantFormat's message under the caller's field.
+    QuantFormat f = parseQuantFormat("int8-g32-sym");
+    f.weight.groupSize = 48;
+    try {
+      (void)checkFormat(f, 8, 96, "entries[2].weight");
+      QFAIL("group size 48 accepted");
+    } catch (const Error& e) {
+      QCOMPARE(e.kind(), ErrorKind::BadInput);
+      QCOMPARE(e.field(), std::string("entries[2].weight"));
+      QVERIFY2(e.message().find("group size 48") != std::string::npos, e.what());
+    }
+    // weightFitsShape: the arithmetic alone, as scaleGrid decides it.
+    QVERIFY(weightFitsShape(parseQuantFormat("int4-g32-sym").weight, 8, 64));
+    QVERIFY(!weightFitsShape(parseQuantFormat("int4-g32-sym").weight, 8, 100));
+    QVERIFY(weightFitsShape(parseQuantFormat("int4-ch-sym").weight, 8, 100));
+    QVERIFY(!weightFitsShape(parseQuantFormat("q6_k").weight, 8, 128));
+    QVERIFY(weightFitsShape(parseQuantFormat("fp8e4m3-b128").weight, 3, 5));
+  }
+
   void fp8MatchesExactReferenceOnAllHalfValues() {
     const Fp8Reference e4(fp8E4M3ToFloat), e5(fp8E5M2ToFloat);
     for (uint32_t h = 0; h < 0x10000; ++h) {

@@ -32,12 +32,7 @@ std::shared_ptr<SensitivityTable> syntheticSensitivity(const ModelGraph& g) {
   for (const char* f : {"int4-g32-sym", "int4-g64-sym", "int4-ch-sym", "int8-ch-sym", "fp8e4m3-ch", "fp16"})
     t->formats.push_back(parseQuantFormat(f));
   const double base[] = {0.02, 0.03, 0.04, 1e-3, 3e-3, 1e-7};
-  int i = 0;
-  for (const LinearLayer* l : g.allLinears()) {
-    t->layers.push_back({l->weightName, std::string(linearRoleName(l->role)), -1, l->outFeatures,
-                         l->inFeatures, uint64_t(l->outFeatures * l->inFeatures)});
-    ++i;
-  }
+  for (const PlanLayer& l : planLayers(g)) t->layers.push_back(l);  // the layer table's rows
   t->entries.resize(t->layers.size() * t->formats.size());
   for (size_t l = 0; l < t->layers.size(); ++l)
     for (size_t f = 0; f < t->formats.size(); ++f) {
