@@ -7,7 +7,6 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "core/analysis/calibrate.h"
 #include "core/analysis/eval_windows.h"
 #include "core/analysis/sensitivity.h"
 #include "core/model/compressed_tensors_file.h"
@@ -301,9 +300,6 @@ CheckpointAutoquantResult autoquantCheckpoint(const CheckpointSource& src, const
   EvalOptions eval;
   eval.context = std::min<int64_t>(options.context, rt.maxSeq());
   eval.bos = options.bos;
-  CalibrationOptions co;
-  co.eval = eval;
-  CalibrationResult calibration = runCalibration(rt, src.backend.stats(), src.calibration, co, sub(0.0, 0.15));
   SensitivityOptions so;
   so.eval = eval;
   so.formats = candidates;
@@ -330,8 +326,8 @@ CheckpointAutoquantResult autoquantCheckpoint(const CheckpointSource& src, const
               cells.emplace_back(row->second, k.formatOf[fl.layer][size_t(c)]);
       return cells;
     };
-  const SensitivityResult sweep =
-      runSensitivity(rt, src.backend.stats(), src.calibration, &calibration, so, sub(0.15, 0.75));
+  const CalibratedSweep measured = calibrateAndSweep(rt, src.backend.stats(), src.calibration, so, sub(0.0, 0.75));
+  const SensitivityResult& sweep = measured.sweep;
 
   // 3. The choice.
   const SensitivityLookup lookup(sweep.table, ErrorMetric::Kl);
@@ -381,7 +377,7 @@ CheckpointAutoquantResult autoquantCheckpoint(const CheckpointSource& src, const
   std::snprintf(desc, sizeof desc, "quantscope-cli autoquant --to safetensors: %llu tensor bytes (%.4f bits per weight), "
                 "predicted KL %.5f", static_cast<unsigned long long>(cp.totalBytes), cp.bpw(), cp.predictedKl);
   cp.plan.description = desc;
-  cp.calibrationTokens = calibration.tokens;
+  cp.calibrationTokens = measured.calibration.tokens;
   cp.probeTokens = sweep.probeTokens;
   cp.measuredCells = sweep.cells;
   cp.estimatedCells = sweep.estimatedCells;
