@@ -29,7 +29,7 @@ struct AutoquantArgs {
   std::string model, calibText, to = "gguf", out, formats, method, match, planOut, tokenizer;
   double targetBpw = 0;
   uint64_t targetBytes = 0;
-  int64_t calibTokens = 4096, context = 512, gainContext = 256, gainWindows = 1, checkWindows = 2;
+  int64_t calibTokens = 4096, context = 512, gainContext = 256, gainWindows = 1, checkWindows = 2, sweepTokens = 1024;
   double refinePasses = 10;
   bool json = false, force = false;
 };
@@ -68,6 +68,7 @@ void autoquantSafetensors(CliContext& ctx, const AutoquantArgs& a) {
                 "--target-bpw");
   }
   o.context = a.context;
+  o.sweepTokens = a.sweepTokens;
   o.refineForwardBudget = a.refinePasses;
   checkRegularFile(a.calibText, "--calib-text");  // before the model loads: a bad path fails fast
   TerminalProgress progress;
@@ -75,11 +76,13 @@ void autoquantSafetensors(CliContext& ctx, const AutoquantArgs& a) {
   const Tokenizer& tok = *m.model.tokenizer;
   // The calibration tokens, then held-out ones for the check (those after them, when the text has
   // a whole window more), read through the one bounded reader.
-  const int64_t checkTokens = a.checkWindows * a.context;
+  // --check-windows whole windows: each is BOS + context − 1 text tokens.
+  const int64_t checkTokens = a.checkWindows * (a.context - (tok.sequenceStart() >= 0 ? 1 : 0));
   std::vector<int32_t> ids =
       tok.encode(readTextFile(a.calibText, textBytesForTokens(tok, a.calibTokens + checkTokens)), {});
   std::vector<int32_t> held;
-  if (a.checkWindows > 0 && int64_t(ids.size()) >= a.calibTokens + a.context) held.assign(ids.begin() + a.calibTokens, ids.end());
+  if (a.checkWindows > 0 && int64_t(ids.size()) >= a.calibTokens + a.context)
+    held.assign(ids.begin() + a.calibTokens, ids.begin() + std::min<int64_t>(int64_t(ids.size()), a.calibTokens + checkTokens));
   if (int64_t(ids.size()) > a.calibTokens) ids.resize(size_t(a.calibTokens));
   if (ids.size() < 128)
     throw Error(ErrorKind::BadInput, a.calibText + ": " + std::to_string(ids.size()) +
@@ -121,7 +124,8 @@ void autoquantSafetensors(CliContext& ctx, const AutoquantArgs& a) {
           << "formats:" << formats.str() << " (rounded with " << methodName << " on the INT and FP8 layers)\n"
           << "chosen layers: " << chosenBytes << " bytes, " << fmt("%.4f", 8.0 * double(chosenBytes) / double(std::max<uint64_t>(chosenParams, 1)))
           << " bits per weight; the rest (embeddings, norms, a dense lm_head): " << p.fixedBytes << " bytes\n"
-          << "calibration: " << p.calibrationTokens << " tokens of " << a.calibText << "; " << p.basis << "\n";
+          << "calibration: " << p.calibrationTokens << " tokens of " << a.calibText << " (the sweep on the first "
+          << p.sweepTokens << "); " << p.basis << "\n";
   if (p.checkedKl >= 0) {
     std::snprintf(line, sizeof line, "checked KL %.5f nats/token, top-1 agreement %.2f %% on %lld positions\n",
                   p.checkedKl, 100.0 * p.checkedTop1, static_cast<long long>(p.checkedPositions));
@@ -168,9 +172,13 @@ void registerAutoquant(CLI::App& app, CliContext& ctx) {
   cmd->add_option("--ctx", a->context, "Calibration window length, BOS included (default 512)")->check(CLI::Range(int64_t(16), int64_t(1) << 20));
   cmd->add_option("--gain-windows", a->gainWindows, "gguf: windows used for the exact KL probes (default 1)")->check(CLI::PositiveNumber);
   cmd->add_option("--gain-ctx", a->gainContext, "gguf: tokens per probe window (default 256)")->check(CLI::Range(int64_t(16), int64_t(1) << 20));
+  cmd->add_option("--sweep-tokens", a->sweepTokens,
+                  "safetensors: calibration tokens the sensitivity sweep measures on (the first ones; default 1024); "
+                  "GPTQ / AWQ calibrate on all --calib-tokens")
+      ->check(CLI::Range(int64_t(16), int64_t(1) << 30));
   cmd->add_option("--refine-passes", a->refinePasses,
                   "Forward passes for measuring exactly the types that decide the choice (those nearest the "
-                  "budget's frontier; gguf: over the probe windows, safetensors: over the calibration tokens; 0: "
+                  "budget's frontier; gguf: over the probe windows, safetensors: over the sweep's tokens; 0: "
                   "none; default 10)")
       ->check(CLI::Range(0.0, 1e6));
   cmd->add_option("--check-windows", a->checkWindows,

@@ -300,6 +300,7 @@ CheckpointAutoquantResult autoquantCheckpoint(const CheckpointSource& src, const
   EvalOptions eval;
   eval.context = std::min<int64_t>(options.context, rt.maxSeq());
   eval.bos = options.bos;
+  eval.maxTokens = options.sweepTokens;
   SensitivityOptions so;
   so.eval = eval;
   so.formats = candidates;
@@ -377,7 +378,8 @@ CheckpointAutoquantResult autoquantCheckpoint(const CheckpointSource& src, const
   std::snprintf(desc, sizeof desc, "quantscope-cli autoquant --to safetensors: %llu tensor bytes (%.4f bits per weight), "
                 "predicted KL %.5f", static_cast<unsigned long long>(cp.totalBytes), cp.bpw(), cp.predictedKl);
   cp.plan.description = desc;
-  cp.calibrationTokens = measured.calibration.tokens;
+  cp.calibrationTokens = int64_t(src.calibration.size());
+  cp.sweepTokens = measured.calibration.tokens;
   cp.probeTokens = sweep.probeTokens;
   cp.measuredCells = sweep.cells;
   cp.estimatedCells = sweep.estimatedCells;
@@ -385,11 +387,12 @@ CheckpointAutoquantResult autoquantCheckpoint(const CheckpointSource& src, const
   cp.forwardPasses = sweep.referenceForwardEquivalents + sweep.forwardEquivalents;
   char basis[400];
   std::snprintf(basis, sizeof basis,
-                "sum of single-layer KLs (round-to-nearest) on %lld calibration tokens: %lld cells measured end to end "
-                "(one probe per layer, %lld near the budget frontier), %lld estimated from the probes; %.1f forward "
-                "passes",
+                "sum of single-layer KLs (round-to-nearest) on %lld of the calibration tokens: %lld cells measured end "
+                "to end (one probe per layer, %lld near the budget frontier), %lld estimated from the probes; %.1f "
+                "forward passes over %lld tokens",
                 static_cast<long long>(cp.probeTokens), static_cast<long long>(cp.measuredCells),
-                static_cast<long long>(cp.refinedCells), static_cast<long long>(cp.estimatedCells), cp.forwardPasses);
+                static_cast<long long>(cp.refinedCells), static_cast<long long>(cp.estimatedCells), cp.forwardPasses,
+                static_cast<long long>(cp.sweepTokens));
   cp.basis = basis;
   if (options.method != QuantMethod::Rtn)
     cp.basis += "; the file is rounded with " + std::string(quantMethodName(options.method));
@@ -456,6 +459,7 @@ std::string checkpointPlanJson(const CheckpointPlan& p) {
   j["exact_choice"] = p.exactChoice;
   j["basis"] = p.basis;
   j["calibration_tokens"] = p.calibrationTokens;
+  j["sweep_tokens"] = p.sweepTokens;
   j["probe_tokens"] = p.probeTokens;
   j["measured_cells"] = p.measuredCells;
   j["refined_cells"] = p.refinedCells;

@@ -10,9 +10,9 @@
 //      tensor bytes exactly — embeddings, norms, the head vLLM keeps dense, scales, zero points,
 //      weight_shape — and a target outside the reachable range is refused before anything runs.
 //   2. Calibration and the sensitivity sweep in estimate mode (core/analysis/sensitivity.h: one
-//      measured probe per layer, every other weight-only cell priced from it), refined at this
-//      budget: the cells that decide the choice (core/plan/frontier.h, frontierLayers) are
-//      measured end to end within a forward-pass budget.
+//      measured probe per layer, every other weight-only cell priced from it) on the first
+//      calibration tokens, refined at this budget: the cells that decide the choice
+//      (core/plan/frontier.h, frontierLayers) are measured end to end within a forward-pass budget.
 //   3. The choice (core/plan/planner.h, solveBudget): the least predicted KL (the sum of the
 //      single-layer figures) within the budget. vLLM loads q/k/v as one qkv_proj and gate/up as
 //      one gate_up_proj with one scheme (vllmFusedGroup), so each such group is one item of the
@@ -92,7 +92,10 @@ struct CheckpointAutoquantOptions {
   QuantMethod method = QuantMethod::Gptq;  // for the INT and FP8 layers
   int64_t context = 512;                   // calibration window length, BOS included
   int32_t bos = -1;
-  double probeForwardBudget = 20;   // the sweep's probes, in forward passes over the calibration
+  // The sweep (its calibration, probes and refinement) runs on the first `sweepTokens`
+  // calibration tokens (0: all); GPTQ / AWQ calibrate on all of them.
+  int64_t sweepTokens = 1024;
+  double probeForwardBudget = 20;   // the sweep's probes, in forward passes over its tokens
   double refineForwardBudget = 10;  // its refinement at this budget (0: none)
 };
 
@@ -115,7 +118,8 @@ struct CheckpointPlan {
   uint64_t minBytes = 0, maxBytes = 0;
   double predictedKl = 0;                  // Σ of the chosen layers' single-layer KLs
   bool exactChoice = true;                 // the budget DP ran at a 1-byte unit
-  int64_t calibrationTokens = 0, probeTokens = 0;
+  int64_t calibrationTokens = 0;  // all of them (GPTQ / AWQ)
+  int64_t sweepTokens = 0, probeTokens = 0;  // the sweep's, and its probes' (a prefix of them)
   int64_t measuredCells = 0, estimatedCells = 0, refinedCells = 0;
   double forwardPasses = 0;                // the sweep's, over the calibration tokens
   std::string basis;                       // one line: what the prediction rests on

@@ -243,11 +243,11 @@ class TestCliAutoquant : public QObject {
       QCOMPARE(formatOf[p + "attn.v"], formatOf[p + "attn.q"]);
       QCOMPARE(formatOf[p + "mlp.up"], formatOf[p + "mlp.gate"]);
     }
-    // The written model against the source on the check's windows (the first 128 calibration
-    // tokens in windows of 64, BOS first): the checked KL.
+    // The written model against the source on the check's windows (the first 126 calibration
+    // tokens in two windows of BOS + 63): the checked KL.
     QVERIFY(plan["checked_kl"].get<double>() > 0);
     const auto ppl = test::runCliInProcess({"--backend", "cpu", "perplexity", out, "--tokenizer", model_, "--base", model_,
-                                            "--text", calib_, "--ctx", "64", "--tokens", "128", "--json"});
+                                            "--text", calib_, "--ctx", "64", "--tokens", "126", "--json"});
     QVERIFY2(ppl.code == 0, ppl.err.c_str());
     const auto pj = nlohmann::json::parse(ppl.out);
     const double kl = pj["mean_kl"].get<double>(), checked = plan["checked_kl"].get<double>();
@@ -270,9 +270,16 @@ class TestCliAutoquant : public QObject {
   void safetensorsMethods() {
     for (const char* method : {"gptq", "awq"}) {
       const std::string out = (tmp_.path() + "/ct-" + method).toStdString();
-      const auto r = autoquant(out, {"--to", "safetensors", "--target-bpw", "15", "--method", method, "--json"});
+      // 512 calibration tokens of a longer text: the check runs on two held-out windows after them.
+      const auto r = autoquant(out, {"--to", "safetensors", "--target-bpw", "15", "--method", method, "--calib-tokens",
+                                     "512", "--sweep-tokens", "256", "--check-windows", "2", "--json"});
       QVERIFY2(r.code == 0, r.err.c_str());
       const auto plan = nlohmann::json::parse(r.out);
+      QCOMPARE(plan["calibration_tokens"].get<int64_t>(), int64_t(512));
+      QCOMPARE(plan["sweep_tokens"].get<int64_t>(), int64_t(256));
+      QCOMPARE(plan["checked_positions"].get<int64_t>(), int64_t(2 * 63));  // 2 windows of BOS + 63 tokens
+      QVERIFY2(plan["check_basis"].get<std::string>().find("held-out") != std::string::npos,
+               plan["check_basis"].get<std::string>().c_str());
       QCOMPARE(openSafetensors(out + "/model.safetensors")->tensorDataBytes(), plan["tensor_bytes"].get<uint64_t>());
       for (const auto& e : plan["layers"]) {
         const std::string f = e["format"];
