@@ -121,7 +121,9 @@ void autoquantSafetensors(CliContext& ctx, const AutoquantArgs& a) {
                 p.bpw(), static_cast<unsigned long long>(p.totalBytes), static_cast<unsigned long long>(p.targetBytes),
                 static_cast<unsigned long long>(p.minBytes), static_cast<unsigned long long>(p.maxBytes), p.predictedKl);
   ctx.out << "wrote " << a.out << " (compressed-tensors, " << r.exported.files.size() << " files): " << line
-          << "formats:" << formats.str() << " (rounded with " << methodName << " on the INT and FP8 layers)\n"
+          << "formats:" << formats.str() << " (rounded with " << methodName
+          << (methodName == "gptq" ? " on the INT and FP8 layers" : methodName == "awq" ? " on the INT layers" : "")
+          << ")\n"
           << "chosen layers: " << chosenBytes << " bytes, " << fmt("%.4f", 8.0 * double(chosenBytes) / double(std::max<uint64_t>(chosenParams, 1)))
           << " bits per weight; the rest (embeddings, norms, a dense lm_head): " << p.fixedBytes << " bytes\n"
           << "calibration: " << p.calibrationTokens << " tokens of " << a.calibText << " (the sweep on the first "

@@ -44,7 +44,17 @@ QuantFormat denseFormatOf(const std::string& storage) {
   return parseQuantFormat(storage == "F16" ? "fp16" : storage == "BF16" ? "bf16" : "f32");
 }
 
-bool isScaled(const QuantFormat& f) { return quantKindTraits(f.weight.kind).cls != QuantClass::Float; }
+// The rounding a layer in `f` gets: `method` where it applies — GPTQ to scaled INT and FP8 weights
+// but not 128×128 blocks (kernels/rounding/gptq.h), AWQ to INT weights (the plan's rule,
+// core/plan/plan.cpp) — else round-to-nearest (FP16 is a cast).
+QuantMethod methodFor(const QuantFormat& f, QuantMethod method) {
+  const QuantClass cls = quantKindTraits(f.weight.kind).cls;
+  if (method == QuantMethod::Gptq && (cls == QuantClass::Int || cls == QuantClass::Fp8) &&
+      f.weight.granularity != Granularity::Block)
+    return method;
+  if (method == QuantMethod::Awq && cls == QuantClass::Int) return method;
+  return QuantMethod::Rtn;
+}
 
 // The export's preview of `formats` (one per plan layer, rounded to nearest: the method changes
 // no byte) to `out`.
@@ -357,7 +367,7 @@ CheckpointAutoquantResult autoquantCheckpoint(const CheckpointSource& src, const
       c.bytes = l.bytes[f];
       c.predictedKl = lookup.error(l.weightName, c.format);
       c.klMeasured = lookup.basis(l.weightName, c.format) == FigureBasis::Measured;
-      c.method = isScaled(c.format) ? options.method : QuantMethod::Rtn;
+      c.method = methodFor(c.format, options.method);
       cp.totalBytes += c.bytes;
       cp.predictedKl += c.predictedKl;
     }
