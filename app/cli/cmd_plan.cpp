@@ -116,7 +116,7 @@ struct Measurement {
   std::string textPath;
 };
 Measurement prepareMeasurement(CliContext& ctx, const std::string& model, const MeasureText& t,
-                               TerminalProgress& progress) {
+                               TerminalProgress& progress, bool calibrate = true) {
   Measurement m;
   m.textPath = t.path.empty() ? datasetsDir() + "/text/tinystories_validation_head.txt" : t.path;
   checkRegularFile(m.textPath, "text file");  // before the model loads: a bad path fails fast
@@ -125,6 +125,7 @@ Measurement prepareMeasurement(CliContext& ctx, const std::string& model, const 
   m.ids = tok.encode(readTextFile(m.textPath, textBytesForTokens(tok, t.tokens)), {});
   m.eval.bos = tok.sequenceStart();
   m.eval.maxTokens = t.tokens;
+  if (!calibrate) return m;
   CalibrationOptions co;
   co.eval = m.eval;
   m.calibration = runCalibration(*m.run.runtime, ctx.backend().stats(), m.ids, co, progressContext(progress));
@@ -135,14 +136,13 @@ Measurement prepareMeasurement(CliContext& ctx, const std::string& model, const 
 SensitivityTable sweepTable(CliContext& ctx, const std::string& model, const MeasureText& t,
                             const std::vector<QuantFormat>& formats, const std::string& hash,
                             TerminalProgress& progress) {
-  Measurement m = prepareMeasurement(ctx, model, t, progress);
+  Measurement m = prepareMeasurement(ctx, model, t, progress, false);
   SensitivityOptions so;
   so.eval = m.eval;
   so.formats = formats;
   so.modelHash = hash;
   so.textSource = m.textPath;
-  return runSensitivity(*m.run.runtime, ctx.backend().stats(), m.ids, &m.calibration, so, progressContext(progress))
-      .table;
+  return calibrateAndSweep(*m.run.runtime, ctx.backend().stats(), m.ids, so, progressContext(progress)).sweep.table;
 }
 
 // The sensitivity table for planning: --sensitivity, or a sweep measured now.

@@ -148,6 +148,24 @@ static void sensitivityInto(SensitivityResult& res, Runtime& rt, StatsOps& stats
                             const CalibrationResult* calibration, const SensitivityOptions& options,
                             const JobContext& ctx, const SensitivityCallbacks& callbacks);
 
+CalibratedSweep calibrateAndSweep(Runtime& rt, StatsOps& stats, std::span<const int32_t> text,
+                                  const SensitivityOptions& options, const JobContext& ctx, double calibrationShare) {
+  auto part = [&ctx](double from, double to) {
+    JobContext c;
+    c.cancelFlag = ctx.cancelFlag;
+    if (ctx.onProgress)
+      c.onProgress = [&ctx, from, to](double f, std::string_view s) { ctx.progress(from + (to - from) * f, s); };
+    return c;
+  };
+  CalibratedSweep r;
+  CalibrationOptions co;
+  co.eval = options.eval;
+  r.calibration = runCalibration(rt, stats, text, co, part(0.0, calibrationShare));
+  r.calibration.textSource = options.textSource;
+  r.sweep = runSensitivity(rt, stats, text, &r.calibration, options, part(calibrationShare, 1.0));
+  return r;
+}
+
 SensitivityResult runSensitivity(Runtime& rt, StatsOps& stats, std::span<const int32_t> text,
                                  const CalibrationResult* calibration,
                                  const SensitivityOptions& options, const JobContext& ctx,

@@ -178,6 +178,19 @@ SensitivityResult runSensitivity(Runtime& rt, StatsOps& stats, std::span<const i
                                  const SensitivityOptions& options, const JobContext& ctx = {},
                                  const SensitivityCallbacks& callbacks = {});
 
+// What a planner measures first (`plan auto` / `plan measure --sweep` without a table,
+// `autoquant --to safetensors`): the calibration job over `text` in options.eval's windows (E[x²]
+// per input column: the weighted proxies and the estimate's output errors), then the sweep on the
+// same tokens with it. The calibration takes `calibrationShare` of the progress, the sweep the
+// rest; calibration.textSource is options.textSource.
+struct CalibratedSweep {
+  CalibrationResult calibration;
+  SensitivityResult sweep;
+};
+CalibratedSweep calibrateAndSweep(Runtime& rt, StatsOps& stats, std::span<const int32_t> text,
+                                  const SensitivityOptions& options, const JobContext& ctx = {},
+                                  double calibrationShare = 0.2);
+
 // The correlations of a finished table (per format and pooled; n < 3 gives NaN), against the
 // measured KL only (estimated cells are the output-error proxy scaled, so not evidence).
 std::vector<ProxyCorrelation> proxyCorrelations(const SensitivityTable& table);

@@ -361,7 +361,8 @@ void planGguf(const ExportSource& src, const std::string& out, const ModelExport
       }
     }
     t.storage = ggmlName(type);
-    p.estimatedBytes += tensorBytes(type, shape);
+    t.bytes = tensorBytes(type, shape);
+    p.estimatedBytes += t.bytes;
     p.tensors.push_back(std::move(t));
   }
 }

@@ -60,15 +60,16 @@ void planHdf5(const ExportSource& src, const std::string& out, const ModelExport
       t.layer = a.name;
       t.planLayer = s.planLayer;
       t.storage = "payload+scales " + weightSpecToString(a.quant.format.weight);
-      p.estimatedBytes += quantStorage(a.quant.format.weight, a.outFeatures, a.inFeatures).totalBytes();
+      t.bytes = quantStorage(a.quant.format.weight, a.outFeatures, a.inFeatures).totalBytes();
     } else if (isIntegerTensor(ti)) {
       t.storage = "bytes " + ti.dtypeLabel;
       t.note = "integer tensor copied byte for byte";
-      p.estimatedBytes += ti.nbytes;
+      t.bytes = ti.nbytes;
     } else {
       t.storage = "F32";
-      p.estimatedBytes += ti.elements() * 4;
+      t.bytes = ti.elements() * 4;
     }
+    p.estimatedBytes += t.bytes;
     p.tensors.push_back(std::move(t));
   }
   if (o.calibration)

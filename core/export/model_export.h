@@ -120,6 +120,8 @@ struct ExportTensorPlan {
   bool permuteRows = false;  // q/k rows reordered between the RoPE layouts
   bool transpose = false;    // stored [in, out] in the source (GPT-2 Conv1D)
   bool keptDense = false;    // a plan layer the target keeps unquantised (vLLM's lm_head)
+  uint64_t bytes = 0;        // tensor data bytes written for it (every component): the target's
+                             // byte model, summed in ExportPreview::estimatedBytes
 };
 
 struct ExportPreview {
@@ -148,6 +150,12 @@ struct ModelExportResult {
 // output file is created or changed. Progress: fraction of tensor bytes done.
 ModelExportResult exportModel(const ExportSource& src, const std::string& outPath,
                               const ModelExportOptions& options, const JobContext* ctx = nullptr);
+
+// vLLM loads q/k/v as one qkv_proj and gate/up as one gate_up_proj module with one quantisation
+// scheme: 0 for q/k/v, 1 for gate/up, -1 for a layer vLLM loads on its own. The safetensors
+// export's rule (a fused group with differing schemes is refused), and what a planner for it
+// must keep together.
+int vllmFusedGroup(LinearRole role);
 
 // ---- shared by the writers and the tests ------------------------------------------------------
 // The weight of a linear layer as FP32 [out, in] (transposed back for Conv1D storage).

@@ -270,14 +270,7 @@ struct Planned {
 // vLLM loads q/k/v as one qkv_proj and gate/up as one gate_up_proj module: each fused module
 // has one quantisation scheme, so its members must share one (else vLLM errors, or takes the
 // first member's scheme for all).
-int fusedGroupOf(const LinearLayer* l) {
-  if (!l) return -1;
-  switch (l->role) {
-    case LinearRole::Q: case LinearRole::K: case LinearRole::V: return 0;
-    case LinearRole::Gate: case LinearRole::Up: return 1;
-    default: return -1;
-  }
-}
+int fusedGroupOf(const LinearLayer* l) { return l ? vllmFusedGroup(l->role) : -1; }
 const char* fusedGroupName(int g) { return g == 0 ? "q/k/v (vLLM's qkv_proj)" : "gate/up (vLLM's gate_up_proj)"; }
 
 std::string schemeKey(const LayerScheme& s, const LayerAssignment& a) {
@@ -577,13 +570,14 @@ void planSafetensors(const ExportSource& src, const std::string& out, const Mode
   }
   const Planned pl = planSchemes(src, p, o);
   for (size_t i = 0; i < p.tensors.size(); ++i) {
-    const auto& t = p.tensors[i];
+    auto& t = p.tensors[i];
     if (t.planLayer >= 0 && pl.schemes[i].staticInput && !t.keptDense &&
         !(o.calibration && o.calibration->find(src.resolved.layers[size_t(t.planLayer)].weightName)) &&
         !schemeFor(src.resolved.layers[size_t(t.planLayer)]).staticInput)
       p.refusals.push_back(planWord(src.resolved.layers[size_t(t.planLayer)]) +
                            ": static activation scale of its fused group needs calibration statistics (--calib-text)");
-    for (const auto& c : componentsOf(src, t, t.planLayer >= 0 ? &pl.schemes[i] : nullptr)) p.estimatedBytes += c.bytes();
+    for (const auto& c : componentsOf(src, t, t.planLayer >= 0 ? &pl.schemes[i] : nullptr)) t.bytes += c.bytes();
+    p.estimatedBytes += t.bytes;
   }
 }
 
@@ -679,6 +673,14 @@ void writeSafetensors(const ExportSource& src, const ExportPreview& p, const Mod
 // ---- reading back ------------------------------------------------------------------------------
 
 namespace qs {
+
+int vllmFusedGroup(LinearRole role) {
+  switch (role) {
+    case LinearRole::Q: case LinearRole::K: case LinearRole::V: return 0;
+    case LinearRole::Gate: case LinearRole::Up: return 1;
+    default: return -1;
+  }
+}
 
 std::vector<float> decodeCompressedTensorsWeight(const ModelFile& file, const nlohmann::json& qc,
                                                  const std::string& module) {

@@ -3,8 +3,9 @@ ecosystem's code: compressed-tensors' own QuantizationConfig schema (what vLLM's
 compressed-tensors support parses), vLLM's loading rules (the members of a fused module —
 q/k/v → qkv_proj, gate/up → gate_up_proj — in one config group or all ignored; lm_head and the
 embeddings in no group unless EXPECT_HEAD is "head"), and transformers + compressed-tensors
-loading the folder (dequantize=True): each MODULE's weight equals the float32 values in FILE
-(Quantscope's decoding of the same module).
+loading the folder (dequantize=True; a mixed-precision folder — config groups with different
+schemes — through compressed-tensors' own per-module decompression instead, see below): each
+MODULE's weight equals the float32 values in FILE (Quantscope's decoding of the same module).
 usage: check_ct_vllm.py DIR EXPECT_HEAD(head|nohead) [MODULE=FILE.f32 ...]"""
 import json
 import re
@@ -77,7 +78,29 @@ def main():
     asym = any(not g["weights"].get("symmetric", True) and (g.get("format") or qc["format"]) == "pack-quantized"
                for g in qc["config_groups"].values())
     loaded = "skipped (asymmetric pack-quantized)"
-    if not asym:
+    schemes = {json.dumps([g.get("format") or qc["format"], g["weights"], g.get("input_activations")], sort_keys=True)
+               for g in qc["config_groups"].values()}
+    if not asym and len(schemes) > 1:
+        # Mixed precision (autoquant's output). transformers 5.24's dequantize=True converter
+        # decompresses every dense module with the first config group's scheme
+        # (integrations/compressed_tensors.py, get_dense_scheme), so it cannot load these; its
+        # default path hands the folder to compressed-tensors, which applies each module's own
+        # scheme and decompresses in the first forward pass. Each MODULE's weight is then read
+        # back through its forward pass (x = I gives W^T) and compared with ours.
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32)
+        with torch.no_grad():
+            model(torch.tensor([[0, 1]]))
+            for module, path in want.items():
+                ours = np.fromfile(path, dtype=np.float32)
+                lin = model.get_submodule(module)
+                k = ours.size // lin.out_features
+                w = lin(torch.eye(k)).T.float().numpy().reshape(-1)
+                bad = np.abs(w - ours) > 2.0 ** -10 * np.abs(ours) + 1e-7  # FP16 scales' products
+                assert not bad.any(), f"{module} as transformers loads it: max |diff| {float(np.abs(w - ours).max())}"
+        loaded = f"{type(model).__name__} (mixed precision, per-module schemes; {len(want)} modules equal ours)"
+    elif not asym:
         from transformers import AutoModelForCausalLM
         from transformers.utils.quantization_config import CompressedTensorsConfig
 
