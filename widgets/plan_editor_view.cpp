@@ -15,6 +15,7 @@
 #include <QToolButton>
 #include <QUndoStack>
 #include <QVBoxLayout>
+#include <algorithm>
 #include <cmath>
 
 #include "core/plan/plan_editor.h"
@@ -348,6 +349,14 @@ void PlanEditorView::buildUi() {
   bulk->addWidget(new QLabel(tr("Budget")));
   bulk->addWidget(budget_, 2);
   bulk->addWidget(budgetLabel_);
+  refine_ = new QPushButton(tr("Refine"));
+  refine_->setObjectName(QStringLiteral("planRefine"));
+  refine_->setEnabled(false);
+  refine_->setToolTip(tr("The table's KL figures are partly estimated: measure end to end the estimated cells that "
+                         "decide the plan at this budget (about 10 forward passes over the sweep's probe tokens), "
+                         "then plan again at it"));
+  connect(refine_, &QPushButton::clicked, this, [this] { emit refineRequested(sliderBits(budget_->value())); });
+  bulk->addWidget(refine_);
   outer->addLayout(bulk);
 
   model_ = new PlanTableModel(this);
@@ -468,6 +477,7 @@ void PlanEditorView::rebuildProblem() {
   problem_.reset();
   front_.reset();
   budget_->setEnabled(false);
+  refine_->setEnabled(false);
   pareto_->setPoints({}, tr("predicted error"));
   if (!doc_ || !graph() || !doc_->sensitivity()) {
     budgetLabel_->setText(tr("budget: run sensitivity first"));
@@ -493,6 +503,9 @@ void PlanEditorView::rebuildProblem() {
   }
   budget_->setEnabled(true);
   budgetLabel_->setText(tr("≤ %1 bits/weight").arg(hi, 0, 'f', 2));
+  const SensitivityTable& st = doc_->sensitivity()->table();
+  refine_->setEnabled(std::any_of(st.entries.begin(), st.entries.end(),
+                                  [](const SensitivityEntry& e) { return e.klSource == KlSource::Estimated; }));
   std::vector<FrontPoint> pts;
   const QString metric = doc_->sensitivity()->metric() == ErrorMetric::Kl ? tr("predicted KL (nats)")
                                                                            : tr("predicted weighted error");

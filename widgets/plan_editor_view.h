@@ -22,6 +22,7 @@
 class QLabel;
 class QLineEdit;
 class QComboBox;
+class QPushButton;
 class QSlider;
 class QTableView;
 class QUndoStack;
@@ -76,6 +77,7 @@ class PlanEditorView : public QWidget {
   // For tests and the status line.
   QTableView* table() const { return table_; }
   QSlider* budgetSlider() const { return budget_; }
+  QPushButton* refineButton() const { return refine_; }
   ParetoPlot* pareto() const { return pareto_; }
   QLabel* totalsLabel() const { return totals_; }
   QString totalsText() const;
@@ -88,6 +90,8 @@ class PlanEditorView : public QWidget {
   void openFailed(const QString& path, const QString& error);  // Open… refused the file
   // "Compare with…": the user picked another plan file to compare with this one.
   void compareRequested(const QString& path);
+  // "Refine": measure end to end the estimated cells that decide the plan at this budget.
+  void refineRequested(double bitsPerWeight);
 
  private:
   void buildUi();
@@ -112,6 +116,7 @@ class PlanEditorView : public QWidget {
   QComboBox* patternField_ = nullptr;
   QComboBox* patternValue_ = nullptr;
   QSlider* budget_ = nullptr;
+  QPushButton* refine_ = nullptr;  // enabled while the table has estimated KL cells
   QLabel* budgetLabel_ = nullptr;
   ParetoPlot* pareto_ = nullptr;
   uint64_t dragKey_ = 0;

@@ -57,7 +57,7 @@ std::vector<QuantFormat> parseFormatList(const std::string& list) {
 
 void registerSensitivity(CLI::App& app, CliContext& ctx) {
   struct Args : AnalysisArgs {
-    std::string formats, table, mode = "exact", compare, probes = "one", refineBits;
+    std::string formats, table, mode = "exact", compare, probes, refineBits;
     bool proxiesOnly = false, resume = false;
     int jobs = 0;
     int64_t probeTokens = 0;
@@ -82,8 +82,8 @@ void registerSensitivity(CLI::App& app, CliContext& ctx) {
                   "--mode estimate: forward passes over the evaluation tokens the reference and the probes may "
                   "cost (default 25)");
   cmd->add_option("--probes", a->probes,
-                  "--mode estimate: one probe per layer (one, default), or one per error family (family: "
-                  "integer grids and floating point, each family priced from its own probe; twice the probes)");
+                  "--mode estimate: one per error family (family, default: integer grids and floating point, each "
+                  "family priced from its own probe; twice the probes), or one probe per layer (one)");
   cmd->add_option("--refine-bits", a->refineBits,
                   "--mode estimate: budgets (bits per weight, comma-separated, as plan auto --budget-bits) whose "
                   "plans the sweep makes sure of: the estimated cells that decide them are measured end to end "
@@ -122,11 +122,11 @@ void registerSensitivity(CLI::App& app, CliContext& ctx) {
       throw Error(ErrorKind::BadInput, "give --probe-tokens or --probe-budget, not both", {}, "--probe-budget");
     if (!a->compare.empty() && o.mode == SensitivityMode::Proxies)
       throw Error(ErrorKind::BadInput, "compares KL figures, which --mode proxies does not make", {}, "--compare");
-    if (a->probes != "one" && a->probes != "family")
+    if (!a->probes.empty() && a->probes != "one" && a->probes != "family")
       throw Error(ErrorKind::BadInput, "'" + a->probes + "' is neither one nor family", {}, "--probes");
-    if (a->probes == "family" && !estimateMode)
+    if (!a->probes.empty() && !estimateMode)
       throw Error(ErrorKind::BadInput, "only with --mode estimate", {}, "--probes");
-    o.probePerFamily = a->probes == "family";
+    o.probePerFamily = a->probes != "one";
     o.probeTokens = a->probeTokens;
     if (a->probeBudget > 0) o.probeForwardBudget = a->probeBudget;
     if (!a->formats.empty()) o.formats = parseFormatList(a->formats);

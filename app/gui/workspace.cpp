@@ -34,6 +34,7 @@
 #include "core/analysis/speed.h"
 #include "core/engine/engine.h"
 #include "core/model/model_file.h"
+#include "core/plan/frontier.h"
 #include "core/plan/model_hash.h"
 #include "core/plan/plan.h"
 #include "core/plan/plan_editor.h"
@@ -205,6 +206,7 @@ void Workspace::buildPages() {
   planEditor_ = new widgets::PlanEditorView(planUndo_);
   connect(planEditor_, &widgets::PlanEditorView::message, this, &Workspace::message);
   connect(planEditor_, &widgets::PlanEditorView::compareRequested, this, [this](const QString& p) { comparePlanWith(p); });
+  connect(planEditor_, &widgets::PlanEditorView::refineRequested, this, &Workspace::refineSensitivity);
   connect(planEditor_, &widgets::PlanEditorView::planChanged, this, [this] {
     if (planEditor_->plan() && model_) {
       session_.plans["current"] = planToJson(*planEditor_->plan());
@@ -488,7 +490,11 @@ void Workspace::calibrate() {
   });
 }
 
-void Workspace::runSensitivity() {
+void Workspace::runSensitivity() { runSweep(std::nullopt); }
+
+void Workspace::refineSensitivity(double bitsPerWeight) { runSweep(bitsPerWeight); }
+
+void Workspace::runSweep(std::optional<double> refineBits) {
   const std::shared_ptr<const Prepared> p = prepareOrSay(true);
   if (!p) return;
   QPointer<Workspace> self(this);
@@ -496,15 +502,23 @@ void Workspace::runSensitivity() {
   const int modeChoice = sweepMode_->currentData().toInt();
   // Automatic: the estimate where an exact sweep is slow (the CPU) and it can rest on something
   // (the estimate prices formats by their activation-weighted error, from the calibration).
-  const SensitivityMode mode = modeChoice >= 0 ? SensitivityMode(modeChoice)
-                               : p->backend().kind() == BackendKind::Cpu && p->calibration ? SensitivityMode::Estimate
-                                                                                           : SensitivityMode::Exact;
+  SensitivityMode mode = modeChoice >= 0 ? SensitivityMode(modeChoice)
+                         : p->backend().kind() == BackendKind::Cpu && p->calibration ? SensitivityMode::Estimate
+                                                                                     : SensitivityMode::Exact;
   // A cancelled sweep (the session's table has cells left to measure) resumes: the cells it
   // measured are kept when the tokens, text and model are the same (runSensitivity checks).
+  // A refinement resumes from the whole table: its probes and measured cells are kept.
   std::shared_ptr<const SensitivityTable> resume;
-  if (session_.sensitivity && cellsWithoutKl(*session_.sensitivity) > 0)
+  if (session_.sensitivity && (refineBits || cellsWithoutKl(*session_.sensitivity) > 0))
     resume = std::make_shared<SensitivityTable>(*session_.sensitivity);
-  sweepJob_ = jobs_->submit(QStringLiteral("sensitivity"), tr("Sensitivity sweep"), [p, self, mode, resume, formats = sweepFormats_](const JobContext& ctx) -> std::function<void()> {
+  if (refineBits) {
+    if (!resume) {
+      emit message(tr("Refine: run the sensitivity sweep first"));
+      return;
+    }
+    mode = SensitivityMode::Estimate;
+  }
+  sweepJob_ = jobs_->submit(QStringLiteral("sensitivity"), refineBits ? tr("Refining the sensitivity at %1 bits/weight").arg(*refineBits, 0, 'f', 2) : tr("Sensitivity sweep"), [p, self, mode, resume, refineBits, formats = sweepFormats_](const JobContext& ctx) -> std::function<void()> {
     int32_t bos = -1;
     ctx.progress(0, "tokenizing");
     const std::vector<int32_t> ids = p->tokenize(&bos);
@@ -517,6 +531,19 @@ void Workspace::runSensitivity() {
     o.formats = formats;
     o.mode = mode;
     o.resume = resume.get();
+    // The estimate's probes take 20 forward passes, so that they and a refinement at the chosen
+    // budget (10) stay within 30 (docs/analysis.md, "One default for both models").
+    o.probeForwardBudget = 20;
+    if (refineBits) {
+      o.formats = resume->formats;
+      o.probeTokens = resume->tokens;  // the table's own probe tokens: every measured cell is kept
+      const ModelGraph& graph = rt.graph();
+      o.refine = [&graph, bits = *refineBits](const SensitivityTable& table) {
+        std::vector<std::pair<size_t, size_t>> cells;
+        for (const TableCell& c : frontierCells(graph, table, {bits})) cells.emplace_back(c.layer, c.format);
+        return cells;
+      };
+    }
     SensitivityTable partial;
     o.partial = &partial;
     SensitivityCallbacks cb;
@@ -544,9 +571,14 @@ void Workspace::runSensitivity() {
       if (e.kind() == ErrorKind::Cancelled && !partial.entries.empty()) post(partial, true);
       throw;
     }
-    return [self, r, resumed = resume != nullptr] {
+    return [self, r, resumed = resume != nullptr, refineBits] {
       if (!self) return;
-      if (r->resumedCells > 0)
+      if (refineBits)
+        emit self->message(tr("Refined at %1 bits/weight: %2 estimated cells measured (%3 forward passes)")
+                               .arg(*refineBits, 0, 'f', 2)
+                               .arg(r->refinedCells)
+                               .arg(r->refineForwardEquivalents, 0, 'f', 1));
+      else if (r->resumedCells > 0)
         emit self->message(tr("Sweep resumed: %1 cells kept from the cancelled sweep, %2 measured now")
                                .arg(r->resumedCells)
                                .arg(r->cells));
@@ -557,6 +589,10 @@ void Workspace::runSensitivity() {
       self->session_.sensitivity = r->table;
       self->sensitivityView_->setTable(r->table);
       self->planEditor_->setSensitivity(std::make_shared<SensitivityTable>(r->table));
+      if (refineBits) {
+        QString err;
+        if (!self->planEditor_->autoPlanBudgetBits(*refineBits, &err)) emit self->message(err);
+      }
       self->markDirty();
       self->updateTextLabel();
       emit self->sensitivityChanged();

@@ -90,6 +90,9 @@ class Workspace : public QObject {
   // Jobs (results land in the views and the session).
   void calibrate();
   void runSensitivity();
+  // The Plan tab's Refine: the estimated cells that decide the plan at `bitsPerWeight` measured end
+  // to end (the table's other cells kept), then the plan made again at that budget.
+  void refineSensitivity(double bitsPerWeight);
   void runPlan(const QString& runName);
   void measureSpeed(qint64 tokens);
   // Whole-model tokens/s of the plan being edited against all-FP16 (core/runtime/throughput.h),
@@ -193,6 +196,7 @@ class Workspace : public QObject {
   // Exact, estimate or automatic (estimate on the CPU, where an exact sweep of a real model takes
   // hours; exact on a GPU). core/analysis/sensitivity.h says what the estimate rests on.
   QComboBox* sweepMode_ = nullptr;
+  void runSweep(std::optional<double> refineBits);
   QLineEdit* runName_ = nullptr;
   QSpinBox* speedTokens_ = nullptr;
   QLabel* throughput_ = nullptr;

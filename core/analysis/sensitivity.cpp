@@ -271,11 +271,13 @@ static void sensitivityInto(SensitivityResult& res, Runtime& rt, StatsOps& stats
     res.evalTokens = full.textTokens;
     if (estimate) {
       // Forward passes over the evaluation tokens at probe share s: s · (1 + work / (blocks + 1)).
+      // An explicit --probe-tokens is taken as given; the automatic choice stops at the floor.
       int64_t want = options.probeTokens;
-      if (want <= 0)
+      if (want <= 0) {
         want = int64_t(std::floor(double(full.textTokens) * options.probeForwardBudget /
                                   (1.0 + totalWork / double(blocks + 1))));
-      want = std::max(want, std::min<int64_t>(kMinProbeTokens, full.textTokens));
+        want = std::max(want, std::min<int64_t>(kMinProbeTokens, full.textTokens));
+      }
       if (want < full.textTokens) {
         EvalOptions pe = options.eval;
         pe.maxTokens = want;

@@ -64,8 +64,10 @@ std::string_view sensitivityModeName(SensitivityMode m);  // "exact", "estimate"
 std::optional<SensitivityMode> sensitivityModeFromName(std::string_view name);
 
 // Estimate mode: the fewest probe tokens the automatic choice goes down to (fewer make the
-// gains noisy; the budget is then exceeded, and the result says by how much).
-inline constexpr int64_t kMinProbeTokens = 64;
+// gains noisy; the budget is then exceeded, and the result says by how much). 32: SmolLM2's 422
+// per-family probes need 45 to fit 20 passes, and its refined plans from 45 and 32 probe tokens
+// stayed within 2 % of the exact sweep's (docs/analysis.md, "One default for both models").
+inline constexpr int64_t kMinProbeTokens = 32;
 
 struct SensitivityOptions {
   EvalOptions eval;
@@ -79,8 +81,9 @@ struct SensitivityOptions {
   // Estimate mode: false: one probe per layer; true: one per error family — integer grids
   // (INT4/INT8: an error spread evenly over a group or row) and floating point (FP8/FP16: a
   // relative error, concentrated on the large weights) — each family's cells priced from its
-  // own probe's gain. Twice the probes; see docs/analysis.md for when it pays.
-  bool probePerFamily = false;
+  // own probe's gain. Twice the probes; the default, as the one that holds the fidelity target on
+  // both real models (docs/analysis.md, "One default for both models").
+  bool probePerFamily = true;
   std::string textSource, modelHash; // copied into the table
   // More runtimes of the same model on host op-sets (each on its own CPU TransformerOps) to
   // measure (layer, format) pairs in parallel: one thread per runtime, `rt` included, each

@@ -642,6 +642,10 @@ std::string autoquantPlanJson(const AutoquantPlan& plan) {
     j["checked_positions"] = plan.checkedPositions;
     j["check_basis"] = plan.checkBasis;
   }
+  if (plan.imatrixCheckedKl >= 0) {
+    j["imatrix_checked_kl"] = plan.imatrixCheckedKl;
+    j["imatrix_predicted_kl"] = plan.imatrixPredictedKl;
+  }
   nlohmann::ordered_json counts = nlohmann::ordered_json::object();
   auto& tensors = j["tensors"] = nlohmann::ordered_json::array();
   for (const auto& t : plan.tensors) {

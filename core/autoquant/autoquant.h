@@ -113,6 +113,10 @@ struct AutoquantPlan {
   double checkedTop1 = 0;     // top-1 agreement
   int64_t checkedPositions = 0;
   std::string checkBasis;     // one line: which tokens, which protocol
+  // --method gptq with a held-out check: the same check of the imatrix-rounded file, and the
+  // additive prediction before it was scaled by checkedKl / imatrixCheckedKl (−1: not made).
+  double imatrixCheckedKl = -1;
+  double imatrixPredictedKl = -1;
   double bpw() const { return parameters ? 8.0 * double(totalBytes) / double(parameters) : 0.0; }
 };
 

@@ -53,7 +53,7 @@ def main():
     ap.add_argument("--heldout-tokens", default="2047")
     ap.add_argument("--jobs", default="1")
     ap.add_argument("--probe-tokens", default="", help="estimate mode: probe tokens (default: the budget's)")
-    ap.add_argument("--probes", default="one", help="estimate mode: one | family (sensitivity --probes)")
+    ap.add_argument("--probes", default="", help="estimate mode: one | family (sensitivity --probes; default: its default)")
     ap.add_argument("--refine", action="store_true", help="also the estimate refined at the budgets' frontiers")
     ap.add_argument("--refine-budget", default="", help="--refine: forward passes for the frontier cells")
     ap.add_argument("--reuse", action="store_true", help="reuse the calibration and sweeps found in --out")
@@ -87,7 +87,7 @@ def main():
     sweep = cli + ["sensitivity"] + common + fmts + ["--jobs", a.jobs, "--json"]
     text, exact_s = step("exact.out", sweep + ["--mode", "exact", "--table", tables["exact"]])
     exact = json.loads(text)
-    probe = (["--probe-tokens", a.probe_tokens] if a.probe_tokens else []) + ["--probes", a.probes]
+    probe = (["--probe-tokens", a.probe_tokens] if a.probe_tokens else []) + (["--probes", a.probes] if a.probes else [])
     text, fast_s = step("fast.out", sweep + ["--mode", "estimate", "--table", tables["fast"], "--compare", tables["exact"]]
                         + probe)
     fast = json.loads(text)

@@ -136,7 +136,7 @@ class TestCliAnalysis : public QObject {
     };
     const Run ex = runCli(with({"--table", exact}));
     QVERIFY2(ex.code == 0, ex.err.c_str());
-    const Run est = runCli(with({"--mode", "estimate", "--table", fast, "--compare", exact, "--json"}));
+    const Run est = runCli(with({"--mode", "estimate", "--probes", "one", "--table", fast, "--compare", exact, "--json"}));
     QVERIFY2(est.code == 0, est.err.c_str());
     const auto j = nlohmann::json::parse(est.out);
     QCOMPARE(j["mode"].get<std::string>(), std::string("estimate"));

@@ -159,8 +159,10 @@ class TestCliAutoquant : public QObject {
   void gptqWritesItsOwnBlocks() {
     const std::string ref = (tmp_.path() + "/aq-imatrix.gguf").toStdString();
     const std::string out = (tmp_.path() + "/aq-gptq.gguf").toStdString();
-    const auto a = autoquant(ref, {"--target-bpw", "6", "--refine-passes", "0", "--json"});
-    const auto b = autoquant(out, {"--target-bpw", "6", "--refine-passes", "0", "--method", "gptq", "--json"});
+    // --calib-tokens leaves held-out windows after the calibration for the check.
+    const auto a = autoquant(ref, {"--target-bpw", "6", "--refine-passes", "0", "--calib-tokens", "192", "--json"});
+    const auto b = autoquant(out, {"--target-bpw", "6", "--refine-passes", "0", "--calib-tokens", "192", "--method",
+                                   "gptq", "--json"});
     QVERIFY2(a.code == 0, a.err.c_str());
     QVERIFY2(b.code == 0, b.err.c_str());
     const auto pa = nlohmann::json::parse(a.out), pb = nlohmann::json::parse(b.out);
@@ -174,8 +176,16 @@ class TestCliAutoquant : public QObject {
     QVERIFY2(pb["rounding"].get<std::string>().rfind("GPTQ on " + std::to_string(blockTyped) + " block linears", 0) == 0,
              pb["rounding"].get<std::string>().c_str());
     QVERIFY(pb.contains("checked_kl"));
-    // The prediction rests on the same measurements as without GPTQ (the check runs GPTQ's weights).
-    QCOMPARE(pb["predicted_kl"], pa["predicted_kl"]);
+    // The prediction is the additive one of the same measurements as without GPTQ, scaled by the
+    // held-out check of GPTQ's weights over that of the imatrix-rounded file (which is run a's).
+    QVERIFY2(pb.contains("imatrix_checked_kl"), b.out.c_str());
+    QCOMPARE(pb["imatrix_predicted_kl"], pa["predicted_kl"]);
+    const double ca = pa["checked_kl"], cb = pb["checked_kl"], ci = pb["imatrix_checked_kl"];
+    QVERIFY2(std::abs(ci - ca) <= 1e-9 * ca, qPrintable(QString("%1 vs %2").arg(ci).arg(ca)));
+    QVERIFY2(cb != ci, "GPTQ's check ran GPTQ's weights");
+    const double predicted = pb["predicted_kl"], additive = pa["predicted_kl"];
+    QVERIFY2(std::abs(predicted - additive * cb / ci) <= 1e-9 * additive, b.out.c_str());
+    QVERIFY(pb["basis"].get<std::string>().find("for GPTQ") != std::string::npos);
     const auto fa = openModel(ref), fb = openModel(out);
     QCOMPARE(fb->tensorDataBytes(), pb["tensor_bytes"].get<uint64_t>());
     int differ = 0;

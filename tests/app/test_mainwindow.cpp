@@ -462,6 +462,35 @@ class TestMainWindow : public QObject {
     QVERIFY2(!label.contains("run the sweep again"), qPrintable(label));
     if (ws->session().sensitivity->tokens < 3000)
       QVERIFY2(label.contains(QString("probes ran on the first %1").arg(ws->session().sensitivity->tokens)), qPrintable(label));
+
+    // Refine at a budget: the estimated cells that decide the plan there are measured, every
+    // cell measured before is kept as it was, and the plan is made again at that budget.
+    const qs::SensitivityTable before = *ws->session().sensitivity;
+    auto* slider = w.findChild<QSlider*>("planBudget");
+    auto* refine = w.findChild<QPushButton*>("planRefine");
+    QVERIFY(slider && slider->isEnabled() && refine && refine->isEnabled());
+    slider->setValue(slider->maximum() / 2);
+    QSignalSpy said(ws, &qs::app::Workspace::message);
+    refine->click();
+    auto refined = [&] {
+      for (const auto& args : said)
+        if (args.at(0).toString().startsWith("Refined at")) return true;
+      return false;
+    };
+    QTRY_VERIFY_WITH_TIMEOUT(refined(), 300'000);
+    QTRY_VERIFY_WITH_TIMEOUT(!w.jobs()->busy(), 30'000);
+    const qs::SensitivityTable& after = *ws->session().sensitivity;
+    QCOMPARE(after.entries.size(), before.entries.size());
+    int measuredAfter = 0;
+    for (size_t k = 0; k < after.entries.size(); ++k) {
+      measuredAfter += after.entries[k].klSource == qs::KlSource::Measured;
+      if (before.entries[k].klSource == qs::KlSource::Measured) {
+        QCOMPARE(after.entries[k].klSource, qs::KlSource::Measured);
+        QCOMPARE(after.entries[k].kl, before.entries[k].kl);
+      }
+    }
+    QVERIFY2(measuredAfter > measured, qPrintable(QString("%1 -> %2").arg(measured).arg(measuredAfter)));
+    QVERIFY(ws->planEditor()->plan() != nullptr);
   }
 
   void grabsNonBlankScreenshot() {

@@ -98,6 +98,7 @@ class TestAnalysisJobs : public QObject {
     o.eval = eval(tokens, ctx);
     for (const char* f : formats) o.formats.push_back(parseQuantFormat(f));
     o.mode = SensitivityMode::Estimate;
+    o.probePerFamily = false;  // one probe per layer: the tests count its cells; the family ones set it
     return o;
   }
   // The calibration a sensitivity sweep of these tokens rests on.
@@ -392,7 +393,9 @@ class TestAnalysisJobs : public QObject {
       o.eval = eval(64, 48);
       const SensitivityResult other = runSensitivity(rt, cpu_->stats(), text_, &calib, o);
       QCOMPARE(other.resumedCells, int64_t(0));
-      QVERIFY2(other.resumeNote.find("96 tokens") != std::string::npos, other.resumeNote.c_str());
+      // The note names what the kept cells were measured on (the estimate's probe tokens).
+    const std::string keptOn = std::to_string(partial.tokens) + " tokens";
+    QVERIFY2(other.resumeNote.find(keptOn) != std::string::npos, other.resumeNote.c_str());
       o.resumeStrict = true;
       bool refused = false;
       try {
@@ -631,6 +634,7 @@ class TestAnalysisJobs : public QObject {
     o.eval = eval(300, 150);
     o.formats = {parseQuantFormat("int8-ch-sym"), parseQuantFormat("fp16")};
     o.mode = SensitivityMode::Estimate;
+    o.probePerFamily = false;  // INT8 and FP16 are two families: per family every cell would be a probe
     o.probeForwardBudget = 10;
     SensitivityResult r = runSensitivity(rt, cpu_->stats(), text_, &calib, o);
     QCOMPARE(r.evalTokens, int64_t(300));
