@@ -617,6 +617,11 @@ bool PlanEditorView::autoPlanBudgetBits(double bits, QString* error, uint64_t me
                                                                 QString::number(bits, 'f', 2).toStdString() +
                                                                 " bits/weight",
                                        mergeKey));
+    {
+      // The slider shows the budget also when the plan was asked for elsewhere (Refine).
+      const QSignalBlocker block(budget_);
+      budget_->setValue(int(std::lround((bits - budget_->property("loBits").toDouble()) * 20.0)));
+    }
     budgetLabel_->setText(tr("≤ %1 bits/weight").arg(bits, 0, 'f', 2));
     return true;
   } catch (const std::exception& e) {

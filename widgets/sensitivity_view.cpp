@@ -314,7 +314,7 @@ void SensitivityView::rebuild() {
   QString summary = tr("%1 of %2 cells measured").arg(measuredCells()).arg(L * F - notApplicableCells());
   // Say what the KL figures rest on when some are estimates (sensitivity.h, estimate mode).
   if (estimated > 0)
-    summary = tr("%1 of %2 cells (KL: %3 measured, %4 estimated from one probe per layer)")
+    summary = tr("%1 of %2 cells (KL: %3 measured, %4 estimated from the measured probes)")
                   .arg(measuredCells()).arg(L * F - notApplicableCells())
                   .arg(klMeasured).arg(estimated);
   if (table_.tokens > 0)

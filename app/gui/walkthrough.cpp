@@ -6,10 +6,12 @@
 #include <QElapsedTimer>
 #include <QFileInfo>
 #include <QPushButton>
+#include <QSlider>
 #include <QTabWidget>
 #include <QTimer>
 #include <QTreeView>
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 
@@ -94,6 +96,22 @@ Walkthrough::Walkthrough(MainWindow* window, WalkthroughOptions options)
          const Plan* plan = w_->workspace()->planEditor()->plan();
          if (!plan || plan->name != "auto-thresholds") return fail(QStringLiteral("Auto (thresholds) made no plan (see the status bar)"));
          QTimer::singleShot(kSettleMs, this, [this] { shoot(QStringLiteral("05-autoplan")); });
+       }},
+      {QStringLiteral("05b-refine"),
+       [this, tab] {
+         tab(QStringLiteral("Plan"));
+         auto* refine = child<QPushButton>(w_, "planRefine");
+         if (!refine->isEnabled()) {
+           say(QStringLiteral("05b-refine: skipped (no estimated cells: the sweep measured every cell)"));
+           return done();
+         }
+         // The budget: 4.5 bits per weight where the slider reaches it (issue 24's lower budget),
+         // else the middle of its range; then Refine measures the cells that decide that plan.
+         auto* slider = child<QSlider>(w_, "planBudget");
+         int v = int(std::lround((4.5 - slider->property("loBits").toDouble()) * 20.0));
+         if (v < 0 || v > slider->maximum()) v = slider->maximum() / 2;
+         slider->setValue(v);
+         waitJob(QStringLiteral("Refining the sensitivity"), [refine] { refine->click(); });
        }},
       {QStringLiteral("06-run"),
        [this, tab] {

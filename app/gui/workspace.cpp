@@ -180,8 +180,10 @@ void Workspace::buildPages() {
   sweepMode_->addItem(tr("KL: estimate"), int(SensitivityMode::Estimate));
   sweepMode_->setToolTip(tr("How the sweep gets each cell's end-to-end KL.\n"
                             "Exact: every layer × format run with only that layer quantized.\n"
-                            "Estimate: one measured probe per layer; the layer's other weight-only formats are\n"
-                            "its gain × their activation-weighted error (about 25 forward passes in all).\n"
+                            "Estimate: per layer one measured probe per error family (integer, floating point); the\n"
+                            "layer's other weight-only formats are its gain × their activation-weighted error\n"
+                            "(about 20 forward passes in all; Refine on the Plan tab measures the cells that decide\n"
+                            "the plan at a budget, about 10 more).\n"
                             "The estimate needs Calibrate first.\n"
                             "Automatic: the estimate on the CPU once calibrated, else exact."));
   textLabel_ = new QLabel;

@@ -406,7 +406,7 @@ CheckpointAutoquantResult autoquantCheckpoint(const CheckpointSource& src, const
   char basis[400];
   std::snprintf(basis, sizeof basis,
                 "sum of single-layer KLs (round-to-nearest) on %lld of the calibration tokens: %lld cells measured end "
-                "to end (one probe per layer, %lld near the budget frontier), %lld estimated from the probes; %.1f "
+                "to end (one probe per layer and error family, %lld near the budget frontier), %lld estimated from the probes; %.1f "
                 "forward passes over %lld tokens",
                 static_cast<long long>(cp.probeTokens), static_cast<long long>(cp.measuredCells),
                 static_cast<long long>(cp.refinedCells), static_cast<long long>(cp.estimatedCells), cp.forwardPasses,

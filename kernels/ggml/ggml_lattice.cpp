@@ -75,6 +75,86 @@ K6Pos k6Pos(int e) {
   return {64 * h + l + 32 * (t & 1), t >= 2, 32 * h + l, 2 * t, 8 * h + l / 16 + 2 * t};
 }
 
+// The 32-value types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0): one scale d (and a minimum m for the _1
+// types) for the whole block.
+template <typename Block>
+void smallLattice(const std::byte* p, std::span<float> mul, std::span<float> add) {
+  const auto b = load<Block>(p);
+  std::fill(mul.begin(), mul.end(), h2f(b.d));
+  float m = 0.f;
+  if constexpr (requires(Block x) { x.m; }) m = h2f(b.m);
+  std::fill(add.begin(), add.end(), m);
+}
+// Their 4-bit codes (nibbles of qs), with bit 4 from qh for the 5-bit types.
+template <typename Block>
+void smallCodes(const std::byte* p, std::span<int> q) {
+  const auto b = load<Block>(p);
+  uint32_t qh = 0;
+  if constexpr (requires(Block x) { x.qh; }) qh = loadQh(b.qh);
+  for (int j = 0; j < 32; ++j) q[size_t(j)] = nibble(b.qs, j) | int(((qh >> j) & 1u) << 4);
+}
+template <typename Block>
+void setSmallCodes(std::byte* p, std::span<const int> q) {
+  auto b = load<Block>(p);
+  for (int j = 0; j < 32; ++j) setNibble(b.qs, j, q[size_t(j)]);
+  if constexpr (requires(Block x) { x.qh; }) {
+    uint32_t qh = 0;
+    for (int j = 0; j < 32; ++j) qh |= uint32_t((q[size_t(j)] >> 4) & 1) << j;
+    std::memcpy(b.qh, &qh, 4);
+  }
+  store(p, b);
+}
+
+// Q2_K / Q3_K codes: two bits in qs, Q3_K's third in hmask (k2Pos).
+template <typename Block>
+void k2Codes(const std::byte* p, std::span<int> q) {
+  const auto b = load<Block>(p);
+  for (int e = 0; e < kQK_K; ++e) {
+    const K2Pos k = k2Pos(e);
+    int v = (b.qs[k.byte] >> k.shift) & 3;
+    if constexpr (requires(Block x) { x.hmask; }) v |= ((b.hmask[k.hbyte] >> k.hbit) & 1) << 2;
+    q[size_t(e)] = v;
+  }
+}
+template <typename Block>
+void setK2Codes(std::byte* p, std::span<const int> q) {
+  auto b = load<Block>(p);
+  std::memset(b.qs, 0, sizeof b.qs);
+  if constexpr (requires(Block x) { x.hmask; }) std::memset(b.hmask, 0, sizeof b.hmask);
+  for (int e = 0; e < kQK_K; ++e) {
+    const K2Pos k = k2Pos(e);
+    b.qs[k.byte] = uint8_t(b.qs[k.byte] | ((q[size_t(e)] & 3) << k.shift));
+    if constexpr (requires(Block x) { x.hmask; })
+      b.hmask[k.hbyte] = uint8_t(b.hmask[k.hbyte] | (((q[size_t(e)] >> 2) & 1) << k.hbit));
+  }
+  store(p, b);
+}
+
+// Q4_K / Q5_K codes: nibbles in qs, Q5_K's bit 4 in qh (k4Pos).
+template <typename Block>
+void k4Codes(const std::byte* p, std::span<int> q) {
+  const auto b = load<Block>(p);
+  for (int e = 0; e < kQK_K; ++e) {
+    const K4Pos k = k4Pos(e);
+    int v = k.high ? b.qs[k.byte] >> 4 : b.qs[k.byte] & 0x0F;
+    if constexpr (requires(Block x) { x.qh; }) v |= ((b.qh[e % 32] >> k.hbit) & 1) << 4;
+    q[size_t(e)] = v;
+  }
+}
+template <typename Block>
+void setK4Codes(std::byte* p, std::span<const int> q) {
+  auto b = load<Block>(p);
+  std::memset(b.qs, 0, sizeof b.qs);
+  if constexpr (requires(Block x) { x.qh; }) std::memset(b.qh, 0, sizeof b.qh);
+  for (int e = 0; e < kQK_K; ++e) {
+    const K4Pos k = k4Pos(e);
+    b.qs[k.byte] = uint8_t(b.qs[k.byte] | ((q[size_t(e)] & 0x0F) << (4 * k.high)));
+    if constexpr (requires(Block x) { x.qh; })
+      b.qh[e % 32] = uint8_t(b.qh[e % 32] | (((q[size_t(e)] >> 4) & 1) << k.hbit));
+  }
+  store(p, b);
+}
+
 }  // namespace
 
 LatticeRange latticeRange(DType type) {
@@ -100,21 +180,11 @@ void blockLattice(DType type, const std::byte* p, std::span<float> mul, std::spa
     throw Error(ErrorKind::Internal, "blockLattice: spans of " + std::to_string(mul.size()) + " for blocks of " +
                                          std::to_string(n));
   switch (type) {
-    case DType::Q4_0: std::fill(mul.begin(), mul.end(), h2f(load<BlockQ4_0>(p).d)); std::fill(add.begin(), add.end(), 0.f); return;
-    case DType::Q5_0: std::fill(mul.begin(), mul.end(), h2f(load<BlockQ5_0>(p).d)); std::fill(add.begin(), add.end(), 0.f); return;
-    case DType::Q8_0: std::fill(mul.begin(), mul.end(), h2f(load<BlockQ8_0>(p).d)); std::fill(add.begin(), add.end(), 0.f); return;
-    case DType::Q4_1: {
-      const auto b = load<BlockQ4_1>(p);
-      std::fill(mul.begin(), mul.end(), h2f(b.d));
-      std::fill(add.begin(), add.end(), h2f(b.m));
-      return;
-    }
-    case DType::Q5_1: {
-      const auto b = load<BlockQ5_1>(p);
-      std::fill(mul.begin(), mul.end(), h2f(b.d));
-      std::fill(add.begin(), add.end(), h2f(b.m));
-      return;
-    }
+    case DType::Q4_0: return smallLattice<BlockQ4_0>(p, mul, add);
+    case DType::Q4_1: return smallLattice<BlockQ4_1>(p, mul, add);
+    case DType::Q5_0: return smallLattice<BlockQ5_0>(p, mul, add);
+    case DType::Q5_1: return smallLattice<BlockQ5_1>(p, mul, add);
+    case DType::Q8_0: return smallLattice<BlockQ8_0>(p, mul, add);
     case DType::Q2_K: {
       const auto b = load<BlockQ2_K>(p);
       const float d = h2f(b.d), dmin = h2f(b.dmin);
@@ -163,53 +233,15 @@ void blockLattice(DType type, const std::byte* p, std::span<float> mul, std::spa
 
 void blockCodes(DType type, const std::byte* p, std::span<int> q) {
   switch (type) {
-    case DType::Q4_0: { const auto b = load<BlockQ4_0>(p); for (int j = 0; j < 32; ++j) q[size_t(j)] = nibble(b.qs, j); return; }
-    case DType::Q4_1: { const auto b = load<BlockQ4_1>(p); for (int j = 0; j < 32; ++j) q[size_t(j)] = nibble(b.qs, j); return; }
-    case DType::Q5_0:
-    case DType::Q5_1: {
-      const uint8_t* qs = nullptr;
-      uint32_t qh = 0;
-      BlockQ5_0 b0;
-      BlockQ5_1 b1;
-      if (type == DType::Q5_0) { b0 = load<BlockQ5_0>(p); qs = b0.qs; qh = loadQh(b0.qh); }
-      else { b1 = load<BlockQ5_1>(p); qs = b1.qs; qh = loadQh(b1.qh); }
-      for (int j = 0; j < 32; ++j) q[size_t(j)] = nibble(qs, j) | int(((qh >> j) & 1u) << 4);
-      return;
-    }
+    case DType::Q4_0: return smallCodes<BlockQ4_0>(p, q);
+    case DType::Q4_1: return smallCodes<BlockQ4_1>(p, q);
+    case DType::Q5_0: return smallCodes<BlockQ5_0>(p, q);
+    case DType::Q5_1: return smallCodes<BlockQ5_1>(p, q);
     case DType::Q8_0: { const auto b = load<BlockQ8_0>(p); for (int j = 0; j < 32; ++j) q[size_t(j)] = b.qs[j]; return; }
-    case DType::Q2_K: {
-      const auto b = load<BlockQ2_K>(p);
-      for (int e = 0; e < kQK_K; ++e) {
-        const K2Pos k = k2Pos(e);
-        q[size_t(e)] = (b.qs[k.byte] >> k.shift) & 3;
-      }
-      return;
-    }
-    case DType::Q3_K: {
-      const auto b = load<BlockQ3_K>(p);
-      for (int e = 0; e < kQK_K; ++e) {
-        const K2Pos k = k2Pos(e);
-        q[size_t(e)] = ((b.qs[k.byte] >> k.shift) & 3) | (((b.hmask[k.hbyte] >> k.hbit) & 1) << 2);
-      }
-      return;
-    }
-    case DType::Q4_K: {
-      const auto b = load<BlockQ4_K>(p);
-      for (int e = 0; e < kQK_K; ++e) {
-        const K4Pos k = k4Pos(e);
-        q[size_t(e)] = k.high ? b.qs[k.byte] >> 4 : b.qs[k.byte] & 0x0F;
-      }
-      return;
-    }
-    case DType::Q5_K: {
-      const auto b = load<BlockQ5_K>(p);
-      for (int e = 0; e < kQK_K; ++e) {
-        const K4Pos k = k4Pos(e);
-        const int low = k.high ? b.qs[k.byte] >> 4 : b.qs[k.byte] & 0x0F;
-        q[size_t(e)] = low | (((b.qh[e % 32] >> k.hbit) & 1) << 4);
-      }
-      return;
-    }
+    case DType::Q2_K: return k2Codes<BlockQ2_K>(p, q);
+    case DType::Q3_K: return k2Codes<BlockQ3_K>(p, q);
+    case DType::Q4_K: return k4Codes<BlockQ4_K>(p, q);
+    case DType::Q5_K: return k4Codes<BlockQ5_K>(p, q);
     case DType::Q6_K: {
       const auto b = load<BlockQ6_K>(p);
       for (int e = 0; e < kQK_K; ++e) {
@@ -231,66 +263,15 @@ void setBlockCodes(DType type, std::byte* p, std::span<const int> q) {
                                            std::to_string(r.qmin) + ", " + std::to_string(r.qmax) + "] of " +
                                            std::string(dtypeName(type)));
   switch (type) {
-    case DType::Q4_0: { auto b = load<BlockQ4_0>(p); for (int j = 0; j < 32; ++j) setNibble(b.qs, j, q[size_t(j)]); store(p, b); return; }
-    case DType::Q4_1: { auto b = load<BlockQ4_1>(p); for (int j = 0; j < 32; ++j) setNibble(b.qs, j, q[size_t(j)]); store(p, b); return; }
-    case DType::Q5_0:
-    case DType::Q5_1: {
-      uint32_t qh = 0;
-      for (int j = 0; j < 32; ++j) qh |= uint32_t((q[size_t(j)] >> 4) & 1) << j;
-      if (type == DType::Q5_0) {
-        auto b = load<BlockQ5_0>(p);
-        for (int j = 0; j < 32; ++j) setNibble(b.qs, j, q[size_t(j)]);
-        std::memcpy(b.qh, &qh, 4);
-        store(p, b);
-      } else {
-        auto b = load<BlockQ5_1>(p);
-        for (int j = 0; j < 32; ++j) setNibble(b.qs, j, q[size_t(j)]);
-        std::memcpy(b.qh, &qh, 4);
-        store(p, b);
-      }
-      return;
-    }
+    case DType::Q4_0: return setSmallCodes<BlockQ4_0>(p, q);
+    case DType::Q4_1: return setSmallCodes<BlockQ4_1>(p, q);
+    case DType::Q5_0: return setSmallCodes<BlockQ5_0>(p, q);
+    case DType::Q5_1: return setSmallCodes<BlockQ5_1>(p, q);
     case DType::Q8_0: { auto b = load<BlockQ8_0>(p); for (int j = 0; j < 32; ++j) b.qs[j] = int8_t(q[size_t(j)]); store(p, b); return; }
-    case DType::Q2_K:
-    case DType::Q3_K: {
-      uint8_t qs[64] = {}, hmask[32] = {};
-      for (int e = 0; e < kQK_K; ++e) {
-        const K2Pos k = k2Pos(e);
-        qs[k.byte] = uint8_t(qs[k.byte] | ((q[size_t(e)] & 3) << k.shift));
-        hmask[k.hbyte] = uint8_t(hmask[k.hbyte] | (((q[size_t(e)] >> 2) & 1) << k.hbit));
-      }
-      if (type == DType::Q2_K) {
-        auto b = load<BlockQ2_K>(p);
-        std::memcpy(b.qs, qs, sizeof qs);
-        store(p, b);
-      } else {
-        auto b = load<BlockQ3_K>(p);
-        std::memcpy(b.qs, qs, sizeof qs);
-        std::memcpy(b.hmask, hmask, sizeof hmask);
-        store(p, b);
-      }
-      return;
-    }
-    case DType::Q4_K:
-    case DType::Q5_K: {
-      uint8_t qs[128] = {}, qh[32] = {};
-      for (int e = 0; e < kQK_K; ++e) {
-        const K4Pos k = k4Pos(e);
-        qs[k.byte] = uint8_t(qs[k.byte] | ((q[size_t(e)] & 0x0F) << (4 * k.high)));
-        qh[e % 32] = uint8_t(qh[e % 32] | (((q[size_t(e)] >> 4) & 1) << k.hbit));
-      }
-      if (type == DType::Q4_K) {
-        auto b = load<BlockQ4_K>(p);
-        std::memcpy(b.qs, qs, sizeof qs);
-        store(p, b);
-      } else {
-        auto b = load<BlockQ5_K>(p);
-        std::memcpy(b.qs, qs, sizeof qs);
-        std::memcpy(b.qh, qh, sizeof qh);
-        store(p, b);
-      }
-      return;
-    }
+    case DType::Q2_K: return setK2Codes<BlockQ2_K>(p, q);
+    case DType::Q3_K: return setK2Codes<BlockQ3_K>(p, q);
+    case DType::Q4_K: return setK4Codes<BlockQ4_K>(p, q);
+    case DType::Q5_K: return setK4Codes<BlockQ5_K>(p, q);
     case DType::Q6_K: {
       auto b = load<BlockQ6_K>(p);
       std::memset(b.ql, 0, sizeof b.ql);

@@ -130,6 +130,19 @@ GptqPrepared prepareGptq(const WeightSpec& spec, std::span<const float> w, int64
                          int64_t cols, std::span<const float> h, const GptqOptions& options,
                          std::string_view tensorName);
 
+// One column j of the block [b0, b1), rounded from x to q in the row `wr` (cols wide): its scaled
+// error e = (x − q) / U_jj is returned through `e` and added squared to the row's loss, and fed to
+// the block's later columns (wr[c] −= e · U_jc for c in (j, b1)); the later blocks get it from
+// gptqUpdateLaterColumns. The CPU column loops of every kind (gptq_cpu.cpp, gptq_ggml.cpp).
+inline void gptqFeedColumnError(float* wr, float x, float q, const std::vector<float>& u, int64_t cols, int64_t j,
+                                int64_t b1, float& e, double& rowLoss) {
+  const float d = u[size_t(j * cols + j)];
+  e = (x - q) / d;
+  rowLoss += double(e) * double(e);
+  const float* uj = u.data() + j * cols;
+  for (int64_t c = j + 1; c < b1; ++c) wr[c] -= e * uj[c];
+}
+
 // The lazy block update after the column loop of [b0, b1): W[:, b1:] -= E · U[b0:b1, b1:] (E:
 // the block's scaled errors [rows, b1 - b0]), summed in ascending order, one rounding per
 // multiply and per add.

@@ -142,12 +142,7 @@ class CpuGptqOps final : public GptqOps {
             const float x = wr[j];
             const float q = gptqFakeQuant(kind, x, sb, zero);
             Q[size_t(r * cols + j)] = q;
-            const float d = u[size_t(j * cols + j)];
-            const float e = (x - q) / d;
-            err[size_t(r * nb + (j - b0))] = e;
-            rowLoss[size_t(r)] += double(e) * double(e);
-            const float* uj = u.data() + j * cols;
-            for (int64_t c = j + 1; c < b1; ++c) wr[c] -= e * uj[c];
+            gptqFeedColumnError(wr, x, q, u, cols, j, b1, err[size_t(r * nb + (j - b0))], rowLoss[size_t(r)]);
           }
         }
       });

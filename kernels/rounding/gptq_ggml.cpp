@@ -79,12 +79,7 @@ GptqResult runGgmlGptq(GptqPrepared& p, const std::vector<float>& u, double lamb
           const float q = ggml::latticeValue(m, a, c, lr.bias);
           codes[size_t(r * cols + col)] = c;
           Q[size_t(r * cols + j)] = q;
-          const float d = u[size_t(j * cols + j)];
-          const float e = (x - q) / d;
-          err[size_t(r * nb + (j - b0))] = e;
-          rowLoss[size_t(r)] += double(e) * double(e);
-          const float* uj = u.data() + j * cols;
-          for (int64_t c2 = j + 1; c2 < b1; ++c2) wr[c2] -= e * uj[c2];
+          gptqFeedColumnError(wr, x, q, u, cols, j, b1, err[size_t(r * nb + (j - b0))], rowLoss[size_t(r)]);
         }
       }
     });

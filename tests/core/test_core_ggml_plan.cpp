@@ -78,6 +78,24 @@ class TestGgmlPlan : public QObject {
   LoadedModel stories_ = loadModel(qs::test::stories260K().toStdString());
   LoadedModel gpt2_ = loadModel(gpt2Path());
 
+  // A plan on shakespeare-gpt2 rounded as `export` rounds it: resolved, its runtime, the export
+  // calibration of 3000 calibration tokens and quantizeResolvedPlan on them.
+  struct RoundedGpt2 {
+    ResolvedPlan resolved;
+    std::unique_ptr<Runtime> rt;
+    CalibrationStats calib;
+    QuantizeReport report;
+  };
+  RoundedGpt2 roundGpt2(const Plan& p) {
+    RoundedGpt2 g;
+    g.resolved = resolvePlanStrict(p, gpt2_.graph);
+    g.rt = std::make_unique<Runtime>(*gpt2_.file, gpt2_.graph, cpu_->transformer());
+    const std::vector<int32_t> calibIds = tokensOf(gpt2_, "models/shakespeare-gpt2/calib.txt", 3000);
+    g.calib = calibrateForExport(*g.rt, cpu_->stats(), calibIds, -1, "calib.txt");
+    g.report = quantizeResolvedPlan(*g.rt, *cpu_, g.resolved, calibIds, -1);
+    return g;
+  }
+
  private slots:
   // stories260K has K = 64 (attention, gate, up, head) and K = 172 (down): the 32-value types fit
   // the first only, the K-quants neither; every misfit is a problem naming the layer, K and block.
@@ -332,11 +350,11 @@ class TestGgmlPlan : public QObject {
     QVERIFY(json.find(up) != std::string::npos);
     json.insert(json.find(up) + std::strlen(up), R"(, "method": "gptq")");
     const Plan p = plan(json.c_str());
-    const ResolvedPlan r = resolvePlanStrict(p, gpt2_.graph);
-    Runtime rt(*gpt2_.file, gpt2_.graph, cpu_->transformer());
-    const std::vector<int32_t> calibIds = tokensOf(gpt2_, "models/shakespeare-gpt2/calib.txt", 3000);
-    const CalibrationStats calib = calibrateForExport(rt, cpu_->stats(), calibIds, -1, "calib.txt");
-    const QuantizeReport rep = quantizeResolvedPlan(rt, *cpu_, r, calibIds, -1);
+    const RoundedGpt2 rounded = roundGpt2(p);
+    const ResolvedPlan& r = rounded.resolved;
+    Runtime& rt = *rounded.rt;
+    const CalibrationStats& calib = rounded.calib;
+    const QuantizeReport& rep = rounded.report;
     int gptqLayers = 0;
     for (const LayerReport& l : rep.layers) {
       if (l.method != "gptq") continue;
@@ -380,11 +398,11 @@ class TestGgmlPlan : public QObject {
     const Plan p = plan(R"({"schema": "quantscope-plan", "version": 2, "defaults": {"weight": "fp16"},
       "entries": [{"layers": ["blocks.*.attn.qkv"], "weight": "q4_0", "scale": "imatrix", "method": "awq"},
                   {"layers": ["blocks.*.mlp.up"], "weight": "q4_1", "method": "awq"}]})");
-    const ResolvedPlan r = resolvePlanStrict(p, gpt2_.graph);
-    Runtime rt(*gpt2_.file, gpt2_.graph, cpu_->transformer());
-    const std::vector<int32_t> calibIds = tokensOf(gpt2_, "models/shakespeare-gpt2/calib.txt", 3000);
-    const CalibrationStats calib = calibrateForExport(rt, cpu_->stats(), calibIds, -1, "calib.txt");
-    const QuantizeReport rep = quantizeResolvedPlan(rt, *cpu_, r, calibIds, -1);
+    const RoundedGpt2 rounded = roundGpt2(p);
+    const ResolvedPlan& r = rounded.resolved;
+    Runtime& rt = *rounded.rt;
+    const CalibrationStats& calib = rounded.calib;
+    const QuantizeReport& rep = rounded.report;
     int awq = 0;
     for (const LayerReport& l : rep.layers) awq += l.method == "awq" && l.awqAlpha >= 0;
     QCOMPARE(awq, 8);

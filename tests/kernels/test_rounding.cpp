@@ -54,6 +54,17 @@ std::vector<float> gramOf(GptqOps& ops, const std::vector<float>& x, int64_t T, 
   return acc->matrix();
 }
 
+// A layer of N outputs on T correlated input tokens of K columns: its Gram matrix (accumulated
+// in batches of `batch` tokens) and its weights (σ 0.04), outliers in both at `outlierRate`.
+struct CorrelatedLayer {
+  std::vector<float> h, w;
+};
+CorrelatedLayer correlatedLayer(GptqOps& ops, int64_t N, int64_t K, int64_t T, float outlierRate, uint32_t actSeed,
+                                int64_t batch, uint32_t weightSeed) {
+  const auto x = correlatedActs(T, K, actSeed, outlierRate);
+  return {gramOf(ops, x, T, K, batch), gaussian(size_t(N * K), 0.04f, weightSeed, outlierRate)};
+}
+
 ErrorKind kindOf(const std::function<void()>& fn) {
   try {
     fn();
@@ -132,9 +143,7 @@ class TestRounding : public QObject {
                           Case{"int4-ch-sym", 41, 99, true, 0.0f, 32},      // odd K
                           Case{"fp8e4m3-ch", 23, 77, false, 0.01f, 16}}) {
       const int64_t T = 4 * c.K;
-      const auto x = correlatedActs(T, c.K, 11, c.outliers);
-      const auto h = gramOf(*ops, x, T, c.K, 97);
-      const auto w = gaussian(size_t(c.N * c.K), 0.04f, 5, c.outliers);
+      const auto [h, w] = correlatedLayer(*ops, c.N, c.K, T, c.outliers, 11, 97, 5);
       const WeightSpec spec = parseQuantFormat(c.format).weight;
       GptqOptions o;
       o.actOrder = c.actOrder;
@@ -228,9 +237,7 @@ class TestRounding : public QObject {
                           Case{"q4_k-imatrix", 33, 512, false, 0.02f, 0.85}, Case{"q5_k", 11, 256, false, 0.0f, 0.85},
                           Case{"q6_k-imatrix", 13, 256, true, 0.0f, 0.9}}) {
       const int64_t T = 3 * c.K;
-      const auto x = correlatedActs(T, c.K, 23, c.outliers);
-      const auto h = gramOf(*ops, x, T, c.K, 101);
-      const auto w = gaussian(size_t(c.N * c.K), 0.04f, 29, c.outliers);
+      const auto [h, w] = correlatedLayer(*ops, c.N, c.K, T, c.outliers, 23, 101, 29);
       const WeightSpec spec = parseQuantFormat(c.format).weight;
       GptqOptions o;
       o.actOrder = c.actOrder;
