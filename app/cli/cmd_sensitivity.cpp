@@ -1,11 +1,12 @@
 // quantscope-cli sensitivity MODEL [--session FILE] [--text FILE] [--tokens N] [--ctx C]
-//                                  [--formats F,F,…] [--mode exact|estimate|proxies]
+//                                  [--formats F,F,…] [--mode auto|exact|estimate|proxies]
 //                                  [--probe-tokens N | --probe-budget P] [--probes one|family]
 //                                  [--refine-bits B,B,… [--refine-budget P]] [--compare TABLE.json]
 //                                  [--proxies-only] [--table FILE] [--resume] [--json]
 // Every linear layer × candidate format: the proxies and, with only that layer quantised, the
-// end-to-end KL, perplexity and top-1 agreement (--mode exact), or per layer one measured probe
-// and every other cell's KL estimated as gain × output error (--mode estimate, sensitivity.h);
+// end-to-end KL, perplexity and top-1 agreement (--mode exact), or per layer a measured probe per
+// error family and every other cell's KL estimated as gain × output error (--mode estimate,
+// sensitivity.h; what --mode auto runs on the CPU backend);
 // Spearman ρ of each proxy against the measured KL; with --compare, ρ of this table's KL against
 // another table's (an exact sweep). Reuses the session's calibration (or calibrates first and
 // stores it); stores the table. Ctrl-C stops the sweep and keeps what it measured (exit 130);
@@ -15,6 +16,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "app/cli/analysis_support.h"
@@ -25,6 +27,7 @@
 #include "core/analysis/tables_json.h"
 #include "core/io/atomic_file.h"
 #include "core/plan/frontier.h"
+#include "kernels/backend/backend.h"
 
 namespace qs::cli {
 
@@ -57,7 +60,7 @@ std::vector<QuantFormat> parseFormatList(const std::string& list) {
 
 void registerSensitivity(CLI::App& app, CliContext& ctx) {
   struct Args : AnalysisArgs {
-    std::string formats, table, mode = "exact", compare, probes, refineBits;
+    std::string formats, table, mode = "auto", compare, probes, refineBits;
     bool proxiesOnly = false, resume = false;
     int jobs = 0;
     int64_t probeTokens = 0;
@@ -72,8 +75,9 @@ void registerSensitivity(CLI::App& app, CliContext& ctx) {
                   "Comma-separated candidate formats (default: int4-g32/g64/g128-sym, int8-ch-sym, "
                   "fp8e4m3-ch, fp8e5m2-ch, fp16)");
   cmd->add_option("--mode", a->mode,
-                  "exact: every cell measured end to end (default); estimate: per layer one measured probe, "
-                  "the other cells' KL = gain x output error (W8A8 cells measured); proxies: no forward passes");
+                  "auto (default): estimate on the CPU backend, exact on a GPU; exact: every cell measured end to "
+                  "end; estimate: per layer one measured probe per error family, the other cells' KL = gain x output "
+                  "error (W8A8 cells measured); proxies: no forward passes");
   cmd->add_flag("--proxies-only", a->proxiesOnly, "Only the proxies (no forward passes): --mode proxies");
   cmd->add_option("--probe-tokens", a->probeTokens,
                   "--mode estimate: text tokens the probes run on (default: as many as keep the sweep within "
@@ -103,9 +107,18 @@ void registerSensitivity(CLI::App& app, CliContext& ctx) {
                 "measured are kept, the others measured (same tokens, text and model, else exit 2)");
   cmd->callback([&ctx, a] {
     // Option values first: a bad one is one line naming it, before any work.
-    const auto mode = sensitivityModeFromName(a->mode);
-    if (!mode) throw Error(ErrorKind::BadInput, "unknown mode '" + a->mode + "' (exact, estimate, proxies)", {}, "--mode");
-    if (a->proxiesOnly && *mode != SensitivityMode::Proxies && a->mode != "exact")
+    if (a->resume && a->session.empty() && a->table.empty())
+      throw Error(ErrorKind::BadInput, "needs --session or --table: where the stopped sweep was kept", {}, "--resume");
+    // auto: the estimate on the CPU (an exact sweep of a real model is hours there), exact elsewhere
+    // (the backend is made here: checks that do not need it come first).
+    const bool autoMode = a->mode == "auto";
+    const auto mode = autoMode ? std::optional<SensitivityMode>(ctx.backend().kind() == BackendKind::Cpu
+                                                                    ? SensitivityMode::Estimate
+                                                                    : SensitivityMode::Exact)
+                               : sensitivityModeFromName(a->mode);
+    if (!mode)
+      throw Error(ErrorKind::BadInput, "unknown mode '" + a->mode + "' (auto, exact, estimate, proxies)", {}, "--mode");
+    if (a->proxiesOnly && *mode != SensitivityMode::Proxies && !autoMode && a->mode != "exact")
       throw Error(ErrorKind::BadInput, "conflicts with --mode " + a->mode, {}, "--proxies-only");
     SensitivityOptions o;
     o.mode = a->proxiesOnly ? SensitivityMode::Proxies : *mode;
@@ -157,8 +170,6 @@ void registerSensitivity(CLI::App& app, CliContext& ctx) {
     if (a->resume && o.mode == SensitivityMode::Proxies)
       throw Error(ErrorKind::BadInput, "resumes end-to-end measurements, which --mode proxies does not make", {},
                   "--resume");
-    if (a->resume && a->session.empty() && a->table.empty())
-      throw Error(ErrorKind::BadInput, "needs --session or --table: where the stopped sweep was kept", {}, "--resume");
 
     TerminalProgress progress;
     AnalysisSetup s = setUpAnalysis(ctx, *a, progress);

@@ -118,8 +118,9 @@ class TestCli : public QObject {
     QVERIFY(QFile::copy(QString::fromStdString(session), QString::fromStdString(untouched)));
 
     QProcess p;
-    p.start(QStringLiteral(QS_CLI_EXE), {"--backend", "cpu", "sensitivity", QString::fromStdString(model), "--session",
-                                         QString::fromStdString(session), "--tokens", "511", "--jobs", "1", "--table",
+    p.start(QStringLiteral(QS_CLI_EXE), {"--backend", "cpu", "sensitivity", QString::fromStdString(model), "--mode", "exact",
+                                         "--session", QString::fromStdString(session), "--tokens", "511", "--jobs", "1",
+                                         "--table",
                                          QString::fromStdString(table)});
     QVERIFY(p.waitForStarted());
     QByteArray err;
@@ -146,13 +147,14 @@ class TestCli : public QObject {
 
     // --jobs 1 in all three runs: how the products are split over threads changes the GEMM's
     // blocking, hence the last bits of the figures; with the same split they are identical.
-    const Run resumed = runInProcess({"--backend", "cpu", "sensitivity", model, "--session", session, "--tokens", "511",
-                                      "--jobs", "1", "--resume", "--json"});
+    const Run resumed = runInProcess({"--backend", "cpu", "sensitivity", model, "--mode", "exact", "--session", session,
+                                      "--tokens", "511", "--jobs", "1", "--resume", "--json"});
     QVERIFY2(resumed.code == 0, resumed.err.c_str());
     const auto rj = nlohmann::json::parse(resumed.out);
     QCOMPARE(rj["timing"]["resumed_cells"].get<int>(), kept);
     const Run whole = runInProcess(
-        {"--backend", "cpu", "sensitivity", model, "--session", untouched, "--tokens", "511", "--jobs", "1", "--json"});
+        {"--backend", "cpu", "sensitivity", model, "--mode", "exact", "--session", untouched, "--tokens", "511", "--jobs",
+         "1", "--json"});
     QVERIFY2(whole.code == 0, whole.err.c_str());
     const auto wj = nlohmann::json::parse(whole.out);
     QCOMPARE(rj["timing"]["cells"].get<int>() + kept, wj["timing"]["cells"].get<int>());

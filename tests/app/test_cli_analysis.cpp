@@ -47,6 +47,7 @@ class TestCliAnalysis : public QObject {
     QVERIFY2(sen.code == 0, sen.err.c_str());
     QVERIFY(sen.err.find("calibration: from the session") != std::string::npos);
     const auto sj = nlohmann::json::parse(sen.out);
+    QCOMPARE(sj["mode"].get<std::string>(), std::string("estimate"));  // --mode auto on the CPU backend
     QCOMPARE(sj["layers"].size(), size_t(36));
     QVERIFY(sj["layers"][0]["figures"]["int4-g32-sym"]["kl"].get<double>() > 0);
     QVERIFY(!sj["correlations"].empty());
@@ -134,7 +135,7 @@ class TestCliAnalysis : public QObject {
       a.insert(a.end(), more.begin(), more.end());
       return a;
     };
-    const Run ex = runCli(with({"--table", exact}));
+    const Run ex = runCli(with({"--mode", "exact", "--table", exact}));
     QVERIFY2(ex.code == 0, ex.err.c_str());
     const Run est = runCli(with({"--mode", "estimate", "--probes", "one", "--table", fast, "--compare", exact, "--json"}));
     QVERIFY2(est.code == 0, est.err.c_str());
@@ -225,13 +226,13 @@ class TestCliAnalysis : public QObject {
     const std::vector<std::pair<std::vector<std::string>, std::string>> cases{
         {{"--mode", "fast"}, "--mode"},
         {{"--mode", "estimate", "--proxies-only"}, "--proxies-only"},
-        {{"--probe-tokens", "100"}, "--probe-tokens"},
+        {{"--mode", "exact", "--probe-tokens", "100"}, "--probe-tokens"},
         {{"--mode", "estimate", "--probe-budget=-1"}, "--probe-budget"},
         {{"--mode", "estimate", "--probe-tokens", "64", "--probe-budget", "5"}, "--probe-budget"},
         {{"--mode", "proxies", "--compare", missing}, "--compare"},
         {{"--mode", "estimate", "--probes", "two"}, "--probes"},
-        {{"--probes", "family"}, "--probes"},
-        {{"--refine-bits", "6"}, "--refine-bits"},
+        {{"--mode", "exact", "--probes", "family"}, "--probes"},
+        {{"--mode", "exact", "--refine-bits", "6"}, "--refine-bits"},
         {{"--mode", "estimate", "--refine-bits", "6,x"}, "--refine-bits"},
         {{"--mode", "estimate", "--refine-budget", "3"}, "--refine-budget"},
         {{"--mode", "estimate", "--refine-bits", "2"}, "--refine-bits"},  // below the smallest plan
