@@ -784,11 +784,11 @@ void dequantizeGgml(const QuantizedTensor& q, std::span<float> out) {
 }
 
 // checkInput = false when the scales were just chosen from the same values (which checked
-// them for NaN/Inf already): saves a pass.
+// them for NaN/Inf already): saves a pass. The caller has checked the spec and the shape
+// (checkShape, or chooseWeightScales which does).
 QuantizedTensor quantizeImpl(const WeightSpec& spec, std::span<const float> w, int64_t rows,
                              int64_t cols, const WeightScales& scales, std::string_view name,
                              bool checkInput) {
-  checkShape(spec, w, rows, cols, name);
   const KindInfo k(spec);
   QuantizedTensor q = blankQuantizedTensor(spec, rows, cols, name);
   const uint64_t rowBytes = payloadRowBytes(spec.kind, cols);
@@ -825,6 +825,7 @@ QuantizedTensor quantizeWeightWithScales(const WeightSpec& spec, std::span<const
     if (!scales.scales.empty() || !scales.zeros.empty()) noFixedScales(spec, name);
     return quantizeGgml(spec, w, rows, cols, {}, name);
   }
+  checkShape(spec, w, rows, cols, name);
   return quantizeImpl(spec, w, rows, cols, scales, name, true);
 }
 
@@ -890,7 +891,7 @@ namespace {
 void fakeQuantImpl(const WeightSpec& spec, std::span<const float> w, std::span<float> out,
                    int64_t rows, int64_t cols, const WeightScales& scales, std::string_view name,
                    bool checkInput) {
-  checkShape(spec, w, rows, cols, name);
+  // The caller has checked the spec and the shape (as quantizeImpl).
   if (out.size() != w.size())
     throw Error(ErrorKind::Internal, "fakeQuantWeight: output size differs from input size");
   const KindInfo k(spec);
@@ -925,6 +926,7 @@ void fakeQuantWeightWithScales(const WeightSpec& spec, std::span<const float> w,
     fakeQuantWeightWithImportance(spec, w, out, rows, cols, {}, name);
     return;
   }
+  checkShape(spec, w, rows, cols, name);
   fakeQuantImpl(spec, w, out, rows, cols, scales, name, true);
 }
 
