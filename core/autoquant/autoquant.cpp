@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
@@ -198,60 +197,6 @@ ReferencePass gainReference(Runtime& rt, std::span<const int32_t> tokens, const 
   return runReferencePass(rt, gainWindows, sub);
 }
 
-// The activation class of a weight type's products in llama.cpp: F16, Q8_0 (Q8_1 rounds the same)
-// or Q8_K; F32 for F32 weights (no rounding).
-DType activationClass(DType weight) {
-  const DType act = ggml::activationTypeFor(weight);
-  return act == DType::Q8_1 ? DType::Q8_0 : act;
-}
-
-// llama.cpp's activation rounding, measured once per class: the KL of the whole model with every
-// linear's inputs rounded as that class rounds them (weights unquantized), over the sum the
-// per-layer terms predict for it (Σ gain · activation error). The ratio scales every option's
-// activation term of that class. The terms are priced with each layer's weight-error gain, which
-// the inputs' rounding noise need not share: on Gemma 3 270M they overstated the Q8 rounding so
-// much that the choice spent the bytes on F16 for 63 tensors and llama.cpp measured 1.85x the KL
-// of its own recipe (docs/quality.md).
-void calibrateActivationTerms(Runtime& rt, const ReferencePass& ref, AutoquantPlan& plan, const JobContext& ctx) {
-  // A weight type whose products round to each class (for setLinearGgmlActivations).
-  const std::pair<DType, DType> classes[] = {
-      {DType::F16, DType::F16}, {DType::Q8_0, DType::Q8_0}, {DType::Q4_K, DType::Q8_K}};
-  for (const auto& [weightType, act] : classes) {
-    double predicted = 0;
-    std::vector<int> linears;
-    for (const AutoquantTensor& a : plan.tensors) {
-      if (!a.quantizable || a.linear < 0) continue;
-      for (const AutoquantOption& o : a.options)
-        if (activationClass(o.type) == act) {
-          predicted += a.gain * o.activationError;
-          linears.push_back(a.linear);
-          break;
-        }
-    }
-    if (linears.empty() || !(predicted > 0)) continue;
-    DistributionStats s;
-    RuntimeTensor x, lg;
-    try {
-      for (int i : linears) rt.setLinearGgmlActivations(i, weightType);
-      for (const auto& win : ref.windows) {
-        ctx.checkCancelled();
-        resumeFromBlock(rt, win, 0, x, lg);
-        compareToReference(rt, lg, win, s);
-      }
-    } catch (...) {
-      rt.clearAllGgmlActivations();
-      throw;
-    }
-    rt.clearAllGgmlActivations();
-    // Bounded: a class whose rounding the windows barely see keeps its terms within 20x.
-    const double scale = std::clamp(std::max(0.0, s.meanKl()) / predicted, 0.05, 20.0);
-    plan.activationTermScale[std::string(dtypeName(act))] = scale;
-    for (AutoquantTensor& a : plan.tensors)
-      for (AutoquantOption& o : a.options)
-        if (activationClass(o.type) == act) o.activationError *= scale;
-  }
-}
-
 // Mean KL on the gain windows with only this linear layer's weight replaced by y.
 double layerKl(Runtime& rt, const ReferencePass& ref, int linear, int block, std::vector<float> y,
                const JobContext& ctx) {
@@ -429,15 +374,12 @@ AutoquantPlan measureAutoquant(const ModelFile& file, Runtime& rt, std::span<con
     median = measuredGains[measuredGains.size() / 2];
   }
   int assumed = 0;
-  for (auto& a : plan.tensors)
-    if (a.quantizable && !a.gainMeasured) {
+  for (auto& a : plan.tensors) {
+    if (!a.quantizable) continue;
+    if (!a.gainMeasured) {
       a.gain = median;
       ++assumed;
     }
-  ctx.progress(1.0, "measuring llama.cpp's activation rounding");
-  calibrateActivationTerms(rt, ref, plan, ctx);
-  for (auto& a : plan.tensors) {
-    if (!a.quantizable) continue;
     for (auto& o : a.options) {
       o.predictedKl = a.gain * (o.error + o.activationError);
       if (a.gainMeasured && o.type == a.probe) {  // the probe's own KL, not its estimate
@@ -450,14 +392,6 @@ AutoquantPlan measureAutoquant(const ModelFile& file, Runtime& rt, std::span<con
                std::to_string(plan.gainPositions) + " positions" +
                (assumed ? ", median gain assumed for " + std::to_string(assumed) + " tensor(s) without a linear layer"
                         : std::string());
-  if (!plan.activationTermScale.empty()) {
-    plan.basis += "; activation terms scaled to the whole model's measured rounding KL:";
-    for (const auto& [cls, scale] : plan.activationTermScale) {
-      char b[48];
-      std::snprintf(b, sizeof b, " %s x%.3g", cls.c_str(), scale);
-      plan.basis += b;
-    }
-  }
   plan.rounding = options.importance ? "llama-quantize's imatrix search" : "llama-quantize's reference quantizers";
   ctx.progress(1.0, "measured");
   return plan;
@@ -707,11 +641,6 @@ std::string autoquantPlanJson(const AutoquantPlan& plan) {
     j["checked_top1_agreement"] = plan.checkedTop1;
     j["checked_positions"] = plan.checkedPositions;
     j["check_basis"] = plan.checkBasis;
-  }
-  if (!plan.activationTermScale.empty()) {
-    nlohmann::ordered_json s = nlohmann::ordered_json::object();
-    for (const auto& [cls, scale] : plan.activationTermScale) s[cls] = scale;
-    j["activation_term_scale"] = s;
   }
   if (plan.imatrixCheckedKl >= 0) {
     j["imatrix_checked_kl"] = plan.imatrixCheckedKl;

@@ -107,10 +107,6 @@ struct AutoquantPlan {
   int64_t refinedOptions = 0; // options measured exactly by refineAutoquant
   double refinePasses = 0;    // what they cost, in forward passes over the gain windows
   std::string basis;          // one line: what the prediction rests on
-  // The activation-rounding terms' scale per activation class ("F16", "Q8_0", "Q8_K"): the KL of
-  // the whole model with that rounding on every linear it applies to, measured, over the sum of
-  // the per-layer terms (gain x activation error) it was predicted as.
-  std::map<std::string, double> activationTermScale;
   std::string rounding;       // one line: how the file's weights are rounded
   // checkAutoquant: the chosen file run as llama.cpp runs it, against the unquantized model.
   double checkedKl = -1;      // mean KL; −1 when not checked
