@@ -417,63 +417,105 @@ void chooseAutoquantTypes(AutoquantPlan& plan, const AutoquantOptions& options) 
                                          ": the candidate formats reach " + range);
   }
   const uint64_t budget = target - fixed;
-  // Lagrangian sweep: per tensor argmin KL + λ·bytes; the smallest λ whose choice fits.
-  auto pick = [&](double lambda, std::vector<int>& choice) {
-    uint64_t total = 0;
-    for (size_t i = 0; i < plan.tensors.size(); ++i) {
-      const auto& t = plan.tensors[i];
-      if (!t.quantizable) continue;
-      int best = 0;
-      double bestCost = INFINITY;
-      for (size_t k = 0; k < t.options.size(); ++k) {
-        const double cost = t.options[k].predictedKl + lambda * double(t.options[k].bytes);
-        if (cost < bestCost || (cost == bestCost && t.options[k].bytes < t.options[size_t(best)].bytes))
-          bestCost = cost, best = int(k);
+  // One solve of the budget with tensor `pinned` (−1: none) held at option `pinnedOption`: a
+  // Lagrangian sweep (per tensor argmin KL + λ·bytes, the smallest λ whose choice fits), then a
+  // greedy fill. Returns the bytes used; `choice` gets the options.
+  auto solve = [&](int pinned, int pinnedOption, std::vector<int>& choice) -> uint64_t {
+    const uint64_t pinnedBytes = pinned >= 0 ? plan.tensors[size_t(pinned)].options[size_t(pinnedOption)].bytes : 0;
+    const uint64_t room = budget - pinnedBytes;
+    auto free = [&](size_t i) { return plan.tensors[i].quantizable && int(i) != pinned; };
+    auto pick = [&](double lambda) {
+      uint64_t total = 0;
+      for (size_t i = 0; i < plan.tensors.size(); ++i) {
+        if (!free(i)) continue;
+        const auto& t = plan.tensors[i];
+        int best = 0;
+        double bestCost = INFINITY;
+        for (size_t k = 0; k < t.options.size(); ++k) {
+          const double cost = t.options[k].predictedKl + lambda * double(t.options[k].bytes);
+          if (cost < bestCost || (cost == bestCost && t.options[k].bytes < t.options[size_t(best)].bytes))
+            bestCost = cost, best = int(k);
+        }
+        choice[i] = best;
+        total += t.options[size_t(best)].bytes;
       }
-      choice[i] = best;
-      total += t.options[size_t(best)].bytes;
+      return total;
+    };
+    if (pinned >= 0) choice[size_t(pinned)] = pinnedOption;
+    if (pick(0) > room) {
+      // λ too small does not fit, λ large enough picks every tensor's smallest option (which fits
+      // when the pinned option leaves room for them: the caller checks); geometric bisection.
+      double hi = 1e-15;
+      while (pick(hi) > room && hi < 1e30) hi *= 16;
+      double lo = hi / 16;
+      for (int it = 0; it < 100 && hi / lo > 1.0 + 1e-9; ++it) {
+        const double mid = std::sqrt(lo * hi);
+        if (pick(mid) > room) lo = mid;
+        else hi = mid;
+      }
+      pick(hi);
     }
-    return total;
+    uint64_t used = pinnedBytes;
+    for (size_t i = 0; i < plan.tensors.size(); ++i)
+      if (free(i)) used += plan.tensors[i].options[size_t(choice[i])].bytes;
+    // Greedy fill: the upgrade with the best KL saved per byte that still fits, until none does.
+    for (;;) {
+      double bestRate = 0;
+      size_t bi = 0;
+      int bk = -1;
+      for (size_t i = 0; i < plan.tensors.size(); ++i) {
+        if (!free(i)) continue;
+        const auto& t = plan.tensors[i];
+        const auto& cur = t.options[size_t(choice[i])];
+        for (size_t k = 0; k < t.options.size(); ++k) {
+          const auto& o = t.options[k];
+          if (o.predictedKl >= cur.predictedKl) continue;
+          const uint64_t extra = o.bytes > cur.bytes ? o.bytes - cur.bytes : 0;
+          if (used + extra > budget) continue;
+          const double rate = (cur.predictedKl - o.predictedKl) / double(std::max<uint64_t>(extra, 1));
+          if (rate > bestRate) bestRate = rate, bi = i, bk = int(k);
+        }
+      }
+      if (bk < 0) break;
+      const auto& cur = plan.tensors[bi].options[size_t(choice[bi])];
+      used = used - cur.bytes + plan.tensors[bi].options[size_t(bk)].bytes;
+      choice[bi] = bk;
+    }
+    return used;
+  };
+  auto predicted = [&](const std::vector<int>& choice) {
+    double kl = 0;
+    for (size_t i = 0; i < plan.tensors.size(); ++i)
+      if (plan.tensors[i].quantizable) kl += plan.tensors[i].options[size_t(choice[i])].predictedKl;
+    return kl;
   };
   std::vector<int> choice(plan.tensors.size(), -1);
-  if (pick(0, choice) > budget) {
-    // λ too small does not fit, λ large enough picks every tensor's smallest option (which fits:
-    // checked above); geometric bisection between the two.
-    double hi = 1e-15;
-    while (pick(hi, choice) > budget && hi < 1e30) hi *= 16;
-    double lo = hi / 16;
-    for (int it = 0; it < 100 && hi / lo > 1.0 + 1e-9; ++it) {
-      const double mid = std::sqrt(lo * hi);
-      if (pick(mid, choice) > budget) lo = mid;
-      else hi = mid;
-    }
-    pick(hi, choice);
-  }
-  uint64_t used = 0;
+  uint64_t used = solve(-1, 0, choice);
+  // The Lagrangian sweep only reaches choices on the convex hull of (bytes, KL); a tensor much
+  // larger than the rest (a token table: 68 % of Gemma 3 270M's file) makes steps the hull skips.
+  // So the largest tensor is also pinned at each of its options in turn, the rest solved around
+  // it, and the lowest predicted KL kept.
+  int largest = -1;
   for (size_t i = 0; i < plan.tensors.size(); ++i)
-    if (plan.tensors[i].quantizable) used += plan.tensors[i].options[size_t(choice[i])].bytes;
-  // Greedy fill: the upgrade with the best KL saved per byte that still fits, until none does.
-  for (;;) {
-    double bestRate = 0;
-    size_t bi = 0;
-    int bk = -1;
+    if (plan.tensors[i].quantizable &&
+        (largest < 0 || plan.tensors[i].options[0].bytes > plan.tensors[size_t(largest)].options[0].bytes))
+      largest = int(i);
+  if (largest >= 0) {
+    uint64_t othersMin = 0;  // the other tensors at their smallest options
     for (size_t i = 0; i < plan.tensors.size(); ++i) {
-      const auto& t = plan.tensors[i];
-      if (!t.quantizable) continue;
-      const auto& cur = t.options[size_t(choice[i])];
-      for (size_t k = 0; k < t.options.size(); ++k) {
-        const auto& o = t.options[k];
-        if (o.predictedKl >= cur.predictedKl) continue;
-        const uint64_t extra = o.bytes > cur.bytes ? o.bytes - cur.bytes : 0;
-        if (used + extra > budget) continue;
-        const double rate = (cur.predictedKl - o.predictedKl) / double(std::max<uint64_t>(extra, 1));
-        if (rate > bestRate) bestRate = rate, bi = i, bk = int(k);
-      }
+      if (!plan.tensors[i].quantizable || int(i) == largest) continue;
+      uint64_t m = UINT64_MAX;
+      for (const auto& o : plan.tensors[i].options) m = std::min(m, o.bytes);
+      othersMin += m;
     }
-    if (bk < 0) break;
-    const auto& cur = plan.tensors[bi].options[size_t(choice[bi])];
-    used = used - cur.bytes + plan.tensors[bi].options[size_t(bk)].bytes;
-    choice[bi] = bk;
+    double bestKl = predicted(choice);
+    const auto& opts = plan.tensors[size_t(largest)].options;
+    for (size_t k = 0; k < opts.size(); ++k) {
+      if (opts[k].bytes + othersMin > budget) continue;
+      std::vector<int> c(plan.tensors.size(), -1);
+      const uint64_t u = solve(largest, int(k), c);
+      if (u <= budget && predicted(c) < bestKl) bestKl = predicted(c), choice = c, used = u;
+    }
   }
   plan.totalBytes = fixed + used;
   plan.predictedKl = 0;
