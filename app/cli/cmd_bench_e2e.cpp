@@ -91,7 +91,9 @@ void registerBenchE2e(CLI::App& bench, CliContext& ctx) {
                                       {"prefill_tokens_per_second", r.prefillTokensPerSecond},
                                       {"decode_tokens_per_second", r.decodeTokensPerSecond},
                                       {"linear_weight_bytes", r.linearWeightBytes},
-                                      {"kernels", r.kernels}};
+                                      {"kernels", r.kernels},
+                                      {"decode_steps", r.decodeSteps},
+                                      {"decode_steps_replayed", r.decodeReplays}};
       };
       nlohmann::ordered_json j;
       j["model"] = a->model;
@@ -120,6 +122,10 @@ void registerBenchE2e(CLI::App& bench, CliContext& ctx) {
                 fmt(double(r->linearWeightBytes) / 1e6)});
     t.print(ctx.out);
     ctx.out << "kernels, fp16: " << base.kernels << "\nkernels, " << q.name << ": " << q.kernels << "\n";
+    for (const ThroughputResult* r : {&base, &q})
+      if (rt.onDevice())
+        ctx.out << "decode steps replayed from a recorded CUDA graph, " << r->name << ": " << r->decodeReplays << " of "
+              << r->decodeSteps << "\n";
     char line[160];
     std::snprintf(line, sizeof line, "%s vs fp16: prefill %.2fx, decode %.2fx\n", q.name.c_str(), prefillRatio, decodeRatio);
     ctx.out << line;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 
@@ -103,6 +104,7 @@ float* Runtime::scratch(int slot, size_t floats) {
   auto& [buf, cap] = scratch_[size_t(slot)];
   if (cap < floats || !buf.mem) {
     const size_t want = std::max<size_t>(floats + floats / 4, 64);
+    ++stateVersion_;  // recorded steps point at the old buffer
     buf.mem.reset();  // free first: on a device, memory is the scarce thing
     buf.mem = ops_.allocate(want * sizeof(float));
     cap = want;
@@ -393,6 +395,7 @@ std::span<const float> Runtime::normBias(int b, bool ffn) const {
 }
 
 void Runtime::setNormWeight(int b, bool ffn, std::vector<float> w, std::vector<float> bias) {
+  ++stateVersion_;
   Norm& n = (ffn ? ffnNorms_ : attnNorms_).at(size_t(b));
   if (w.size() != n.w.size() || (!bias.empty() && bias.size() != n.b.size()))
     throw Error(ErrorKind::Internal, "setNormWeight: size mismatch in block " + std::to_string(b));
@@ -422,6 +425,7 @@ void Runtime::restoreNorms() {
 }
 
 void Runtime::setLinearWeight(int i, std::vector<float> w, std::optional<QuantizedTensor> fixed) {
+  ++stateVersion_;
   LinearWeights& lw = weights_.at(size_t(i));
   if (w.size() != lw.original.size())
     throw Error(ErrorKind::Internal, "setLinearWeight: size mismatch for " + linears_[size_t(i)]->weightName);
@@ -437,6 +441,7 @@ void Runtime::setLinearWeight(int i, std::vector<float> w, std::optional<Quantiz
 }
 
 void Runtime::restoreLinearWeight(int i) {
+  ++stateVersion_;
   LinearWeights& lw = weights_.at(size_t(i));
   if (lw.replaced.empty()) return;
   lw.replaced.clear();
@@ -450,6 +455,7 @@ void Runtime::restoreAllWeights() {
 }
 
 void Runtime::setLinearInputQuant(int i, const CheckedFormat& format, float staticScale) {
+  ++stateVersion_;
   const ActSpec& spec = format.act;
   if (spec.scaling == ActScaling::PerTensorStatic && !(staticScale >= 0.0f && std::isfinite(staticScale)))
     throwBadInput("", "static activation scale", std::to_string(staticScale) + " is negative or not finite");
@@ -472,8 +478,12 @@ void Runtime::clearAllImportance() {
     lw.importance.shrink_to_fit();
   }
 }
-void Runtime::clearLinearInputQuant(int i) { weights_.at(size_t(i)).inputQuant = ActSpec{}; }
+void Runtime::clearLinearInputQuant(int i) {
+  ++stateVersion_;
+  weights_.at(size_t(i)).inputQuant = ActSpec{};
+}
 void Runtime::setLinearGgmlActivations(int i, DType weightType) {
+  ++stateVersion_;
   LinearWeights& lw = weights_.at(size_t(i));
   if (weightType == DType::F32 || weightType == DType::Unknown) {
     lw.ggmlActivations = DType::F32;
@@ -489,6 +499,7 @@ void Runtime::setLinearGgmlActivations(int i, DType weightType) {
   lw.ggmlActivations = act;
 }
 void Runtime::setTokenEmbedding(std::vector<float> table) {
+  ++stateVersion_;
   if (table.size() != tokenEmbedding_.size())
     throw Error(ErrorKind::Internal, "setTokenEmbedding: " + std::to_string(table.size()) + " values for a table of " +
                                          std::to_string(tokenEmbedding_.size()));
@@ -496,14 +507,17 @@ void Runtime::setTokenEmbedding(std::vector<float> table) {
   devTokenEmbedding_ = toCompute(tokenEmbeddingReplacement_);
 }
 void Runtime::restoreTokenEmbedding() {
+  ++stateVersion_;
   if (tokenEmbeddingReplacement_.empty()) return;
   devTokenEmbedding_ = toCompute(tokenEmbedding_);
   tokenEmbeddingReplacement_.clear();
 }
 void Runtime::clearAllGgmlActivations() {
+  ++stateVersion_;
   for (auto& lw : weights_) lw.ggmlActivations = DType::F32;
 }
 void Runtime::clearAllInputQuant() {
+  ++stateVersion_;
   for (auto& lw : weights_) lw.inputQuant = ActSpec{};
 }
 
@@ -555,6 +569,7 @@ void Runtime::clearPlan() {
 const std::optional<CheckedFormat>& Runtime::linearFormat(int i) const { return weights_.at(size_t(i)).format; }
 
 void Runtime::prepareLinear(int i) {
+  ++stateVersion_;
   LinearWeights& lw = weights_[size_t(i)];
   const LinearLayer& l = *linears_[size_t(i)];
   lw.gemm.reset();
@@ -655,6 +670,7 @@ void Runtime::reset() {
 
 const int32_t* Runtime::positionsAt(int32_t startPos, int64_t T) {
   (void)T;  // checked by checkRun
+  if (stepPositions_) return stepPositions_;  // a decode step: its position is in device memory
   return static_cast<const int32_t*>(positions_.mem.get()) + startPos;
 }
 
@@ -665,11 +681,13 @@ void Runtime::checkRun(int64_t T, int32_t startPos) const {
                                          " positions exceeds the context of " + std::to_string(maxSeq_));
 }
 
-void Runtime::linear(int i, const float* x, int64_t T, float* y, int block) {
+void Runtime::linear(int i, const float* x, int64_t T, float* y, int block, bool sameInput) {
   const LinearLayer& l = *linears_[size_t(i)];
   fireTap(TapKind::LinearInput, block, i, x, T, l.inFeatures);
   const LinearWeights& lw = weights_[size_t(i)];
   const float* bias = lw.devBias.f();
+  const float* const input = x;  // before this layer's own activation rounding
+  const bool transformed = lw.inputQuant.kind != QuantKind::F32 || lw.ggmlActivations != DType::F32;
   if (lw.inputQuant.kind != QuantKind::F32) {
     // A copy: q, k and v (gate and up) read the same input buffer.
     float* xa = scratch(kActFq, size_t(T * l.inFeatures));
@@ -684,9 +702,16 @@ void Runtime::linear(int i, const float* x, int64_t T, float* y, int block) {
     x = xa;
   }
   if (lw.gemm) {  // FP16 activations through the GEMM op-set
+    const uint64_t version = stateVersion_;
     auto* xh = reinterpret_cast<uint16_t*>(scratch(kXHalf, size_t(T * l.inFeatures + 1) / 2));
     auto* yh = reinterpret_cast<uint16_t*>(scratch(kYHalf, size_t(T * l.outFeatures + 1) / 2));
-    ops_.toHalf(x, T * l.inFeatures, xh);
+    const bool reuse = sameInput && !transformed && version == stateVersion_ && halfOf_ == input &&
+                       halfCount_ == T * l.inFeatures;
+    if (!reuse) {
+      ops_.toHalf(x, T * l.inFeatures, xh);
+      halfOf_ = transformed ? nullptr : input;  // a rounded input is this layer's own
+      halfCount_ = T * l.inFeatures;
+    }
     gemm_->run(*lw.gemm, xh, T, yh);
     ops_.fromHalf(yh, T, l.outFeatures, bias, y);
   } else if (lw.fake) {
@@ -712,6 +737,10 @@ void Runtime::embedImpl(std::span<const int32_t> tokens, int32_t startPos, float
                                            std::to_string(vocab_) + " tokens", {}, "vocabulary");
   auto* ids = reinterpret_cast<int32_t*>(scratch(kTokens, size_t(T)));
   ops_.upload(ids, tokens.data(), size_t(T) * sizeof(int32_t));
+  embedIds(ids, T, startPos, x);
+}
+
+void Runtime::embedIds(const int32_t* ids, int64_t T, int32_t startPos, float* x) {
   ops_.embedding(devTokenEmbedding_.f(), ids, T, dim_, x);
   if (embedScale_ > 0) ops_.scale(x, T * dim_, embedScale_);
   if (devPositionEmbedding_.mem) ops_.add(x, devPositionEmbedding_.f() + int64_t(startPos) * dim_, T * dim_);
@@ -755,8 +784,8 @@ void Runtime::runLlamaBlock(int b, float* x, int64_t T, int32_t startPos) {
     ops_.copyColumns(qkv, row, qDim_ + kvDim_, T, kvDim_, v);
   } else {
     linear(iq, h, T, q, b);
-    linear(ik, h, T, k, b);
-    linear(iv, h, T, v, b);
+    linear(ik, h, T, k, b, true);
+    linear(iv, h, T, v, b, true);
   }
   if (!qNorms_[size_t(b)].w.empty()) {  // Qwen3 / Gemma 3: RMSNorm over each head
     float* qn = scratch(kQn, size_t(T * qDim_));
@@ -792,7 +821,7 @@ void Runtime::runLlamaBlock(int b, float* x, int64_t T, int32_t startPos) {
     ops_.copyColumns(gu, 2 * hidden_, hidden_, T, hidden_, u);
   } else {
     linear(ig, h, T, g, b);
-    linear(iu, h, T, u, b);
+    linear(iu, h, T, u, b, true);
   }
   if (act_ == Activation::Silu) {
     ops_.swiglu(g, u, T * hidden_, g);
@@ -893,6 +922,7 @@ void Runtime::forward(std::span<const int32_t> tokens, int32_t startPos, std::ve
                       bool allLogits) {
   const int64_t T = int64_t(tokens.size());
   checkRun(T, startPos);
+  if (T == 1 && decodeRecordable()) return decodeStep(tokens[0], startPos, logits);
   float* x = scratch(kFwdX, size_t(T * dim_));
   embedImpl(tokens, startPos, x);
   for (int b = 0; b < int(graph_.blocks.size()); ++b) runBlockImpl(b, x, T, startPos);
@@ -908,6 +938,80 @@ void Runtime::forward(std::span<const int32_t> tokens, int32_t startPos, std::ve
     headImpl(xs, rows, dl);
     ops_.download(logits.data(), dl, logits.size() * sizeof(float));
   }
+}
+
+// ---- recorded decode steps ------------------------------------------------------------------
+
+bool Runtime::decodeRecordable() const {
+  static const bool disabled = [] {
+    const char* v = std::getenv("QS_DECODE_GRAPH");
+    return v && std::string(v) == "0";
+  }();
+  if (!decodeRecording_ || disabled || ops_.hostMemory() || !taps_.empty() || devPositionEmbedding_.mem) return false;
+  // Activation rounding checks its input on the host (a download per layer): not recordable.
+  for (const LinearWeights& lw : weights_)
+    if (lw.inputQuant.kind != QuantKind::F32 || lw.ggmlActivations != DType::F32 ||
+        (lw.fake && lw.format && lw.format->act.kind != QuantKind::F32))
+      return false;
+  return true;
+}
+
+Runtime::RecordingKey Runtime::recordingKey() const {
+  return {stateVersion_, gemm_ ? gemm_->workspaceGeneration() : 0, ops_.workspaceGeneration()};
+}
+
+// One token through embedding, blocks and head with every per-step input in device memory (the
+// token and its position in stepIo_), so the launches are the same at every position: the first
+// step after a change runs them eagerly (sizing every workspace), the next records them, and
+// later steps replay the recording. The logits come back to the host as in forward().
+void Runtime::decodeStep(int32_t token, int32_t startPos, std::vector<float>& logits) {
+  if (token < 0 || token >= vocab_)
+    throw Error(ErrorKind::BadInput, "token id " + std::to_string(token) + " is outside the model's vocabulary of " +
+                                         std::to_string(vocab_) + " tokens", {}, "vocabulary");
+  if (!stepIo_.mem) stepIo_.mem = ops_.allocate(2 * sizeof(int32_t));
+  float* x = scratch(kFwdX, size_t(dim_));
+  float* dl = scratch(kFwdLogits, size_t(vocab_));
+  const int32_t io[2] = {token, startPos};
+  ops_.upload(stepIo_.mem.get(), io, sizeof io);
+  const auto* ids = static_cast<const int32_t*>(stepIo_.mem.get());
+  auto body = [&] {
+    stepPositions_ = ids + 1;
+    struct Clear {
+      const int32_t*& p;
+      ~Clear() { p = nullptr; }
+    } clear{stepPositions_};
+    embedIds(ids, 1, startPos, x);
+    for (int b = 0; b < int(graph_.blocks.size()); ++b) runBlockImpl(b, x, 1, startPos);
+    tapStartPos_ = startPos;
+    headImpl(x, 1, dl);
+  };
+  const RecordingKey key = recordingKey();
+  if (!(key == decodeKey_)) {
+    decodeRecordingStep_.reset();
+    decodeKey_ = key;
+    decodeWarm_ = decodeRecordFailed_ = false;
+  }
+  if (decodeRecordingStep_) {
+    decodeRecordingStep_->replay();
+    ++decodeReplays_;
+  } else if (!decodeWarm_ || decodeRecordFailed_) {
+    body();
+    decodeWarm_ = true;
+    decodeKey_ = recordingKey();  // the eager step may have sized a workspace
+  } else {
+    decodeRecordingStep_ = ops_.record(body);
+    if (decodeRecordingStep_ && recordingKey() == key) {
+      decodeRecordingStep_->replay();
+      ++decodeReplays_;
+    } else {  // could not record (or something grew while recording): eager from now on
+      decodeRecordingStep_.reset();
+      decodeRecordFailed_ = true;
+      decodeKey_ = recordingKey();
+      body();
+    }
+  }
+  logits.resize(size_t(vocab_));
+  ops_.download(logits.data(), dl, logits.size() * sizeof(float));
 }
 
 // ---- compute-memory API ---------------------------------------------------------------------

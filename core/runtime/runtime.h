@@ -183,6 +183,15 @@ class Runtime {
   // codes, scales and zeros; fake-quant: the format's storage).
   uint64_t linearWeightBytes(int i) const;
 
+  // Decode steps (forward of one token, last logits only) on a device run as one recorded
+  // step (a CUDA graph) replayed at every position, instead of ~30 launches per block: on by
+  // default, off with setDecodeRecording(false) or QS_DECODE_GRAPH=0. A step runs eagerly when
+  // something in it cannot be replayed (taps, activation rounding, learned positions) and for
+  // the first step after any change of weights, plan or workspaces (it sizes them); the next
+  // step records.
+  void setDecodeRecording(bool on) { decodeRecording_ = on; }
+  int64_t decodeReplays() const { return decodeReplays_; }  // decode steps replayed so far
+
   int addTap(Tap tap);  // returns an id for removeTap
   void removeTap(int id);
   void clearTaps();
@@ -247,11 +256,16 @@ class Runtime {
   Buffer toCompute(const std::vector<float>& host);  // aliases on the host op-set
   float* scratch(int slot, size_t floats);
   void prepareLinear(int i);  // (re)builds the layer's compute form from its format and weight
-  void linear(int i, const float* x, int64_t T, float* y, int block);
+  // sameInput: x is the previous call's input, unchanged since (q, k, v of one norm output;
+  // gate and up): its FP16 copy for the GEMM op-set is reused when the previous call made one.
+  void linear(int i, const float* x, int64_t T, float* y, int block, bool sameInput = false);
   void fireTap(TapKind kind, int block, int linear, const float* data, int64_t rows, int64_t cols);
   const int32_t* positionsAt(int32_t startPos, int64_t T);
   void checkRun(int64_t T, int32_t startPos) const;
   void embedImpl(std::span<const int32_t> tokens, int32_t startPos, float* x);
+  void embedIds(const int32_t* ids, int64_t T, int32_t startPos, float* x);  // ids in compute memory
+  bool decodeRecordable() const;
+  void decodeStep(int32_t token, int32_t startPos, std::vector<float>& logits);
   void runBlockImpl(int b, float* x, int64_t T, int32_t startPos);
   void headImpl(const float* x, int64_t T, float* logits);
   void runLlamaBlock(int b, float* x, int64_t T, int32_t startPos);
@@ -303,6 +317,26 @@ class Runtime {
   std::vector<std::pair<int, Tap>> taps_;
   int nextTapId_ = 1;
   int32_t tapStartPos_ = 0;  // position of the first row of the current tap events
+
+  // Recorded decode steps. stateVersion_ counts changes of what a step's launches point at
+  // (weights, plan, norms, embedding table, scratch buffers); with the op-sets' workspace
+  // generations it keys the recording.
+  struct RecordingKey {
+    uint64_t state = 0, gemm = 0, ops = 0;
+    bool operator==(const RecordingKey&) const = default;
+  };
+  RecordingKey recordingKey() const;
+  bool decodeRecording_ = true;
+  uint64_t stateVersion_ = 0;
+  RecordingKey decodeKey_{~0ull, 0, 0};
+  bool decodeWarm_ = false, decodeRecordFailed_ = false;
+  std::unique_ptr<TransformerOps::Recording> decodeRecordingStep_;
+  Buffer stepIo_;                                // [token, position], compute memory
+  const int32_t* stepPositions_ = nullptr;       // positionsAt() while a decode step is built
+  int64_t decodeReplays_ = 0;
+  // What the kXHalf scratch holds: the FP16 copy of halfOf_ (halfCount_ values), or nothing.
+  const float* halfOf_ = nullptr;
+  int64_t halfCount_ = 0;
 };
 
 }  // namespace qs

@@ -51,7 +51,10 @@ ThroughputResult measureOne(Runtime& rt, const std::string& name, const LayerQua
                  "tokens/s: " + name + ": run " + std::to_string(k + 1) + " of " + std::to_string(o.repeat));
     GenerateStats s;
     rt.reset();
+    const int64_t replays0 = rt.decodeReplays();
     generate(rt, prompt, o.decodeTokens, noStop, greedy, {}, &s, &cancelOnly);
+    r.decodeSteps += s.decodeSteps;
+    r.decodeReplays += rt.decodeReplays() - replays0;
     if (s.prefillSeconds > 0) prefill.push_back(double(prompt.size()) / s.prefillSeconds);
     if (s.decodeSeconds > 0) decode.push_back(double(s.decodeSteps) / s.decodeSeconds);
   }

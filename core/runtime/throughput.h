@@ -20,6 +20,9 @@ struct ThroughputResult {
   std::string kernels;  // what runs the linear layers: "decode: 225× skinny-mma; prefill: 225× dequant+cublas"
   double prefillTokensPerSecond = 0, decodeTokensPerSecond = 0;
   uint64_t linearWeightBytes = 0;
+  // Timed decode steps, and how many of them replayed a recorded step (a CUDA graph; the rest ran
+  // their launches one by one: see Runtime::setDecodeRecording).
+  int64_t decodeSteps = 0, decodeReplays = 0;
 };
 
 struct ThroughputOptions {

@@ -63,6 +63,9 @@ class GemmOps {
   virtual void download(void* dst, const void* src, size_t bytes) = 0;  // backend → host
   virtual void synchronize() = 0;
   virtual void* stream() { return nullptr; }  // cudaStream_t on CUDA
+  // Changes whenever a workspace that run()'s launches point at is reallocated: a recording of
+  // launches made before then (TransformerOps::record) reads freed memory and must be made again.
+  virtual uint64_t workspaceGeneration() const { return 0; }
 };
 
 std::unique_ptr<GemmOps> createCpuGemmOps();

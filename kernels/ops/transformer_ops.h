@@ -154,6 +154,27 @@ class TransformerOps {
   static void compareLogitsHost(const float* ref, const float* test, int64_t T, int64_t V,
                                 const int32_t* targets, LogitRowStats* out);
 
+  // ---- recorded steps ----------------------------------------------------------------------
+  // A recording of a sequence of op calls (CUDA: a graph), replayed with the same arguments: the
+  // pointers must stay valid; what they point at may change between replays.
+  class Recording {
+   public:
+    virtual ~Recording() = default;
+    virtual void replay() = 0;
+  };
+  // Records the calls `body` makes on this op-set (and on the GEMM op-set sharing its stream)
+  // without running them. Null when the op-set does not record (the host op-set) or a call in
+  // body cannot be recorded (body threw, or a call synchronised or allocated; nothing ran): the
+  // caller then runs body itself. Run body once before recording it, so that lazily sized
+  // workspaces exist (they may not grow inside a recording).
+  virtual std::unique_ptr<Recording> record(const std::function<void()>& body) {
+    (void)body;
+    return nullptr;
+  }
+  // Changes whenever a workspace the op-set's own launches point at is reallocated or freed
+  // (see GemmOps::workspaceGeneration): recordings made before then must be made again.
+  virtual uint64_t workspaceGeneration() const { return 0; }
+
   // Microseconds per call of call(i), i = 0 … launches-1, the median over `repeats` rounds
   // (after one warm-up round). CUDA: the calls are captured once into a graph and replayed
   // between events; host: wall clock.

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -315,6 +316,75 @@ class TestRuntimeGpu : public QObject {
       ++n;
     }
     QVERIFY(n >= 20);
+  }
+
+  // Decode steps replayed from a recording (one CUDA graph per step) give the eager steps'
+  // logits: on every transformers fixture (sliding windows, QK norms, scaled RoPE, soft-caps,
+  // GPT-2's learned positions, which stay eager) and on stories260K and the synthetic 110M model
+  // under INT4 plans, with a plan change and a weight change on the way (each makes the step
+  // eager once and then records it again). Bound: 1e-5 of max |logit| — the same launches with
+  // the same arguments.
+  void decodeStepsReplayAsRecorded() {
+    auto decode = [](Runtime& g, bool record, const std::vector<int32_t>& prompt, int steps,
+                     const std::function<void(Runtime&, int)>& change) {
+      g.setDecodeRecording(record);
+      g.reset();
+      std::vector<std::vector<float>> out(1);
+      g.forward(prompt, 0, out[0], false);
+      for (int s = 0; s < steps; ++s) {
+        if (change) change(g, s);
+        const int32_t t = int32_t((prompt[size_t(s) % prompt.size()] + 7 * s) % g.vocabSize());
+        out.emplace_back();
+        g.forward(std::span(&t, 1), int32_t(prompt.size()) + s, out.back(), false);
+      }
+      return out;
+    };
+    auto same = [](const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b, const std::string& what) {
+      QCOMPARE(a.size(), b.size());
+      double worst = 0;
+      for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, agree(a[i], b[i]).rel());
+      qInfo("%s: recorded vs eager decode steps, max |dlogit| %.3g of max |logit|", what.c_str(), worst);
+      QVERIFY2(worst <= 1e-5, what.c_str());
+    };
+    namespace fs = std::filesystem;
+    int recorded = 0;
+    for (const auto& e : fs::directory_iterator(fs::path(QS_SOURCE_DIR) / "tests/data/hf_ref")) {
+      if (!e.is_directory() || e.path().filename().string().rfind("refuse_", 0) == 0) continue;
+      std::ifstream rf(e.path() / "ref.json");
+      const auto tokens = nlohmann::json::parse(rf)["tokens"].get<std::vector<int32_t>>();
+      Model m(e.path().string());
+      Runtime a(*m.file, m.graph, *gpu_), b(*m.file, m.graph, *gpu_);
+      const int steps = int(std::min<int64_t>(8, a.maxSeq() - int64_t(tokens.size())));  // some contexts are 16
+      QVERIFY(steps >= 3);
+      same(decode(a, true, tokens, steps, {}), decode(b, false, tokens, steps, {}), e.path().filename().string());
+      QCOMPARE(b.decodeReplays(), int64_t(0));
+      if (m.graph.family != GraphFamily::Gpt2) {
+        QVERIFY2(a.decodeReplays() == steps - 1, e.path().filename().c_str());  // all but the first (eager) step
+        ++recorded;
+      }
+    }
+    QVERIFY(recorded >= 15);
+    if (synth110m_.empty()) synth110m_ = synth("llama", "110m");
+    for (const std::string& path : {qs::test::stories260K().toStdString(), synth110m_}) {
+      Model m(path);
+      Runtime a(*m.file, m.graph, *gpu_), b(*m.file, m.graph, *gpu_);
+      const int w = a.linearIndex(m.graph.blocks[0].linears.back().weightName);
+      QVERIFY(w >= 0);
+      auto change = [&](Runtime& g, int step) {
+        if (step == 0) g.setPlan(planFor(g, parseQuantFormat("int4-g32-sym")));
+        if (step == 6) g.setPlan(planFor(g, parseQuantFormat("int4-g128-sym")));  // where it fits; others FP32
+        if (step == 9) {
+          std::vector<float> x(g.linearWeight(w).begin(), g.linearWeight(w).end());
+          for (float& v : x) v *= 0.75f;
+          g.setLinearWeight(w, std::move(x));
+        }
+      };
+      const auto prompt = randomTokens(9, a.vocabSize(), 3);
+      same(decode(a, true, prompt, 12, change), decode(b, false, prompt, 12, change), path);
+      // Steps 0, 6 and 9 follow a change (eager), 1, 7 and 10 record, every other step replays.
+      QCOMPARE(a.decodeReplays(), int64_t(9));
+      QCOMPARE(b.decodeReplays(), int64_t(0));
+    }
   }
 
   void tapsAndWeightReplacementOnGpu() {

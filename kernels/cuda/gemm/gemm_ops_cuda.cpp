@@ -249,6 +249,7 @@ class CudaGemmOps final : public GemmOps {
     QS_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
   void synchronize() override { QS_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+  uint64_t workspaceGeneration() const override { return workspaceGeneration_; }
 
  private:
   bool hasFp8TensorCores() const { return info_.computeMajor * 10 + info_.computeMinor >= 89; }
@@ -376,6 +377,7 @@ class CudaGemmOps final : public GemmOps {
       throw Error(ErrorKind::Internal, "GEMM workspace would grow during graph capture: run once before capturing");
     QS_CUDA_CHECK(cudaStreamSynchronize(stream_));
     buf.allocate(bytes + bytes / 4);
+    ++workspaceGeneration_;
     // Zeroed once (see Runtime::scratch): cuBLASLt writes some of these buffers, and initcheck
     // does not see those stores.
     QS_CUDA_CHECK(cudaMemsetAsync(buf.get(), 0, buf.bytes(), stream_));
@@ -423,6 +425,7 @@ class CudaGemmOps final : public GemmOps {
   bool pdl_ = false;
   cuda_gemm::SkinnyOptions skinnyOpt_;
   cudaStream_t stream_ = nullptr;
+  uint64_t workspaceGeneration_ = 0;
   std::unique_ptr<cuda_gemm::CublasContext> blas_;
   DeviceBuffer partials_, counters_, actCodes_, tokenScales_, ltOut_, dequantScratch_, l2Flush_;
   WideMode wideMode_ = WideMode::Auto;

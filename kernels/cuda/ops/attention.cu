@@ -17,6 +17,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cmath>
 #include <string>
 
@@ -160,11 +161,192 @@ void launchAttention(const float* q, const float* kCache, const float* vCache,
   QS_CUDA_LAUNCHED("attentionKernel");
 }
 
+// ---- decode: one query, split over the keys (flash-decoding) ---------------------------------
+// The tiled kernel above gives a single query one block per head with one busy warp that walks
+// every key: at 600 cached positions that is ~20 serial tiles per layer. For T = 1 the keys are
+// cut into splits of kDecodeSplit (4 warps × 32 keys); a block (split, head) computes its keys'
+// scores, their max m, Σ exp(s − m) = l and Σ exp(s − m)·v, and a second kernel merges the
+// splits per head (the same online-softmax rescaling). The grid covers the caches' capacity, not
+// the current position (blocks past it write an empty split), so its shape is the same at every
+// step and a captured decode graph replays at any position.
+constexpr int kDecodeSplit = kWarps * 32;
+
+template <int DPL>
+__global__ void __launch_bounds__(kWarps * 32)
+    decodeAttentionSplitKernel(const float* __restrict__ q, const float* __restrict__ kCache,
+                               const float* __restrict__ vCache, const int32_t* __restrict__ positions,
+                               int nHeads, int nKvHeads, int hd, float scale, int window, float softcap,
+                               int nSplits, float* __restrict__ part) {
+  __shared__ __align__(16) float qs[32 * DPL];
+  __shared__ float wm[kWarps], wl[kWarps];
+  __shared__ float wacc[kWarps][32 * DPL];
+  const int h = blockIdx.y, split = blockIdx.x;
+  const int kvh = h / (nHeads / nKvHeads);
+  const int64_t kvDim = int64_t(nKvHeads) * hd;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int pos = positions[0];
+  const int first = window > 0 ? max(0, pos - window + 1) : 0;
+  const int k0 = split * kDecodeSplit;
+  float* P = part + (int64_t(h) * nSplits + split) * (hd + 2);
+  if (max(k0, first) > pos) {  // no key of this split is visible: an empty split
+    if (threadIdx.x == 0) {
+      P[0] = -INFINITY;
+      P[1] = 0.0f;
+    }
+    return;
+  }
+  for (int c = threadIdx.x; c < hd; c += blockDim.x) qs[c] = q[int64_t(h) * hd + c];
+  __syncthreads();
+
+  const int kw = k0 + warp * 32;  // this warp's keys kw .. kw + 31
+  const int key = kw + lane;
+  const bool valid = key >= first && key <= pos;
+  float m = -INFINITY, l = 0.0f, acc[DPL];
+#pragma unroll
+  for (int d = 0; d < DPL; ++d) acc[d] = 0.0f;
+  if (__any_sync(0xFFFFFFFFu, valid)) {
+    float sc = -INFINITY;
+    if (valid) {  // lane = key: q · k over the row (float4: hd % 4 == 0 and 16-byte rows, checked by the host)
+      const float4* kr = reinterpret_cast<const float4*>(kCache + int64_t(key) * kvDim + int64_t(kvh) * hd);
+      const float4* qv = reinterpret_cast<const float4*>(qs);
+      // Unrolled to the instantiation's largest head (8·DPL float4), so the row's loads are all
+      // in flight at once rather than one latency per trip.
+      float4 row[8 * DPL];
+#pragma unroll
+      for (int c = 0; c < 8 * DPL; ++c)
+        if (c < hd / 4) row[c] = __ldg(kr + c);
+      float dot = 0.0f;
+#pragma unroll
+      for (int c = 0; c < 8 * DPL; ++c)
+        if (c < hd / 4) {
+          const float4 a = row[c], b = qv[c];
+          dot = fmaf(a.x, b.x, dot);
+          dot = fmaf(a.y, b.y, dot);
+          dot = fmaf(a.z, b.z, dot);
+          dot = fmaf(a.w, b.w, dot);
+        }
+      sc = dot * scale;
+      if (softcap > 0.0f) sc = softcap * tanhf(sc / softcap);
+    }
+    m = sc;
+    for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, off));
+    const float p = valid ? expf(sc - m) : 0.0f;  // m is finite: some lane is valid
+    l = p;
+    for (int off = 16; off > 0; off >>= 1) l += __shfl_xor_sync(0xFFFFFFFFu, l, off);
+    // P·V: lane owns dims lane + 32d; only the valid keys (a contiguous run) are read.
+    const int jlo = max(first - kw, 0), jhi = min(pos - kw, 31);
+#pragma unroll 4
+    for (int j = jlo; j <= jhi; ++j) {
+      const float pj = __shfl_sync(0xFFFFFFFFu, p, j);
+      const float* vr = vCache + int64_t(kw + j) * kvDim + int64_t(kvh) * hd;
+#pragma unroll
+      for (int d = 0; d < DPL; ++d) {
+        const int c = lane + 32 * d;
+        if (c < hd) acc[d] = fmaf(pj, __ldg(vr + c), acc[d]);
+      }
+    }
+  }
+  if (lane == 0) {
+    wm[warp] = m;
+    wl[warp] = l;
+  }
+#pragma unroll
+  for (int d = 0; d < DPL; ++d) wacc[warp][lane + 32 * d] = acc[d];
+  __syncthreads();
+  float M = -INFINITY;
+  for (int w = 0; w < kWarps; ++w) M = fmaxf(M, wm[w]);
+  float f[kWarps];
+  float L = 0.0f;
+  for (int w = 0; w < kWarps; ++w) {
+    f[w] = wl[w] > 0.0f ? expf(wm[w] - M) : 0.0f;
+    L += wl[w] * f[w];
+  }
+  if (threadIdx.x == 0) {
+    P[0] = M;
+    P[1] = L;
+  }
+  for (int c = threadIdx.x; c < hd; c += blockDim.x) {
+    float a = 0.0f;
+    for (int w = 0; w < kWarps; ++w) a += wacc[w][c] * f[w];
+    P[2 + c] = a;
+  }
+}
+
+// Merges a head's splits: out = Σ_s acc_s·exp(m_s − M) / Σ_s l_s·exp(m_s − M), over the splits
+// that hold visible keys (from the position, as the split kernel decides: the others are empty).
+__global__ void decodeAttentionMergeKernel(const float* __restrict__ part, const int32_t* __restrict__ positions,
+                                           int nSplits, int hd, int window, float* __restrict__ out) {
+  __shared__ float weight[64];  // exp(m_s − M) / L per split, for up to 64 splits at a time
+  const int h = blockIdx.x;
+  const float* P = part + int64_t(h) * nSplits * (hd + 2);
+  const int pos = positions[0];
+  const int s0 = (window > 0 ? max(0, pos - window + 1) : 0) / kDecodeSplit, s1 = min(pos / kDecodeSplit, nSplits - 1);
+  // Thread s reads split s0 + s's (m, l); a warp reduction gives M and L (s1 − s0 < 32 · k).
+  float M = -INFINITY;
+  for (int s = s0 + threadIdx.x; s <= s1; s += blockDim.x)
+    if (P[int64_t(s) * (hd + 2) + 1] > 0.0f) M = fmaxf(M, P[int64_t(s) * (hd + 2)]);
+  __shared__ float red[4];
+  for (int off = 16; off > 0; off >>= 1) M = fmaxf(M, __shfl_xor_sync(0xFFFFFFFFu, M, off));
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = M;
+  __syncthreads();
+  M = fmaxf(fmaxf(red[0], red[1]), fmaxf(red[2], red[3]));
+  __syncthreads();
+  float L = 0.0f;
+  for (int s = s0 + threadIdx.x; s <= s1; s += blockDim.x) {
+    const float* Ps = P + int64_t(s) * (hd + 2);
+    if (Ps[1] > 0.0f) L += Ps[1] * expf(Ps[0] - M);
+  }
+  for (int off = 16; off > 0; off >>= 1) L += __shfl_xor_sync(0xFFFFFFFFu, L, off);
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = L;
+  __syncthreads();
+  L = red[0] + red[1] + red[2] + red[3];
+  const float inv = 1.0f / L;
+  float acc[2] = {0.0f, 0.0f};  // dims threadIdx.x and threadIdx.x + 128 (hd ≤ 256)
+  for (int b0 = s0; b0 <= s1; b0 += 64) {
+    const int nb = min(64, s1 + 1 - b0);
+    __syncthreads();
+    if (threadIdx.x < nb) {
+      const float* Ps = P + int64_t(b0 + threadIdx.x) * (hd + 2);
+      weight[threadIdx.x] = Ps[1] > 0.0f ? expf(Ps[0] - M) * inv : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll 4
+    for (int j = 0; j < nb; ++j) {
+      const float* Ps = P + int64_t(b0 + j) * (hd + 2) + 2;
+      const float wj = weight[j];
+      if (wj == 0.0f) continue;  // an empty split: its acc was never written
+      for (int d = 0; d < 2; ++d) {
+        const int c = threadIdx.x + 128 * d;
+        if (c < hd) acc[d] = fmaf(Ps[c], wj, acc[d]);
+      }
+    }
+  }
+  for (int d = 0; d < 2; ++d) {
+    const int c = threadIdx.x + 128 * d;
+    if (c < hd) out[int64_t(h) * hd + c] = acc[d];
+  }
+}
+
+int decodeSplits(int maxSeq) { return (maxSeq + kDecodeSplit - 1) / kDecodeSplit; }
+
+template <int DPL>
+void launchDecodeAttention(const float* q, const float* kCache, const float* vCache, const int32_t* positions,
+                           int nHeads, int nKvHeads, int hd, float scale, int window, float softcap, int maxSeq,
+                           float* work, float* out, cudaStream_t stream) {
+  const int nSplits = decodeSplits(maxSeq);
+  decodeAttentionSplitKernel<DPL><<<dim3(unsigned(nSplits), unsigned(nHeads)), kWarps * 32, 0, stream>>>(
+      q, kCache, vCache, positions, nHeads, nKvHeads, hd, scale, window, softcap, nSplits, work);
+  QS_CUDA_LAUNCHED("decodeAttentionSplitKernel");
+  decodeAttentionMergeKernel<<<unsigned(nHeads), 128, 0, stream>>>(work, positions, nSplits, hd, window, out);
+  QS_CUDA_LAUNCHED("decodeAttentionMergeKernel");
+}
+
 }  // namespace
 
 void attention(const float* q, const float* k, const float* v, const int32_t* positions,
                int64_t T, int nHeads, int nKvHeads, int headDim, float* kCache, float* vCache,
-               float* out, cudaStream_t stream, int window, float scale, float softcap) {
+               float* out, cudaStream_t stream, int window, float scale, float softcap, int maxSeq,
+               float* decodeWork) {
   if (T <= 0) return;
   if (headDim <= 0 || headDim > 256 || nKvHeads <= 0 || nHeads % nKvHeads != 0)
     throw Error(ErrorKind::Unsupported,
@@ -176,6 +358,24 @@ void attention(const float* q, const float* k, const float* v, const int32_t* po
   const int blocks = int(std::min<int64_t>((n + 255) / 256, 65536));
   appendKvKernel<<<blocks, 256, 0, stream>>>(k, v, positions, T, kvDim, kCache, vCache);
   QS_CUDA_LAUNCHED("appendKvKernel");
+  // The split decode kernel reads rows as float4: head sizes in multiples of 4, 16-byte caches and q.
+  const bool aligned = (reinterpret_cast<uintptr_t>(kCache) | reinterpret_cast<uintptr_t>(q)) % 16 == 0;
+  if (T == 1 && decodeWork && maxSeq > 0 && headDim % 4 == 0 && aligned) {
+    const float sc = scale > 0.0f ? scale : 1.0f / sqrtf(float(headDim));
+    if (headDim <= 32)
+      launchDecodeAttention<1>(q, kCache, vCache, positions, nHeads, nKvHeads, headDim, sc, window, softcap, maxSeq,
+                               decodeWork, out, stream);
+    else if (headDim <= 64)
+      launchDecodeAttention<2>(q, kCache, vCache, positions, nHeads, nKvHeads, headDim, sc, window, softcap, maxSeq,
+                               decodeWork, out, stream);
+    else if (headDim <= 128)
+      launchDecodeAttention<4>(q, kCache, vCache, positions, nHeads, nKvHeads, headDim, sc, window, softcap, maxSeq,
+                               decodeWork, out, stream);
+    else
+      launchDecodeAttention<8>(q, kCache, vCache, positions, nHeads, nKvHeads, headDim, sc, window, softcap, maxSeq,
+                               decodeWork, out, stream);
+    return;
+  }
   if (headDim <= 32)
     launchAttention<1>(q, kCache, vCache, positions, T, nHeads, nKvHeads, headDim, out, stream, window, scale,
                         softcap);
@@ -188,6 +388,11 @@ void attention(const float* q, const float* k, const float* v, const int32_t* po
   else
     launchAttention<8>(q, kCache, vCache, positions, T, nHeads, nKvHeads, headDim, out, stream, window, scale,
                         softcap);
+}
+
+size_t decodeWorkFloats(int nHeads, int headDim, int maxSeq) {
+  if (maxSeq <= 0 || headDim % 4 != 0) return 0;
+  return size_t(nHeads) * size_t(decodeSplits(maxSeq)) * size_t(headDim + 2);
 }
 
 }  // namespace qs::cuda_ops

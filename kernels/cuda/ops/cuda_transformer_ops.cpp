@@ -21,6 +21,19 @@ namespace qs {
 
 namespace {
 
+// A captured CUDA graph, replayed on the op-set's stream.
+struct GraphRecording final : TransformerOps::Recording {
+  explicit GraphRecording(cudaStream_t s) : stream(s) {}
+  ~GraphRecording() override {
+    if (exec) cudaGraphExecDestroy(exec);
+    if (graph) cudaGraphDestroy(graph);
+  }
+  void replay() override { QS_CUDA_CHECK(cudaGraphLaunch(exec, stream)); }
+  cudaStream_t stream;
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+};
+
 class CudaTransformerOps final : public TransformerOps {
  public:
   explicit CudaTransformerOps(void* stream) {
@@ -76,8 +89,20 @@ class CudaTransformerOps final : public TransformerOps {
   }
   void attention(const float* q, const float* k, const float* v, const int32_t* positions, int64_t T,
                  const AttentionShape& s, float* kCache, float* vCache, float* out) override {
+    // One query (decode): the split kernel, with its workspace (sized once per shape, so a
+    // captured decode step never allocates).
+    float* work = nullptr;
+    if (T == 1) {
+      const size_t need = cuda_ops::decodeWorkFloats(s.nHeads, s.headDim, s.maxSeq);
+      if (need > decodeWorkFloats_) {
+        decodeWork_ = allocate(need * sizeof(float));
+        decodeWorkFloats_ = need;
+        ++workspaceGeneration_;
+      }
+      if (need) work = static_cast<float*>(decodeWork_.get());
+    }
     cuda_ops::attention(q, k, v, positions, T, s.nHeads, s.nKvHeads, s.headDim, kCache, vCache, out, stream_,
-                        s.window, s.scale, s.softcap);
+                        s.window, s.scale, s.softcap, s.maxSeq, work);
   }
   // The wider families on the device (family_kernels.cu; attention.cu takes the extras).
   bool attentionExtras() const override { return true; }
@@ -251,6 +276,35 @@ class CudaTransformerOps final : public TransformerOps {
     }
   }
 
+  std::unique_ptr<Recording> record(const std::function<void()>& body) override {
+    synchronize();
+    cudaGraph_t graph = nullptr;
+    // Thread-local mode: a call in body that may not run inside a capture (a synchronisation, an
+    // allocation) fails instead of being recorded wrongly, and the step then runs eagerly.
+    QS_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    bool ok = true;
+    try {
+      body();
+    } catch (...) {
+      ok = false;
+    }
+    const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
+    cudaGetLastError();  // a failed capture leaves its error behind; nothing ran
+    if (!ok || end != cudaSuccess || !graph) {
+      if (graph) cudaGraphDestroy(graph);
+      return nullptr;
+    }
+    auto rec = std::make_unique<GraphRecording>(stream_);
+    rec->graph = graph;
+    if (cudaGraphInstantiate(&rec->exec, graph, 0) != cudaSuccess) {
+      cudaGetLastError();
+      return nullptr;
+    }
+    return rec;
+  }
+
+  uint64_t workspaceGeneration() const override { return workspaceGeneration_; }
+
   double timeCalls(int launches, int repeats, const std::function<void(int)>& call) override {
     launches = std::max(1, launches);
     // One eager round first: op-sets size their workspaces there (they may not grow inside a
@@ -304,7 +358,10 @@ class CudaTransformerOps final : public TransformerOps {
     for (const auto& [values, dev] : freqs_)
       if (int(values.size()) == n && std::equal(values.begin(), values.end(), host))
         return static_cast<const float*>(dev.get());
-    if (freqs_.size() >= 16) freqs_.erase(freqs_.begin());  // never more than a few in practice
+    if (freqs_.size() >= 16) {  // never more than a few in practice
+      freqs_.erase(freqs_.begin());
+      ++workspaceGeneration_;
+    }
     auto dev = allocate(size_t(n) * sizeof(float));
     upload(dev.get(), host, size_t(n) * sizeof(float));
     freqs_.emplace_back(std::vector<float>(host, host + n), dev);
@@ -327,7 +384,9 @@ class CudaTransformerOps final : public TransformerOps {
   cublasHandle_t blas_ = nullptr;
   void* blasWorkspace_ = nullptr;
   cuda_stats::DeviceBuffer statsScratch_;
-  std::shared_ptr<void> badRow_, logitRows_, targets_;
+  std::shared_ptr<void> badRow_, logitRows_, targets_, decodeWork_;
+  size_t decodeWorkFloats_ = 0;
+  uint64_t workspaceGeneration_ = 0;
   std::vector<std::pair<std::vector<float>, std::shared_ptr<void>>> freqs_;
   size_t logitRowsBytes_ = 0, targetsBytes_ = 0;
 };

@@ -19,9 +19,16 @@ void rope(float* q, float* k, const int32_t* positions, int64_t T, int nHeads, i
 // queries over cache positions 0..positions[t] — with window > 0 only the last `window` of them
 // (positions[t]-window+1 .. positions[t]); scores q·k · scale (scale 0: 1/sqrt(headDim)), with
 // softcap > 0 passed through softcap · tanh(s / softcap).
+// A single query (T = 1, decode) with `decodeWork` (decodeWorkFloats(...) floats, device memory)
+// runs split over the keys (decodeAttention in attention.cu); without it, or for T > 1, the
+// tiled kernel. `maxSeq` (the caches' capacity) fixes the decode grid, so a captured graph of a
+// decode step stays valid at every position.
 void attention(const float* q, const float* k, const float* v, const int32_t* positions,
                int64_t T, int nHeads, int nKvHeads, int headDim, float* kCache, float* vCache,
-               float* out, cudaStream_t stream, int window = 0, float scale = 0.0f, float softcap = 0.0f);
+               float* out, cudaStream_t stream, int window = 0, float scale = 0.0f, float softcap = 0.0f,
+               int maxSeq = 0, float* decodeWork = nullptr);
+// Floats of decode workspace attention() needs for this shape (0: the split kernel does not apply).
+size_t decodeWorkFloats(int nHeads, int headDim, int maxSeq);
 
 // family_kernels.cu: the ops of the wider families. activate's kind: 0 silu, 1 gelu (erf),
 // 2 gelu_tanh, 3 relu. ropeFrequencies' invFreq is device memory, headDim/2 values.
