@@ -244,9 +244,10 @@ void registerAutoquant(CLI::App& app, CliContext& ctx) {
     std::ostringstream types;
     for (const auto& [n, c] : autoquantTypeCounts(plan)) types << ' ' << n << " x" << c;
     char line[256];
-    std::snprintf(line, sizeof line, "%.4f BPW (%llu tensor bytes, target %llu), predicted KL %.5f nats/token\n",
+    std::snprintf(line, sizeof line, "%.4f BPW (%llu tensor bytes, target %llu), predicted KL %.5f nats/token%s\n",
                   plan.bpw(), static_cast<unsigned long long>(plan.totalBytes),
-                  static_cast<unsigned long long>(plan.targetBytes), plan.predictedKl);
+                  static_cast<unsigned long long>(plan.targetBytes), plan.predictedKl,
+                  plan.predictedKl != plan.additiveKl ? fmt(" (the held-out check; additive estimate %.5f)", plan.additiveKl).c_str() : "");
     ctx.out << "wrote " << a->out << ": " << line << "types:" << types.str() << "\n"
             << "calibration: " << plan.calibrationTokens << " tokens of " << a->calibText << "; " << plan.basis << "\n"
             << "rounding: " << plan.rounding << "\n";

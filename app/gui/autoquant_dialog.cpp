@@ -819,6 +819,8 @@ void AutoquantDialog::onExported(std::shared_ptr<const AutoquantPlan> plan, cons
                      .arg(p.bpw(), 0, 'f', 4)
                      .arg(grouped(p.totalBytes), mib(p.totalBytes), grouped(p.targetBytes))
                      .arg(p.predictedKl, 0, 'f', 5);
+  if (p.predictedKl != p.additiveKl)
+    text += tr(" (the held-out check below; the choice's additive estimate %1)").arg(p.additiveKl, 0, 'f', 5);
   if (p.checkedKl >= 0)
     text += tr(", checked KL %1 nats/token (top-1 agreement %2 % on %3 positions)")
                 .arg(p.checkedKl, 0, 'f', 5)

@@ -524,6 +524,7 @@ void chooseAutoquantTypes(AutoquantPlan& plan, const AutoquantOptions& options) 
     t.chosen = t.quantizable ? choice[i] : -1;
     if (t.chosen >= 0) plan.predictedKl += t.options[size_t(t.chosen)].predictedKl;
   }
+  plan.additiveKl = plan.predictedKl;  // until a held-out check measures the chosen file
 }
 
 void refineAutoquant(const ModelFile& file, Runtime& rt, std::span<const int32_t> tokens, AutoquantPlan& plan,
@@ -671,6 +672,7 @@ std::string autoquantPlanJson(const AutoquantPlan& plan) {
   j["tensor_bytes"] = plan.totalBytes;
   j["bpw"] = plan.bpw();
   j["predicted_kl"] = plan.predictedKl;
+  j["additive_kl"] = plan.additiveKl;
   j["basis"] = plan.basis;
   j["rounding"] = plan.rounding;
   j["calibration_tokens"] = plan.calibrationTokens;
@@ -684,10 +686,7 @@ std::string autoquantPlanJson(const AutoquantPlan& plan) {
     j["checked_positions"] = plan.checkedPositions;
     j["check_basis"] = plan.checkBasis;
   }
-  if (plan.imatrixCheckedKl >= 0) {
-    j["imatrix_checked_kl"] = plan.imatrixCheckedKl;
-    j["imatrix_predicted_kl"] = plan.imatrixPredictedKl;
-  }
+  if (plan.imatrixCheckedKl >= 0) j["imatrix_checked_kl"] = plan.imatrixCheckedKl;
   nlohmann::ordered_json counts = nlohmann::ordered_json::object();
   auto& tensors = j["tensors"] = nlohmann::ordered_json::array();
   for (const auto& t : plan.tensors) {

@@ -100,7 +100,10 @@ struct AutoquantPlan {
   uint64_t parameters = 0;    // every tensor's elements
   uint64_t targetBytes = 0;
   uint64_t totalBytes = 0;    // tensor bytes of the file to be written
-  double predictedKl = 0;     // Σ over chosen options (nats per token)
+  // What llama.cpp will measure (nats per token): the held-out check below once it has run on
+  // held-out tokens, else the choice's additive estimate (additiveKl).
+  double predictedKl = 0;
+  double additiveKl = 0;      // Σ over chosen options: what the choice minimised
   int64_t calibrationTokens = 0;
   int64_t gainPositions = 0;
   double referencePerplexity = 0;  // of the unquantized model on the gain windows
@@ -113,10 +116,9 @@ struct AutoquantPlan {
   double checkedTop1 = 0;     // top-1 agreement
   int64_t checkedPositions = 0;
   std::string checkBasis;     // one line: which tokens, which protocol
-  // --method gptq with a held-out check: the same check of the imatrix-rounded file, and the
-  // additive prediction before it was scaled by checkedKl / imatrixCheckedKl (−1: not made).
+  // --method gptq with a held-out check: the same check of the imatrix-rounded file (−1: not
+  // made), so the file's GPTQ gain is seen beside it.
   double imatrixCheckedKl = -1;
-  double imatrixPredictedKl = -1;
   double bpw() const { return parameters ? 8.0 * double(totalBytes) / double(parameters) : 0.0; }
 };
 
