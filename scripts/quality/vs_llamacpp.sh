@@ -77,7 +77,7 @@ done
 
 results=$work/results.md
 {
-  echo "| file | BPW (tensor bits / parameters) | tensor MiB | mean KL | top-1 agree | PPL | predicted KL | checked KL |"
+  echo "| file | BPW (tensor bits / parameters) | tensor MiB | mean KL | top-1 agree | PPL | predicted KL | additive estimate |"
   echo "|---|---|---|---|---|---|---|---|"
 } >"$results"
 for f in "${files[@]}"; do
@@ -89,12 +89,12 @@ for f in "${files[@]}"; do
   kl=$(grep -E 'Mean +KLD:' "$log" | sed -E 's/.*Mean +KLD: *//' | awk '{print $1 " ± " $3}')
   top=$(grep -E 'Same top p:' "$log" | sed -E 's/.*Same top p: *//' | awk '{print $1 " ± " $3}')
   ppl=$(grep -E 'Mean PPL\(Q\) ' "$log" | sed -E 's/.*Mean PPL\(Q\) *: *//' | awk '{print $1 " ± " $3}')
-  # autoquant's own figures: the additive prediction and the check pass (the chosen file run as
-  # llama.cpp runs it, on held-out calibration tokens).
-  pred="" checked=""
+  # autoquant's own figures: its prediction (the check pass when it had held-out tokens: the
+  # chosen file run as llama.cpp runs it) and the additive estimate its choice minimised.
+  pred="" additive=""
   if [[ -f $f.plan.json ]]; then
-    read -r pred checked < <(python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print('%.5f' % j['predicted_kl'], '%.5f' % j['checked_kl'] if 'checked_kl' in j else '')" "$f.plan.json")
+    read -r pred additive < <(python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print('%.5f' % j['predicted_kl'], '%.5f' % j.get('additive_kl', j['predicted_kl']))" "$f.plan.json")
   fi
-  echo "| $(basename "$f" .gguf) | $bpw | $mib | $kl | $top | $ppl | $pred | $checked |" >>"$results"
+  echo "| $(basename "$f" .gguf) | $bpw | $mib | $kl | $top | $ppl | $pred | $additive |" >>"$results"
 done
 cat "$results"
