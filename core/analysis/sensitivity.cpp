@@ -126,7 +126,7 @@ std::string resumeMismatch(const SensitivityTable& previous, const SensitivityTa
     return "it has " + std::to_string(previous.layers.size()) + " layers, the model " +
            std::to_string(current.layers.size());
   for (size_t i = 0; i < current.layers.size(); ++i)
-    if (previous.layers[i].weightName != current.layers[i].weightName)
+    if (!sameLayer(previous.layers[i], current.layers[i]))
       return "its layer " + std::to_string(i) + " is '" + previous.layers[i].weightName + "', the model's '" +
              current.layers[i].weightName + "'";
   // The same tokens scored the same way give the same unquantised perplexity (the runtime is
@@ -204,7 +204,7 @@ static void sensitivityInto(SensitivityResult& res, Runtime& rt, StatsOps& stats
                       " layers, the model " + std::to_string(L) + ": it was made for another model",
                   {}, "calibration");
     for (size_t i = 0; i < L; ++i)
-      if (calibration->layers[i].layer.weightName != t.layers[i].weightName ||
+      if (!sameLayer(calibration->layers[i].layer, t.layers[i]) ||
           calibration->layers[i].activations.channels() != t.layers[i].inFeatures)
         throw Error(ErrorKind::BadInput,
                     "the calibration's layer " + std::to_string(i) + " is '" +

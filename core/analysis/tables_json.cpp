@@ -104,6 +104,7 @@ class Reader {
     LayerRef r;
     r.weightName = string(l, "weight_name", where, true);
     if (r.weightName.empty()) fail(at(where, "weight_name"), "is empty");
+    r.name = string(l, "name", where);  // the canonical name (tables since session 10; older ones have none)
     r.role = string(l, "role", where);
     r.block = int(integer(l, "block", where, -1, -1));
     r.outFeatures = integer(l, "out_features", where, 0, 0);
@@ -121,6 +122,7 @@ class Reader {
 
 ojson layerJson(const LayerRef& l) {
   ojson o;
+  if (!l.name.empty()) o["name"] = l.name;
   o["weight_name"] = l.weightName;
   o["role"] = l.role;
   o["block"] = l.block;
@@ -198,7 +200,7 @@ SensitivityTable sensitivityTableFromJson(std::string_view text, const std::stri
   for (size_t l = 0; l < layers.size(); ++l) {
     const std::string where = "layers[" + std::to_string(l) + "]";
     LayerRef ref = r.layer(layers[l], where);
-    r.onlyKeys(layers[l], where, {"weight_name", "role", "block", "out_features", "in_features", "parameters", "figures"});
+    r.onlyKeys(layers[l], where, {"name", "weight_name", "role", "block", "out_features", "in_features", "parameters", "figures"});
     if (!seen.insert(ref.weightName).second) r.fail(where + ".weight_name", "layer '" + ref.weightName + "' is listed twice");
     t.layers.push_back(ref);
     t.entries.resize(t.entries.size() + t.formats.size());
@@ -317,7 +319,7 @@ SpeedTable speedTableFromJson(std::string_view text, const std::string& source) 
   for (size_t l = 0; l < layers.size(); ++l) {
     const std::string where = "layers[" + std::to_string(l) + "]";
     LayerRef ref = r.layer(layers[l], where);
-    r.onlyKeys(layers[l], where, {"weight_name", "role", "block", "out_features", "in_features", "parameters", "figures"});
+    r.onlyKeys(layers[l], where, {"name", "weight_name", "role", "block", "out_features", "in_features", "parameters", "figures"});
     if (!seen.insert(ref.weightName).second) r.fail(where + ".weight_name", "layer '" + ref.weightName + "' is listed twice");
     t.layers.push_back(ref);
     t.entries.resize(t.entries.size() + perLayer);

@@ -15,11 +15,17 @@ struct LayerRef {
   int64_t outFeatures = 0, inFeatures = 0;
   uint64_t parameters = 0;  // weight elements (out × in)
   // The canonical name a person sees ("blocks.3.attn.q", "head"; core/plan/layer_names.h), the
-  // same for every file format of one model, and what tables and plans join by. Table files key
-  // layers by weightName: a row read from one gets its name when the file is opened against its
-  // model (nameLayerRows; openSessionFor, loadSensitivityTable/loadSpeedTable with the graph) and
-  // is empty until then.
+  // same for every file format of one model, and what tables and plans join by. Table files
+  // (sessions, JSON tables) store it beside the weight name and key rows by it; a row read from
+  // one is named against the model when the file is opened (nameLayerRows; openSessionFor,
+  // loadSensitivityTable/loadSpeedTable with the graph), which also sets weightName to that
+  // model's tensor.
   std::string name;
 };
+
+// Whether two rows are one layer: by canonical name where both have one, else by weight name.
+inline bool sameLayer(const LayerRef& a, const LayerRef& b) {
+  return !a.name.empty() && !b.name.empty() ? a.name == b.name : a.weightName == b.weightName;
+}
 
 }  // namespace qs

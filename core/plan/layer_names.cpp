@@ -99,15 +99,24 @@ void nameLayerRows(std::vector<LayerRef>& rows, const ModelGraph& graph, const s
   for (size_t i = 0; i < rows.size(); ++i) {
     LayerRef& r = rows[i];
     const std::string where = field + "[" + std::to_string(i) + "]";
-    // Tables list the model's rows in order: row i is nearly always layer i.
-    const LayerRef* m = i < model.size() && model[i].weightName == r.weightName ? &model[i] : nullptr;
-    for (size_t j = 0; !m && j < model.size(); ++j)
-      if (model[j].weightName == r.weightName) m = &model[j];
+    // Rows written since session 10 carry their canonical name: it is the key, so a table
+    // measured on one file of a model (a GGUF) names the layers of another file of it (the
+    // safetensors checkpoint), whose tensor names differ. Older rows key by weight name. Tables
+    // list the model's rows in order: row i is nearly always layer i.
+    const std::string fileName = std::move(r.name);
     r.name.clear();
+    auto find = [&](auto same) -> const LayerRef* {
+      if (i < model.size() && same(model[i])) return &model[i];
+      for (const LayerRef& x : model)
+        if (same(x)) return &x;
+      return nullptr;
+    };
+    const LayerRef* m = fileName.empty() ? nullptr : find([&](const LayerRef& x) { return x.name == fileName; });
+    if (!m) m = find([&](const LayerRef& x) { return x.weightName == r.weightName; });
     if (!m && otherModel) continue;
     if (!m)
-      throwBadInput(file, where, "'" + r.weightName + "' is no linear layer of this " + graph.architecture +
-                                     " model (the table was made for another model)");
+      throwBadInput(file, where, "'" + (fileName.empty() ? r.weightName : fileName) + "' is no linear layer of this " +
+                                     graph.architecture + " model (the table was made for another model)");
     if (r.outFeatures == 0 && r.inFeatures == 0) {  // a JSON table may leave the shape out
       r.outFeatures = m->outFeatures;
       r.inFeatures = m->inFeatures;
@@ -118,6 +127,7 @@ void nameLayerRows(std::vector<LayerRef>& rows, const ModelGraph& graph, const s
                                      std::to_string(r.inFeatures) + "] in the table, [" + std::to_string(m->outFeatures) +
                                      ", " + std::to_string(m->inFeatures) + "] in the model");
     r.name = m->name;
+    r.weightName = m->weightName;  // this model's tensor: what the runtime and the exports look up
   }
 }
 

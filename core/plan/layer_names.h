@@ -46,10 +46,13 @@ std::vector<PlanLayer> planLayers(const ModelGraph& graph);
 // table is layer i of a plan (i < the plan's layers) and of the runtime.
 std::vector<LayerRef> linearLayerRows(const ModelGraph& graph);
 
-// Gives rows read from a file their canonical names (LayerRef::name) from the model's rows
-// (linearLayerRows): table files key layers by weight name, so this is where a file's key meets
-// the layer table, once, when the file is opened against its model; everything after joins by
-// the row. BadInput naming `file` and `field` ("/sensitivity/layers/weight_name[3]") for a row
+// Gives rows read from a file their canonical names (LayerRef::name) and this model's weight
+// names from the model's rows (linearLayerRows): the one place a file's key meets the layer
+// table, once, when the file is opened against its model; everything after joins by the row.
+// Files written since session 10 key rows by canonical name (a row's `name` as read), so a table
+// measured on one file of a model names the layers of another file of it whose tensor names
+// differ (a GGUF's table and the safetensors checkpoint); older files, and rows whose name
+// matches nothing, key by weight name. BadInput naming `file` and `field` ("/sensitivity/layers/weight_name[3]") for a row
 // whose weight name is no linear layer of the model or whose shape differs from the model's. A
 // row without a shape (JSON tables may leave it out) takes the model's. `otherModel` (a table
 // accepted for another model, --allow-other-model): a row that is no layer of this model keeps

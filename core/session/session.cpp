@@ -56,6 +56,7 @@ void writeHistogram(h5::File& f, const std::string& g, const Histogram& h) {
 }
 
 void writeLayerRefAttrs(h5::File& f, const std::string& g, const LayerRef& r) {
+  if (!r.name.empty()) f.setAttr(g, "name", r.name);
   f.setAttr(g, "weight_name", r.weightName);
   f.setAttr(g, "role", r.role);
   f.setAttr(g, "block", int64_t(r.block));
@@ -90,10 +91,13 @@ void writeLayerTable(h5::File& f, const std::string& g, const std::vector<LayerR
                      const std::vector<QuantFormat>& fmts) {
   const size_t L = layers.size();
   f.createGroup(g + "/layers");
-  std::vector<std::string> names, roles, formats;
+  std::vector<std::string> canonical, names, roles, formats;
   std::vector<int64_t> block, out, in;
   std::vector<uint64_t> params;
+  bool named = true;
   for (const LayerRef& r : layers) {
+    canonical.push_back(r.name);
+    named = named && !r.name.empty();
     names.push_back(r.weightName);
     roles.push_back(r.role);
     block.push_back(r.block);
@@ -102,6 +106,7 @@ void writeLayerTable(h5::File& f, const std::string& g, const std::vector<LayerR
     params.push_back(r.parameters);
   }
   for (const QuantFormat& q : fmts) formats.push_back(formatToString(q));
+  if (named && L > 0) f.writeStrings(g + "/layers/name", canonical);
   f.writeStrings(g + "/layers/weight_name", names);
   f.writeStrings(g + "/layers/role", roles);
   f.write(g + "/layers/block", {hs(L)}, block.data());
@@ -225,6 +230,7 @@ Histogram readHistogram(const h5::File& f, const std::string& g) {
 
 LayerRef readLayerRefAttrs(const h5::File& f, const std::string& g) {
   LayerRef r;
+  if (f.hasAttr(g, "name")) r.name = f.attrString(g, "name");
   r.weightName = f.attrString(g, "weight_name");
   r.role = f.attrString(g, "role");
   r.block = int(f.attrInt(g, "block"));
@@ -268,6 +274,9 @@ void readLayerTable(const h5::File& f, const std::string& g, std::vector<LayerRe
                     std::vector<QuantFormat>& formats) {
   const std::vector<std::string> names = f.readStrings(g + "/layers/weight_name");
   const int64_t L = int64_t(names.size());
+  // Canonical names: sessions written since session 10; older ones key rows by weight name only.
+  const std::vector<std::string> canonical =
+      f.exists(g + "/layers/name") ? f.readStrings(g + "/layers/name", L) : std::vector<std::string>(size_t(L));
   const std::vector<std::string> roles = f.readStrings(g + "/layers/role", L);
   const std::vector<hsize_t> l1{hsize_t(L)};
   const auto block = f.readInts(g + "/layers/block", l1), out = f.readInts(g + "/layers/out_features", l1),
@@ -275,6 +284,7 @@ void readLayerTable(const h5::File& f, const std::string& g, std::vector<LayerRe
   const auto params = f.readUInts(g + "/layers/parameters", l1);
   for (int64_t i = 0; i < L; ++i) {
     LayerRef r;
+    r.name = canonical[size_t(i)];
     r.weightName = names[size_t(i)];
     r.role = roles[size_t(i)];
     r.block = int(block[size_t(i)]);

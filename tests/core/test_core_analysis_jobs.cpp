@@ -83,6 +83,7 @@ class TestAnalysisJobs : public QObject {
   Q_OBJECT
 
   std::unique_ptr<Backend> cpu_ = createCpuBackend();
+  QTemporaryDir tmp_;
   LoadedModel m_ = loadModel(qs::test::stories260K().toStdString());
   std::vector<int32_t> text_ = storyTokens(m_);
   EvalOptions eval(int64_t tokens, int64_t ctx) const {
@@ -611,6 +612,61 @@ class TestAnalysisJobs : public QObject {
     }
   }
 
+  // Tables written now key their rows by canonical name: a table measured on the llama2.c file
+  // of a model names the layers of a GGUF of it, whose tensor names differ ("layers.0.attention.
+  // wq.weight" there, "blk.0.attn_q.weight" here), and its rows then carry the GGUF's weight names.
+  // The same table without the names (as written before) cannot: its weight names are no layer
+  // of the GGUF. (l2c_tiny.bin and gguf_tiny.gguf share their block shapes; their heads differ,
+  // so the table holds the seven block layers.)
+  void tablesKeyLayersByCanonicalName() {
+    const LoadedModel l2c = loadModel(QS_SOURCE_DIR "/tests/data/bad/l2c_tiny.bin", {}, false);
+    const LoadedModel gguf = loadModel(QS_SOURCE_DIR "/tests/data/bad/gguf_tiny.gguf", {}, false);
+    SensitivityTable t;
+    t.modelHash = sampledModelHash(*l2c.file);
+    std::vector<LayerRef> rows = linearLayerRows(l2c.graph);
+    rows.resize(7);
+    t.layers = rows;
+    t.formats = {parseQuantFormat("int8-ch-sym")};
+    t.entries.resize(rows.size());
+    for (size_t i = 0; i < rows.size(); ++i) {
+      t.at(i, 0).kl = 0.01 * double(i + 1);
+      t.at(i, 0).klSource = KlSource::Measured;
+    }
+    t.tokens = 64;
+    t.context = 32;
+    t.basePerplexity = 10;
+    t.textSource = "test";
+    const std::string path = (tmp_.path() + "/canonical.json").toStdString();
+    saveSensitivityTable(t, path);
+    const std::vector<LayerRef> target = linearLayerRows(gguf.graph);
+    const SensitivityTable named = loadSensitivityTable(path, gguf.graph, true);
+    QCOMPARE(named.layers.size(), size_t(7));
+    for (size_t i = 0; i < 7; ++i) {
+      QCOMPARE(named.layers[i].name, rows[i].name);
+      QCOMPARE(named.layers[i].weightName, target[i].weightName);  // the GGUF's tensor
+      QVERIFY(named.layers[i].weightName != rows[i].weightName);
+      QCOMPARE(named.at(i, 0).kl, 0.01 * double(i + 1));
+    }
+    QCOMPARE(named.layers[0].weightName, std::string("blk.0.attn_q.weight"));
+    // Without the names (a table written before): the rows name nothing in the GGUF.
+    nlohmann::json j;
+    {
+      std::ifstream f(path);
+      f >> j;
+    }
+    for (auto& l : j["layers"]) l.erase("name");
+    const std::string old = (tmp_.path() + "/weight_names_only.json").toStdString();
+    {
+      std::ofstream f(old);
+      f << j.dump();
+    }
+    const SensitivityTable unnamed = loadSensitivityTable(old, gguf.graph, true);
+    for (const LayerRef& r : unnamed.layers) QVERIFY(r.name.empty());
+    // … and against its own model it opens as before, by weight name.
+    const SensitivityTable own = loadSensitivityTable(old, l2c.graph);
+    for (size_t i = 0; i < 7; ++i) QCOMPARE(own.layers[i].name, rows[i].name);
+  }
+
   // A session written before kl_source existed (the fuzzer's seed, made by the CLI then): it
   // opens, and every finite KL reads as measured.
   void sessionFromBeforeKlSourceOpens() {
@@ -868,9 +924,9 @@ class TestAnalysisJobs : public QObject {
     for (size_t k = 0; k < s.speed->entries.size(); ++k)
       QVERIFY(sameOrBothNan(back.speed->entries[k].kernelMicros, s.speed->entries[k].kernelMicros));
 
-    // The file keys layers by weight name: rows read back carry no canonical name until the
-    // session is opened against its model, which gives every table the names the jobs gave them.
-    QVERIFY(back.sensitivity->layers.front().name.empty());
+    // The file stores each row's canonical name beside its weight name (its key since session
+    // 10); opening the session against its model checks every row against the layer table.
+    QCOMPARE(back.sensitivity->layers.front().name, s.sensitivity->layers.front().name);
     const Session opened = openSessionFor(path, "elsewhere.bin", s.modelHash, m_.graph);
     QVERIFY(opened.sensitivity.has_value());
     QCOMPARE(opened.sensitivity->layers.size(), s.sensitivity->layers.size());
