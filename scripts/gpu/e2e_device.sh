@@ -19,13 +19,9 @@ tar -C /tmp/pack -xJf .carry/pack.tar.xz
 if [[ "$here" != "$src" && ! -e "$src" ]]; then mkdir -p "$(dirname "$src")"; ln -s "$here" "$src"; fi
 export LD_LIBRARY_PATH=/tmp/pack/libs:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 cli=/tmp/pack/bin/quantscope-cli
-summary=$out/summary.txt
-: >"$summary"
-step() { echo "== $* ($(date +%T))" | tee -a "$summary"; }
-has() { [[ " $steps " == *" $1 "* ]]; }
+source "$(dirname "${BASH_SOURCE[0]}")/device_log.sh"
 
-step device
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv | tee -a "$summary"
+device_header
 
 if has tests; then
   for t in test_runtime_gpu test_backend_ops_gpu test_transformer_ops_gpu; do

@@ -16,13 +16,9 @@ mkdir -p "$out"
 if [[ "$here" != "$src" && ! -e "$src" ]]; then mkdir -p "$(dirname "$src")"; ln -s "$here" "$src"; fi
 export LD_LIBRARY_PATH="$here/.carry/gpurt/libs:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 bin=$here/.carry/gpurt/bin
-summary=$out/summary.txt
-: >"$summary"
-step() { echo "== $* ($(date +%T))" | tee -a "$summary"; }
-has() { [[ " $steps " == *" $1 "* ]]; }
+source "$(dirname "${BASH_SOURCE[0]}")/device_log.sh"
 
-step device
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv | tee -a "$summary"
+device_header
 
 if has tests; then
   for t in test_transformer_ops_gpu test_runtime_gpu; do
