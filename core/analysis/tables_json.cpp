@@ -99,7 +99,8 @@ class Reader {
     }
     return out;
   }
-  LayerRef layer(const json& l, const std::string& where) const {
+  // One row of a table's "layers"; `seen` catches a weight name listed twice.
+  LayerRef layer(const json& l, const std::string& where, std::set<std::string>& seen) const {
     object(l, where);
     LayerRef r;
     r.weightName = string(l, "weight_name", where, true);
@@ -110,6 +111,8 @@ class Reader {
     r.outFeatures = integer(l, "out_features", where, 0, 0);
     r.inFeatures = integer(l, "in_features", where, 0, 0);
     r.parameters = uint64_t(integer(l, "parameters", where, 0, 0));
+    onlyKeys(l, where, {"name", "weight_name", "role", "block", "out_features", "in_features", "parameters", "figures"});
+    if (!seen.insert(r.weightName).second) fail(where + ".weight_name", "layer '" + r.weightName + "' is listed twice");
     return r;
   }
   static std::string at(const std::string& where, const std::string& key) {
@@ -199,9 +202,7 @@ SensitivityTable sensitivityTableFromJson(std::string_view text, const std::stri
   t.entries.reserve(layers.size() * t.formats.size());
   for (size_t l = 0; l < layers.size(); ++l) {
     const std::string where = "layers[" + std::to_string(l) + "]";
-    LayerRef ref = r.layer(layers[l], where);
-    r.onlyKeys(layers[l], where, {"name", "weight_name", "role", "block", "out_features", "in_features", "parameters", "figures"});
-    if (!seen.insert(ref.weightName).second) r.fail(where + ".weight_name", "layer '" + ref.weightName + "' is listed twice");
+    LayerRef ref = r.layer(layers[l], where, seen);
     t.layers.push_back(ref);
     t.entries.resize(t.entries.size() + t.formats.size());
     // A format whose group size does not divide K cannot apply to this layer.
@@ -318,9 +319,7 @@ SpeedTable speedTableFromJson(std::string_view text, const std::string& source) 
                          std::to_string(kMaxTableCells) + " table cells");
   for (size_t l = 0; l < layers.size(); ++l) {
     const std::string where = "layers[" + std::to_string(l) + "]";
-    LayerRef ref = r.layer(layers[l], where);
-    r.onlyKeys(layers[l], where, {"name", "weight_name", "role", "block", "out_features", "in_features", "parameters", "figures"});
-    if (!seen.insert(ref.weightName).second) r.fail(where + ".weight_name", "layer '" + ref.weightName + "' is listed twice");
+    LayerRef ref = r.layer(layers[l], where, seen);
     t.layers.push_back(ref);
     t.entries.resize(t.entries.size() + perLayer);
     auto figs = layers[l].find("figures");

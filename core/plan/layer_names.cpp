@@ -96,6 +96,7 @@ std::vector<LayerRef> linearLayerRows(const ModelGraph& graph) {
 void nameLayerRows(std::vector<LayerRef>& rows, const ModelGraph& graph, const std::string& file,
                    const std::string& field, bool otherModel) {
   const std::vector<LayerRef> model = linearLayerRows(graph);
+  std::vector<char> taken(model.size(), 0);  // a model row named twice (by name and by weight name)
   for (size_t i = 0; i < rows.size(); ++i) {
     LayerRef& r = rows[i];
     const std::string where = field + "[" + std::to_string(i) + "]";
@@ -126,6 +127,8 @@ void nameLayerRows(std::vector<LayerRef>& rows, const ModelGraph& graph, const s
       throwBadInput(file, where, "'" + r.weightName + "' is [" + std::to_string(r.outFeatures) + ", " +
                                      std::to_string(r.inFeatures) + "] in the table, [" + std::to_string(m->outFeatures) +
                                      ", " + std::to_string(m->inFeatures) + "] in the model");
+    if (taken[size_t(m - model.data())]++)
+      throwBadInput(file, where, "'" + m->name + "' (" + m->weightName + ") is listed twice");
     r.name = m->name;
     r.weightName = m->weightName;  // this model's tensor: what the runtime and the exports look up
   }

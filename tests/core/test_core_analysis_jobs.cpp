@@ -665,6 +665,18 @@ class TestAnalysisJobs : public QObject {
     // … and against its own model it opens as before, by weight name.
     const SensitivityTable own = loadSensitivityTable(old, l2c.graph);
     for (size_t i = 0; i < 7; ++i) QCOMPARE(own.layers[i].name, rows[i].name);
+    // Two rows that name one layer (by canonical name here) are refused, naming the second.
+    std::ifstream(path) >> j;
+    j["layers"][1]["name"] = j["layers"][0]["name"];
+    const std::string twice = (tmp_.path() + "/twice.json").toStdString();
+    std::ofstream(twice) << j.dump();
+    try {
+      loadSensitivityTable(twice, gguf.graph, true);
+      QFAIL("a layer named twice was accepted");
+    } catch (const Error& e) {
+      QCOMPARE(e.kind(), ErrorKind::BadInput);
+      QVERIFY2(e.field() == "layers[1]", e.what());
+    }
   }
 
   // A session written before kl_source existed (the fuzzer's seed, made by the CLI then): it
