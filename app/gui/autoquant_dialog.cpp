@@ -819,9 +819,13 @@ void AutoquantDialog::onExported(std::shared_ptr<const AutoquantPlan> plan, cons
                      .arg(p.bpw(), 0, 'f', 4)
                      .arg(grouped(p.totalBytes), mib(p.totalBytes), grouped(p.targetBytes))
                      .arg(p.predictedKl, 0, 'f', 5);
-  if (p.predictedKl != p.additiveKl)
-    text += tr(" (the held-out check below; the choice's additive estimate %1)").arg(p.additiveKl, 0, 'f', 5);
-  if (p.checkedKl >= 0)
+  if (p.checkedKl >= 0 && p.predictedKl == p.checkedKl)  // the prediction is the held-out check
+    text += tr(" — the file checked as llama.cpp runs it on held-out text (top-1 agreement %1 % on %2 positions); "
+               "the choice's additive estimate was %3")
+                .arg(100.0 * p.checkedTop1, 0, 'f', 2)
+                .arg(p.checkedPositions)
+                .arg(p.additiveKl, 0, 'f', 5);
+  else if (p.checkedKl >= 0)
     text += tr(", checked KL %1 nats/token (top-1 agreement %2 % on %3 positions)")
                 .arg(p.checkedKl, 0, 'f', 5)
                 .arg(100.0 * p.checkedTop1, 0, 'f', 2)

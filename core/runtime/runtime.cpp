@@ -702,17 +702,7 @@ void Runtime::linear(int i, const float* x, int64_t T, float* y, int block, bool
     x = xa;
   }
   if (lw.gemm) {  // FP16 activations through the GEMM op-set
-    const uint64_t version = stateVersion_;
-    auto* xh = reinterpret_cast<uint16_t*>(scratch(kXHalf, size_t(T * l.inFeatures + 1) / 2));
-    auto* yh = reinterpret_cast<uint16_t*>(scratch(kYHalf, size_t(T * l.outFeatures + 1) / 2));
-    const bool reuse = sameInput && !transformed && version == stateVersion_ && halfOf_ == input &&
-                       halfCount_ == T * l.inFeatures;
-    if (!reuse) {
-      ops_.toHalf(x, T * l.inFeatures, xh);
-      halfOf_ = transformed ? nullptr : input;  // a rounded input is this layer's own
-      halfCount_ = T * l.inFeatures;
-    }
-    gemm_->run(*lw.gemm, xh, T, yh);
+    const uint16_t* yh = gemmHalf(i, x, T, sameInput && !transformed, transformed ? nullptr : input);
     ops_.fromHalf(yh, T, l.outFeatures, bias, y);
   } else if (lw.fake) {
     const float* xin = x;
@@ -727,6 +717,42 @@ void Runtime::linear(int i, const float* x, int64_t T, float* y, int block, bool
     ops_.linear(x, T, l.inFeatures, lw.devW(), l.outFeatures, bias, y);
   }
   fireTap(TapKind::LinearOutput, block, i, y, T, l.outFeatures);
+}
+
+// The GEMM op-set's product of layer i with FP16 input and output (kXHalf → kYHalf). The input's
+// FP16 copy is reused when `reuse` and kXHalf holds the copy of `source` (see linear()); `source`
+// null: x is this layer's own rounded input, not worth remembering.
+const uint16_t* Runtime::gemmHalf(int i, const float* x, int64_t T, bool reuse, const float* source) {
+  const LinearLayer& l = *linears_[size_t(i)];
+  const uint64_t version = stateVersion_;
+  auto* xh = reinterpret_cast<uint16_t*>(scratch(kXHalf, size_t(T * l.inFeatures + 1) / 2));
+  auto* yh = reinterpret_cast<uint16_t*>(scratch(kYHalf, size_t(T * l.outFeatures + 1) / 2));
+  if (!(reuse && version == stateVersion_ && halfOf_ == source && halfCount_ == T * l.inFeatures)) {
+    ops_.toHalf(x, T * l.inFeatures, xh);
+    halfOf_ = source;
+    halfCount_ = T * l.inFeatures;
+  }
+  gemm_->run(*weights_[size_t(i)].gemm, xh, T, yh);
+  return yh;
+}
+
+// Whether layer i's FP16 output may go straight into the residual step (residualRmsNorm): it runs
+// on the GEMM op-set with its input as it is, and no tap wants its FP32 output.
+bool Runtime::residualFusable(int i) const {
+  if (i < 0 || !taps_.empty()) return false;
+  const LinearWeights& lw = weights_[size_t(i)];
+  return lw.gemm && lw.inputQuant.kind == QuantKind::F32 && lw.ggmlActivations == DType::F32;
+}
+
+// h = rmsNorm(x)·w, with its FP16 copy in kXHalf for the GEMMs that read h next (linear() with
+// sameInput); `yh` (+ bias) is first added to x. One op: residualRmsNorm.
+void Runtime::residualNorm(float* x, const uint16_t* yh, const float* bias, const float* w, int64_t T, float* h) {
+  uint16_t* hh = w ? reinterpret_cast<uint16_t*>(scratch(kXHalf, size_t(T * dim_ + 1) / 2)) : nullptr;
+  ops_.residualRmsNorm(x, yh, bias, w, T, dim_, normEps_, h, hh);
+  if (w) {
+    halfOf_ = h;
+    halfCount_ = T * dim_;
+  }
 }
 
 void Runtime::embedImpl(std::span<const int32_t> tokens, int32_t startPos, float* x) {
@@ -774,16 +800,17 @@ void Runtime::runLlamaBlock(int b, float* x, int64_t T, int32_t startPos) {
   const AttentionShape& shape = blockAttn_[size_t(b)];
   const int64_t hd = shape.headDim;
 
-  ops_.rmsNorm(x, attnNorms_[size_t(b)].dw.f(), T, dim_, normEps_, h);
+  // Norms write h and its FP16 copy, which the GEMMs that read h take as it is (sameInput).
+  residualNorm(x, nullptr, nullptr, attnNorms_[size_t(b)].dw.f(), T, h);
   if (iqkv >= 0) {  // Phi-3: one projection, output columns [q | k | v]
     const int64_t row = qDim_ + 2 * kvDim_;
     float* qkv = scratch(kQkv, size_t(T * row));
-    linear(iqkv, h, T, qkv, b);
+    linear(iqkv, h, T, qkv, b, true);
     ops_.copyColumns(qkv, row, 0, T, qDim_, q);
     ops_.copyColumns(qkv, row, qDim_, T, kvDim_, k);
     ops_.copyColumns(qkv, row, qDim_ + kvDim_, T, kvDim_, v);
   } else {
-    linear(iq, h, T, q, b);
+    linear(iq, h, T, q, b, true);
     linear(ik, h, T, k, b, true);
     linear(iv, h, T, v, b, true);
   }
@@ -803,24 +830,30 @@ void Runtime::runLlamaBlock(int b, float* x, int64_t T, int32_t startPos) {
     ops_.attention(q, k, v, pos, T, shape, kCache_[size_t(b)].f(), vCache_[size_t(b)].f(), att);
   else
     ops_.attentionReference(q, k, v, pos, T, shape, kCache_[size_t(b)].f(), vCache_[size_t(b)].f(), att);
-  linear(io, att, T, o, b);
-  if (!postAttnNorms_[size_t(b)].w.empty()) {  // Gemma 2 / 3: norm the output, then add
-    ops_.rmsNorm(o, postAttnNorms_[size_t(b)].dw.f(), T, dim_, normEps_, h);
-    ops_.add(x, h, T * dim_);
+  const float* ffnNorm = ffnNorms_[size_t(b)].dw.f();
+  if (postAttnNorms_[size_t(b)].w.empty() && residualFusable(io)) {
+    // The output projection's FP16 product added to x and the FFN norm taken, in one op.
+    residualNorm(x, gemmHalf(io, att, T, false, att), weights_[size_t(io)].devBias.f(), ffnNorm, T, h);
   } else {
-    ops_.add(x, o, T * dim_);
+    linear(io, att, T, o, b);
+    if (!postAttnNorms_[size_t(b)].w.empty()) {  // Gemma 2 / 3: norm the output, then add
+      ops_.rmsNorm(o, postAttnNorms_[size_t(b)].dw.f(), T, dim_, normEps_, h);
+      ops_.add(x, h, T * dim_);
+    } else {
+      ops_.add(x, o, T * dim_);
+    }
+    residualNorm(x, nullptr, nullptr, ffnNorm, T, h);
   }
 
   float* g = scratch(kG, size_t(T * hidden_));
   float* u = scratch(kU, size_t(T * hidden_));
-  ops_.rmsNorm(x, ffnNorms_[size_t(b)].dw.f(), T, dim_, normEps_, h);
   if (igu >= 0) {  // Phi-3: one projection, output columns [gate | up]
     float* gu = scratch(kF, size_t(T * 2 * hidden_));
-    linear(igu, h, T, gu, b);
+    linear(igu, h, T, gu, b, true);
     ops_.copyColumns(gu, 2 * hidden_, 0, T, hidden_, g);
     ops_.copyColumns(gu, 2 * hidden_, hidden_, T, hidden_, u);
   } else {
-    linear(ig, h, T, g, b);
+    linear(ig, h, T, g, b, true);
     linear(iu, h, T, u, b, true);
   }
   if (act_ == Activation::Silu) {
@@ -829,12 +862,16 @@ void Runtime::runLlamaBlock(int b, float* x, int64_t T, int32_t startPos) {
     ops_.activate(g, T * hidden_, act_);
     ops_.mul(g, u, T * hidden_);
   }
-  linear(id, g, T, o, b);
-  if (!postFfnNorms_[size_t(b)].w.empty()) {
-    ops_.rmsNorm(o, postFfnNorms_[size_t(b)].dw.f(), T, dim_, normEps_, h);
-    ops_.add(x, h, T * dim_);
+  if (postFfnNorms_[size_t(b)].w.empty() && residualFusable(id)) {
+    residualNorm(x, gemmHalf(id, g, T, false, g), weights_[size_t(id)].devBias.f(), nullptr, T, h);
   } else {
-    ops_.add(x, o, T * dim_);
+    linear(id, g, T, o, b);
+    if (!postFfnNorms_[size_t(b)].w.empty()) {
+      ops_.rmsNorm(o, postFfnNorms_[size_t(b)].dw.f(), T, dim_, normEps_, h);
+      ops_.add(x, h, T * dim_);
+    } else {
+      ops_.add(x, o, T * dim_);
+    }
   }
 }
 

@@ -159,6 +159,18 @@ void TransformerOps::copy(void* dst, const void* src, size_t bytes) {
   if (bytes && dst != src) std::memmove(dst, src, bytes);
 }
 
+void TransformerOps::residualRmsNorm(float* x, const uint16_t* yh, const float* bias, const float* w, int64_t T,
+                                     int64_t D, float eps, float* h, uint16_t* hh) {
+  if (yh) {
+    fromHalf(yh, T, D, bias, h);
+    add(x, h, T * D);
+  }
+  if (w) {
+    rmsNorm(x, w, T, D, eps, h);
+    if (hh) toHalf(h, T * D, hh);
+  }
+}
+
 void TransformerOps::toHalf(const float* x, int64_t n, uint16_t* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = floatToHalfBits(x[i]);
 }

@@ -119,6 +119,13 @@ class TransformerOps {
                         float* out);
   // y[rows, cols] += bias[cols]
   virtual void addBias(float* y, const float* bias, int64_t rows, int64_t cols);
+  // The residual step between two GEMMs with FP16 outputs and inputs, as one op: when `yh` is
+  // given, x[T, D] += float(yh) (+ bias[D]) — fromHalf then add; when `w` is given, then
+  // h = rmsNorm(x)·w and hh = FP16 of h — rmsNorm then toHalf (h must be given either way: the
+  // default uses it as scratch). Bit for bit the ops it replaces, in that order; on CUDA one
+  // kernel instead of four.
+  virtual void residualRmsNorm(float* x, const uint16_t* yh, const float* bias, const float* w, int64_t T,
+                               int64_t D, float eps, float* h, uint16_t* hh);
   // out[T, D] = table[tokens[t], :]; tokens in op-set memory, checked by the caller.
   virtual void embedding(const float* table, const int32_t* tokens, int64_t T, int64_t D,
                          float* out);

@@ -158,6 +158,66 @@ void addNorms(std::vector<OpCase>& rows) {
       }
 }
 
+// residualRmsNorm: the residual step between FP16 GEMMs (fromHalf + add, then rmsNorm + toHalf)
+// as one op, with and without each part; rows of up to 4099 values (the CUDA kernel keeps rows of
+// ≤ 4096 in registers and loops over longer ones).
+void addResidualNorm(std::vector<OpCase>& rows) {
+  for (auto [T, D] : {std::pair{1, 7}, {5, 64}, {13, 1000}, {2, 4096}, {3, 4099}})
+    for (int parts : {1, 2, 3, 7})  // 1: add; 2: norm; 3: add + norm; 7: add with a bias + norm
+      for (Distribution d : kDistributions) {
+        const bool add = parts & 1, norm = parts & 2, bias = parts & 4;
+        const std::string what = std::string(add ? "add" : "") + (bias ? "+bias" : "") + (norm ? (add ? "+norm" : "norm") : "");
+        OpCase c = makeCase("residualRmsNorm", "", shapeText({{"T", T}, {"D", D}}) + " " + what, d,
+                            {exactBound("x + (float(yh) + bias): the float expression of fromHalf then add", "x"),
+                             fewRoundings("double sums, then a float reciprocal square root and two products"),
+                             Bound{"hh", {1e-6}, {1e-6},
+                                   "h rounded to FP16 (2^-11 relative: NMSE ≤ 2.4e-7), after h's few float roundings"}});
+        c.makeInputs = [=](uint64_t seed) {
+          Inputs in;
+          in.f32("x") = randomValues(size_t(T * D), seed, d, 2.0f);
+          in.f32("w") = randomValues(size_t(D), seed + 1, Distribution::Normal);
+          in.f32("bias") = randomValues(size_t(D), seed + 2, Distribution::Normal);
+          std::vector<uint16_t> h(size_t(T * D));
+          const auto hv = randomValues(h.size(), seed + 3, d);
+          for (size_t i = 0; i < h.size(); ++i) h[i] = floatToHalfBits(hv[i]);
+          in.f16("yh") = std::move(h);
+          return in;
+        };
+        c.run = [=](OpRun& r) {
+          auto& mem = r.transformerMemory();
+          float* x = mem.inOut(r.in.f32("x"), "x");
+          float* h = mem.output<float>(size_t(T * D), "h");
+          uint16_t* hh = norm ? mem.output<uint16_t>(size_t(T * D), "hh") : nullptr;
+          r.backend.transformer().residualRmsNorm(x, add ? mem.input(r.in.f16("yh"), "yh") : nullptr,
+                                                  bias ? mem.input(r.in.f32("bias"), "bias") : nullptr,
+                                                  norm ? mem.input(r.in.f32("w"), "w") : nullptr, T, D, 1e-5f, h, hh);
+          Outputs o;
+          o.add("x", mem.read(x));
+          if (norm) {
+            o.add("h", mem.read(h));
+            o.addHalf("hh", mem.read(hh));
+          }
+          return o;
+        };
+        c.reference = [=](const Inputs& in) {
+          std::vector<float> x = in.f32("x");
+          if (add)
+            for (size_t i = 0; i < x.size(); ++i)
+              x[i] = x[i] + (halfBitsToFloat(in.f16("yh")[i]) + (bias ? in.f32("bias")[i % size_t(D)] : 0.0f));
+          Outputs o;
+          o.add("x", toDoubles(x));
+          if (norm) {
+            std::vector<double> h = ref::rmsNorm(x, in.f32("w"), T, D, double(1e-5f)), hh;
+            for (double v : h) hh.push_back(ref::roundToHalf(float(v)));
+            o.add("h", std::move(h));
+            o.add("hh", std::move(hh));
+          }
+          return o;
+        };
+        rows.push_back(std::move(c));
+      }
+}
+
 struct RopeShape {
   int T, H, KVH, HD, start;
   float mscale;
@@ -769,6 +829,7 @@ std::vector<OpCase> transformerCases() {
   std::vector<OpCase> rows;
   addLinear(rows);
   addNorms(rows);
+  addResidualNorm(rows);
   addRope(rows);
   addAttention(rows);
   addElementwise(rows);

@@ -156,6 +156,10 @@ class CudaTransformerOps final : public TransformerOps {
   void fromHalf(const uint16_t* x, int64_t rows, int64_t cols, const float* bias, float* out) override {
     cuda_ops::fromHalf(x, rows, cols, bias, out, stream_);
   }
+  void residualRmsNorm(float* x, const uint16_t* yh, const float* bias, const float* w, int64_t T, int64_t D,
+                       float eps, float* h, uint16_t* hh) override {
+    cuda_ops::residualRmsNorm(x, yh, bias, w, T, D, eps, h, hh, stream_);
+  }
   void addBias(float* y, const float* bias, int64_t rows, int64_t cols) override {
     cuda_ops::addBias(y, bias, rows, cols, stream_);
   }

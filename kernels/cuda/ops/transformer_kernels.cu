@@ -113,6 +113,67 @@ __global__ void rmsNormKernel(const float* __restrict__ x, const float* __restri
   for (int64_t i = threadIdx.x; i < D; i += blockDim.x) o[i] = __fmul_rn(__fmul_rn(xr[i], inv), w[i]);
 }
 
+// fromHalf + add + rmsNorm + toHalf of one row, each value by the same expression and the sum in
+// the same order as those kernels (thread t takes values t, t + kRowThreads, …), so the result is
+// theirs bit for bit. Rows of up to kRowThreads · kNormRegs values stay in registers.
+__global__ void residualRmsNormKernel(float* __restrict__ x, const __half* __restrict__ yh,
+                                      const float* __restrict__ bias, const float* __restrict__ w, int64_t D,
+                                      float eps, float* __restrict__ h, __half* __restrict__ hh) {
+  __shared__ double red[kWarpsPerRow];
+  float* xr = x + int64_t(blockIdx.x) * D;
+  const __half* yr = yh ? yh + int64_t(blockIdx.x) * D : nullptr;
+  float* o = h + int64_t(blockIdx.x) * D;
+  __half* oh = hh ? hh + int64_t(blockIdx.x) * D : nullptr;
+  if (D <= int64_t(kRowThreads) * kNormRegs) {
+    float v[kNormRegs];
+#pragma unroll
+    for (int j = 0; j < kNormRegs; ++j) {
+      const int64_t i = threadIdx.x + int64_t(j) * kRowThreads;
+      if (i < D) {
+        v[j] = xr[i];
+        if (yr) {
+          v[j] += __half2float(yr[i]) + (bias ? bias[i] : 0.0f);
+          xr[i] = v[j];
+        }
+      }
+    }
+    if (!w) return;
+    double ss = 0;
+#pragma unroll
+    for (int j = 0; j < kNormRegs; ++j)
+      if (threadIdx.x + int64_t(j) * kRowThreads < D) ss += double(v[j]) * v[j];
+    ss = blockSum(ss, red);
+    const float inv = 1.0f / sqrtf(float(ss / double(D)) + eps);
+#pragma unroll
+    for (int j = 0; j < kNormRegs; ++j) {
+      const int64_t i = threadIdx.x + int64_t(j) * kRowThreads;
+      if (i < D) {
+        const float r = __fmul_rn(__fmul_rn(v[j], inv), w[i]);
+        o[i] = r;
+        if (oh) oh[i] = __float2half_rn(r);
+      }
+    }
+    return;
+  }
+  double ss = 0;
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
+    float v = xr[i];
+    if (yr) {
+      v += __half2float(yr[i]) + (bias ? bias[i] : 0.0f);
+      xr[i] = v;
+    }
+    ss += double(v) * v;
+  }
+  if (!w) return;
+  ss = blockSum(ss, red);
+  const float inv = 1.0f / sqrtf(float(ss / double(D)) + eps);
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
+    const float r = __fmul_rn(__fmul_rn(xr[i], inv), w[i]);
+    o[i] = r;
+    if (oh) oh[i] = __float2half_rn(r);
+  }
+}
+
 __global__ void layerNormKernel(const float* __restrict__ x, const float* __restrict__ w,
                                 const float* __restrict__ b, int64_t D, float eps,
                                 float* __restrict__ out) {
@@ -344,6 +405,14 @@ void add(float* x, const float* y, int64_t n, cudaStream_t stream) { QS_FLAT_LAU
 void addBias(float* y, const float* bias, int64_t rows, int64_t cols, cudaStream_t stream) {
   QS_FLAT_LAUNCH(addBiasKernel, rows * cols, y, bias, rows, cols);
 }
+void residualRmsNorm(float* x, const uint16_t* yh, const float* bias, const float* w, int64_t T, int64_t D,
+                     float eps, float* h, uint16_t* hh, cudaStream_t stream) {
+  if (T <= 0 || D <= 0 || (!yh && !w)) return;
+  residualRmsNormKernel<<<unsigned(T), kRowThreads, 0, stream>>>(x, reinterpret_cast<const __half*>(yh), bias, w, D,
+                                                                 eps, h, reinterpret_cast<__half*>(hh));
+  QS_CUDA_LAUNCHED("residualRmsNormKernel");
+}
+
 void toHalf(const float* x, int64_t n, uint16_t* out, cudaStream_t stream) {
   QS_FLAT_LAUNCH(toHalfKernel, n, x, n, reinterpret_cast<__half*>(out));
 }

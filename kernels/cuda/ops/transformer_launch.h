@@ -44,6 +44,9 @@ void geluTanh(float* x, int64_t n, cudaStream_t stream);
 void add(float* x, const float* y, int64_t n, cudaStream_t stream);
 void addBias(float* y, const float* bias, int64_t rows, int64_t cols, cudaStream_t stream);
 void toHalf(const float* x, int64_t n, uint16_t* out, cudaStream_t stream);
+// TransformerOps::residualRmsNorm in one kernel (a block per row).
+void residualRmsNorm(float* x, const uint16_t* yh, const float* bias, const float* w, int64_t T, int64_t D,
+                     float eps, float* h, uint16_t* hh, cudaStream_t stream);
 void fromHalf(const uint16_t* x, int64_t rows, int64_t cols, const float* bias, float* out,
               cudaStream_t stream);
 void embedding(const float* table, const int32_t* tokens, int64_t T, int64_t D, float* out,
