@@ -1,9 +1,11 @@
 #include "kernels/ops/cpu_transformer_ops.h"
 
 // This file parallelises the products itself (see linear()); Eigen's own OpenMP GEMM threading
-// would nest inside that and spin up threads for products far too small to profit.
-#define EIGEN_DONT_PARALLELIZE
-
+// would nest inside that and spin up threads for products far too small to profit, so each
+// product runs where Eigen sees one thread (omp_set_num_threads(1) inside the region). Not
+// EIGEN_DONT_PARALLELIZE: Eigen's product templates would then differ between this file and the
+// others that include Eigen (an ODR violation: in a build that does not inline them, the linker
+// kept one version for all and the CPU GEMM reference computed wrong products at m > 1).
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
@@ -30,7 +32,7 @@ class CpuTransformerOps final : public TransformerOps {
   void linear(const float* x, int64_t T, int64_t K, const float* W, int64_t N, const float* bias,
               float* y, bool weightTransposed) override {
     // Threads split the output features; each runs Eigen's single-threaded kernel on its slice
-    // (Eigen's own OpenMP parallelism is off in this file, see the top). Small products stay on
+    // (each thread's nested parallelism is set to one thread, see the top). Small products stay on
     // one thread: waking a second one costs more than it saves, and on a busy machine a
     // descheduled partner makes every barrier slow.
     const int64_t work = T * K * N;
@@ -44,6 +46,7 @@ class CpuTransformerOps final : public TransformerOps {
     {
 #ifdef _OPENMP
       const int nt = omp_get_num_threads(), id = omp_get_thread_num();
+      omp_set_num_threads(1);  // this task's nested regions, Eigen's among them: one thread
 #else
       const int nt = 1, id = 0;
 #endif
