@@ -76,42 +76,10 @@ __device__ ArgMax blockArgMax(ArgMax a, ArgMax* red) {
   return t;
 }
 
-// Rows of up to kRowThreads · kNormRegs values are held in registers: every load of the row and
-// of w is issued at once (a decode step's single row otherwise waits for one load latency per
-// loop trip, twice). The sum runs in the same order either way, so both give the same bits.
+// Rows of up to kRowThreads · kNormRegs values are held in registers: every load of the row is
+// issued at once (a decode step's single row otherwise waits for one load latency per loop trip,
+// twice). The sum runs in the same order either way, so both give the same bits.
 constexpr int kNormRegs = 16;
-
-__global__ void rmsNormKernel(const float* __restrict__ x, const float* __restrict__ w, int64_t D,
-                              float eps, float* __restrict__ out) {
-  __shared__ double red[kWarpsPerRow];
-  const float* xr = x + int64_t(blockIdx.x) * D;
-  float* o = out + int64_t(blockIdx.x) * D;
-  double ss = 0;
-  if (D <= int64_t(kRowThreads) * kNormRegs) {
-    float v[kNormRegs], wv[kNormRegs];
-#pragma unroll
-    for (int j = 0; j < kNormRegs; ++j) {
-      const int64_t i = threadIdx.x + int64_t(j) * kRowThreads;
-      v[j] = i < D ? xr[i] : 0.0f;
-      wv[j] = i < D ? w[i] : 0.0f;
-    }
-#pragma unroll
-    for (int j = 0; j < kNormRegs; ++j)
-      if (threadIdx.x + int64_t(j) * kRowThreads < D) ss += double(v[j]) * v[j];
-    ss = blockSum(ss, red);
-    const float inv = 1.0f / sqrtf(float(ss / double(D)) + eps);
-#pragma unroll
-    for (int j = 0; j < kNormRegs; ++j) {
-      const int64_t i = threadIdx.x + int64_t(j) * kRowThreads;
-      if (i < D) o[i] = __fmul_rn(__fmul_rn(v[j], inv), wv[j]);
-    }
-    return;
-  }
-  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) ss += double(xr[i]) * xr[i];
-  ss = blockSum(ss, red);
-  const float inv = 1.0f / sqrtf(float(ss / double(D)) + eps);
-  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) o[i] = __fmul_rn(__fmul_rn(xr[i], inv), w[i]);
-}
 
 // fromHalf + add + rmsNorm + toHalf of one row, each value by the same expression and the sum in
 // the same order as those kernels (thread t takes values t, t + kRowThreads, …), so the result is
@@ -369,8 +337,11 @@ __global__ void compareLogitsKernel(const float* __restrict__ ref, const float* 
 void rmsNorm(const float* x, const float* w, int64_t T, int64_t D, float eps, float* out,
              cudaStream_t stream) {
   if (T <= 0) return;
-  rmsNormKernel<<<unsigned(T), kRowThreads, 0, stream>>>(x, w, D, eps, out);
-  QS_CUDA_LAUNCHED("rmsNormKernel");
+  // The residual step's kernel without its add and FP16 copy: x is only read (written when
+  // the kernel is given an FP16 product to add).
+  residualRmsNormKernel<<<unsigned(T), kRowThreads, 0, stream>>>(const_cast<float*>(x), nullptr, nullptr, w, D,
+                                                                 eps, out, nullptr);
+  QS_CUDA_LAUNCHED("residualRmsNormKernel (rmsNorm)");
 }
 
 void layerNorm(const float* x, const float* w, const float* b, int64_t T, int64_t D, float eps,
