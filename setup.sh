@@ -51,6 +51,12 @@ if [[ $mode == test ]]; then
   python=$venv/bin/python
 fi
 
+# --- 2b. CUTLASS's headers (PyPI wheel, into ~/.cache/quantscope) for the Hopper GEMM ----------
+# Only where nvcc is; without them (no network, say) the build goes on without that kernel.
+if command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; then
+  "$root/scripts/deps/fetch_cutlass.sh" >/dev/null || say "CUTLASS could not be fetched: no Hopper wide-path GEMM"
+fi
+
 # --- 3. Configure and build --------------------------------------------------------------------
 say "configuring ($build)"
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \

@@ -5,10 +5,13 @@
 //    product of code value and scale and round it once to FP16, nearest even), the pitch's pad
 //    columns and guard zones untouched.
 //  - The op-set with each wide path forced (QS_GEMM_WIDE=fused / dequant / sliced, the last with
-//    slices of 24 KB so that small weights make several, a partial last one included) and picked
-//    by timing,
-//    against the CPU fake-quant GEMM reference: relative error ≤ 2e-3 (each weight rounded to
-//    FP16 once, FP32 accumulation; the same bound as the fused wide kernel in test_gemm_gpu).
+//    slices of 24 KB so that small weights make several, a partial last one included; each of CUTLASS's
+//    Hopper kernel configurations (wgmma-128x128, …), on the weights it takes — symmetric,
+//    groups of 64 / 128 / per channel, n % 16 == 0 (INT4: % 128), k % 64 == 0 — with dequant+cublas on the
+//    others) and picked by timing, against the CPU fake-quant GEMM reference: relative error ≤
+//    2e-3 (each weight rounded to FP16 once, FP32 accumulation; the same bound as the fused wide
+//    kernel in test_gemm_gpu). On an sm_90 device with a build that has the Hopper kernels, the
+//    test fails if they did not run where they should.
 #include <cuda_runtime.h>
 
 #include <QtTest>
@@ -18,6 +21,7 @@
 
 #include "kernels/common/half.h"
 #include "kernels/cuda/gemm/gemm_dequant.h"
+#include "kernels/cuda/gemm/gemm_hopper.h"
 #include "kernels/gemm/gemm_layout.h"
 #include "kernels/gemm/gemm_ops.h"
 #include "kernels/gemm/gemm_reference.h"
@@ -38,6 +42,20 @@ const std::vector<const char*> kA16Schemes = {
     "w4a16-g32",      "w4a16-g64",      "w4a16-g128", "w4a16-ch",        "w4a16-g32-asym",
     "w4a16-g64-asym", "w4a16-g128-asym", "w4a16-ch-asym", "w8a16-int8",   "w8a16-int8-g32",
     "w8a16-int8-g64", "w8a16-int8-g128", "w8a16-fp8",  "w8a16-fp8-tensor", "w8a16-e5m2"};
+
+// The Hopper kernels can run here (sm_90 device, a build with CUTLASS).
+bool hopperHere() {
+  int dev = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+    return false;
+  return cuda_gemm::hopperKernelsBuilt() && major * 10 + minor == 90;
+}
+// Whether the Hopper kernels take a weight of this scheme and shape (gemm_hopper.h).
+bool hopperTakes(const GemmScheme& s, int64_t n, int64_t k) {
+  return !s.asymmetric && (s.groupSize <= 0 || s.groupSize % 64 == 0) && n % (s.weight == GemmWeightType::Int4 ? 128 : 16) == 0 &&
+         k % 64 == 0;
+}
 
 int multiprocessors() {
   int dev = 0, sms = 0;
@@ -205,6 +223,10 @@ class TestGemmDequantGpu : public QObject {
     QTest::newRow("dequant+cublas everywhere") << QByteArray("dequant");
     QTest::newRow("dequant+cublas-sliced everywhere") << QByteArray("sliced");
     QTest::newRow("wide-mma everywhere") << QByteArray("fused");
+    for (int t = 0; t < cuda_gemm::kHopperTiles; ++t) {  // where it runs; dequant+cublas elsewhere
+      const char* name = cuda_gemm::hopperTileName(cuda_gemm::HopperTile(t));
+      QTest::newRow(name) << QByteArray(name);
+    }
   }
   void forcedWidePaths() {
     QFETCH(QByteArray, mode);
@@ -216,16 +238,28 @@ class TestGemmDequantGpu : public QObject {
     else qputenv("QS_GEMM_WIDE", before);
     if (beforeSlice.isNull()) qunsetenv("QS_GEMM_DEQUANT_SLICE_KB");
     else qputenv("QS_GEMM_DEQUANT_SLICE_KB", beforeSlice);
-    const std::string expect = std::string(mode == "dequant" ? "dequant+cublas" : mode == "sliced" ? "dequant+cublas-sliced" : "wide-mma") + " /";
+    const bool hopperMode = mode.startsWith("wgmma");
+    const std::string named = mode == "dequant" ? "dequant+cublas"
+                              : mode == "sliced" ? "dequant+cublas-sliced"
+                              : mode == "fused"  ? "wide-mma"
+                                                 : mode.toStdString();
     const uint64_t seed0 = freshSeed();
-    int failures = 0, i = 0;
+    int failures = 0, i = 0, hopperRuns = 0;
     QStringList report;
     for (const char* name : kA16Schemes) {
       const GemmScheme s = GemmScheme::parse(name);
+      // Odd n, k = 96 (not a multiple of 64), split-K shapes; for the Hopper kernels n = 208 and
+      // 1040 (8-bit: not a multiple of the 128-row tile, an odd number of tiles for clusters of 2;
+      // INT4 falls back there), 256 and 384 (INT4), several k tiles and scale groups, m from 17 to
+      // 1030 (partial token tiles, stream-K splits of a long k).
       for (const auto& [n, k, m] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
-               {203, 384, 17}, {203, 384, 130}, {96, 96, 64}, {64, 2048, 96}, {136, 4096, 257}}) {
+               {203, 384, 17}, {203, 384, 130}, {96, 96, 64}, {64, 2048, 96}, {136, 4096, 257},
+               {208, 384, 17}, {256, 1024, 1030}, {1040, 4096, 130}, {384, 4096, 77}}) {
         if (s.groupSize > 0 && k % s.groupSize) continue;
         ++i;
+        const bool hopper = hopperMode && hopperHere() && hopperTakes(s, n, k);
+        hopperRuns += hopper;
+        const std::string expect = (hopperMode && !hopper ? std::string("dequant+cublas") : named) + " /";
         std::string kernel;
         QString err = checkGemm(*gpu, name, n, k, m, i % 2 == 0, seed0 + uint64_t(i) * 7919, &kernel);
         if (err.isEmpty() && kernel.rfind(expect, 0) != 0)
@@ -233,6 +267,7 @@ class TestGemmDequantGpu : public QObject {
         if (!err.isEmpty() && failures++ < 12) report << err;
       }
     }
+    if (hopperMode) qInfo("%d products on the Hopper kernel%s", hopperRuns, hopperHere() ? "" : " (none: not sm_90 or not built)");
     QVERIFY2(failures == 0, qPrintable(QString::number(failures) + " failures:\n" + report.join('\n')));
   }
 
@@ -249,8 +284,13 @@ class TestGemmDequantGpu : public QObject {
       QVERIFY2(err.isEmpty(), qPrintable(err));
       qInfo("%s m=512: %s", name, kernel.c_str());
       QVERIFY2(kernel.rfind("wide-mma / auto at m=512: ", 0) == 0 || kernel.rfind("dequant+cublas / auto at m=512: ", 0) == 0 ||
-                   kernel.rfind("dequant+cublas-sliced / auto at m=512: ", 0) == 0,
+                   kernel.rfind("dequant+cublas-sliced / auto at m=512: ", 0) == 0 || kernel.rfind("wgmma-", 0) == 0,
                kernel.c_str());
+      // On sm_90 with the Hopper kernels built, every configuration was timed.
+      if (hopperHere())
+        for (int t = 0; t < cuda_gemm::kHopperTiles; ++t)
+          QVERIFY2(kernel.find(std::string(cuda_gemm::hopperTileName(cuda_gemm::HopperTile(t))) + " ") != std::string::npos,
+                   kernel.c_str());
     }
     // m = 16 stays on the skinny kernel: no choice there.
     const GemmScheme s = GemmScheme::parse("w4a16-g128");

@@ -3,9 +3,11 @@
 //
 //   scheme          m <= 16                        m > 16
 //   fp16            cublasGemmEx                   cublasGemmEx
-//   W4A16, W8A16    skinny-mma (gemm_skinny.cu)    wide-mma (gemm_wide.cu) or dequant+cublas
+//   W4A16, W8A16    skinny-mma (gemm_skinny.cu)    wide-mma (gemm_wide.cu), dequant+cublas
 //                                                  (gemm_dequant.cu into a scratch FP16 weight,
-//                                                  then cublasGemmEx), the faster as timed
+//                                                  then cublasGemmEx) or, on sm_90, CUTLASS's
+//                                                  wgmma mixed-input GEMM (gemm_hopper.cu) in
+//                                                  two tile shapes: the fastest as timed
 //   W8A8 INT8       quant + skinny-mma (A8)        quant + cuBLASLt INT8 + scale epilogue
 //   W8A8 FP8        quant + skinny-mma (A8)        quant + cuBLASLt FP8 with outer-vector scales
 //                                                  (or FP32 out + scale epilogue)
@@ -14,15 +16,19 @@
 //
 // The A16 wide choice (as torchao's autoquant): at the first eager run() of a (n, k, scheme,
 // m bucket = next power of two >= m) every path runs on the call's own x and y — wide-mma,
-// dequant+cublas, and dequant+cublas-sliced where the weight makes two slices of a third of the
-// L2 or more — each timed three times (interleaved, events, the L2 flushed before each), and the
-// fastest median is kept for every weight of that shape and scheme. QS_GEMM_WIDE=fused /
-// dequant / sliced forces one path (QS_GEMM_DEQUANT_SLICE_KB sets the slice). A run() captured
-// into a graph before any eager run of its bucket takes dequant+cublas for m >= 64, else
-// wide-mma, without caching that guess.
+// dequant+cublas, dequant+cublas-sliced where the weight makes two slices of a third of the
+// L2 or more, and the two Hopper tiles where the weight and device allow them — each timed
+// three times (interleaved, events, the L2 flushed before each), and the fastest median is kept
+// for every weight of that shape and scheme. QS_GEMM_WIDE=fused / dequant / sliced / a Hopper
+// configuration's name (wgmma-128x128, … see hopperTileName) forces one path (QS_GEMM_DEQUANT_SLICE_KB sets the slice; a Hopper path forced on a
+// weight it cannot run takes dequant+cublas). A run() captured into a graph before any eager run
+// of its bucket takes dequant+cublas for m >= 64, else wide-mma, without caching that guess.
+// The Hopper paths need the weight in CUTLASS's layout: a second copy (half the packed codes'
+// size again for INT4), made on the device at the first call that runs or times them.
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -32,6 +38,7 @@
 #include "kernels/common/error.h"
 #include "kernels/cuda/gemm/gemm_cublas.h"
 #include "kernels/cuda/gemm/gemm_dequant.h"
+#include "kernels/cuda/gemm/gemm_hopper.h"
 #include "kernels/cuda/common/device_buffer.h"
 #include "kernels/cuda/gemm/gemm_launch.h"
 #include "kernels/device/device_info.h"
@@ -50,6 +57,11 @@ class CudaGemmWeight final : public GemmWeight {
   DeviceBuffer codes, groupScales, groupZeros, channelScales, f16;
   cuda_gemm::DeviceQuantWeight dev;
   mutable std::map<int, cuda_gemm::LaunchPlan> skinnyPlans, widePlans;  // per m
+  // The Hopper paths' copy in CUTLASS's layout, made at first use (hopper.codes null until then);
+  // hopperWhyNot: empty where they can run this weight, else the reason.
+  std::string hopperWhyNot;
+  mutable DeviceBuffer hopperCodes, hopperScales;
+  mutable cuda_gemm::HopperWeight hopper;
 };
 
 int weightKind(GemmWeightType t) {
@@ -92,6 +104,11 @@ class CudaGemmOps final : public GemmOps {
                 : wide == "dequant" ? WideMode::Dequant
                 : wide == "sliced"  ? WideMode::Sliced
                                     : WideMode::Auto;
+    for (int t = 0; t < cuda_gemm::kHopperTiles; ++t)  // QS_GEMM_WIDE=wgmma-128x128 etc.
+      if (wide == cuda_gemm::hopperTileName(cuda_gemm::HopperTile(t))) {
+        wideMode_ = WideMode::Hopper;
+        forcedHopperTile_ = cuda_gemm::HopperTile(t);
+      }
     // The sliced path's FP16 slice: a third of the L2 (QS_GEMM_DEQUANT_SLICE_KB overrides).
     const std::string slice = env("QS_GEMM_DEQUANT_SLICE_KB");
     sliceBytes_ = slice.empty() ? std::max<size_t>(info_.l2CacheBytes / 3, size_t(1) << 20)
@@ -146,6 +163,9 @@ class CudaGemmOps final : public GemmOps {
     d.kPad = int(p.kPad);
     d.chunkK = p.chunkK;
     d.groupsPad = int(p.groupsPad);
+    w->hopperWhyNot = !cuda_gemm::hopperKernelsBuilt()
+                          ? "this build has no Hopper kernels (CUTLASS not found at configure time)"
+                          : cuda_gemm::hopperUnsupportedReason(d, info_.computeMajor * 10 + info_.computeMinor);
     return w;
   }
 
@@ -220,18 +240,24 @@ class CudaGemmOps final : public GemmOps {
   std::string pathChoice(const GemmWeight& weight, int64_t m) const override {
     const auto& w = checkedWeight(weight);
     if (w.scheme.activation != GemmActivationType::F16 || w.scheme.weight == GemmWeightType::F16 || m <= 16) return {};
-    if (forcedPath() >= 0) return std::string("forced (QS_GEMM_WIDE): ") + pathName(forcedPath());
+    if (forcedPath() >= 0) {
+      std::string text = std::string("forced (QS_GEMM_WIDE): ") + pathName(runnablePath(w, forcedPath()));
+      if (runnablePath(w, forcedPath()) != forcedPath()) text += " (" + w.hopperWhyNot + ")";
+      return text;
+    }
     auto it = wideChoices_.find(wideKey(w, int(m)));
     if (it == wideChoices_.end()) return std::string("not picked yet (guess: ") + pathName(guessPath(int(m))) + ")";
     std::string text = "auto at m=" + std::to_string(it->second.measuredAt) + ":";
+    bool first = true;
     for (int path = 0; path < kPaths; ++path)
       if (it->second.us[path] > 0) {
-        char buf[64];
-        std::snprintf(buf, sizeof buf, "%s %s %.1f us", path ? "," : "", path == 0 ? "wide" : path == 1 ? "dequant" : "sliced",
-                      it->second.us[path]);
+        char buf[80];
+        std::snprintf(buf, sizeof buf, "%s %s %.1f us", first ? "" : ",", pathName(path), it->second.us[path]);
         text += buf;
+        first = false;
       }
     if (it->second.us[2] > 0) text += " (" + std::to_string(sliceRows(w)) + " rows/slice)";
+    if (!w.hopperWhyNot.empty()) text += "; no wgmma: " + w.hopperWhyNot;
     return text;
   }
 
@@ -254,20 +280,29 @@ class CudaGemmOps final : public GemmOps {
  private:
   bool hasFp8TensorCores() const { return info_.computeMajor * 10 + info_.computeMinor >= 89; }
 
-  // ---- A16 wide path: fused wide-mma or dequantize-to-FP16 + cuBLAS ------------------------
+  // ---- A16 wide path: fused wide-mma, dequantize-to-FP16 + cuBLAS, or CUTLASS wgmma ---------
   // Paths: 0 wide-mma; 1 dequant+cublas (the whole weight into a scratch FP16 weight, one
   // cublasGemmEx); 2 dequant+cublas-sliced (slices of sliceRows rows, each dequantized into an
   // L2-sized scratch and multiplied at once, writing its columns of y: the FP16 slice is read
-  // back from L2 instead of device memory).
-  enum class WideMode { Auto, Fused, Dequant, Sliced };
-  static constexpr int kPaths = 3;
+  // back from L2 instead of device memory); 3 … 7 the Hopper kernel (gemm_hopper.h) in its
+  // configurations, in HopperTile order.
+  enum class WideMode { Auto, Fused, Dequant, Sliced, Hopper };
+  static constexpr int kHopperPath0 = 3;
+  static constexpr int kPaths = kHopperPath0 + cuda_gemm::kHopperTiles;
+  static bool isHopperPath(int path) { return path >= kHopperPath0; }
+  static cuda_gemm::HopperTile hopperTile(int path) { return cuda_gemm::HopperTile(path - kHopperPath0); }
   static const char* pathName(int path) {
-    return path == 0 ? "wide-mma" : path == 1 ? "dequant+cublas" : "dequant+cublas-sliced";
+    switch (path) {
+      case 0: return "wide-mma";
+      case 1: return "dequant+cublas";
+      case 2: return "dequant+cublas-sliced";
+      default: return cuda_gemm::hopperTileName(hopperTile(path));
+    }
   }
   struct WideChoice {
     int path = 0;
-    double us[kPaths] = {0, 0, 0};  // 0: not timed
-    int measuredAt = 0;             // the m it was timed at
+    double us[kPaths] = {};  // 0: not timed
+    int measuredAt = 0;      // the m it was timed at
   };
   using WideKey = std::tuple<int, int, std::string, int>;  // n, k, scheme, m bucket
   static int mBucket(int m) {
@@ -278,10 +313,20 @@ class CudaGemmOps final : public GemmOps {
   static WideKey wideKey(const CudaGemmWeight& w, int m) { return {int(w.n), int(w.k), w.scheme.name(), mBucket(m)}; }
   static int guessPath(int m) { return m >= 64 ? 1 : 0; }
   int forcedPath() const {
-    return wideMode_ == WideMode::Fused ? 0 : wideMode_ == WideMode::Dequant ? 1 : wideMode_ == WideMode::Sliced ? 2 : -1;
+    switch (wideMode_) {
+      case WideMode::Fused: return 0;
+      case WideMode::Dequant: return 1;
+      case WideMode::Sliced: return 2;
+      case WideMode::Hopper: return kHopperPath0 + int(forcedHopperTile_);
+      default: return -1;
+    }
+  }
+  // A Hopper path on a weight it cannot run becomes dequant+cublas.
+  static int runnablePath(const CudaGemmWeight& w, int path) {
+    return isHopperPath(path) && !w.hopperWhyNot.empty() ? 1 : path;
   }
   int widePath(const CudaGemmWeight& w, int m) const {
-    if (forcedPath() >= 0) return forcedPath();
+    if (forcedPath() >= 0) return runnablePath(w, forcedPath());
     auto it = wideChoices_.find(wideKey(w, m));
     return it != wideChoices_.end() ? it->second.path : guessPath(m);
   }
@@ -291,12 +336,41 @@ class CudaGemmOps final : public GemmOps {
     return int(std::max<size_t>(16, rows / 16 * 16));
   }
 
+  // The weight in CUTLASS's layout, made on first use (never while capturing a graph).
+  const cuda_gemm::HopperWeight& hopperWeight(const CudaGemmWeight& w) {
+    if (w.hopper.codes) return w.hopper;
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    QS_CUDA_CHECK(cudaStreamIsCapturing(stream_, &capture));
+    if (capture != cudaStreamCaptureStatusNone)
+      throw Error(ErrorKind::Internal, "the Hopper GEMM's weight copy would be made during graph capture: run once before capturing");
+    w.hopperCodes.allocate(cuda_gemm::hopperCodeBytes(w.dev), "Hopper GEMM weight");
+    w.hopperScales.allocate(cuda_gemm::hopperScaleBytes(w.dev), "Hopper GEMM scales");
+    DeviceBuffer scratch;
+    if (const size_t bytes = cuda_gemm::hopperBuildScratchBytes(w.dev)) scratch.allocate(bytes, "Hopper GEMM scratch");
+    cuda_gemm::HopperWeight hw;
+    hw.codes = w.hopperCodes.get();
+    hw.scales = w.hopperScales.get();
+    cuda_gemm::buildHopperWeight(w.dev, hw, scratch.get(), stream_);
+    QS_CUDA_CHECK(cudaStreamSynchronize(stream_));  // before scratch goes
+    w.hopper = hw;
+    return w.hopper;
+  }
+
   void runWide(const CudaGemmWeight& w, const void* x, int m, void* y, int path) {
     const auto& d = w.dev;
+    path = runnablePath(w, path);
     if (path == 0) {
       auto it = w.widePlans.find(m);
       if (it == w.widePlans.end()) it = w.widePlans.emplace(m, cuda_gemm::planWide(d, m, info_.multiprocessors)).first;
       cuda_gemm::launchWide(d, x, m, y, it->second, splitWorkspace(it->second), stream_);
+      return;
+    }
+    if (isHopperPath(path)) {
+      const auto& hw = hopperWeight(w);
+      const auto tile = hopperTile(path);
+      ensure(hopperWorkspace_, std::max<size_t>(16, cuda_gemm::hopperWorkspaceBytes(hw, m, tile, info_.multiprocessors)));
+      cuda_gemm::launchHopper(hw, x, m, y, tile, hopperWorkspace_.get(), hopperWorkspace_.bytes(), info_.multiprocessors,
+                              stream_);
       return;
     }
     const int rows = path == 2 ? std::min(sliceRows(w), d.nPad) : d.nPad;
@@ -320,16 +394,25 @@ class CudaGemmOps final : public GemmOps {
   // The choice for (w, m): forced, cached, or measured now (an eager call only; null while the
   // stream is being captured and nothing is cached).
   const WideChoice* pickWide(const CudaGemmWeight& w, const void* x, int m, void* y) {
-    static const WideChoice kForced[kPaths] = {{0}, {1}, {2}};
-    if (forcedPath() >= 0) return &kForced[forcedPath()];
+    if (forcedPath() >= 0) {
+      static const auto kForced = [] {
+        std::array<WideChoice, kPaths> all{};
+        for (int path = 0; path < kPaths; ++path) all[size_t(path)].path = path;
+        return all;
+      }();
+      return &kForced[size_t(runnablePath(w, forcedPath()))];
+    }
     const WideKey key = wideKey(w, m);
     auto it = wideChoices_.find(key);
     if (it != wideChoices_.end()) return &it->second;
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     QS_CUDA_CHECK(cudaStreamIsCapturing(stream_, &capture));
     if (capture != cudaStreamCaptureStatusNone) return nullptr;
-    // The sliced path only where it makes two slices or more.
-    const int paths = sliceRows(w) < w.dev.n ? 3 : 2;
+    // The sliced path only where it makes two slices or more; the Hopper paths where they run.
+    std::vector<int> paths = {0, 1};
+    if (sliceRows(w) < w.dev.n) paths.push_back(2);
+    if (w.hopperWhyNot.empty())
+      for (int path = kHopperPath0; path < kPaths; ++path) paths.push_back(path);
     // Warm-up of each (workspaces, cuBLAS heuristics), then 3 interleaved timed calls each, the
     // L2 flushed (a memset of 2 x L2) before each so that none finds the weight cached.
     if (!timing_[0]) {
@@ -338,10 +421,10 @@ class CudaGemmOps final : public GemmOps {
     }
     const size_t flushBytes = std::max<size_t>(size_t(2) * info_.l2CacheBytes, size_t(8) << 20);
     ensure(l2Flush_, flushBytes);
-    for (int path = 0; path < paths; ++path) runWide(w, x, m, y, path);
+    for (int path : paths) runWide(w, x, m, y, path);
     std::vector<double> us[kPaths];
     for (int rep = 0; rep < 3; ++rep)
-      for (int path = 0; path < paths; ++path) {
+      for (int path : paths) {
         QS_CUDA_CHECK(cudaMemsetAsync(l2Flush_.get(), rep, flushBytes, stream_));
         QS_CUDA_CHECK(cudaEventRecord(timing_[0], stream_));
         runWide(w, x, m, y, path);
@@ -353,7 +436,7 @@ class CudaGemmOps final : public GemmOps {
       }
     WideChoice c;
     c.measuredAt = m;
-    for (int path = 0; path < paths; ++path) {
+    for (int path : paths) {
       std::sort(us[path].begin(), us[path].end());
       c.us[path] = us[path][1];
       if (c.us[path] < c.us[c.path]) c.path = path;
@@ -427,8 +510,9 @@ class CudaGemmOps final : public GemmOps {
   cudaStream_t stream_ = nullptr;
   uint64_t workspaceGeneration_ = 0;
   std::unique_ptr<cuda_gemm::CublasContext> blas_;
-  DeviceBuffer partials_, counters_, actCodes_, tokenScales_, ltOut_, dequantScratch_, l2Flush_;
+  DeviceBuffer partials_, counters_, actCodes_, tokenScales_, ltOut_, dequantScratch_, l2Flush_, hopperWorkspace_;
   WideMode wideMode_ = WideMode::Auto;
+  cuda_gemm::HopperTile forcedHopperTile_ = cuda_gemm::HopperTile::Tokens128;
   size_t sliceBytes_ = size_t(16) << 20;
   std::map<WideKey, WideChoice> wideChoices_;
   cudaEvent_t timing_[2] = {nullptr, nullptr};

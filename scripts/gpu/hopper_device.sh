@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# The Hopper wide path (CUTLASS wgmma mixed-input GEMM, kernels/cuda/gemm/gemm_hopper.cu) on the
+# GPU machine in one call: its gpu tests (every A16 kind with each wide path forced, and picked
+# by timing), `bench gemm` at m = 1 … 4096 on the issue's four shapes beside torch's peers
+# (scripts/gpu/peers.py) in the same call, whole-model prefill and decode (`bench e2e`, 8B
+# Llama), and compute-sanitizer memcheck over the forced Hopper paths. Binaries and libraries
+# travel as .carry/pack.tar.xz (bin/ + libs/, as e2e_device.sh takes them). Logs under $OUT.
+# Usage on the device machine, in the repository root:
+#   bash scripts/gpu/hopper_device.sh SOURCE_ROOT [steps…]
+#   steps: tests (GEMM), runtime (op tables, runtime, transformer ops), bench, peers, e2e8b, memcheck
+# Environment: SHAPES, BATCH, FORMATS (bench gemm's), QS_E2E_FORMATS (bench e2e's).
+set -uo pipefail
+src=$1; shift
+steps=${*:-tests bench peers e2e8b memcheck}
+here=$(pwd)
+out=${OUT:-/tmp/hopper-out}
+mkdir -p "$out" /tmp/pack
+tar -C /tmp/pack -xJf .carry/pack.tar.xz
+if [[ "$here" != "$src" && ! -e "$src" ]]; then mkdir -p "$(dirname "$src")"; ln -s "$here" "$src"; fi
+export LD_LIBRARY_PATH=/tmp/pack/libs:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+B=/tmp/pack/bin
+source "$(dirname "${BASH_SOURCE[0]}")/device_log.sh"
+SHAPES=${SHAPES:-8192x8192,4096x4096,14336x4096,4096x14336}
+BATCH=${BATCH:-1,16,128,512,4096}
+FORMATS=${FORMATS:-int4-g128-sym,int8-ch-sym,fp8e4m3-ch}
+
+device_header
+
+tests=()
+has tests && tests+=(test_gemm_dequant_gpu test_gemm_gpu)
+has runtime && tests+=(test_backend_ops_gpu test_runtime_gpu test_transformer_ops_gpu)
+if ((${#tests[@]})); then
+  for t in "${tests[@]}"; do
+    step "$t"
+    t0=$SECONDS
+    timeout 240 "$B/$t" >"$out/$t.log" 2>&1
+    echo "$t rc=$? ($((SECONDS - t0)) s)" | tee -a "$summary"
+    grep -E "^(FAIL|Totals)|Loc:|products on the Hopper|m=512:|recorded vs eager" "$out/$t.log" | head -40 | tee -a "$summary"
+  done
+fi
+if has bench; then
+  step "bench gemm --shapes $SHAPES --batch $BATCH --formats $FORMATS"
+  timeout 300 "$B/quantscope-cli" bench gemm --shapes "$SHAPES" --batch "$BATCH" --formats "$FORMATS" \
+    >"$out/bench.txt" 2>"$out/bench.err"
+  echo "rc=$?" | tee -a "$summary"
+  cat "$out/bench.txt" >>"$summary"
+fi
+if has peers; then
+  step "peers.py --shapes $SHAPES --batch $BATCH"
+  timeout 300 python3 "$here/scripts/gpu/peers.py" --shapes "$SHAPES" --batch "$BATCH" >"$out/peers.txt" 2>"$out/peers.err"
+  echo "rc=$?" | tee -a "$summary"
+  cat "$out/peers.txt" >>"$summary"
+fi
+if has e2e8b; then
+  m=/tmp/s8b/model.safetensors
+  step "synth llama 8b"
+  mkdir -p "$(dirname "$m")"
+  [[ -e $m ]] || "$B/quantscope-cli" synth --arch llama --preset 8b -o "$m" 2>&1 | tail -1 | tee -a "$summary"
+  for fmt in ${QS_E2E_FORMATS:-int4-g128-sym}; do
+    step "bench e2e 8b $fmt"
+    timeout 400 "$B/quantscope-cli" --backend cuda bench e2e "$m" --format "$fmt" --prompt 512 --tokens 128 \
+      >"$out/e2e-8b-$fmt.log" 2>&1
+    echo "rc=$?" | tee -a "$summary"
+    tail -14 "$out/e2e-8b-$fmt.log" | tee -a "$summary"
+  done
+fi
+if has memcheck; then
+  i=0
+  for row in wgmma-128x128 wgmma-128x64-streamk wgmma-128x128-streamk wgmma-128x128-cluster2 wgmma-128x256; do
+    i=$((i + 1))
+    step "memcheck test_gemm_dequant_gpu forcedWidePaths:$row"
+    timeout 120 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 \
+      "$B/test_gemm_dequant_gpu" "forcedWidePaths:$row" >"$out/memcheck-$i.log" 2>&1
+    echo "rc=$?" | tee -a "$summary"
+    grep -E "ERROR SUMMARY|Totals|FAIL|products on the Hopper" "$out/memcheck-$i.log" | head -8 | tee -a "$summary"
+  done
+fi
+step done
