@@ -21,7 +21,7 @@ constexpr int64_t kDefaultMaxSeqCap = 4096;  // KV cache capacity cap when the m
 // Scratch slots: one grow-only buffer each, so a forward pass allocates nothing once warm.
 enum Slot {
   kH, kQ, kK, kV, kAtt, kO, kG, kU, kQkv, kF,  // block intermediates
-  kXHalf, kYHalf, kActFq,                      // around the GEMMs
+  kXHalf, kYHalf, kYHalf2, kYHalf3, kActFq,    // around the GEMMs
   kHeadH, kTokens, kFwdX, kFwdLogits,          // embed / head / forward
   kIoX, kIoOut,                                // host API on device memory
   kQn, kKn,                                    // q / k after the QK norm
@@ -719,19 +719,26 @@ void Runtime::linear(int i, const float* x, int64_t T, float* y, int block, bool
   fireTap(TapKind::LinearOutput, block, i, y, T, l.outFeatures);
 }
 
-// The GEMM op-set's product of layer i with FP16 input and output (kXHalf → kYHalf). The input's
+// The GEMM op-set's product of layer i with FP16 input and output (kXHalf → outSlot). The input's
 // FP16 copy is reused when `reuse` and kXHalf holds the copy of `source` (see linear()); `source`
 // null: x is this layer's own rounded input, not worth remembering.
-const uint16_t* Runtime::gemmHalf(int i, const float* x, int64_t T, bool reuse, const float* source) {
+const uint16_t* Runtime::gemmHalf(int i, const float* x, int64_t T, bool reuse, const float* source, int outSlot) {
+  if (outSlot < 0) outSlot = kYHalf;
   const LinearLayer& l = *linears_[size_t(i)];
   const uint64_t version = stateVersion_;
   auto* xh = reinterpret_cast<uint16_t*>(scratch(kXHalf, size_t(T * l.inFeatures + 1) / 2));
-  auto* yh = reinterpret_cast<uint16_t*>(scratch(kYHalf, size_t(T * l.outFeatures + 1) / 2));
   if (!(reuse && version == stateVersion_ && halfOf_ == source && halfCount_ == T * l.inFeatures)) {
     ops_.toHalf(x, T * l.inFeatures, xh);
     halfOf_ = source;
     halfCount_ = T * l.inFeatures;
   }
+  return gemmOnHalf(i, xh, T, outSlot);
+}
+
+// Layer i's product of an FP16 input already in op-set memory, into the FP16 scratch outSlot.
+const uint16_t* Runtime::gemmOnHalf(int i, const uint16_t* xh, int64_t T, int outSlot) {
+  const LinearLayer& l = *linears_[size_t(i)];
+  auto* yh = reinterpret_cast<uint16_t*>(scratch(outSlot, size_t(T * l.outFeatures + 1) / 2));
   gemm_->run(*weights_[size_t(i)].gemm, xh, T, yh);
   return yh;
 }
@@ -809,6 +816,16 @@ void Runtime::runLlamaBlock(int b, float* x, int64_t T, int32_t startPos) {
     ops_.copyColumns(qkv, row, 0, T, qDim_, q);
     ops_.copyColumns(qkv, row, qDim_, T, kvDim_, k);
     ops_.copyColumns(qkv, row, qDim_ + kvDim_, T, kvDim_, v);
+  } else if (residualFusable(iq) && residualFusable(ik) && residualFusable(iv)) {
+    // The three FP16 products (each reading the norm's FP16 copy) turned to FP32 in one op: bit
+    // for bit linear() three times, two kernels fewer.
+    const uint16_t* qh = gemmHalf(iq, h, T, true, h, kYHalf);
+    const uint16_t* kh = gemmHalf(ik, h, T, true, h, kYHalf2);
+    const uint16_t* vh = gemmHalf(iv, h, T, true, h, kYHalf3);
+    const TransformerOps::HalfToFloat items[3] = {{qh, T, qDim_, weights_[size_t(iq)].devBias.f(), q},
+                                                  {kh, T, kvDim_, weights_[size_t(ik)].devBias.f(), k},
+                                                  {vh, T, kvDim_, weights_[size_t(iv)].devBias.f(), v}};
+    ops_.fromHalfBatch(items, 3);
   } else {
     linear(iq, h, T, q, b, true);
     linear(ik, h, T, k, b, true);
@@ -847,6 +864,17 @@ void Runtime::runLlamaBlock(int b, float* x, int64_t T, int32_t startPos) {
 
   float* g = scratch(kG, size_t(T * hidden_));
   float* u = scratch(kU, size_t(T * hidden_));
+  if (igu < 0 && act_ == Activation::Silu && postFfnNorms_[size_t(b)].w.empty() && residualFusable(ig) &&
+      residualFusable(iu) && residualFusable(id)) {
+    // FP16 gate and up products → SwiGLU → its FP16 copy for the down projection, in one op, and
+    // the down projection's product into the residual step: bit for bit the path below.
+    const uint16_t* gh = gemmHalf(ig, h, T, true, h, kYHalf);
+    const uint16_t* uh = gemmHalf(iu, h, T, true, h, kYHalf2);
+    auto* ah = reinterpret_cast<uint16_t*>(scratch(kYHalf3, size_t(T * hidden_ + 1) / 2));
+    ops_.swigluHalf(gh, weights_[size_t(ig)].devBias.f(), uh, weights_[size_t(iu)].devBias.f(), T, hidden_, g, u, ah);
+    residualNorm(x, gemmOnHalf(id, ah, T, kYHalf), weights_[size_t(id)].devBias.f(), nullptr, T, h);
+    return;
+  }
   if (igu >= 0) {  // Phi-3: one projection, output columns [gate | up]
     float* gu = scratch(kF, size_t(T * 2 * hidden_));
     linear(igu, h, T, gu, b, true);

@@ -259,7 +259,9 @@ class Runtime {
   // sameInput: x is the previous call's input, unchanged since (q, k, v of one norm output;
   // gate and up): its FP16 copy for the GEMM op-set is reused when the previous call made one.
   void linear(int i, const float* x, int64_t T, float* y, int block, bool sameInput = false);
-  const uint16_t* gemmHalf(int i, const float* x, int64_t T, bool reuse, const float* source);
+  // outSlot: the FP16 scratch slot that receives the product (a Slot of runtime.cpp; -1: kYHalf).
+  const uint16_t* gemmHalf(int i, const float* x, int64_t T, bool reuse, const float* source, int outSlot = -1);
+  const uint16_t* gemmOnHalf(int i, const uint16_t* xh, int64_t T, int outSlot);
   bool residualFusable(int i) const;
   void residualNorm(float* x, const uint16_t* yh, const float* bias, const float* w, int64_t T, float* h);
   void fireTap(TapKind kind, int block, int linear, const float* data, int64_t rows, int64_t cols);

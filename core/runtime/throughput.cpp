@@ -33,7 +33,6 @@ ThroughputResult measureOne(Runtime& rt, const std::string& name, const LayerQua
   rt.setPlan(plan, LinearMode::Kernel);
   ThroughputResult r;
   r.name = name;
-  r.kernels = "decode: " + kernelSummary(rt, 1) + "; prefill: " + kernelSummary(rt, int64_t(prompt.size()));
   for (int i = 0; i < int(rt.linears().size()); ++i) r.linearWeightBytes += rt.linearWeightBytes(i);
   const SamplingOptions greedy;
   const std::vector<int32_t> noStop;
@@ -60,6 +59,8 @@ ThroughputResult measureOne(Runtime& rt, const std::string& name, const LayerQua
   }
   r.prefillTokensPerSecond = median(prefill);
   r.decodeTokensPerSecond = median(decode);
+  // After the runs: a wide path picked by timing at its first call is known only then.
+  r.kernels = "decode: " + kernelSummary(rt, 1) + "; prefill: " + kernelSummary(rt, int64_t(prompt.size()));
   return r;
 }
 

@@ -182,6 +182,18 @@ void TransformerOps::fromHalf(const uint16_t* x, int64_t rows, int64_t cols, con
       out[r * cols + c] = halfBitsToFloat(x[r * cols + c]) + (bias ? bias[c] : 0.0f);
 }
 
+void TransformerOps::fromHalfBatch(const HalfToFloat* items, int count) {
+  for (int i = 0; i < count; ++i) fromHalf(items[i].x, items[i].rows, items[i].cols, items[i].bias, items[i].out);
+}
+
+void TransformerOps::swigluHalf(const uint16_t* gh, const float* gbias, const uint16_t* uh, const float* ubias,
+                                int64_t rows, int64_t cols, float* g, float* u, uint16_t* outHalf) {
+  fromHalf(gh, rows, cols, gbias, g);
+  fromHalf(uh, rows, cols, ubias, u);
+  swiglu(g, u, rows * cols, g);
+  toHalf(g, rows * cols, outHalf);
+}
+
 void TransformerOps::addBias(float* y, const float* bias, int64_t rows, int64_t cols) {
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) y[r * cols + c] += bias[c];

@@ -218,6 +218,97 @@ void addResidualNorm(std::vector<OpCase>& rows) {
       }
 }
 
+// fromHalfBatch (q, k and v of a block: three FP16 products to FP32, with and without biases) and
+// swigluHalf (FP16 gate and up → FP16 SwiGLU for the down projection): the decode step's fused
+// conversions, against the scalar expressions they replace.
+void addHalfSteps(std::vector<OpCase>& rows) {
+  for (auto [T, q, kv] : {std::tuple{1, 7, 3}, {1, 4096, 1024}, {5, 64, 16}, {3, 999, 1001}})
+    for (bool bias : {false, true})
+      for (Distribution d : kDistributions) {
+        OpCase c = makeCase("fromHalfBatch", "", shapeText({{"T", T}, {"q", q}, {"kv", kv}}) + (bias ? " bias" : ""), d,
+                            {exactBound("float(x) + bias: fromHalf's expression, item by item")});
+        const int64_t cols[3] = {q, kv, kv};
+        c.makeInputs = [=](uint64_t seed) {
+          Inputs in;
+          for (int i = 0; i < 3; ++i) {
+            const auto v = randomValues(size_t(T * cols[i]), seed + uint64_t(i), d);
+            std::vector<uint16_t> h(v.size());
+            for (size_t j = 0; j < v.size(); ++j) h[j] = floatToHalfBits(v[j]);
+            in.f16("x" + std::to_string(i)) = std::move(h);
+            in.f32("b" + std::to_string(i)) = randomValues(size_t(cols[i]), seed + 10 + uint64_t(i), Distribution::Normal);
+          }
+          return in;
+        };
+        c.run = [=](OpRun& r) {
+          auto& mem = r.transformerMemory();
+          TransformerOps::HalfToFloat items[3];
+          for (int i = 0; i < 3; ++i) {
+            const std::string n = std::to_string(i);
+            items[i] = {mem.input(r.in.f16("x" + n), "x" + n), T, cols[i], bias ? mem.input(r.in.f32("b" + n), "b" + n) : nullptr,
+                        mem.output<float>(size_t(T * cols[i]), "out" + n)};
+          }
+          r.backend.transformer().fromHalfBatch(items, 3);
+          Outputs o;
+          for (int i = 0; i < 3; ++i) o.add("out" + std::to_string(i), mem.read(items[i].out));
+          return o;
+        };
+        c.reference = [=](const Inputs& in) {
+          Outputs o;
+          for (int i = 0; i < 3; ++i) {
+            const std::string n = std::to_string(i);
+            std::vector<double> out;
+            for (size_t j = 0; j < in.f16("x" + n).size(); ++j)
+              out.push_back(halfBitsToFloat(in.f16("x" + n)[j]) + (bias ? in.f32("b" + n)[j % size_t(cols[i])] : 0.0f));
+            o.add("out" + n, std::move(out));
+          }
+          return o;
+        };
+        rows.push_back(std::move(c));
+      }
+  for (auto [T, H] : {std::pair{1, 7}, {1, 14336}, {4, 999}})
+    for (bool bias : {false, true})
+      for (Distribution d : kDistributions) {
+        OpCase c = makeCase("swigluHalf", "", shapeText({{"T", T}, {"hidden", H}}) + (bias ? " bias" : ""), d,
+                            {Bound{"out", {1e-6}, {1e-6},
+                                   "g/(1+expf(-g))·u in float, rounded once to FP16 (2^-11 relative: NMSE ≤ 2.4e-7)"}});
+        c.makeInputs = [=](uint64_t seed) {
+          Inputs in;
+          for (const char* n : {"g", "u"}) {
+            const auto v = randomValues(size_t(T * H), seed + (n[0] == 'u'), d, 3.0f);
+            std::vector<uint16_t> h(v.size());
+            for (size_t j = 0; j < v.size(); ++j) h[j] = floatToHalfBits(v[j]);
+            in.f16(std::string(n) + "h") = std::move(h);
+            in.f32(std::string(n) + "b") = randomValues(size_t(H), seed + 7 + (n[0] == 'u'), Distribution::Normal);
+          }
+          return in;
+        };
+        c.run = [=](OpRun& r) {
+          auto& mem = r.transformerMemory();
+          uint16_t* out = mem.output<uint16_t>(size_t(T * H), "out");
+          float* g = mem.output<float>(size_t(T * H), "g scratch");
+          float* u = mem.output<float>(size_t(T * H), "u scratch");
+          r.backend.transformer().swigluHalf(mem.input(r.in.f16("gh"), "gh"), bias ? mem.input(r.in.f32("gb"), "gb") : nullptr,
+                                             mem.input(r.in.f16("uh"), "uh"), bias ? mem.input(r.in.f32("ub"), "ub") : nullptr,
+                                             T, H, g, u, out);
+          Outputs o;
+          o.addHalf("out", mem.read(out));
+          return o;
+        };
+        c.reference = [=](const Inputs& in) {
+          std::vector<double> out;
+          for (size_t j = 0; j < in.f16("gh").size(); ++j) {
+            const double g = double(halfBitsToFloat(in.f16("gh")[j]) + (bias ? in.f32("gb")[j % size_t(H)] : 0.0f));
+            const double u = double(halfBitsToFloat(in.f16("uh")[j]) + (bias ? in.f32("ub")[j % size_t(H)] : 0.0f));
+            out.push_back(ref::roundToHalf(float(ref::silu(g) * u)));
+          }
+          Outputs o;
+          o.add("out", std::move(out));
+          return o;
+        };
+        rows.push_back(std::move(c));
+      }
+}
+
 struct RopeShape {
   int T, H, KVH, HD, start;
   float mscale;
@@ -830,6 +921,7 @@ std::vector<OpCase> transformerCases() {
   addLinear(rows);
   addNorms(rows);
   addResidualNorm(rows);
+  addHalfSteps(rows);
   addRope(rows);
   addAttention(rows);
   addElementwise(rows);

@@ -203,7 +203,7 @@ class TestBackendOps : public QObject {
     for (const char* op :
          {"linear", "rmsNorm", "layerNorm", "rope", "attention", "attentionReference", "ropeFrequencies",
           "activate silu", "activate gelu", "activate gelu_tanh", "activate relu", "mul", "scale", "softcap", "swiglu",
-          "geluTanh", "add", "copy", "toHalf", "fromHalf", "addBias", "embedding", "copyColumns", "fakeQuantWeight",
+          "geluTanh", "add", "copy", "toHalf", "fromHalf", "fromHalfBatch", "swigluHalf", "addBias", "embedding", "copyColumns", "fakeQuantWeight",
           "fakeQuantActivations", "roundActivationsLikeGgml", "compareLogits"})
       QVERIFY2(ops.count(std::string("transformer.") + op), op);
     for (const char* op : {"accumulateRowStats", "accumulateColumnStats", "accumulateHistogram", "histogramPercentiles",

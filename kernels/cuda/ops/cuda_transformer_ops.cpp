@@ -156,6 +156,21 @@ class CudaTransformerOps final : public TransformerOps {
   void fromHalf(const uint16_t* x, int64_t rows, int64_t cols, const float* bias, float* out) override {
     cuda_ops::fromHalf(x, rows, cols, bias, out, stream_);
   }
+  void fromHalfBatch(const HalfToFloat* items, int count) override {
+    for (int i0 = 0; i0 < count; i0 += cuda_ops::kHalfBatchMax) {
+      cuda_ops::TransformerOpsHalfItem batch[cuda_ops::kHalfBatchMax];
+      const int n = std::min(cuda_ops::kHalfBatchMax, count - i0);
+      for (int i = 0; i < n; ++i) {
+        const HalfToFloat& it = items[i0 + i];
+        batch[i] = {it.x, it.rows, it.cols, it.bias, it.out};
+      }
+      cuda_ops::fromHalfBatch(batch, n, stream_);
+    }
+  }
+  void swigluHalf(const uint16_t* gh, const float* gbias, const uint16_t* uh, const float* ubias, int64_t rows,
+                  int64_t cols, float* /*g*/, float* /*u*/, uint16_t* outHalf) override {
+    cuda_ops::swigluHalf(gh, gbias, uh, ubias, rows, cols, outHalf, stream_);
+  }
   void residualRmsNorm(float* x, const uint16_t* yh, const float* bias, const float* w, int64_t T, int64_t D,
                        float eps, float* h, uint16_t* hh) override {
     cuda_ops::residualRmsNorm(x, yh, bias, w, T, D, eps, h, hh, stream_);

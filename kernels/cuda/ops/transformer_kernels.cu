@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <climits>
 #include <cmath>
@@ -231,6 +232,30 @@ __global__ void fromHalfKernel(const __half* __restrict__ x, int64_t rows, int64
     out[i] = __half2float(x[i]) + (bias ? bias[i % cols] : 0.0f);
 }
 
+// fromHalfBatch: blockIdx.y picks the item; each the same expression as fromHalfKernel.
+struct HalfToFloatItems {
+  TransformerOpsHalfItem item[kHalfBatchMax];
+};
+__global__ void fromHalfBatchKernel(const HalfToFloatItems items) {
+  const TransformerOpsHalfItem& it = items.item[blockIdx.y];
+  const int64_t n = it.rows * it.cols;
+  const __half* x = reinterpret_cast<const __half*>(it.x);
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    it.out[i] = __half2float(x[i]) + (it.bias ? it.bias[i % it.cols] : 0.0f);
+}
+
+// swigluHalf: fromHalf (+ bias) of gate and up, swigluKernel's expression, one FP16 rounding.
+__global__ void swigluHalfKernel(const __half* __restrict__ gh, const float* __restrict__ gbias,
+                                 const __half* __restrict__ uh, const float* __restrict__ ubias, int64_t rows,
+                                 int64_t cols, __half* __restrict__ out) {
+  const int64_t n = rows * cols;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float x = __half2float(gh[i]) + (gbias ? gbias[i % cols] : 0.0f);
+    const float u = __half2float(uh[i]) + (ubias ? ubias[i % cols] : 0.0f);
+    out[i] = __float2half_rn(__fmul_rn(__fdiv_rn(x, 1.0f + expf(-x)), u));
+  }
+}
+
 __global__ void embeddingKernel(const float* __restrict__ table, const int32_t* __restrict__ tokens,
                                 int64_t T, int64_t D, float* __restrict__ out) {
   const int64_t n = T * D;
@@ -386,6 +411,22 @@ void residualRmsNorm(float* x, const uint16_t* yh, const float* bias, const floa
 
 void toHalf(const float* x, int64_t n, uint16_t* out, cudaStream_t stream) {
   QS_FLAT_LAUNCH(toHalfKernel, n, x, n, reinterpret_cast<__half*>(out));
+}
+void fromHalfBatch(const TransformerOpsHalfItem* items, int count, cudaStream_t stream) {
+  HalfToFloatItems args{};
+  int64_t most = 0;
+  for (int i = 0; i < count; ++i) {
+    args.item[i] = items[i];
+    most = std::max(most, items[i].rows * items[i].cols);
+  }
+  if (most == 0) return;
+  fromHalfBatchKernel<<<dim3(flatBlocks(most), unsigned(count)), kFlatThreads, 0, stream>>>(args);
+  QS_CUDA_LAUNCHED("fromHalfBatchKernel");
+}
+void swigluHalf(const uint16_t* gh, const float* gbias, const uint16_t* uh, const float* ubias, int64_t rows,
+                int64_t cols, uint16_t* out, cudaStream_t stream) {
+  QS_FLAT_LAUNCH(swigluHalfKernel, rows * cols, reinterpret_cast<const __half*>(gh), gbias,
+                 reinterpret_cast<const __half*>(uh), ubias, rows, cols, reinterpret_cast<__half*>(out));
 }
 void fromHalf(const uint16_t* x, int64_t rows, int64_t cols, const float* bias, float* out,
               cudaStream_t stream) {

@@ -49,6 +49,17 @@ void residualRmsNorm(float* x, const uint16_t* yh, const float* bias, const floa
                      float eps, float* h, uint16_t* hh, cudaStream_t stream);
 void fromHalf(const uint16_t* x, int64_t rows, int64_t cols, const float* bias, float* out,
               cudaStream_t stream);
+// TransformerOps::fromHalfBatch (up to kHalfBatchMax items, one kernel) and swigluHalf.
+struct TransformerOpsHalfItem {
+  const uint16_t* x;
+  int64_t rows, cols;
+  const float* bias;
+  float* out;
+};
+constexpr int kHalfBatchMax = 4;
+void fromHalfBatch(const TransformerOpsHalfItem* items, int count, cudaStream_t stream);
+void swigluHalf(const uint16_t* gh, const float* gbias, const uint16_t* uh, const float* ubias, int64_t rows,
+                int64_t cols, uint16_t* out, cudaStream_t stream);
 void embedding(const float* table, const int32_t* tokens, int64_t T, int64_t D, float* out,
                cudaStream_t stream);
 void copyColumns(const float* src, int64_t srcCols, int64_t col0, int64_t rows, int64_t cols,
