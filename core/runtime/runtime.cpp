@@ -211,6 +211,10 @@ void Runtime::init(const ModelFile& file, const JobContext* ctx) {
         if (&bl == linears_[size_t(i)]) blockLinears_[b].push_back(i);
   }
   if (headLinear_ < 0) throw Error(ErrorKind::BadInput, "the model has no output head", file.path());
+  fusedQkv_.resize(graph_.blocks.size());
+  fusedGateUp_.resize(graph_.blocks.size());
+  fusedOf_.assign(linears_.size(), nullptr);
+  if (const char* fuse = std::getenv("QS_FUSE_LINEARS")) fuseLinears_ = std::string(fuse) != "0";
 
   auto loadNorm = [&](const NormLayer& n, Norm& out) {
     if (n.weight >= 0) out.w = loadTensor(file, n.weight);
@@ -570,6 +574,7 @@ const std::optional<CheckedFormat>& Runtime::linearFormat(int i) const { return 
 
 void Runtime::prepareLinear(int i) {
   ++stateVersion_;
+  dropFused(i);
   LinearWeights& lw = weights_[size_t(i)];
   const LinearLayer& l = *linears_[size_t(i)];
   lw.gemm.reset();
@@ -625,6 +630,7 @@ void Runtime::prepareLinear(int i) {
 
 std::string Runtime::linearKernel(int i, int64_t T) const {
   const LinearWeights& lw = weights_.at(size_t(i));
+  if (lw.gemm && fusedOf_[size_t(i)]) return "fused " + gemm_->kernelName(*fusedOf_[size_t(i)], T);
   if (lw.gemm) return gemm_->kernelName(*lw.gemm, T);
   if (lw.fake) return "fake-quant fp32 (" + lw.fakeReason + ")";
   return "fp32-reference";
@@ -723,16 +729,54 @@ void Runtime::linear(int i, const float* x, int64_t T, float* y, int block, bool
 // FP16 copy is reused when `reuse` and kXHalf holds the copy of `source` (see linear()); `source`
 // null: x is this layer's own rounded input, not worth remembering.
 const uint16_t* Runtime::gemmHalf(int i, const float* x, int64_t T, bool reuse, const float* source, int outSlot) {
-  if (outSlot < 0) outSlot = kYHalf;
   const LinearLayer& l = *linears_[size_t(i)];
+  return gemmHalfWith(*weights_[size_t(i)].gemm, l.inFeatures, l.outFeatures, x, T, reuse, source, outSlot);
+}
+
+// gemmHalf for any prepared weight (a layer's, or a fused one) of these sizes.
+const uint16_t* Runtime::gemmHalfWith(const GemmWeight& w, int64_t inFeatures, int64_t outFeatures, const float* x,
+                                      int64_t T, bool reuse, const float* source, int outSlot) {
+  if (outSlot < 0) outSlot = kYHalf;
   const uint64_t version = stateVersion_;
-  auto* xh = reinterpret_cast<uint16_t*>(scratch(kXHalf, size_t(T * l.inFeatures + 1) / 2));
-  if (!(reuse && version == stateVersion_ && halfOf_ == source && halfCount_ == T * l.inFeatures)) {
-    ops_.toHalf(x, T * l.inFeatures, xh);
+  auto* xh = reinterpret_cast<uint16_t*>(scratch(kXHalf, size_t(T * inFeatures + 1) / 2));
+  if (!(reuse && version == stateVersion_ && halfOf_ == source && halfCount_ == T * inFeatures)) {
+    ops_.toHalf(x, T * inFeatures, xh);
     halfOf_ = source;
-    halfCount_ = T * l.inFeatures;
+    halfCount_ = T * inFeatures;
   }
-  return gemmOnHalf(i, xh, T, outSlot);
+  auto* yh = reinterpret_cast<uint16_t*>(scratch(outSlot, size_t(T * outFeatures + 1) / 2));
+  gemm_->run(w, xh, T, yh);
+  return yh;
+}
+
+// The fused weight of `parts` (all on the GEMM op-set, checked by the caller), made on first use.
+const GemmWeight* Runtime::fusedWeight(FusedLinears& slot, std::initializer_list<int> parts) {
+  if (!fuseLinears_) return nullptr;
+  if (!slot.weight && !slot.tried) {
+    slot.tried = true;
+    std::vector<GemmWeight*> ws;
+    for (int i : parts) ws.push_back(weights_[size_t(i)].gemm.get());
+    slot.weight = gemm_->fuseRows(ws);
+    if (slot.weight) {
+      ++stateVersion_;  // the parts' memory moved
+      for (int i : parts) fusedOf_[size_t(i)] = slot.weight.get();
+    }
+  }
+  return slot.weight.get();
+}
+
+// Linear i changes: the fused weight it is part of goes (its other parts keep the shared memory).
+void Runtime::dropFused(int linear) {
+  for (size_t b = 0; b < blockLinears_.size(); ++b)
+    for (int i : blockLinears_[b])
+      if (i == linear) {
+        for (FusedLinears* f : {&fusedQkv_[b], &fusedGateUp_[b]}) {
+          f->weight.reset();
+          f->tried = false;
+        }
+        for (int j : blockLinears_[b]) fusedOf_[size_t(j)] = nullptr;
+        return;
+      }
 }
 
 // Layer i's product of an FP16 input already in op-set memory, into the FP16 scratch outSlot.
@@ -818,13 +862,23 @@ void Runtime::runLlamaBlock(int b, float* x, int64_t T, int32_t startPos) {
     ops_.copyColumns(qkv, row, qDim_ + kvDim_, T, kvDim_, v);
   } else if (residualFusable(iq) && residualFusable(ik) && residualFusable(iv)) {
     // The three FP16 products (each reading the norm's FP16 copy) turned to FP32 in one op: bit
-    // for bit linear() three times, two kernels fewer.
-    const uint16_t* qh = gemmHalf(iq, h, T, true, h, kYHalf);
-    const uint16_t* kh = gemmHalf(ik, h, T, true, h, kYHalf2);
-    const uint16_t* vh = gemmHalf(iv, h, T, true, h, kYHalf3);
-    const TransformerOps::HalfToFloat items[3] = {{qh, T, qDim_, weights_[size_t(iq)].devBias.f(), q},
-                                                  {kh, T, kvDim_, weights_[size_t(ik)].devBias.f(), k},
-                                                  {vh, T, kvDim_, weights_[size_t(iv)].devBias.f(), v}};
+    // for bit linear() three times, two kernels fewer. With a fused q/k/v weight, one product
+    // [T, q | k | v] read in place.
+    TransformerOps::HalfToFloat items[3] = {{nullptr, T, qDim_, weights_[size_t(iq)].devBias.f(), q},
+                                            {nullptr, T, kvDim_, weights_[size_t(ik)].devBias.f(), k},
+                                            {nullptr, T, kvDim_, weights_[size_t(iv)].devBias.f(), v}};
+    if (const GemmWeight* f = fusedWeight(fusedQkv_[size_t(b)], {iq, ik, iv})) {
+      const int64_t row = qDim_ + 2 * kvDim_;
+      const uint16_t* y = gemmHalfWith(*f, dim_, row, h, T, true, h, kYHalf);
+      for (int j = 0; j < 3; ++j) items[j].ld = row;
+      items[0].x = y;
+      items[1].x = y + qDim_;
+      items[2].x = y + qDim_ + kvDim_;
+    } else {
+      items[0].x = gemmHalf(iq, h, T, true, h, kYHalf);
+      items[1].x = gemmHalf(ik, h, T, true, h, kYHalf2);
+      items[2].x = gemmHalf(iv, h, T, true, h, kYHalf3);
+    }
     ops_.fromHalfBatch(items, 3);
   } else {
     linear(iq, h, T, q, b, true);
@@ -868,10 +922,18 @@ void Runtime::runLlamaBlock(int b, float* x, int64_t T, int32_t startPos) {
       residualFusable(iu) && residualFusable(id)) {
     // FP16 gate and up products → SwiGLU → its FP16 copy for the down projection, in one op, and
     // the down projection's product into the residual step: bit for bit the path below.
-    const uint16_t* gh = gemmHalf(ig, h, T, true, h, kYHalf);
-    const uint16_t* uh = gemmHalf(iu, h, T, true, h, kYHalf2);
+    const uint16_t *gh = nullptr, *uh = nullptr;
+    int64_t ld = 0;
+    if (const GemmWeight* f = fusedWeight(fusedGateUp_[size_t(b)], {ig, iu})) {  // one [T, gate | up] product
+      gh = gemmHalfWith(*f, dim_, 2 * hidden_, h, T, true, h, kYHalf);
+      uh = gh + hidden_;
+      ld = 2 * hidden_;
+    } else {
+      gh = gemmHalf(ig, h, T, true, h, kYHalf);
+      uh = gemmHalf(iu, h, T, true, h, kYHalf2);
+    }
     auto* ah = reinterpret_cast<uint16_t*>(scratch(kYHalf3, size_t(T * hidden_ + 1) / 2));
-    ops_.swigluHalf(gh, weights_[size_t(ig)].devBias.f(), uh, weights_[size_t(iu)].devBias.f(), T, hidden_, g, u, ah);
+    ops_.swigluHalf(gh, weights_[size_t(ig)].devBias.f(), uh, weights_[size_t(iu)].devBias.f(), T, hidden_, ld, g, u, ah);
     residualNorm(x, gemmOnHalf(id, ah, T, kYHalf), weights_[size_t(id)].devBias.f(), nullptr, T, h);
     return;
   }

@@ -342,6 +342,21 @@ class Runtime {
   // What the kXHalf scratch holds: the FP16 copy of halfOf_ (halfCount_ values), or nothing.
   const float* halfOf_ = nullptr;
   int64_t halfCount_ = 0;
+
+  // Per block, q/k/v and gate/up as one GEMM weight each (GemmOps::fuseRows: one launch, memory
+  // shared with the layers' own weights), made by the first forward that runs those layers on
+  // the GEMM op-set and dropped when one of them is prepared again. QS_FUSE_LINEARS=0: never.
+  struct FusedLinears {
+    std::unique_ptr<GemmWeight> weight;
+    bool tried = false;  // fuseRows said no: do not ask again until a layer changes
+  };
+  std::vector<FusedLinears> fusedQkv_, fusedGateUp_;  // by block
+  std::vector<const GemmWeight*> fusedOf_;           // by linear: the fused weight it runs in
+  bool fuseLinears_ = true;
+  const GemmWeight* fusedWeight(FusedLinears& slot, std::initializer_list<int> parts);
+  void dropFused(int linear);
+  const uint16_t* gemmHalfWith(const GemmWeight& w, int64_t inFeatures, int64_t outFeatures, const float* x,
+                               int64_t T, bool reuse, const float* source, int outSlot);
 };
 
 }  // namespace qs

@@ -15,6 +15,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "kernels/gemm/gemm_layout.h"
 #include "kernels/gemm/gemm_types.h"
@@ -56,6 +57,14 @@ class GemmOps {
   // "auto: wide-mma 112.0 us, dequant+cublas 95.1 us"; "forced: ..." when an environment switch
   // (QS_GEMM_WIDE) decided; empty where there is one path or run() has not picked yet.
   virtual std::string pathChoice(const GemmWeight& /*w*/, int64_t /*m*/) const { return {}; }
+
+  // One weight whose output rows are the parts' rows in order (y = [y_0 | y_1 | …] per token), for
+  // layers that read the same input (q, k, v; gate, up): one launch instead of several. The parts
+  // must share scheme and k, each n a multiple of 16. Memory is shared, not copied twice: the
+  // parts then read from the fused weight's storage (which lives while any of them does) and
+  // their own copies are freed. Null where this op-set or these parts cannot (the default: the
+  // caller runs the parts one by one).
+  virtual std::unique_ptr<GemmWeight> fuseRows(const std::vector<GemmWeight*>& /*parts*/) { return nullptr; }
 
   // Backend memory for x and y; freed when the last shared_ptr goes.
   virtual std::shared_ptr<void> allocate(size_t bytes) = 0;

@@ -183,13 +183,19 @@ void TransformerOps::fromHalf(const uint16_t* x, int64_t rows, int64_t cols, con
 }
 
 void TransformerOps::fromHalfBatch(const HalfToFloat* items, int count) {
-  for (int i = 0; i < count; ++i) fromHalf(items[i].x, items[i].rows, items[i].cols, items[i].bias, items[i].out);
+  for (int i = 0; i < count; ++i) {
+    const HalfToFloat& it = items[i];
+    if (it.ld == 0 || it.ld == it.cols || it.rows == 1)
+      fromHalf(it.x, it.rows, it.cols, it.bias, it.out);
+    else
+      for (int64_t r = 0; r < it.rows; ++r) fromHalf(it.x + r * it.ld, 1, it.cols, it.bias, it.out + r * it.cols);
+  }
 }
 
 void TransformerOps::swigluHalf(const uint16_t* gh, const float* gbias, const uint16_t* uh, const float* ubias,
-                                int64_t rows, int64_t cols, float* g, float* u, uint16_t* outHalf) {
-  fromHalf(gh, rows, cols, gbias, g);
-  fromHalf(uh, rows, cols, ubias, u);
+                                int64_t rows, int64_t cols, int64_t ld, float* g, float* u, uint16_t* outHalf) {
+  const HalfToFloat items[2] = {{gh, rows, cols, gbias, g, ld}, {uh, rows, cols, ubias, u, ld}};
+  fromHalfBatch(items, 2);
   swiglu(g, u, rows * cols, g);
   toHalf(g, rows * cols, outHalf);
 }

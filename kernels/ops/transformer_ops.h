@@ -118,20 +118,23 @@ class TransformerOps {
   virtual void fromHalf(const uint16_t* x, int64_t rows, int64_t cols, const float* bias,
                         float* out);
   // Several fromHalf at once (q, k and v of one block): items[i].out = float(items[i].x) (+ bias).
-  // Bit for bit the fromHalf calls; on CUDA one kernel instead of `count`.
+  // Bit for bit the fromHalf calls; on CUDA one kernel instead of `count`. ld: x's row pitch in
+  // values (0: cols) — the parts of a fused product [T, q | k | v] read in place.
   struct HalfToFloat {
     const uint16_t* x;
     int64_t rows, cols;
     const float* bias;  // may be null
-    float* out;
+    float* out;         // [rows, cols]
+    int64_t ld = 0;
   };
   virtual void fromHalfBatch(const HalfToFloat* items, int count);
   // The SwiGLU step between GEMMs with FP16 outputs and inputs, as one op: gh and uh [rows, cols]
-  // (+ gbias, ubias when not null) → outHalf = FP16 of swiglu(gate, up). g and u [rows, cols] are
-  // scratch (the default writes the FP32 gate and up there; CUDA does not touch them). Bit for bit
-  // fromHalf, fromHalf, swiglu, toHalf; on CUDA one kernel instead of four.
+  // with row pitch ld (0: cols; the halves of a fused [gate | up] product) (+ gbias, ubias when not
+  // null) → outHalf [rows, cols] = FP16 of swiglu(gate, up). g and u [rows, cols] are scratch (the
+  // default writes the FP32 gate and up there; CUDA does not touch them). Bit for bit fromHalf,
+  // fromHalf, swiglu, toHalf; on CUDA one kernel instead of four.
   virtual void swigluHalf(const uint16_t* gh, const float* gbias, const uint16_t* uh, const float* ubias,
-                          int64_t rows, int64_t cols, float* g, float* u, uint16_t* outHalf);
+                          int64_t rows, int64_t cols, int64_t ld, float* g, float* u, uint16_t* outHalf);
   // y[rows, cols] += bias[cols]
   virtual void addBias(float* y, const float* bias, int64_t rows, int64_t cols);
   // The residual step between two GEMMs with FP16 outputs and inputs, as one op: when `yh` is

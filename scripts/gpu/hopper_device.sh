@@ -8,7 +8,8 @@
 # Usage on the device machine, in the repository root:
 #   bash scripts/gpu/hopper_device.sh SOURCE_ROOT [steps…]
 #   steps: tests (GEMM), runtime (op tables, runtime, transformer ops), bench, peers, e2e8b, memcheck
-# Environment: SHAPES, BATCH, FORMATS (bench gemm's), QS_E2E_FORMATS (bench e2e's).
+# Environment: SHAPES, BATCH, FORMATS (bench gemm's), QS_E2E_FORMATS (bench e2e's), MEMCHECK_ROWS
+# (the forced Hopper configurations memcheck runs).
 set -uo pipefail
 src=$1; shift
 steps=${*:-tests bench peers e2e8b memcheck}
@@ -66,7 +67,7 @@ if has e2e8b; then
 fi
 if has memcheck; then
   i=0
-  for row in wgmma-128x128 wgmma-128x64-streamk wgmma-128x128-streamk wgmma-128x128-cluster2 wgmma-128x256; do
+  for row in ${MEMCHECK_ROWS:-wgmma-128x128 wgmma-128x64-streamk wgmma-128x128-streamk wgmma-128x128-cluster2 wgmma-128x256}; do
     i=$((i + 1))
     step "memcheck test_gemm_dequant_gpu forcedWidePaths:$row"
     timeout 120 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 \

@@ -222,30 +222,45 @@ void addResidualNorm(std::vector<OpCase>& rows) {
 // swigluHalf (FP16 gate and up → FP16 SwiGLU for the down projection): the decode step's fused
 // conversions, against the scalar expressions they replace.
 void addHalfSteps(std::vector<OpCase>& rows) {
+  // fused: the three parts are column ranges of one [T, q + 2 kv] product (row pitch ld).
   for (auto [T, q, kv] : {std::tuple{1, 7, 3}, {1, 4096, 1024}, {5, 64, 16}, {3, 999, 1001}})
-    for (bool bias : {false, true})
+    for (int variant = 0; variant < 3; ++variant)  // 0 plain, 1 biases, 2 fused with biases
       for (Distribution d : kDistributions) {
-        OpCase c = makeCase("fromHalfBatch", "", shapeText({{"T", T}, {"q", q}, {"kv", kv}}) + (bias ? " bias" : ""), d,
+        const bool bias = variant >= 1, fused = variant == 2;
+        OpCase c = makeCase("fromHalfBatch", "",
+                            shapeText({{"T", T}, {"q", q}, {"kv", kv}}) + (bias ? " bias" : "") + (fused ? " fused" : ""), d,
                             {exactBound("float(x) + bias: fromHalf's expression, item by item")});
-        const int64_t cols[3] = {q, kv, kv};
+        const int64_t cols[3] = {q, kv, kv}, start[3] = {0, q, q + kv}, ld = q + 2 * kv;
         c.makeInputs = [=](uint64_t seed) {
           Inputs in;
-          for (int i = 0; i < 3; ++i) {
-            const auto v = randomValues(size_t(T * cols[i]), seed + uint64_t(i), d);
-            std::vector<uint16_t> h(v.size());
-            for (size_t j = 0; j < v.size(); ++j) h[j] = floatToHalfBits(v[j]);
-            in.f16("x" + std::to_string(i)) = std::move(h);
+          const auto v = randomValues(size_t(T * ld), seed, d);
+          std::vector<uint16_t> h(v.size());
+          for (size_t j = 0; j < v.size(); ++j) h[j] = floatToHalfBits(v[j]);
+          in.f16("x") = std::move(h);
+          for (int i = 0; i < 3; ++i)
             in.f32("b" + std::to_string(i)) = randomValues(size_t(cols[i]), seed + 10 + uint64_t(i), Distribution::Normal);
-          }
           return in;
+        };
+        // Item i's value (r, c): the fused product's column start[i] + c, or (separate items) the
+        // same values packed [T, cols[i]] in a buffer of their own.
+        auto value = [=](const std::vector<uint16_t>& x, int i, int64_t r, int64_t col) {
+          return halfBitsToFloat(x[size_t(r * ld + start[i] + col)]);
         };
         c.run = [=](OpRun& r) {
           auto& mem = r.transformerMemory();
           TransformerOps::HalfToFloat items[3];
+          const uint16_t* whole = fused ? mem.input(r.in.f16("x"), "x") : nullptr;
           for (int i = 0; i < 3; ++i) {
             const std::string n = std::to_string(i);
-            items[i] = {mem.input(r.in.f16("x" + n), "x" + n), T, cols[i], bias ? mem.input(r.in.f32("b" + n), "b" + n) : nullptr,
-                        mem.output<float>(size_t(T * cols[i]), "out" + n)};
+            const uint16_t* x = whole ? whole + start[i] : nullptr;
+            if (!fused) {
+              std::vector<uint16_t> own;
+              for (int64_t t = 0; t < T; ++t)
+                for (int64_t col = 0; col < cols[i]; ++col) own.push_back(r.in.f16("x")[size_t(t * ld + start[i] + col)]);
+              x = mem.input(own, "x" + n);
+            }
+            items[i] = {x, T, cols[i], bias ? mem.input(r.in.f32("b" + n), "b" + n) : nullptr,
+                        mem.output<float>(size_t(T * cols[i]), "out" + n), fused ? ld : 0};
           }
           r.backend.transformer().fromHalfBatch(items, 3);
           Outputs o;
@@ -257,50 +272,68 @@ void addHalfSteps(std::vector<OpCase>& rows) {
           for (int i = 0; i < 3; ++i) {
             const std::string n = std::to_string(i);
             std::vector<double> out;
-            for (size_t j = 0; j < in.f16("x" + n).size(); ++j)
-              out.push_back(halfBitsToFloat(in.f16("x" + n)[j]) + (bias ? in.f32("b" + n)[j % size_t(cols[i])] : 0.0f));
+            for (int64_t t = 0; t < T; ++t)
+              for (int64_t col = 0; col < cols[i]; ++col)
+                out.push_back(value(in.f16("x"), i, t, col) + (bias ? in.f32("b" + n)[size_t(col)] : 0.0f));
             o.add("out" + n, std::move(out));
           }
           return o;
         };
         rows.push_back(std::move(c));
       }
+  // fused: gate and up are the halves of one [T, 2 hidden] product (row pitch 2 hidden).
   for (auto [T, H] : {std::pair{1, 7}, {1, 14336}, {4, 999}})
-    for (bool bias : {false, true})
+    for (int variant = 0; variant < 3; ++variant)  // 0 plain, 1 biases, 2 fused with biases
       for (Distribution d : kDistributions) {
-        OpCase c = makeCase("swigluHalf", "", shapeText({{"T", T}, {"hidden", H}}) + (bias ? " bias" : ""), d,
+        const bool bias = variant >= 1, fused = variant == 2;
+        OpCase c = makeCase("swigluHalf", "", shapeText({{"T", T}, {"hidden", H}}) + (bias ? " bias" : "") + (fused ? " fused" : ""), d,
                             {Bound{"out", {1e-6}, {1e-6},
                                    "g/(1+expf(-g))·u in float, rounded once to FP16 (2^-11 relative: NMSE ≤ 2.4e-7)"}});
         c.makeInputs = [=](uint64_t seed) {
           Inputs in;
-          for (const char* n : {"g", "u"}) {
-            const auto v = randomValues(size_t(T * H), seed + (n[0] == 'u'), d, 3.0f);
-            std::vector<uint16_t> h(v.size());
-            for (size_t j = 0; j < v.size(); ++j) h[j] = floatToHalfBits(v[j]);
-            in.f16(std::string(n) + "h") = std::move(h);
-            in.f32(std::string(n) + "b") = randomValues(size_t(H), seed + 7 + (n[0] == 'u'), Distribution::Normal);
-          }
+          const auto v = randomValues(size_t(T * 2 * H), seed, d, 3.0f);  // [T, gate | up]
+          std::vector<uint16_t> h(v.size());
+          for (size_t j = 0; j < v.size(); ++j) h[j] = floatToHalfBits(v[j]);
+          in.f16("gu") = std::move(h);
+          in.f32("gb") = randomValues(size_t(H), seed + 7, Distribution::Normal);
+          in.f32("ub") = randomValues(size_t(H), seed + 8, Distribution::Normal);
           return in;
         };
         c.run = [=](OpRun& r) {
           auto& mem = r.transformerMemory();
+          const std::vector<uint16_t>& gu = r.in.f16("gu");
+          const uint16_t *gh = nullptr, *uh = nullptr;
+          if (fused) {
+            gh = mem.input(gu, "gu");
+            uh = gh + H;
+          } else {
+            std::vector<uint16_t> g, u;
+            for (int64_t t = 0; t < T; ++t) {
+              g.insert(g.end(), gu.begin() + t * 2 * H, gu.begin() + t * 2 * H + H);
+              u.insert(u.end(), gu.begin() + t * 2 * H + H, gu.begin() + (t + 1) * 2 * H);
+            }
+            gh = mem.input(g, "gh");
+            uh = mem.input(u, "uh");
+          }
           uint16_t* out = mem.output<uint16_t>(size_t(T * H), "out");
           float* g = mem.output<float>(size_t(T * H), "g scratch");
           float* u = mem.output<float>(size_t(T * H), "u scratch");
-          r.backend.transformer().swigluHalf(mem.input(r.in.f16("gh"), "gh"), bias ? mem.input(r.in.f32("gb"), "gb") : nullptr,
-                                             mem.input(r.in.f16("uh"), "uh"), bias ? mem.input(r.in.f32("ub"), "ub") : nullptr,
-                                             T, H, g, u, out);
+          r.backend.transformer().swigluHalf(gh, bias ? mem.input(r.in.f32("gb"), "gb") : nullptr, uh,
+                                             bias ? mem.input(r.in.f32("ub"), "ub") : nullptr, T, H, fused ? 2 * H : 0, g, u,
+                                             out);
           Outputs o;
           o.addHalf("out", mem.read(out));
           return o;
         };
         c.reference = [=](const Inputs& in) {
           std::vector<double> out;
-          for (size_t j = 0; j < in.f16("gh").size(); ++j) {
-            const double g = double(halfBitsToFloat(in.f16("gh")[j]) + (bias ? in.f32("gb")[j % size_t(H)] : 0.0f));
-            const double u = double(halfBitsToFloat(in.f16("uh")[j]) + (bias ? in.f32("ub")[j % size_t(H)] : 0.0f));
-            out.push_back(ref::roundToHalf(float(ref::silu(g) * u)));
-          }
+          const std::vector<uint16_t>& gu = in.f16("gu");
+          for (int64_t t = 0; t < T; ++t)
+            for (int64_t j = 0; j < H; ++j) {
+              const double g = double(halfBitsToFloat(gu[size_t(t * 2 * H + j)]) + (bias ? in.f32("gb")[size_t(j)] : 0.0f));
+              const double u = double(halfBitsToFloat(gu[size_t(t * 2 * H + H + j)]) + (bias ? in.f32("ub")[size_t(j)] : 0.0f));
+              out.push_back(ref::roundToHalf(float(ref::silu(g) * u)));
+            }
           Outputs o;
           o.add("out", std::move(out));
           return o;

@@ -52,9 +52,16 @@ using cuda_gemm::LtMatmul;
 
 using cuda::DeviceBuffer;  // kernels/cuda/common/device_buffer.h
 
+// A weight's device arrays (the kernel layout, or the plain FP16 weight): owned by one weight, or
+// shared by a fused weight and its parts (fuseRows).
+struct WeightStorage {
+  DeviceBuffer codes, groupScales, groupZeros, channelScales, f16;
+};
+
 class CudaGemmWeight final : public GemmWeight {
  public:
-  DeviceBuffer codes, groupScales, groupZeros, channelScales, f16;
+  std::shared_ptr<WeightStorage> storage = std::make_shared<WeightStorage>();
+  const void* f16 = nullptr;  // FP16 scheme: the [n, k] weight in storage
   cuda_gemm::DeviceQuantWeight dev;
   mutable std::map<int, cuda_gemm::LaunchPlan> skinnyPlans, widePlans;  // per m
   // The Hopper paths' copy in CUTLASS's layout, made at first use (hopper.codes null until then);
@@ -139,21 +146,23 @@ class CudaGemmOps final : public GemmOps {
     w->n = p.n;
     w->k = p.k;
     w->bytes = p.bytes();
+    WeightStorage& st = *w->storage;
     if (p.scheme.weight == GemmWeightType::F16) {
-      w->f16.upload(p.f16);
+      st.f16.upload(p.f16);
+      w->f16 = st.f16.get();
       return w;
     }
     if (p.k % 32 != 0)
       throwBadInput("", "k", "quantized GEMM kernels need k to be a multiple of 32, got " + std::to_string(p.k));
-    w->codes.upload(p.codes);
-    w->groupScales.upload(p.groupScales);
-    w->groupZeros.upload(p.groupZeros);
-    w->channelScales.upload(p.channelScales);
+    st.codes.upload(p.codes);
+    st.groupScales.upload(p.groupScales);
+    st.groupZeros.upload(p.groupZeros);
+    st.channelScales.upload(p.channelScales);
     auto& d = w->dev;
-    d.codes = w->codes.get();
-    d.groupScales = static_cast<const uint32_t*>(w->groupScales.get());
-    d.groupZeros = static_cast<const uint16_t*>(w->groupZeros.get());
-    d.channelScales = static_cast<const float*>(w->channelScales.get());
+    d.codes = st.codes.get();
+    d.groupScales = static_cast<const uint32_t*>(st.groupScales.get());
+    d.groupZeros = static_cast<const uint16_t*>(st.groupZeros.get());
+    d.channelScales = static_cast<const float*>(st.channelScales.get());
     d.kind = weightKind(p.scheme.weight);
     d.a8 = p.scheme.activation != GemmActivationType::F16;
     d.groupSize = std::max(0, p.scheme.groupSize);
@@ -163,10 +172,83 @@ class CudaGemmOps final : public GemmOps {
     d.kPad = int(p.kPad);
     d.chunkK = p.chunkK;
     d.groupsPad = int(p.groupsPad);
-    w->hopperWhyNot = !cuda_gemm::hopperKernelsBuilt()
+    setHopperEligibility(*w);
+    return w;
+  }
+
+  std::unique_ptr<GemmWeight> fuseRows(const std::vector<GemmWeight*>& parts) override {
+    if (parts.size() < 2) return nullptr;
+    std::vector<CudaGemmWeight*> ps;
+    for (GemmWeight* g : parts) {
+      auto* p = dynamic_cast<CudaGemmWeight*>(g);
+      if (!p || !(p->scheme == parts[0]->scheme) || p->k != parts[0]->k || p->n % 16 != 0) return nullptr;
+      ps.push_back(p);
+    }
+    auto f = std::make_unique<CudaGemmWeight>();
+    f->scheme = ps[0]->scheme;
+    f->k = ps[0]->k;
+    for (auto* p : ps) {
+      f->n += p->n;
+      f->bytes += p->bytes;
+    }
+    WeightStorage& st = *f->storage;
+    // Every per-row array of the layout is whole row tiles (n % 16 == 0: nPad == n), so the
+    // fused arrays are the parts' arrays one after the other.
+    auto concat = [&](DeviceBuffer& dst, auto bufOf) {
+      size_t total = 0;
+      for (auto* p : ps) total += (p->storage.get()->*bufOf).bytes();
+      if (total == 0) return;
+      dst.allocate(total, "fused GEMM weight");
+      size_t at = 0;
+      for (auto* p : ps) {
+        const DeviceBuffer& src = p->storage.get()->*bufOf;
+        QS_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(dst.get()) + at, src.get(), src.bytes(), cudaMemcpyDeviceToDevice, stream_));
+        at += src.bytes();
+      }
+    };
+    concat(st.codes, &WeightStorage::codes);
+    concat(st.groupScales, &WeightStorage::groupScales);
+    concat(st.groupZeros, &WeightStorage::groupZeros);
+    concat(st.channelScales, &WeightStorage::channelScales);
+    concat(st.f16, &WeightStorage::f16);
+    QS_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    // The parts now read from the fused storage at their row offsets; their own arrays go.
+    size_t rowTile0 = 0, row0 = 0;
+    auto retarget = [&](CudaGemmWeight& w, size_t rt0, size_t r0) {
+      w.storage = f->storage;
+      if (w.scheme.weight == GemmWeightType::F16) {
+        w.f16 = static_cast<const uint16_t*>(st.f16.get()) + r0 * size_t(w.k);
+        return;
+      }
+      auto& d = w.dev;
+      // A16: [rowTile][chunk][32 lanes][16 bytes]; W8A8: row-major [nPad][kPad] bytes.
+      d.codes = static_cast<const uint8_t*>(st.codes.get()) +
+                (d.a8 ? r0 * size_t(d.kPad) : rt0 * size_t(d.kPad / d.chunkK) * 512);
+      if (d.groupScales) d.groupScales = static_cast<const uint32_t*>(st.groupScales.get()) + rt0 * size_t(d.groupsPad) * 8;
+      if (d.groupZeros) d.groupZeros = static_cast<const uint16_t*>(st.groupZeros.get()) + rt0 * size_t(d.groupsPad) * 8;
+      if (d.channelScales) d.channelScales = static_cast<const float*>(st.channelScales.get()) + r0;
+    };
+    for (auto* p : ps) {
+      retarget(*p, rowTile0, row0);
+      if (rowTile0 == 0) {  // the fused weight: the first part's layout, all rows
+        f->f16 = st.f16.get();
+        f->dev = p->dev;
+      }
+      rowTile0 += size_t(p->n / 16);
+      row0 += size_t(p->n);
+    }
+    if (f->scheme.weight != GemmWeightType::F16) {
+      f->dev.n = f->dev.nPad = int(f->n);
+      setHopperEligibility(*f);
+    }
+    return f;
+  }
+
+  void setHopperEligibility(CudaGemmWeight& w) const {
+    const auto& d = w.dev;
+    w.hopperWhyNot = !cuda_gemm::hopperKernelsBuilt()
                           ? "this build has no Hopper kernels (CUTLASS not found at configure time)"
                           : cuda_gemm::hopperUnsupportedReason(d, info_.computeMajor * 10 + info_.computeMinor);
-    return w;
   }
 
   std::string kernelName(const GemmWeight& weight, int64_t m) const override {
@@ -199,7 +281,7 @@ class CudaGemmOps final : public GemmOps {
     switch (w.scheme.activation) {
       case GemmActivationType::F16:
         if (w.scheme.weight == GemmWeightType::F16) {
-          blas_->gemmF16(w.f16.get(), x, y, m, int(w.n), int(w.k));
+          blas_->gemmF16(w.f16, x, y, m, int(w.n), int(w.k));
         } else if (m <= 16) {
           const auto& plan = skinnyPlan(w, m);
           cuda_gemm::launchSkinny(d, x, nullptr, m, y, plan, splitWorkspace(plan), stream_, pdl_);

@@ -162,14 +162,14 @@ class CudaTransformerOps final : public TransformerOps {
       const int n = std::min(cuda_ops::kHalfBatchMax, count - i0);
       for (int i = 0; i < n; ++i) {
         const HalfToFloat& it = items[i0 + i];
-        batch[i] = {it.x, it.rows, it.cols, it.bias, it.out};
+        batch[i] = {it.x, it.rows, it.cols, it.bias, it.out, it.ld > 0 ? it.ld : it.cols};
       }
       cuda_ops::fromHalfBatch(batch, n, stream_);
     }
   }
   void swigluHalf(const uint16_t* gh, const float* gbias, const uint16_t* uh, const float* ubias, int64_t rows,
-                  int64_t cols, float* /*g*/, float* /*u*/, uint16_t* outHalf) override {
-    cuda_ops::swigluHalf(gh, gbias, uh, ubias, rows, cols, outHalf, stream_);
+                  int64_t cols, int64_t ld, float* /*g*/, float* /*u*/, uint16_t* outHalf) override {
+    cuda_ops::swigluHalf(gh, gbias, uh, ubias, rows, cols, ld, outHalf, stream_);
   }
   void residualRmsNorm(float* x, const uint16_t* yh, const float* bias, const float* w, int64_t T, int64_t D,
                        float eps, float* h, uint16_t* hh) override {

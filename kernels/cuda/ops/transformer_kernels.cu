@@ -240,18 +240,21 @@ __global__ void fromHalfBatchKernel(const HalfToFloatItems items) {
   const TransformerOpsHalfItem& it = items.item[blockIdx.y];
   const int64_t n = it.rows * it.cols;
   const __half* x = reinterpret_cast<const __half*>(it.x);
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    it.out[i] = __half2float(x[i]) + (it.bias ? it.bias[i % it.cols] : 0.0f);
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / it.cols, c = i - r * it.cols;
+    it.out[i] = __half2float(x[r * it.ld + c]) + (it.bias ? it.bias[c] : 0.0f);
+  }
 }
 
 // swigluHalf: fromHalf (+ bias) of gate and up, swigluKernel's expression, one FP16 rounding.
 __global__ void swigluHalfKernel(const __half* __restrict__ gh, const float* __restrict__ gbias,
                                  const __half* __restrict__ uh, const float* __restrict__ ubias, int64_t rows,
-                                 int64_t cols, __half* __restrict__ out) {
+                                 int64_t cols, int64_t ld, __half* __restrict__ out) {
   const int64_t n = rows * cols;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const float x = __half2float(gh[i]) + (gbias ? gbias[i % cols] : 0.0f);
-    const float u = __half2float(uh[i]) + (ubias ? ubias[i % cols] : 0.0f);
+    const int64_t r = i / cols, c = i - r * cols;
+    const float x = __half2float(gh[r * ld + c]) + (gbias ? gbias[c] : 0.0f);
+    const float u = __half2float(uh[r * ld + c]) + (ubias ? ubias[c] : 0.0f);
     out[i] = __float2half_rn(__fmul_rn(__fdiv_rn(x, 1.0f + expf(-x)), u));
   }
 }
@@ -424,9 +427,9 @@ void fromHalfBatch(const TransformerOpsHalfItem* items, int count, cudaStream_t 
   QS_CUDA_LAUNCHED("fromHalfBatchKernel");
 }
 void swigluHalf(const uint16_t* gh, const float* gbias, const uint16_t* uh, const float* ubias, int64_t rows,
-                int64_t cols, uint16_t* out, cudaStream_t stream) {
+                int64_t cols, int64_t ld, uint16_t* out, cudaStream_t stream) {
   QS_FLAT_LAUNCH(swigluHalfKernel, rows * cols, reinterpret_cast<const __half*>(gh), gbias,
-                 reinterpret_cast<const __half*>(uh), ubias, rows, cols, reinterpret_cast<__half*>(out));
+                 reinterpret_cast<const __half*>(uh), ubias, rows, cols, ld > 0 ? ld : cols, reinterpret_cast<__half*>(out));
 }
 void fromHalf(const uint16_t* x, int64_t rows, int64_t cols, const float* bias, float* out,
               cudaStream_t stream) {

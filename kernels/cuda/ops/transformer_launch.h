@@ -55,11 +55,12 @@ struct TransformerOpsHalfItem {
   int64_t rows, cols;
   const float* bias;
   float* out;
+  int64_t ld;  // x's row pitch (≥ cols)
 };
 constexpr int kHalfBatchMax = 4;
 void fromHalfBatch(const TransformerOpsHalfItem* items, int count, cudaStream_t stream);
 void swigluHalf(const uint16_t* gh, const float* gbias, const uint16_t* uh, const float* ubias, int64_t rows,
-                int64_t cols, uint16_t* out, cudaStream_t stream);
+                int64_t cols, int64_t ld, uint16_t* out, cudaStream_t stream);
 void embedding(const float* table, const int32_t* tokens, int64_t T, int64_t D, float* out,
                cudaStream_t stream);
 void copyColumns(const float* src, int64_t srcCols, int64_t col0, int64_t rows, int64_t cols,
