@@ -1,6 +1,7 @@
 # Sourced by the device scripts: a summary log under $out and its step markers.
 #   summary=$out/summary.txt (emptied); step "text" writes "== text (time)"; has NAME is true when
-#   NAME is among $steps; device_header writes the GPU, driver, clocks and memory first.
+#   NAME is among $steps; device_header writes the GPU, driver, clocks and memory first;
+#   unpack_pack SOURCE_ROOT unpacks the carried binaries (below).
 summary=$out/summary.txt
 : >"$summary"
 step() { echo "== $* ($(date +%T))" | tee -a "$summary"; }
@@ -8,4 +9,16 @@ has() { [[ " $steps " == *" $1 "* ]]; }
 device_header() {
   step device
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv | tee -a "$summary"
+}
+
+# The binaries and libraries carried as .carry/pack.tar.xz (bin/ + libs/) unpacked into /tmp/pack;
+# the test binaries recorded SOURCE_ROOT (datasets, fixtures) at build time, so the checkout is
+# linked there when it lives elsewhere.
+unpack_pack() {
+  local src=$1 here
+  here=$(pwd)
+  mkdir -p /tmp/pack
+  tar -C /tmp/pack -xJf .carry/pack.tar.xz
+  if [[ "$here" != "$src" && ! -e "$src" ]]; then mkdir -p "$(dirname "$src")"; ln -s "$here" "$src"; fi
+  export LD_LIBRARY_PATH=/tmp/pack/libs:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 }

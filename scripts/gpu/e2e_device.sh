@@ -11,15 +11,11 @@
 set -uo pipefail
 src=$1; shift
 steps=${*:-tests e2e1b e2e8b ncu}
-here=$(pwd)
 out=${OUT:-/tmp/e2e-out}
-mkdir -p "$out" /tmp/pack
-tar -C /tmp/pack -xJf .carry/pack.tar.xz
-# The test binaries recorded SOURCE_ROOT (datasets, fixtures) at build time.
-if [[ "$here" != "$src" && ! -e "$src" ]]; then mkdir -p "$(dirname "$src")"; ln -s "$here" "$src"; fi
-export LD_LIBRARY_PATH=/tmp/pack/libs:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+mkdir -p "$out"
 cli=/tmp/pack/bin/quantscope-cli
 source "$(dirname "${BASH_SOURCE[0]}")/device_log.sh"
+unpack_pack "$src"
 
 device_header
 

@@ -15,12 +15,10 @@ src=$1; shift
 steps=${*:-tests bench peers e2e8b memcheck}
 here=$(pwd)
 out=${OUT:-/tmp/hopper-out}
-mkdir -p "$out" /tmp/pack
-tar -C /tmp/pack -xJf .carry/pack.tar.xz
-if [[ "$here" != "$src" && ! -e "$src" ]]; then mkdir -p "$(dirname "$src")"; ln -s "$here" "$src"; fi
-export LD_LIBRARY_PATH=/tmp/pack/libs:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+mkdir -p "$out"
 B=/tmp/pack/bin
 source "$(dirname "${BASH_SOURCE[0]}")/device_log.sh"
+unpack_pack "$src"
 SHAPES=${SHAPES:-8192x8192,4096x4096,14336x4096,4096x14336}
 BATCH=${BATCH:-1,16,128,512,4096}
 FORMATS=${FORMATS:-int4-g128-sym,int8-ch-sym,fp8e4m3-ch}
