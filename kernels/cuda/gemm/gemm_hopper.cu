@@ -51,9 +51,15 @@ constexpr bool kShuffled = cutlass::sizeof_bits<Quant>::value == 4;
 
 template <class Quant, HopperTile kTile>
 struct HopperGemm {
-  static constexpr int kTokens = kTile == HopperTile::Tokens64StreamK ? 64 : kTile == HopperTile::Tokens256 ? 256 : 128;
+  static constexpr int kTokens =
+      kTile == HopperTile::Tokens64StreamK || kTile == HopperTile::Rows64Tokens64 ? 64 : kTile == HopperTile::Tokens256 ? 256 : 128;
   static constexpr bool kStreamK = kTile == HopperTile::Tokens64StreamK || kTile == HopperTile::Tokens128StreamK;
-  using TileShape = Shape<_128, Int<kTokens>, _64>;
+  static constexpr bool kPingpong = kTile == HopperTile::Rows64Tokens64 || kTile == HopperTile::Rows64Tokens128;
+  using TileShape = Shape<Int<kPingpong ? 64 : 128>, Int<kTokens>, _64>;
+  using MainloopSchedule = std::conditional_t<kPingpong, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
+                                              cutlass::gemm::KernelTmaWarpSpecializedCooperative>;
+  using EpilogueSchedule = std::conditional_t<kPingpong, cutlass::epilogue::TmaWarpSpecialized,
+                                              cutlass::epilogue::TmaWarpSpecializedCooperative>;
   using ClusterShape = std::conditional_t<kTile == HopperTile::Tokens128Cluster2, Shape<_2, _1, _1>, Shape<_1, _1, _1>>;
   using Scheduler = std::conditional_t<kStreamK, cutlass::gemm::StreamKScheduler, void>;
   using WeightLayout = std::conditional_t<kShuffled<Quant>, LayoutInt4Shuffled, LayoutW>;
@@ -62,12 +68,12 @@ struct HopperGemm {
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutY, 8, Half, LayoutY, 8,
-      cutlass::epilogue::TmaWarpSpecializedCooperative>::CollectiveOp;
+      EpilogueSchedule>::CollectiveOp;
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cute::tuple<Quant, Half>, WeightLayout,
       128 / cutlass::sizeof_bits<Quant>::value, Half, LayoutX, 8, float, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
-      cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
+      MainloopSchedule>::CollectiveOp;
   using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue, Scheduler>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 
@@ -134,7 +140,9 @@ decltype(auto) withTile(HopperTile tile, F&& f) {
     case T::Tokens64StreamK: return f(std::integral_constant<T, T::Tokens64StreamK>{});
     case T::Tokens128StreamK: return f(std::integral_constant<T, T::Tokens128StreamK>{});
     case T::Tokens128Cluster2: return f(std::integral_constant<T, T::Tokens128Cluster2>{});
-    default: return f(std::integral_constant<T, T::Tokens256>{});
+    case T::Tokens256: return f(std::integral_constant<T, T::Tokens256>{});
+    case T::Rows64Tokens64: return f(std::integral_constant<T, T::Rows64Tokens64>{});
+    default: return f(std::integral_constant<T, T::Rows64Tokens128>{});
   }
 }
 

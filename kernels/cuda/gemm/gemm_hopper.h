@@ -25,7 +25,7 @@
 
 namespace qs::cuda_gemm {
 
-// Kernel configurations: tiles of 128 weight rows x T tokens x 64 k, a scheduler, a cluster.
+// Kernel configurations: tiles of 128 (or 64) weight rows x T tokens x 64 k, a scheduler, a cluster.
 // The op-set times every one that applies on a shape's first call and keeps the fastest.
 //   Tokens128:          T = 128, persistent tile scheduler.
 //   Tokens64StreamK:    T = 64, stream-K (every SM gets the same share of k iterations): shapes
@@ -34,15 +34,21 @@ namespace qs::cuda_gemm {
 //   Tokens128Cluster2:  T = 128, persistent, clusters of 2 CTAs along the weight rows that share
 //                       each token tile by TMA multicast (half the activation reads from L2).
 //   Tokens256:          T = 256, persistent: the most products per converted weight (large m).
-enum class HopperTile { Tokens128, Tokens64StreamK, Tokens128StreamK, Tokens128Cluster2, Tokens256 };
-constexpr int kHopperTiles = 5;
+//   Rows64Tokens64 / Rows64Tokens128: tiles of 64 weight rows, ping-pong schedule (two consumer
+//                       warpgroups on alternate tiles, one's epilogue under the other's math):
+//                       twice the tiles of the 128-row configurations for shapes with few rows.
+enum class HopperTile { Tokens128, Tokens64StreamK, Tokens128StreamK, Tokens128Cluster2, Tokens256, Rows64Tokens64,
+                        Rows64Tokens128 };
+constexpr int kHopperTiles = 7;
 inline const char* hopperTileName(HopperTile tile) {
   switch (tile) {
     case HopperTile::Tokens128: return "wgmma-128x128";
     case HopperTile::Tokens64StreamK: return "wgmma-128x64-streamk";
     case HopperTile::Tokens128StreamK: return "wgmma-128x128-streamk";
     case HopperTile::Tokens128Cluster2: return "wgmma-128x128-cluster2";
-    default: return "wgmma-128x256";
+    case HopperTile::Tokens256: return "wgmma-128x256";
+    case HopperTile::Rows64Tokens64: return "wgmma-64x64-pingpong";
+    default: return "wgmma-64x128-pingpong";
   }
 }
 
