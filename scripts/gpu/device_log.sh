@@ -1,7 +1,8 @@
 # Sourced by the device scripts: a summary log under $out and its step markers.
 #   summary=$out/summary.txt (emptied); step "text" writes "== text (time)"; has NAME is true when
 #   NAME is among $steps; device_header writes the GPU, driver, clocks and memory first;
-#   unpack_pack SOURCE_ROOT unpacks the carried binaries (below).
+#   unpack_pack SOURCE_ROOT unpacks the carried binaries (below); run_test BINARY SECONDS PATTERN
+#   runs one test program into $out/NAME.log and copies its rc and the PATTERN lines to the summary.
 summary=$out/summary.txt
 : >"$summary"
 step() { echo "== $* ($(date +%T))" | tee -a "$summary"; }
@@ -21,4 +22,13 @@ unpack_pack() {
   tar -C /tmp/pack -xJf .carry/pack.tar.xz
   if [[ "$here" != "$src" && ! -e "$src" ]]; then mkdir -p "$(dirname "$src")"; ln -s "$here" "$src"; fi
   export LD_LIBRARY_PATH=/tmp/pack/libs:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+}
+
+run_test() {
+  local binary=$1 limit=$2 pattern=$3 name t0=$SECONDS
+  name=$(basename "$binary")
+  step "$name"
+  timeout "$limit" "$binary" >"$out/$name.log" 2>&1
+  echo "$name rc=$? ($((SECONDS - t0)) s)" | tee -a "$summary"
+  grep -E "$pattern" "$out/$name.log" | head -80 | tee -a "$summary"
 }

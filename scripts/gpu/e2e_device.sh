@@ -21,11 +21,7 @@ device_header
 
 if has tests; then
   for t in test_runtime_gpu test_backend_ops_gpu test_transformer_ops_gpu; do
-    step "$t"
-    t0=$SECONDS
-    timeout 300 "/tmp/pack/bin/$t" >"$out/$t.log" 2>&1
-    echo "$t rc=$? ($((SECONDS - t0)) s)" | tee -a "$summary"
-    grep -E "^(FAIL|Totals)|recorded vs eager|Loc:" "$out/$t.log" | head -60 | tee -a "$summary"
+    run_test "/tmp/pack/bin/$t" 300 "^(FAIL|Totals)|recorded vs eager|Loc:"
   done
 fi
 

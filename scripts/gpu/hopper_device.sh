@@ -28,15 +28,9 @@ device_header
 tests=()
 has tests && tests+=(test_gemm_dequant_gpu test_gemm_gpu)
 has runtime && tests+=(test_backend_ops_gpu test_runtime_gpu test_transformer_ops_gpu)
-if ((${#tests[@]})); then
-  for t in "${tests[@]}"; do
-    step "$t"
-    t0=$SECONDS
-    timeout 240 "$B/$t" >"$out/$t.log" 2>&1
-    echo "$t rc=$? ($((SECONDS - t0)) s)" | tee -a "$summary"
-    grep -E "^(FAIL|Totals)|Loc:|products on the Hopper|m=512:|recorded vs eager" "$out/$t.log" | head -40 | tee -a "$summary"
-  done
-fi
+for t in "${tests[@]}"; do
+  run_test "$B/$t" 240 "^(FAIL|Totals)|Loc:|products on the Hopper|m=512:|recorded vs eager"
+done
 if has bench; then
   step "bench gemm --shapes $SHAPES --batch $BATCH --formats $FORMATS"
   timeout 300 "$B/quantscope-cli" bench gemm --shapes "$SHAPES" --batch "$BATCH" --formats "$FORMATS" \

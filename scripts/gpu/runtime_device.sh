@@ -22,11 +22,7 @@ device_header
 
 if has tests; then
   for t in test_transformer_ops_gpu test_runtime_gpu; do
-    step "$t"
-    t0=$SECONDS
-    timeout 300 "$bin/$t" >"$out/$t.log" 2>&1
-    echo "$t rc=$? ($((SECONDS - t0)) s)" | tee -a "$summary"
-    grep -E "^(PASS|FAIL|Totals)|QINFO|Loc:|seed" "$out/$t.log" | head -80 | tee -a "$summary"
+    run_test "$bin/$t" 300 "^(PASS|FAIL|Totals)|QINFO|Loc:|seed"
   done
 fi
 if has other; then
