@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <utility>
 
 #include "kernels/backend/backend.h"
 #include "kernels/common/error.h"
@@ -823,6 +824,19 @@ void Runtime::embedIds(const int32_t* ids, int64_t T, int32_t startPos, float* x
   if (devPositionEmbedding_.mem) ops_.add(x, devPositionEmbedding_.f() + int64_t(startPos) * dim_, T * dim_);
 }
 
+// Every block in order on x, each block's last step taking the next one's attention norm.
+void Runtime::runBlocksChained(float* x, int64_t T, int32_t startPos) {
+  struct Chain {
+    Runtime& rt;
+    explicit Chain(Runtime& r) : rt(r) { rt.chainBlocks_ = true; }
+    ~Chain() {
+      rt.chainBlocks_ = false;
+      rt.prenormed_ = {};
+    }
+  } chain(*this);
+  for (int b = 0; b < int(graph_.blocks.size()); ++b) runBlockImpl(b, x, T, startPos);
+}
+
 void Runtime::runBlockImpl(int b, float* x, int64_t T, int32_t startPos) {
   tapStartPos_ = startPos;
   if (graph_.family == GraphFamily::Gpt2)
@@ -830,6 +844,14 @@ void Runtime::runBlockImpl(int b, float* x, int64_t T, int32_t startPos) {
   else
     runLlamaBlock(b, x, T, startPos);
   fireTap(TapKind::Residual, b, -1, x, T, dim_);
+}
+
+// The attention norm of block b + 1 when block b's last residual step may take it: blocks run
+// back to back (chainBlocks_), b is not the last, no tap sees the residual stream in between.
+const float* Runtime::nextBlockNorm(int b) const {
+  if (!chainBlocks_ || !taps_.empty() || graph_.family == GraphFamily::Gpt2 || b + 1 >= int(graph_.blocks.size()))
+    return nullptr;
+  return attnNorms_[size_t(b) + 1].dw.f();
 }
 
 void Runtime::runLlamaBlock(int b, float* x, int64_t T, int32_t startPos) {
@@ -851,8 +873,12 @@ void Runtime::runLlamaBlock(int b, float* x, int64_t T, int32_t startPos) {
   const AttentionShape& shape = blockAttn_[size_t(b)];
   const int64_t hd = shape.headDim;
 
-  // Norms write h and its FP16 copy, which the GEMMs that read h take as it is (sameInput).
-  residualNorm(x, nullptr, nullptr, attnNorms_[size_t(b)].dw.f(), T, h);
+  // Norms write h and its FP16 copy, which the GEMMs that read h take as it is (sameInput). The
+  // previous block's last step may have taken this norm already (nextBlockNorm).
+  const Prenormed pre = std::exchange(prenormed_, Prenormed{});
+  if (!(pre.block == b && pre.x == x && pre.T == T && pre.version == stateVersion_))
+    residualNorm(x, nullptr, nullptr, attnNorms_[size_t(b)].dw.f(), T, h);
+  bool roped = false;  // RoPE taken with the FP32 conversion of q and k
   if (iqkv >= 0) {  // Phi-3: one projection, output columns [q | k | v]
     const int64_t row = qDim_ + 2 * kvDim_;
     float* qkv = scratch(kQkv, size_t(T * row));
@@ -879,7 +905,13 @@ void Runtime::runLlamaBlock(int b, float* x, int64_t T, int32_t startPos) {
       items[1].x = gemmHalf(ik, h, T, true, h, kYHalf2);
       items[2].x = gemmHalf(iv, h, T, true, h, kYHalf3);
     }
-    ops_.fromHalfBatch(items, 3);
+    if (qNorms_[size_t(b)].w.empty()) {  // RoPE in the same op (Qwen3 / Gemma 3 norm q and k first)
+      ops_.fromHalfRope(items, pos, shape, blockTheta_[size_t(b)],
+                        blockScaledRope_[size_t(b)] ? scaledInvFreq_.data() : nullptr, ropeMscale_, ropeMode_);
+      roped = true;
+    } else {
+      ops_.fromHalfBatch(items, 3);
+    }
   } else {
     linear(iq, h, T, q, b, true);
     linear(ik, h, T, k, b, true);
@@ -893,18 +925,30 @@ void Runtime::runLlamaBlock(int b, float* x, int64_t T, int32_t startPos) {
     q = qn;
     k = kn;
   }
-  if (blockScaledRope_[size_t(b)])
-    ops_.ropeFrequencies(q, k, pos, T, shape, scaledInvFreq_.data(), ropeMscale_, ropeMode_);
-  else
-    ops_.rope(q, k, pos, T, shape, blockTheta_[size_t(b)], ropeMode_);
-  if (shape.plain() || ops_.attentionExtras())
+  if (!roped) {
+    if (blockScaledRope_[size_t(b)])
+      ops_.ropeFrequencies(q, k, pos, T, shape, scaledInvFreq_.data(), ropeMscale_, ropeMode_);
+    else
+      ops_.rope(q, k, pos, T, shape, blockTheta_[size_t(b)], ropeMode_);
+  }
+  const bool oFusable = postAttnNorms_[size_t(b)].w.empty() && residualFusable(io);
+  const uint16_t* attHalf = nullptr;  // att's FP16 copy for the output projection, written with att
+  if (oFusable && (shape.plain() || ops_.attentionExtras())) {
+    auto* ah = reinterpret_cast<uint16_t*>(scratch(kXHalf, size_t(T * qDim_ + 1) / 2));
+    ops_.attentionToHalf(q, k, v, pos, T, shape, kCache_[size_t(b)].f(), vCache_[size_t(b)].f(), att, ah);
+    halfOf_ = att;
+    halfCount_ = T * qDim_;
+    attHalf = ah;
+  } else if (shape.plain() || ops_.attentionExtras()) {
     ops_.attention(q, k, v, pos, T, shape, kCache_[size_t(b)].f(), vCache_[size_t(b)].f(), att);
-  else
+  } else {
     ops_.attentionReference(q, k, v, pos, T, shape, kCache_[size_t(b)].f(), vCache_[size_t(b)].f(), att);
+  }
   const float* ffnNorm = ffnNorms_[size_t(b)].dw.f();
-  if (postAttnNorms_[size_t(b)].w.empty() && residualFusable(io)) {
+  if (oFusable) {
     // The output projection's FP16 product added to x and the FFN norm taken, in one op.
-    residualNorm(x, gemmHalf(io, att, T, false, att), weights_[size_t(io)].devBias.f(), ffnNorm, T, h);
+    const uint16_t* oh = attHalf ? gemmOnHalf(io, attHalf, T, kYHalf) : gemmHalf(io, att, T, false, att);
+    residualNorm(x, oh, weights_[size_t(io)].devBias.f(), ffnNorm, T, h);
   } else {
     linear(io, att, T, o, b);
     if (!postAttnNorms_[size_t(b)].w.empty()) {  // Gemma 2 / 3: norm the output, then add
@@ -934,7 +978,9 @@ void Runtime::runLlamaBlock(int b, float* x, int64_t T, int32_t startPos) {
     }
     auto* ah = reinterpret_cast<uint16_t*>(scratch(kYHalf3, size_t(T * hidden_ + 1) / 2));
     ops_.swigluHalf(gh, weights_[size_t(ig)].devBias.f(), uh, weights_[size_t(iu)].devBias.f(), T, hidden_, ld, g, u, ah);
-    residualNorm(x, gemmOnHalf(id, ah, T, kYHalf), weights_[size_t(id)].devBias.f(), nullptr, T, h);
+    const float* next = nextBlockNorm(b);
+    residualNorm(x, gemmOnHalf(id, ah, T, kYHalf), weights_[size_t(id)].devBias.f(), next, T, h);
+    if (next) prenormed_ = {b + 1, x, T, stateVersion_};
     return;
   }
   if (igu >= 0) {  // Phi-3: one projection, output columns [gate | up]
@@ -1052,7 +1098,7 @@ void Runtime::forward(std::span<const int32_t> tokens, int32_t startPos, std::ve
   if (T == 1 && decodeRecordable()) return decodeStep(tokens[0], startPos, logits);
   float* x = scratch(kFwdX, size_t(T * dim_));
   embedImpl(tokens, startPos, x);
-  for (int b = 0; b < int(graph_.blocks.size()); ++b) runBlockImpl(b, x, T, startPos);
+  runBlocksChained(x, T, startPos);
   tapStartPos_ = startPos;
   const int64_t rows = allLogits ? T : 1;
   logits.resize(size_t(rows * vocab_));
@@ -1108,7 +1154,7 @@ void Runtime::decodeStep(int32_t token, int32_t startPos, std::vector<float>& lo
       ~Clear() { p = nullptr; }
     } clear{stepPositions_};
     embedIds(ids, 1, startPos, x);
-    for (int b = 0; b < int(graph_.blocks.size()); ++b) runBlockImpl(b, x, 1, startPos);
+    runBlocksChained(x, 1, startPos);
     tapStartPos_ = startPos;
     headImpl(x, 1, dl);
   };

@@ -272,6 +272,7 @@ class Runtime {
   bool decodeRecordable() const;
   void decodeStep(int32_t token, int32_t startPos, std::vector<float>& logits);
   void runBlockImpl(int b, float* x, int64_t T, int32_t startPos);
+  void runBlocksChained(float* x, int64_t T, int32_t startPos);
   void headImpl(const float* x, int64_t T, float* logits);
   void runLlamaBlock(int b, float* x, int64_t T, int32_t startPos);
   void runGpt2Block(int b, float* x, int64_t T, int32_t startPos);
@@ -342,6 +343,18 @@ class Runtime {
   // What the kXHalf scratch holds: the FP16 copy of halfOf_ (halfCount_ values), or nothing.
   const float* halfOf_ = nullptr;
   int64_t halfCount_ = 0;
+  // Blocks run back to back (forward, decode steps: chainBlocks_) fold the next block's attention
+  // norm into the residual step that ends a block: one kernel instead of two. prenormed_ says for
+  // which block h and its FP16 copy already hold that norm.
+  struct Prenormed {
+    int block = -1;
+    const float* x = nullptr;
+    int64_t T = 0;
+    uint64_t version = 0;
+  };
+  bool chainBlocks_ = false;
+  Prenormed prenormed_;
+  const float* nextBlockNorm(int b) const;
 
   // Per block, q/k/v and gate/up as one GEMM weight each (GemmOps::fuseRows: one launch, memory
   // shared with the layers' own weights), made by the first forward that runs those layers on

@@ -171,6 +171,13 @@ void TransformerOps::residualRmsNorm(float* x, const uint16_t* yh, const float* 
   }
 }
 
+void TransformerOps::attentionToHalf(const float* q, const float* k, const float* v, const int32_t* positions,
+                                     int64_t T, const AttentionShape& s, float* kCache, float* vCache, float* out,
+                                     uint16_t* outHalf) {
+  attention(q, k, v, positions, T, s, kCache, vCache, out);
+  toHalf(out, T * int64_t(s.nHeads) * s.headDim, outHalf);
+}
+
 void TransformerOps::toHalf(const float* x, int64_t n, uint16_t* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = floatToHalfBits(x[i]);
 }
@@ -190,6 +197,15 @@ void TransformerOps::fromHalfBatch(const HalfToFloat* items, int count) {
     else
       for (int64_t r = 0; r < it.rows; ++r) fromHalf(it.x + r * it.ld, 1, it.cols, it.bias, it.out + r * it.cols);
   }
+}
+
+void TransformerOps::fromHalfRope(const HalfToFloat* qkv, const int32_t* positions, const AttentionShape& s,
+                                  float theta, const float* invFreq, float mscale, RopeMode mode) {
+  fromHalfBatch(qkv, 3);
+  if (invFreq)
+    ropeFrequencies(qkv[0].out, qkv[1].out, positions, qkv[0].rows, s, invFreq, mscale, mode);
+  else
+    rope(qkv[0].out, qkv[1].out, positions, qkv[0].rows, s, theta, mode);
 }
 
 void TransformerOps::swigluHalf(const uint16_t* gh, const float* gbias, const uint16_t* uh, const float* ubias,

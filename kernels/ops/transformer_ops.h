@@ -66,6 +66,12 @@ class TransformerOps {
                          int64_t T, const AttentionShape& s, float* kCache, float* vCache,
                          float* out) = 0;
 
+  // attention() and then toHalf() of its output into outHalf [T, nHeads*headDim]: the output
+  // projection's FP16 input without a conversion of its own. Bit for bit the two ops; on CUDA
+  // the decode step's merge kernel writes both.
+  virtual void attentionToHalf(const float* q, const float* k, const float* v, const int32_t* positions, int64_t T,
+                               const AttentionShape& s, float* kCache, float* vCache, float* out, uint16_t* outHalf);
+
   // out = silu(gate) * up, elementwise over n values
   virtual void swiglu(const float* gate, const float* up, int64_t n, float* out) = 0;
   // GPT-2's GELU (tanh approximation), in place over n values
@@ -128,6 +134,11 @@ class TransformerOps {
     int64_t ld = 0;
   };
   virtual void fromHalfBatch(const HalfToFloat* items, int count);
+  // A block's q/k/v step with FP16 products: fromHalfBatch(qkv, 3), then RoPE on q = qkv[0].out
+  // and k = qkv[1].out ([rows = T, ·], positions[T]) — rope(theta) when invFreq is null, else
+  // ropeFrequencies(invFreq, mscale). Bit for bit those ops; on CUDA one kernel instead of two.
+  virtual void fromHalfRope(const HalfToFloat* qkv, const int32_t* positions, const AttentionShape& s, float theta,
+                            const float* invFreq, float mscale, RopeMode mode);
   // The SwiGLU step between GEMMs with FP16 outputs and inputs, as one op: gh and uh [rows, cols]
   // with row pitch ld (0: cols; the halves of a fused [gate | up] product) (+ gbias, ubias when not
   // null) → outHalf [rows, cols] = FP16 of swiglu(gate, up). g and u [rows, cols] are scratch (the

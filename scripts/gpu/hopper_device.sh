@@ -7,7 +7,8 @@
 # travel as .carry/pack.tar.xz (bin/ + libs/, as e2e_device.sh takes them). Logs under $OUT.
 # Usage on the device machine, in the repository root:
 #   bash scripts/gpu/hopper_device.sh SOURCE_ROOT [steps…]
-#   steps: tests (GEMM), runtime (op tables, runtime, transformer ops), bench, peers, e2e8b, memcheck
+#   steps: tests (GEMM), runtime (op tables, runtime, transformer ops), gpu-rest (the other gpu test
+#   programs: tests + runtime + gpu-rest = `ctest -L gpu`), bench, peers, e2e8b, memcheck
 # Environment: SHAPES, BATCH, FORMATS (bench gemm's), QS_E2E_FORMATS (bench e2e's), MEMCHECK_ROWS
 # (the forced Hopper configurations memcheck runs).
 set -uo pipefail
@@ -28,6 +29,8 @@ device_header
 tests=()
 has tests && tests+=(test_gemm_dequant_gpu test_gemm_gpu)
 has runtime && tests+=(test_backend_ops_gpu test_runtime_gpu test_transformer_ops_gpu)
+# gpu-rest: the other programs of `ctest -L gpu` (with tests and runtime: all of them)
+has gpu-rest && tests+=(test_gpu_device test_analysis_gpu test_rounding_gpu test_stats_gpu test_ggml_activations_gpu)
 for t in "${tests[@]}"; do
   run_test "$B/$t" 240 "^(FAIL|Totals)|Loc:|products on the Hopper|m=512:|recorded vs eager"
 done

@@ -1,5 +1,6 @@
 // The TransformerOps rows of the backend-ops table: every op with a CPU and a CUDA implementation
 // (kernels/ops/transformer_ops.h), on odd sizes, normal and outlier-heavy inputs.
+#include <array>
 #include <cmath>
 #include <random>
 #include <string>
@@ -409,6 +410,103 @@ void addRope(std::vector<OpCase>& rows) {
         }
 }
 
+// fromHalfRope: a fused [T, q | k | v] FP16 product with biases to FP32 with RoPE on q and k, on
+// the shapes of addRope; against the reference (RoPE of fromHalf's values) and, on the same
+// backend, against fromHalfBatch followed by rope / ropeFrequencies (bit for bit).
+void addFromHalfRope(std::vector<OpCase>& rows) {
+  const RopeShape shapes[] = {{1, 4, 2, 8, 0, 1.0f}, {1, 32, 8, 128, 611, 1.2247f}, {7, 6, 3, 64, 100, 0.9f},
+                              {5, 3, 3, 2, 17, 1.0f}};
+  for (bool explicitFrequencies : {false, true})
+    for (RopeMode mode : {RopeMode::Interleaved, RopeMode::HalfSplit})
+      for (const RopeShape& s : shapes)
+        for (Distribution d : kDistributions) {
+          const bool interleaved = mode == RopeMode::Interleaved;
+          const float mscale = explicitFrequencies ? s.mscale : 1.0f;
+          std::string shape = shapeText({{"T", s.T}, {"heads", s.H}, {"kv", s.KVH}, {"hd", s.HD}, {"pos", s.start}}) +
+                              (interleaved ? " interleaved" : " half-split") +
+                              (explicitFrequencies ? " frequencies" : " theta");
+          OpCase c = makeCase("fromHalfRope", "", shape, d,
+                              {kRope, exactBound("v: fromHalf's expression", "v"),
+                               exactBound("the same as fromHalfBatch then rope on this backend", "vsTwoOps*")});
+          const AttentionShape as{s.H, s.KVH, s.HD, 4096};
+          const float theta = 10000.0f;
+          const int64_t qd = int64_t(s.H) * s.HD, kd = int64_t(s.KVH) * s.HD, ld = qd + 2 * kd;
+          c.makeInputs = [=](uint64_t seed) {
+            Inputs in;
+            const auto v = randomValues(size_t(s.T * ld), seed, d);
+            std::vector<uint16_t> h(v.size());
+            for (size_t j = 0; j < v.size(); ++j) h[j] = floatToHalfBits(v[j]);
+            in.f16("x") = std::move(h);
+            in.f32("bias") = randomValues(size_t(ld), seed + 3, Distribution::Normal);
+            in.i32("pos") = consecutive(s.T, s.start);
+            std::mt19937_64 rng(seed + 2);
+            auto& inv = in.f32("invFreq");
+            for (int i = 0; i < s.HD / 2; ++i)
+              inv.push_back(1.0f / (std::pow(theta, float(2 * i) / float(s.HD)) * (1.0f + float(rng() % 800) / 100.0f)));
+            return in;
+          };
+          c.run = [=](OpRun& r) {
+            auto& mem = r.transformerMemory();
+            TransformerOps& ops = r.backend.transformer();
+            const uint16_t* x = mem.input(r.in.f16("x"), "x");
+            const float* bias = mem.input(r.in.f32("bias"), "bias");
+            const int32_t* pos = mem.input(r.in.i32("pos"), "positions");
+            const float* inv = explicitFrequencies ? r.in.f32("invFreq").data() : nullptr;  // host, by contract
+            auto items = [&](const char* tag) {
+              const std::string t = tag;
+              std::array<TransformerOps::HalfToFloat, 3> it{
+                  TransformerOps::HalfToFloat{x, s.T, qd, bias, mem.output<float>(size_t(s.T * qd), "q" + t), ld},
+                  TransformerOps::HalfToFloat{x + qd, s.T, kd, bias + qd, mem.output<float>(size_t(s.T * kd), "k" + t), ld},
+                  TransformerOps::HalfToFloat{x + qd + kd, s.T, kd, bias + qd + kd,
+                                              mem.output<float>(size_t(s.T * kd), "v" + t), ld}};
+              return it;
+            };
+            const auto fused = items(""), apart = items(" (two ops)");
+            ops.fromHalfRope(fused.data(), pos, as, theta, inv, mscale, mode);
+            ops.fromHalfBatch(apart.data(), 3);
+            if (inv)
+              ops.ropeFrequencies(apart[0].out, apart[1].out, pos, s.T, as, inv, mscale, mode);
+            else
+              ops.rope(apart[0].out, apart[1].out, pos, s.T, as, theta, mode);
+            Outputs o;
+            const char* names[3] = {"q", "k", "v"};
+            for (int i = 0; i < 3; ++i) {
+              const std::vector<float> a = mem.read(fused[size_t(i)].out), b = mem.read(apart[size_t(i)].out);
+              std::vector<double> diff(a.size());
+              for (size_t j = 0; j < a.size(); ++j) diff[j] = a[j] == b[j] ? 0.0 : 1.0;
+              o.add(names[i], a);
+              o.add(std::string("vsTwoOps ") + names[i], std::move(diff));
+            }
+            return o;
+          };
+          c.reference = [=](const Inputs& in) {
+            const auto& pos = in.i32("pos");
+            const auto& inv = in.f32("invFreq");
+            auto angle = [&](int64_t t, int i) -> double {
+              const float freq = explicitFrequencies ? inv[size_t(i)]
+                                                     : 1.0f / std::pow(theta, float(2 * i) / float(s.HD));
+              return double(float(pos[size_t(t)]) * freq);
+            };
+            std::vector<double> q, k, v;
+            for (int64_t t = 0; t < s.T; ++t)
+              for (int64_t c2 = 0; c2 < ld; ++c2) {
+                const double val = double(halfBitsToFloat(in.f16("x")[size_t(t * ld + c2)]) + in.f32("bias")[size_t(c2)]);
+                (c2 < qd ? q : c2 < qd + kd ? k : v).push_back(val);
+              }
+            ref::rope(q, s.T, s.H, s.HD, interleaved, angle, mscale);
+            ref::rope(k, s.T, s.KVH, s.HD, interleaved, angle, mscale);
+            Outputs o;
+            o.add("q", std::move(q));
+            o.add("k", std::move(k));
+            o.add("v", std::move(v));
+            for (const char* n : {"q", "k", "v"})
+              o.add(std::string("vsTwoOps ") + n, std::vector<double>(size_t(s.T * (n[0] == 'q' ? qd : kd)), 0.0));
+            return o;
+          };
+          rows.push_back(std::move(c));
+        }
+}
+
 struct AttentionRow {
   int H, KVH, HD;
   int window = 0;
@@ -418,15 +516,21 @@ struct AttentionRow {
 
 // A prefill of T tokens after `start` cached positions, then two decode steps, on caches whose
 // earlier positions hold random keys and values (as an earlier prefill left them).
-OpCase attentionCase(const AttentionRow& a, Distribution d, bool viaReference) {
+// Which op a row calls: attention, attentionReference (the host copy) or attentionToHalf (its
+// output also as FP16, checked to be toHalf's rounding of the FP32 output bit for bit).
+enum class AttentionOp { Plain, Reference, ToHalf };
+
+OpCase attentionCase(const AttentionRow& a, Distribution d, AttentionOp op) {
+  const bool viaReference = op == AttentionOp::Reference, toHalf = op == AttentionOp::ToHalf;
   const AttentionShape s{a.H, a.KVH, a.HD, a.maxSeq, a.window, a.scale, a.softcap};
   std::string shape = shapeText({{"heads", a.H}, {"kv", a.KVH}, {"hd", a.HD}, {"start", a.start}, {"T", a.T}});
   if (!s.plain())
     shape += " window=" + std::to_string(a.window) + " scale=" + std::to_string(a.scale).substr(0, 4) +
              " softcap=" + std::to_string(a.softcap).substr(0, 3);
-  OpCase c = makeCase(viaReference ? "attentionReference" : "attention", "", shape, d,
+  OpCase c = makeCase(viaReference ? "attentionReference" : toHalf ? "attentionToHalf" : "attention", "", shape, d,
                       {kAttention, exactBound("the cache appends are copies", "kCache"),
-                       exactBound("the cache appends are copies", "vCache")});
+                       exactBound("the cache appends are copies", "vCache"),
+                       exactBound("outHalf is toHalf(out): one rounding of the same value", "halfVsOut*")});
   const int64_t kvDim = int64_t(a.KVH) * a.HD, qDim = int64_t(a.H) * a.HD;
   auto stepStart = [a](int step) { return step == 0 ? a.start : a.start + a.T + step - 1; };
   auto stepTokens = [a](int step) { return step == 0 ? a.T : 1; };
@@ -458,10 +562,20 @@ OpCase attentionCase(const AttentionRow& a, Distribution d, bool viaReference) {
       const float* k = mem.input(r.in.f32("k" + n), "k" + n);
       const float* v = mem.input(r.in.f32("v" + n), "v" + n);
       const int32_t* pos = mem.input(r.in.i32("pos" + n), "pos" + n);
-      if (viaReference)
+      if (viaReference) {
         ops.attentionReference(q, k, v, pos, T, s, kc, vc, out);
-      else
+      } else if (toHalf) {
+        uint16_t* outHalf = mem.output<uint16_t>(size_t(T * qDim), "outHalf" + n);
+        ops.attentionToHalf(q, k, v, pos, T, s, kc, vc, out, outHalf);
+        // FP16 bits of the op's own FP32 output minus the bits it wrote: all zero.
+        const std::vector<float> got = mem.read(out);
+        const std::vector<uint16_t> half = mem.read(outHalf);
+        std::vector<double> diff(half.size());
+        for (size_t j = 0; j < half.size(); ++j) diff[j] = double(int(floatToHalfBits(got[j])) - int(half[j]));
+        o.add("halfVsOut" + n, std::move(diff));
+      } else {
         ops.attention(q, k, v, pos, T, s, kc, vc, out);
+      }
       o.add("out" + n, mem.read(out));
     }
     o.add("kCache", mem.read(kc));
@@ -481,6 +595,7 @@ OpCase attentionCase(const AttentionRow& a, Distribution d, bool viaReference) {
           vc[size_t(pos[t] * kvDim + i)] = in.f32("v" + n)[size_t(int64_t(t) * kvDim + i)];
         }
       o.add("out" + n, ref::attention(in.f32("q" + n), pos, kc, vc, rs));
+      if (toHalf) o.add("halfVsOut" + n, std::vector<double>(size_t(int64_t(pos.size()) * qDim), 0.0));
     }
     o.add("kCache", kc);
     o.add("vCache", vc);
@@ -495,7 +610,8 @@ void addAttention(std::vector<OpCase>& rows) {
   const int maxSeq = quickRun() ? 96 : 700;
   for (auto [H, KVH, HD] : {std::tuple{8, 4, 8}, {4, 4, 64}, {6, 2, 80}, {4, 1, 128}, {2, 2, 256}})
     for (auto [start, T] : {std::pair{0, 1}, {0, 37}, {5, 16}, {40, maxSeq - 48}})
-      for (Distribution d : kDistributions) rows.push_back(attentionCase({H, KVH, HD, 0, 0, 0, maxSeq, start, T}, d, false));
+      for (Distribution d : kDistributions)
+        rows.push_back(attentionCase({H, KVH, HD, 0, 0, 0, maxSeq, start, T}, d, AttentionOp::Plain));
   // The extras: sliding windows (Mistral, Gemma, Phi-3), a score scale (Gemma's
   // query_pre_attn_scalar), soft-capping (Gemma 2), and all at once.
   const int extrasSeq = quickRun() ? 96 : 300;
@@ -504,9 +620,16 @@ void addAttention(std::vector<OpCase>& rows) {
                                       {0, 0.07f, 0.0f}, {0, 0.0f, 2.0f}, {100, 0.3f, 5.0f}})
       for (auto [start, T] : {std::pair{0, 37}, {40, extrasSeq - 48}})
         for (Distribution d : kDistributions)
-          rows.push_back(attentionCase({H, KVH, HD, window, scale, cap, extrasSeq, start, T}, d, false));
+          rows.push_back(attentionCase({H, KVH, HD, window, scale, cap, extrasSeq, start, T}, d, AttentionOp::Plain));
   // The host-copy reference every op-set offers (attentionReference), with every extra.
-  for (Distribution d : kDistributions) rows.push_back(attentionCase({6, 2, 16, 5, 0.2f, 3.0f, 64, 3, 20}, d, true));
+  for (Distribution d : kDistributions)
+    rows.push_back(attentionCase({6, 2, 16, 5, 0.2f, 3.0f, 64, 3, 20}, d, AttentionOp::Reference));
+  // With the FP16 copy of the output (the output projection's input in a decode step): decode
+  // steps take the merge kernel's copy, the prefill a conversion after; with and without extras.
+  for (auto [H, KVH, HD] : {std::tuple{8, 4, 8}, {4, 1, 128}, {2, 2, 256}})
+    for (auto [window, cap] : {std::pair{0, 0.0f}, {33, 2.0f}})
+      for (Distribution d : kDistributions)
+        rows.push_back(attentionCase({H, KVH, HD, window, 0.0f, cap, extrasSeq, 40, 37}, d, AttentionOp::ToHalf));
 }
 
 // An op on n values in place (or, for swiglu, into an output), against a scalar function.
@@ -956,6 +1079,7 @@ std::vector<OpCase> transformerCases() {
   addResidualNorm(rows);
   addHalfSteps(rows);
   addRope(rows);
+  addFromHalfRope(rows);
   addAttention(rows);
   addElementwise(rows);
   addHelpers(rows);

@@ -5,6 +5,8 @@
 #include <cuda_fp8.h>
 #include <cstdint>
 
+#include "kernels/cuda/common/pdl.cuh"
+
 namespace qs::cuda_gemm {
 
 // ---- memory ---------------------------------------------------------------------------------
@@ -64,25 +66,11 @@ __device__ __forceinline__ uint2 lds64(uint32_t smemAddr) {
   return r;
 }
 
-// Programmatic dependent launch (sm_90): a kernel launched with programmatic stream
-// serialization may start while the previous kernel in the stream is still finishing; it must
-// wait here before touching anything that kernel writes (activations, workspace, output).
-// Everything before the wait may only read data no earlier kernel writes (the weights).
-// Without the launch attribute, and before sm_90, this is a no-op.
-__device__ __forceinline__ void waitForPriorGrids() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
-
-// Lets the next kernel in the stream, if launched with programmatic stream serialization,
-// start now: its blocks take whatever SM room is free and stream their weights while this
-// grid finishes; they still wait (waitForPriorGrids) for this grid's results and completion.
-__device__ __forceinline__ void allowDependentLaunch() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
-}
+// Programmatic dependent launch (kernels/cuda/common/pdl.cuh): a skinny kernel launched with
+// programmatic stream serialization may start while the previous kernel finishes; before its
+// wait it only reads data no earlier kernel writes (the weights).
+using qs::cuda::allowDependentLaunch;
+using qs::cuda::waitForPriorGrids;
 
 // ---- bulk copies (sm_90): one thread moves a contiguous block global → shared ---------------
 // The copy engine (async proxy) reports the bytes it wrote to an mbarrier; a consumer waits on

@@ -14,6 +14,7 @@
 // lie wholly before its query's window, so every tile it uses holds a valid key), a score scale
 // other than 1/sqrt(hd) (Gemma's query_pre_attn_scalar) and the score soft-cap
 // cap · tanh(s / cap) (Gemma 2) applied after the scale, before the softmax.
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -23,11 +24,15 @@
 
 #include "kernels/common/error.h"
 #include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/common/pdl.cuh"
 #include "kernels/cuda/ops/transformer_launch.h"
 
 namespace qs::cuda_ops {
 
 namespace {
+
+using cuda::launchChained;
+using cuda::waitForPriorGrids;
 
 constexpr int kQueryTile = 16;
 constexpr int kWarps = 4;
@@ -37,6 +42,7 @@ constexpr int kKeyTile = 32;
 __global__ void appendKvKernel(const float* __restrict__ k, const float* __restrict__ v,
                                const int32_t* __restrict__ positions, int64_t T, int64_t kvDim,
                                float* __restrict__ kCache, float* __restrict__ vCache) {
+  waitForPriorGrids();  // chained launch (pdl.cuh): first, before any access
   const int64_t n = T * kvDim;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
@@ -54,6 +60,7 @@ __global__ void __launch_bounds__(kWarps * 32)
                     const float* __restrict__ vCache, const int32_t* __restrict__ positions,
                     int64_t T, int nHeads, int nKvHeads, int hd, float scale, int window,
                     float softcap, float* __restrict__ out) {
+  waitForPriorGrids();  // chained launch (pdl.cuh): first, before any access
   extern __shared__ float smem[];
   const int ks = hd + 1;                  // K row stride: lane j reads row j, conflict-free
   float* kTile = smem;                    // [kKeyTile][hd + 1]
@@ -155,7 +162,7 @@ void launchAttention(const float* q, const float* kCache, const float* vCache,
     configured = true;
   }
   const dim3 grid(unsigned((T + kQueryTile - 1) / kQueryTile), unsigned(nHeads));
-  attentionKernel<DPL><<<grid, kWarps * 32, smem, stream>>>(q, kCache, vCache, positions, T, nHeads,
+  launchChained(attentionKernel<DPL>, grid, kWarps * 32, smem, stream, q, kCache, vCache, positions, T, nHeads,
                                                             nKvHeads, hd, scale > 0.0f ? scale : 1.0f / sqrtf(float(hd)),
                                                             window, softcap, out);
   QS_CUDA_LAUNCHED("attentionKernel");
@@ -173,10 +180,12 @@ constexpr int kDecodeSplit = kWarps * 32;
 
 template <int DPL>
 __global__ void __launch_bounds__(kWarps * 32)
-    decodeAttentionSplitKernel(const float* __restrict__ q, const float* __restrict__ kCache,
-                               const float* __restrict__ vCache, const int32_t* __restrict__ positions,
+    decodeAttentionSplitKernel(const float* __restrict__ q, const float* __restrict__ kNew,
+                               const float* __restrict__ vNew, float* __restrict__ kCache,
+                               float* __restrict__ vCache, const int32_t* __restrict__ positions,
                                int nHeads, int nKvHeads, int hd, float scale, int window, float softcap,
                                int nSplits, float* __restrict__ part) {
+  waitForPriorGrids();  // chained launch (pdl.cuh): first, before any access
   __shared__ __align__(16) float qs[32 * DPL];
   __shared__ float wm[kWarps], wl[kWarps];
   __shared__ float wacc[kWarps][32 * DPL];
@@ -188,6 +197,14 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int first = window > 0 ? max(0, pos - window + 1) : 0;
   const int k0 = split * kDecodeSplit;
   float* P = part + (int64_t(h) * nSplits + split) * (hd + 2);
+  // The new key and value (cache row `pos`) are read from kNew / vNew by every block that sees
+  // them; the split holding pos appends them to the caches from its group's first query head. No
+  // block of this grid reads cache row pos, so the append needs no ordering.
+  if (split == pos / kDecodeSplit && h % (nHeads / nKvHeads) == 0)
+    for (int c = threadIdx.x; c < hd; c += blockDim.x) {
+      kCache[int64_t(pos) * kvDim + int64_t(kvh) * hd + c] = kNew[int64_t(kvh) * hd + c];
+      vCache[int64_t(pos) * kvDim + int64_t(kvh) * hd + c] = vNew[int64_t(kvh) * hd + c];
+    }
   if (max(k0, first) > pos) {  // no key of this split is visible: an empty split
     if (threadIdx.x == 0) {
       P[0] = -INFINITY;
@@ -207,7 +224,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   if (__any_sync(0xFFFFFFFFu, valid)) {
     float sc = -INFINITY;
     if (valid) {  // lane = key: q · k over the row (float4: hd % 4 == 0 and 16-byte rows, checked by the host)
-      const float4* kr = reinterpret_cast<const float4*>(kCache + int64_t(key) * kvDim + int64_t(kvh) * hd);
+      const float* krow = key == pos ? kNew + int64_t(kvh) * hd : kCache + int64_t(key) * kvDim + int64_t(kvh) * hd;
+      const float4* kr = reinterpret_cast<const float4*>(krow);
       const float4* qv = reinterpret_cast<const float4*>(qs);
       // Unrolled to the instantiation's largest head (8·DPL float4), so the row's loads are all
       // in flight at once rather than one latency per trip.
@@ -238,7 +256,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll 4
     for (int j = jlo; j <= jhi; ++j) {
       const float pj = __shfl_sync(0xFFFFFFFFu, p, j);
-      const float* vr = vCache + int64_t(kw + j) * kvDim + int64_t(kvh) * hd;
+      const float* vr = kw + j == pos ? vNew + int64_t(kvh) * hd : vCache + int64_t(kw + j) * kvDim + int64_t(kvh) * hd;
 #pragma unroll
       for (int d = 0; d < DPL; ++d) {
         const int c = lane + 32 * d;
@@ -275,7 +293,9 @@ __global__ void __launch_bounds__(kWarps * 32)
 // Merges a head's splits: out = Σ_s acc_s·exp(m_s − M) / Σ_s l_s·exp(m_s − M), over the splits
 // that hold visible keys (from the position, as the split kernel decides: the others are empty).
 __global__ void decodeAttentionMergeKernel(const float* __restrict__ part, const int32_t* __restrict__ positions,
-                                           int nSplits, int hd, int window, float* __restrict__ out) {
+                                           int nSplits, int hd, int window, float* __restrict__ out,
+                                           __half* __restrict__ outHalf) {
+  waitForPriorGrids();  // chained launch (pdl.cuh): first, before any access
   __shared__ float weight[64];  // exp(m_s − M) / L per split, for up to 64 splits at a time
   const int h = blockIdx.x;
   const float* P = part + int64_t(h) * nSplits * (hd + 2);
@@ -323,21 +343,25 @@ __global__ void decodeAttentionMergeKernel(const float* __restrict__ part, const
   }
   for (int d = 0; d < 2; ++d) {
     const int c = threadIdx.x + 128 * d;
-    if (c < hd) out[int64_t(h) * hd + c] = acc[d];
+    if (c < hd) {
+      out[int64_t(h) * hd + c] = acc[d];
+      if (outHalf) outHalf[int64_t(h) * hd + c] = __float2half_rn(acc[d]);
+    }
   }
 }
 
 int decodeSplits(int maxSeq) { return (maxSeq + kDecodeSplit - 1) / kDecodeSplit; }
 
 template <int DPL>
-void launchDecodeAttention(const float* q, const float* kCache, const float* vCache, const int32_t* positions,
+void launchDecodeAttention(const float* q, const float* kNew, const float* vNew, float* kCache, float* vCache,
+                           const int32_t* positions,
                            int nHeads, int nKvHeads, int hd, float scale, int window, float softcap, int maxSeq,
-                           float* work, float* out, cudaStream_t stream) {
+                           float* work, float* out, __half* outHalf, cudaStream_t stream) {
   const int nSplits = decodeSplits(maxSeq);
-  decodeAttentionSplitKernel<DPL><<<dim3(unsigned(nSplits), unsigned(nHeads)), kWarps * 32, 0, stream>>>(
-      q, kCache, vCache, positions, nHeads, nKvHeads, hd, scale, window, softcap, nSplits, work);
+  launchChained(decodeAttentionSplitKernel<DPL>, dim3(unsigned(nSplits), unsigned(nHeads)), kWarps * 32, 0, stream, 
+      q, kNew, vNew, kCache, vCache, positions, nHeads, nKvHeads, hd, scale, window, softcap, nSplits, work);
   QS_CUDA_LAUNCHED("decodeAttentionSplitKernel");
-  decodeAttentionMergeKernel<<<unsigned(nHeads), 128, 0, stream>>>(work, positions, nSplits, hd, window, out);
+  launchChained(decodeAttentionMergeKernel, unsigned(nHeads), 128, 0, stream, work, positions, nSplits, hd, window, out, outHalf);
   QS_CUDA_LAUNCHED("decodeAttentionMergeKernel");
 }
 
@@ -346,7 +370,7 @@ void launchDecodeAttention(const float* q, const float* kCache, const float* vCa
 void attention(const float* q, const float* k, const float* v, const int32_t* positions,
                int64_t T, int nHeads, int nKvHeads, int headDim, float* kCache, float* vCache,
                float* out, cudaStream_t stream, int window, float scale, float softcap, int maxSeq,
-               float* decodeWork) {
+               float* decodeWork, uint16_t* outHalf) {
   if (T <= 0) return;
   if (headDim <= 0 || headDim > 256 || nKvHeads <= 0 || nHeads % nKvHeads != 0)
     throw Error(ErrorKind::Unsupported,
@@ -354,26 +378,31 @@ void attention(const float* q, const float* k, const float* v, const int32_t* po
                 "headDim " + std::to_string(headDim) + ", " + std::to_string(nHeads) + "/" +
                     std::to_string(nKvHeads) + " heads)");
   const int64_t kvDim = int64_t(nKvHeads) * headDim;
-  const int64_t n = T * kvDim;
-  const int blocks = int(std::min<int64_t>((n + 255) / 256, 65536));
-  appendKvKernel<<<blocks, 256, 0, stream>>>(k, v, positions, T, kvDim, kCache, vCache);
-  QS_CUDA_LAUNCHED("appendKvKernel");
-  // The split decode kernel reads rows as float4: head sizes in multiples of 4, 16-byte caches and q.
-  const bool aligned = (reinterpret_cast<uintptr_t>(kCache) | reinterpret_cast<uintptr_t>(q)) % 16 == 0;
-  if (T == 1 && decodeWork && maxSeq > 0 && headDim % 4 == 0 && aligned) {
+  // The split decode kernel reads rows as float4: head sizes in multiples of 4, 16-byte caches, q
+  // and k. It appends k and v to the caches itself.
+  const bool aligned =
+      (reinterpret_cast<uintptr_t>(kCache) | reinterpret_cast<uintptr_t>(q) | reinterpret_cast<uintptr_t>(k)) % 16 == 0;
+  const bool split = T == 1 && decodeWork && maxSeq > 0 && headDim % 4 == 0 && aligned;
+  if (!split) {
+    const int64_t n = T * kvDim;
+    const int blocks = int(std::min<int64_t>((n + 255) / 256, 65536));
+    launchChained(appendKvKernel, blocks, 256, 0, stream, k, v, positions, T, kvDim, kCache, vCache);
+    QS_CUDA_LAUNCHED("appendKvKernel");
+  }
+  if (split) {
     const float sc = scale > 0.0f ? scale : 1.0f / sqrtf(float(headDim));
     if (headDim <= 32)
-      launchDecodeAttention<1>(q, kCache, vCache, positions, nHeads, nKvHeads, headDim, sc, window, softcap, maxSeq,
-                               decodeWork, out, stream);
+      launchDecodeAttention<1>(q, k, v, kCache, vCache, positions, nHeads, nKvHeads, headDim, sc, window, softcap, maxSeq,
+                               decodeWork, out, reinterpret_cast<__half*>(outHalf), stream);
     else if (headDim <= 64)
-      launchDecodeAttention<2>(q, kCache, vCache, positions, nHeads, nKvHeads, headDim, sc, window, softcap, maxSeq,
-                               decodeWork, out, stream);
+      launchDecodeAttention<2>(q, k, v, kCache, vCache, positions, nHeads, nKvHeads, headDim, sc, window, softcap, maxSeq,
+                               decodeWork, out, reinterpret_cast<__half*>(outHalf), stream);
     else if (headDim <= 128)
-      launchDecodeAttention<4>(q, kCache, vCache, positions, nHeads, nKvHeads, headDim, sc, window, softcap, maxSeq,
-                               decodeWork, out, stream);
+      launchDecodeAttention<4>(q, k, v, kCache, vCache, positions, nHeads, nKvHeads, headDim, sc, window, softcap, maxSeq,
+                               decodeWork, out, reinterpret_cast<__half*>(outHalf), stream);
     else
-      launchDecodeAttention<8>(q, kCache, vCache, positions, nHeads, nKvHeads, headDim, sc, window, softcap, maxSeq,
-                               decodeWork, out, stream);
+      launchDecodeAttention<8>(q, k, v, kCache, vCache, positions, nHeads, nKvHeads, headDim, sc, window, softcap, maxSeq,
+                               decodeWork, out, reinterpret_cast<__half*>(outHalf), stream);
     return;
   }
   if (headDim <= 32)
@@ -388,6 +417,7 @@ void attention(const float* q, const float* k, const float* v, const int32_t* po
   else
     launchAttention<8>(q, kCache, vCache, positions, T, nHeads, nKvHeads, headDim, out, stream, window, scale,
                         softcap);
+  if (outHalf) toHalf(out, T * int64_t(nHeads) * headDim, outHalf, stream);
 }
 
 size_t decodeWorkFloats(int nHeads, int headDim, int maxSeq) {

@@ -89,6 +89,11 @@ class CudaTransformerOps final : public TransformerOps {
   }
   void attention(const float* q, const float* k, const float* v, const int32_t* positions, int64_t T,
                  const AttentionShape& s, float* kCache, float* vCache, float* out) override {
+    attentionToHalf(q, k, v, positions, T, s, kCache, vCache, out, nullptr);
+  }
+  // outHalf may be null (attention()); a decode step's merge writes it, a prefill converts after.
+  void attentionToHalf(const float* q, const float* k, const float* v, const int32_t* positions, int64_t T,
+                       const AttentionShape& s, float* kCache, float* vCache, float* out, uint16_t* outHalf) override {
     // One query (decode): the split kernel, with its workspace (sized once per shape, so a
     // captured decode step never allocates).
     float* work = nullptr;
@@ -102,7 +107,7 @@ class CudaTransformerOps final : public TransformerOps {
       if (need) work = static_cast<float*>(decodeWork_.get());
     }
     cuda_ops::attention(q, k, v, positions, T, s.nHeads, s.nKvHeads, s.headDim, kCache, vCache, out, stream_,
-                        s.window, s.scale, s.softcap, s.maxSeq, work);
+                        s.window, s.scale, s.softcap, s.maxSeq, work, outHalf);
   }
   // The wider families on the device (family_kernels.cu; attention.cu takes the extras).
   bool attentionExtras() const override { return true; }
@@ -166,6 +171,17 @@ class CudaTransformerOps final : public TransformerOps {
       }
       cuda_ops::fromHalfBatch(batch, n, stream_);
     }
+  }
+  void fromHalfRope(const HalfToFloat* qkv, const int32_t* positions, const AttentionShape& s, float theta,
+                    const float* invFreq, float mscale, RopeMode mode) override {
+    cuda_ops::TransformerOpsHalfItem items[3];
+    for (int i = 0; i < 3; ++i) {
+      const HalfToFloat& it = qkv[i];
+      items[i] = {it.x, it.rows, it.cols, it.bias, it.out, it.ld > 0 ? it.ld : it.cols};
+    }
+    cuda_ops::fromHalfRope(items, positions, s.nHeads, s.nKvHeads, s.headDim, theta,
+                           invFreq ? deviceFreqs(invFreq, s.headDim / 2) : nullptr, mscale,
+                           mode == RopeMode::Interleaved, stream_);
   }
   void swigluHalf(const uint16_t* gh, const float* gbias, const uint16_t* uh, const float* ubias, int64_t rows,
                   int64_t cols, int64_t ld, float* /*g*/, float* /*u*/, uint16_t* outHalf) override {

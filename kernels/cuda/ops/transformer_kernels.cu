@@ -12,6 +12,7 @@
 #include <cmath>
 
 #include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/common/pdl.cuh"
 #include "kernels/cuda/ops/transformer_launch.h"
 #include "kernels/quant/fp8.h"
 #include "kernels/quant/quant_math.h"
@@ -19,6 +20,9 @@
 namespace qs::cuda_ops {
 
 namespace {
+
+using cuda::launchChained;
+using cuda::waitForPriorGrids;
 
 constexpr int kRowThreads = 256;  // one block per row for the row kernels
 constexpr int kWarpsPerRow = kRowThreads / 32;
@@ -88,6 +92,7 @@ constexpr int kNormRegs = 16;
 __global__ void residualRmsNormKernel(float* __restrict__ x, const __half* __restrict__ yh,
                                       const float* __restrict__ bias, const float* __restrict__ w, int64_t D,
                                       float eps, float* __restrict__ h, __half* __restrict__ hh) {
+  waitForPriorGrids();  // chained launch (pdl.cuh): first, before any access
   __shared__ double red[kWarpsPerRow];
   float* xr = x + int64_t(blockIdx.x) * D;
   const __half* yr = yh ? yh + int64_t(blockIdx.x) * D : nullptr;
@@ -146,6 +151,7 @@ __global__ void residualRmsNormKernel(float* __restrict__ x, const __half* __res
 __global__ void layerNormKernel(const float* __restrict__ x, const float* __restrict__ w,
                                 const float* __restrict__ b, int64_t D, float eps,
                                 float* __restrict__ out) {
+  waitForPriorGrids();  // chained launch (pdl.cuh): first, before any access
   __shared__ double red[kWarpsPerRow];
   const float* xr = x + int64_t(blockIdx.x) * D;
   float* o = out + int64_t(blockIdx.x) * D;
@@ -163,6 +169,7 @@ __global__ void layerNormKernel(const float* __restrict__ x, const float* __rest
 __global__ void ropeKernel(float* __restrict__ q, float* __restrict__ k,
                            const int32_t* __restrict__ positions, int64_t T, int nHeads,
                            int nKvHeads, int hd, float theta, bool interleaved) {
+  waitForPriorGrids();  // chained launch (pdl.cuh): first, before any access
   const int half = hd / 2;
   const int heads = nHeads + nKvHeads;
   const int64_t total = T * heads * half;
@@ -187,6 +194,7 @@ __global__ void ropeKernel(float* __restrict__ q, float* __restrict__ k,
 
 __global__ void swigluKernel(const float* __restrict__ g, const float* __restrict__ u, int64_t n,
                              float* __restrict__ out) {
+  waitForPriorGrids();  // chained launch (pdl.cuh): first, before any access
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
     const float x = g[i];
@@ -195,6 +203,7 @@ __global__ void swigluKernel(const float* __restrict__ g, const float* __restric
 }
 
 __global__ void geluKernel(float* __restrict__ x, int64_t n) {
+  waitForPriorGrids();  // chained launch (pdl.cuh): first, before any access
   constexpr float kSqrt2OverPi = 0.7978845608028654f;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
@@ -205,6 +214,7 @@ __global__ void geluKernel(float* __restrict__ x, int64_t n) {
 }
 
 __global__ void addKernel(float* __restrict__ x, const float* __restrict__ y, int64_t n) {
+  waitForPriorGrids();  // chained launch (pdl.cuh): first, before any access
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
     x[i] += y[i];
@@ -212,6 +222,7 @@ __global__ void addKernel(float* __restrict__ x, const float* __restrict__ y, in
 
 __global__ void addBiasKernel(float* __restrict__ y, const float* __restrict__ bias, int64_t rows,
                               int64_t cols) {
+  waitForPriorGrids();  // chained launch (pdl.cuh): first, before any access
   const int64_t n = rows * cols;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
@@ -219,6 +230,7 @@ __global__ void addBiasKernel(float* __restrict__ y, const float* __restrict__ b
 }
 
 __global__ void toHalfKernel(const float* __restrict__ x, int64_t n, __half* __restrict__ out) {
+  waitForPriorGrids();  // chained launch (pdl.cuh): first, before any access
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
     out[i] = __float2half_rn(x[i]);
@@ -226,6 +238,7 @@ __global__ void toHalfKernel(const float* __restrict__ x, int64_t n, __half* __r
 
 __global__ void fromHalfKernel(const __half* __restrict__ x, int64_t rows, int64_t cols,
                                const float* __restrict__ bias, float* __restrict__ out) {
+  waitForPriorGrids();  // chained launch (pdl.cuh): first, before any access
   const int64_t n = rows * cols;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
@@ -237,6 +250,7 @@ struct HalfToFloatItems {
   TransformerOpsHalfItem item[kHalfBatchMax];
 };
 __global__ void fromHalfBatchKernel(const HalfToFloatItems items) {
+  waitForPriorGrids();  // chained launch (pdl.cuh): first, before any access
   const TransformerOpsHalfItem& it = items.item[blockIdx.y];
   const int64_t n = it.rows * it.cols;
   const __half* x = reinterpret_cast<const __half*>(it.x);
@@ -246,10 +260,56 @@ __global__ void fromHalfBatchKernel(const HalfToFloatItems items) {
   }
 }
 
+// fromHalfRope: one thread per rotated pair of q or k (ropeKernel's / ropeFreqKernel's
+// expressions on fromHalf's values), then one per value of v (fromHalf's).
+__global__ void fromHalfRopeKernel(const HalfToFloatItems items, const int32_t* __restrict__ positions, int nHeads,
+                                   int nKvHeads, int hd, float theta, const float* __restrict__ invFreq, float mscale,
+                                   bool interleaved) {
+  waitForPriorGrids();  // chained launch (pdl.cuh): first, before any access
+  const TransformerOpsHalfItem &iq = items.item[0], &ik = items.item[1], &iv = items.item[2];
+  const int half = hd / 2;
+  const int heads = nHeads + nKvHeads;
+  const int64_t T = iq.rows;
+  const int64_t pairs = T * heads * half, total = pairs + T * iv.cols;
+  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < total;
+       idx += int64_t(gridDim.x) * blockDim.x) {
+    if (idx >= pairs) {
+      const int64_t j = idx - pairs, r = j / iv.cols, c = j - r * iv.cols;
+      iv.out[j] = __half2float(reinterpret_cast<const __half*>(iv.x)[r * iv.ld + c]) + (iv.bias ? iv.bias[c] : 0.0f);
+      continue;
+    }
+    const int i = int(idx % half);
+    const int h = int((idx / half) % heads);
+    const int64_t t = idx / (int64_t(half) * heads);
+    float s, c;
+    if (invFreq) {
+      const float angle = __fmul_rn(float(positions[t]), invFreq[i]);
+      sincosf(angle, &s, &c);
+      c = __fmul_rn(c, mscale);
+      s = __fmul_rn(s, mscale);
+    } else {
+      const float freq = 1.0f / powf(theta, float(2 * i) / float(hd));
+      const float angle = float(positions[t]) * freq;
+      sincosf(angle, &s, &c);
+    }
+    const TransformerOpsHalfItem& it = h < nHeads ? iq : ik;
+    const int64_t col0 = int64_t(h < nHeads ? h : h - nHeads) * hd;
+    const int a = interleaved ? 2 * i : i;
+    const int b = interleaved ? 2 * i + 1 : i + half;
+    const __half* x = reinterpret_cast<const __half*>(it.x) + t * it.ld + col0;
+    const float x0 = __half2float(x[a]) + (it.bias ? it.bias[col0 + a] : 0.0f);
+    const float x1 = __half2float(x[b]) + (it.bias ? it.bias[col0 + b] : 0.0f);
+    float* o = it.out + t * it.cols + col0;
+    o[a] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+    o[b] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+  }
+}
+
 // swigluHalf: fromHalf (+ bias) of gate and up, swigluKernel's expression, one FP16 rounding.
 __global__ void swigluHalfKernel(const __half* __restrict__ gh, const float* __restrict__ gbias,
                                  const __half* __restrict__ uh, const float* __restrict__ ubias, int64_t rows,
                                  int64_t cols, int64_t ld, __half* __restrict__ out) {
+  waitForPriorGrids();  // chained launch (pdl.cuh): first, before any access
   const int64_t n = rows * cols;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / cols, c = i - r * cols;
@@ -261,6 +321,7 @@ __global__ void swigluHalfKernel(const __half* __restrict__ gh, const float* __r
 
 __global__ void embeddingKernel(const float* __restrict__ table, const int32_t* __restrict__ tokens,
                                 int64_t T, int64_t D, float* __restrict__ out) {
+  waitForPriorGrids();  // chained launch (pdl.cuh): first, before any access
   const int64_t n = T * D;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
@@ -269,6 +330,7 @@ __global__ void embeddingKernel(const float* __restrict__ table, const int32_t* 
 
 __global__ void copyColumnsKernel(const float* __restrict__ src, int64_t srcCols, int64_t col0,
                                   int64_t rows, int64_t cols, float* __restrict__ dst) {
+  waitForPriorGrids();  // chained launch (pdl.cuh): first, before any access
   const int64_t n = rows * cols;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x)
@@ -281,6 +343,7 @@ __device__ __forceinline__ float rintLikeHost(float v) { return __fadd_rn(rintf(
 
 __global__ void actFakeQuantKernel(int kind, float* __restrict__ x, int64_t cols, float staticScale,
                                    int* badRow) {
+  waitForPriorGrids();  // chained launch (pdl.cuh): first, before any access
   __shared__ float red[kWarpsPerRow];
   float* xr = x + int64_t(blockIdx.x) * cols;
   if (kind == int(ActFakeKind::F16Cast) || kind == int(ActFakeKind::Bf16Cast)) {
@@ -321,6 +384,7 @@ __global__ void actFakeQuantKernel(int kind, float* __restrict__ x, int64_t cols
 __global__ void compareLogitsKernel(const float* __restrict__ ref, const float* __restrict__ test,
                                     int64_t V, const int32_t* __restrict__ targets,
                                     DeviceLogitRow* __restrict__ out) {
+  waitForPriorGrids();  // chained launch (pdl.cuh): first, before any access
   __shared__ ArgMax redA[kWarpsPerRow];
   __shared__ double redD[kWarpsPerRow];
   const int64_t row = blockIdx.x;
@@ -367,7 +431,7 @@ void rmsNorm(const float* x, const float* w, int64_t T, int64_t D, float eps, fl
   if (T <= 0) return;
   // The residual step's kernel without its add and FP16 copy: x is only read (written when
   // the kernel is given an FP16 product to add).
-  residualRmsNormKernel<<<unsigned(T), kRowThreads, 0, stream>>>(const_cast<float*>(x), nullptr, nullptr, w, D,
+  launchChained(residualRmsNormKernel, unsigned(T), kRowThreads, 0, stream, const_cast<float*>(x), nullptr, nullptr, w, D,
                                                                  eps, out, nullptr);
   QS_CUDA_LAUNCHED("residualRmsNormKernel (rmsNorm)");
 }
@@ -375,7 +439,7 @@ void rmsNorm(const float* x, const float* w, int64_t T, int64_t D, float eps, fl
 void layerNorm(const float* x, const float* w, const float* b, int64_t T, int64_t D, float eps,
                float* out, cudaStream_t stream) {
   if (T <= 0) return;
-  layerNormKernel<<<unsigned(T), kRowThreads, 0, stream>>>(x, w, b, D, eps, out);
+  launchChained(layerNormKernel, unsigned(T), kRowThreads, 0, stream, x, w, b, D, eps, out);
   QS_CUDA_LAUNCHED("layerNormKernel");
 }
 
@@ -383,7 +447,7 @@ void rope(float* q, float* k, const int32_t* positions, int64_t T, int nHeads, i
           int headDim, float theta, bool interleaved, cudaStream_t stream) {
   const int64_t n = T * (nHeads + nKvHeads) * (headDim / 2);
   if (n <= 0) return;
-  ropeKernel<<<flatBlocks(n), kFlatThreads, 0, stream>>>(q, k, positions, T, nHeads, nKvHeads,
+  launchChained(ropeKernel, flatBlocks(n), kFlatThreads, 0, stream, q, k, positions, T, nHeads, nKvHeads,
                                                           headDim, theta, interleaved);
   QS_CUDA_LAUNCHED("ropeKernel");
 }
@@ -391,7 +455,7 @@ void rope(float* q, float* k, const int32_t* positions, int64_t T, int nHeads, i
 #define QS_FLAT_LAUNCH(kernel, n, ...)                                              \
   do {                                                                              \
     if ((n) > 0) {                                                                  \
-      kernel<<<flatBlocks(n), kFlatThreads, 0, stream>>>(__VA_ARGS__);              \
+      launchChained(kernel, flatBlocks(n), kFlatThreads, 0, stream, __VA_ARGS__);              \
       QS_CUDA_LAUNCHED(#kernel);                                                    \
     }                                                                               \
   } while (0)
@@ -407,7 +471,7 @@ void addBias(float* y, const float* bias, int64_t rows, int64_t cols, cudaStream
 void residualRmsNorm(float* x, const uint16_t* yh, const float* bias, const float* w, int64_t T, int64_t D,
                      float eps, float* h, uint16_t* hh, cudaStream_t stream) {
   if (T <= 0 || D <= 0 || (!yh && !w)) return;
-  residualRmsNormKernel<<<unsigned(T), kRowThreads, 0, stream>>>(x, reinterpret_cast<const __half*>(yh), bias, w, D,
+  launchChained(residualRmsNormKernel, unsigned(T), kRowThreads, 0, stream, x, reinterpret_cast<const __half*>(yh), bias, w, D,
                                                                  eps, h, reinterpret_cast<__half*>(hh));
   QS_CUDA_LAUNCHED("residualRmsNormKernel");
 }
@@ -423,8 +487,18 @@ void fromHalfBatch(const TransformerOpsHalfItem* items, int count, cudaStream_t 
     most = std::max(most, items[i].rows * items[i].cols);
   }
   if (most == 0) return;
-  fromHalfBatchKernel<<<dim3(flatBlocks(most), unsigned(count)), kFlatThreads, 0, stream>>>(args);
+  launchChained(fromHalfBatchKernel, dim3(flatBlocks(most), unsigned(count)), kFlatThreads, 0, stream, args);
   QS_CUDA_LAUNCHED("fromHalfBatchKernel");
+}
+void fromHalfRope(const TransformerOpsHalfItem* qkv, const int32_t* positions, int nHeads, int nKvHeads, int headDim,
+                  float theta, const float* invFreq, float mscale, bool interleaved, cudaStream_t stream) {
+  HalfToFloatItems args{};
+  for (int i = 0; i < 3; ++i) args.item[i] = qkv[i];
+  const int64_t n = qkv[0].rows * (int64_t(nHeads + nKvHeads) * (headDim / 2) + qkv[2].cols);
+  if (n <= 0) return;
+  launchChained(fromHalfRopeKernel, flatBlocks(n), kFlatThreads, 0, stream, args, positions, nHeads, nKvHeads, headDim,
+                theta, invFreq, mscale, interleaved);
+  QS_CUDA_LAUNCHED("fromHalfRopeKernel");
 }
 void swigluHalf(const uint16_t* gh, const float* gbias, const uint16_t* uh, const float* ubias, int64_t rows,
                 int64_t cols, int64_t ld, uint16_t* out, cudaStream_t stream) {
@@ -447,14 +521,14 @@ void copyColumns(const float* src, int64_t srcCols, int64_t col0, int64_t rows, 
 void fakeQuantActivations(ActFakeKind kind, float* x, int64_t rows, int64_t cols, float staticScale,
                           int* badRow, cudaStream_t stream) {
   if (rows <= 0 || cols <= 0) return;
-  actFakeQuantKernel<<<unsigned(rows), kRowThreads, 0, stream>>>(int(kind), x, cols, staticScale, badRow);
+  launchChained(actFakeQuantKernel, unsigned(rows), kRowThreads, 0, stream, int(kind), x, cols, staticScale, badRow);
   QS_CUDA_LAUNCHED("actFakeQuantKernel");
 }
 
 void compareLogits(const float* ref, const float* test, int64_t T, int64_t V,
                    const int32_t* targets, DeviceLogitRow* out, cudaStream_t stream) {
   if (T <= 0) return;
-  compareLogitsKernel<<<unsigned(T), kRowThreads, 0, stream>>>(ref, test, V, targets, out);
+  launchChained(compareLogitsKernel, unsigned(T), kRowThreads, 0, stream, ref, test, V, targets, out);
   QS_CUDA_LAUNCHED("compareLogitsKernel");
 }
 

@@ -22,11 +22,12 @@ void rope(float* q, float* k, const int32_t* positions, int64_t T, int nHeads, i
 // A single query (T = 1, decode) with `decodeWork` (decodeWorkFloats(...) floats, device memory)
 // runs split over the keys (decodeAttention in attention.cu); without it, or for T > 1, the
 // tiled kernel. `maxSeq` (the caches' capacity) fixes the decode grid, so a captured graph of a
-// decode step stays valid at every position.
+// decode step stays valid at every position. With outHalf, also its FP16 copy (toHalf's rounding):
+// the decode merge writes both, other paths convert after.
 void attention(const float* q, const float* k, const float* v, const int32_t* positions,
                int64_t T, int nHeads, int nKvHeads, int headDim, float* kCache, float* vCache,
                float* out, cudaStream_t stream, int window = 0, float scale = 0.0f, float softcap = 0.0f,
-               int maxSeq = 0, float* decodeWork = nullptr);
+               int maxSeq = 0, float* decodeWork = nullptr, uint16_t* outHalf = nullptr);
 // Floats of decode workspace attention() needs for this shape (0: the split kernel does not apply).
 size_t decodeWorkFloats(int nHeads, int headDim, int maxSeq);
 
@@ -59,6 +60,11 @@ struct TransformerOpsHalfItem {
 };
 constexpr int kHalfBatchMax = 4;
 void fromHalfBatch(const TransformerOpsHalfItem* items, int count, cudaStream_t stream);
+// TransformerOps::fromHalfRope: items q, k, v ([T, nHeads·hd], [T, nKvHeads·hd] twice) to FP32
+// with RoPE on q and k — ropeKernel's expression (theta) or ropeFrequencies' (invFreq, device
+// memory, non-null) — in one kernel.
+void fromHalfRope(const TransformerOpsHalfItem* qkv, const int32_t* positions, int nHeads, int nKvHeads, int headDim,
+                  float theta, const float* invFreq, float mscale, bool interleaved, cudaStream_t stream);
 void swigluHalf(const uint16_t* gh, const float* gbias, const uint16_t* uh, const float* ubias, int64_t rows,
                 int64_t cols, int64_t ld, uint16_t* out, cudaStream_t stream);
 void embedding(const float* table, const int32_t* tokens, int64_t T, int64_t D, float* out,
