@@ -99,11 +99,13 @@ __global__ void residualRmsNormKernel(float* __restrict__ x, const __half* __res
   float* o = h + int64_t(blockIdx.x) * D;
   __half* oh = hh ? hh + int64_t(blockIdx.x) * D : nullptr;
   if (D <= int64_t(kRowThreads) * kNormRegs) {
-    float v[kNormRegs];
+    // The norm weights are loaded with the row, before the sum: their latency overlaps it.
+    float v[kNormRegs], wv[kNormRegs];
 #pragma unroll
     for (int j = 0; j < kNormRegs; ++j) {
       const int64_t i = threadIdx.x + int64_t(j) * kRowThreads;
       if (i < D) {
+        if (w) wv[j] = w[i];
         v[j] = xr[i];
         if (yr) {
           v[j] += __half2float(yr[i]) + (bias ? bias[i] : 0.0f);
@@ -122,7 +124,7 @@ __global__ void residualRmsNormKernel(float* __restrict__ x, const __half* __res
     for (int j = 0; j < kNormRegs; ++j) {
       const int64_t i = threadIdx.x + int64_t(j) * kRowThreads;
       if (i < D) {
-        const float r = __fmul_rn(__fmul_rn(v[j], inv), w[i]);
+        const float r = __fmul_rn(__fmul_rn(v[j], inv), wv[j]);
         o[i] = r;
         if (oh) oh[i] = __float2half_rn(r);
       }
