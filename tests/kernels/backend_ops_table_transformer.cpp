@@ -348,14 +348,38 @@ struct RopeShape {
   float mscale;
 };
 
-// rope() and ropeFrequencies(): q and k rotated in place.
-void addRope(std::vector<OpCase>& rows) {
-  const RopeShape shapes[] = {{1, 4, 2, 8, 0, 1.0f}, {7, 6, 3, 64, 100, 1.2247f}, {33, 8, 1, 128, 3000, 0.9f},
-                              {5, 3, 3, 2, 17, 1.0f}};
+// The RoPE rows' variations: theta or explicit frequencies, both layouts, each shape and input
+// distribution.
+template <class AddRow>
+void forEachRopeVariant(std::initializer_list<RopeShape> shapes, AddRow&& add) {
   for (bool explicitFrequencies : {false, true})
     for (RopeMode mode : {RopeMode::Interleaved, RopeMode::HalfSplit})
       for (const RopeShape& s : shapes)
-        for (Distribution d : kDistributions) {
+        for (Distribution d : kDistributions) add(explicitFrequencies, mode, s, d);
+}
+
+constexpr float kRopeTheta = 10000.0f;
+
+// A scaled RoPE's frequencies: the default ones divided by factors in [1, 9].
+std::vector<float> scaledFrequencies(uint64_t seed, int hd) {
+  std::mt19937_64 rng(seed);
+  std::vector<float> inv;
+  for (int i = 0; i < hd / 2; ++i)
+    inv.push_back(1.0f / (std::pow(kRopeTheta, float(2 * i) / float(hd)) * (1.0f + float(rng() % 800) / 100.0f)));
+  return inv;
+}
+
+// Pair i's angle at `pos` as the ops compute it: freq and pos · freq rounded to float.
+double ropeAngle(bool explicitFrequencies, const std::vector<float>& inv, int hd, int32_t pos, int i) {
+  const float freq = explicitFrequencies ? inv[size_t(i)] : 1.0f / std::pow(kRopeTheta, float(2 * i) / float(hd));
+  return double(float(pos) * freq);
+}
+
+// rope() and ropeFrequencies(): q and k rotated in place.
+void addRope(std::vector<OpCase>& rows) {
+  forEachRopeVariant(
+      {{1, 4, 2, 8, 0, 1.0f}, {7, 6, 3, 64, 100, 1.2247f}, {33, 8, 1, 128, 3000, 0.9f}, {5, 3, 3, 2, 17, 1.0f}},
+      [&](bool explicitFrequencies, RopeMode mode, const RopeShape& s, Distribution d) {
           const bool interleaved = mode == RopeMode::Interleaved;
           const float mscale = explicitFrequencies ? s.mscale : 1.0f;
           std::string shape = shapeText({{"T", s.T}, {"heads", s.H}, {"kv", s.KVH}, {"hd", s.HD}, {"pos", s.start}}) +
@@ -363,17 +387,13 @@ void addRope(std::vector<OpCase>& rows) {
           if (explicitFrequencies) shape += " mscale=" + std::to_string(mscale).substr(0, 6);
           OpCase c = makeCase(explicitFrequencies ? "ropeFrequencies" : "rope", "", shape, d, {kRope});
           const AttentionShape as{s.H, s.KVH, s.HD, 4096};
-          const float theta = 10000.0f;
+          const float theta = kRopeTheta;
           c.makeInputs = [=](uint64_t seed) {
             Inputs in;
             in.f32("q") = randomValues(size_t(s.T * s.H * s.HD), seed, d);
             in.f32("k") = randomValues(size_t(s.T * s.KVH * s.HD), seed + 1, d);
             in.i32("pos") = consecutive(s.T, s.start);
-            // A scaled RoPE's frequencies: the default ones divided by factors in [1, 9].
-            std::mt19937_64 rng(seed + 2);
-            auto& inv = in.f32("invFreq");
-            for (int i = 0; i < s.HD / 2; ++i)
-              inv.push_back(1.0f / (std::pow(theta, float(2 * i) / float(s.HD)) * (1.0f + float(rng() % 800) / 100.0f)));
+            in.f32("invFreq") = scaledFrequencies(seed + 2, s.HD);
             return in;
           };
           c.run = [=](OpRun& r) {
@@ -391,12 +411,8 @@ void addRope(std::vector<OpCase>& rows) {
             return o;
           };
           c.reference = [=](const Inputs& in) {
-            const auto& pos = in.i32("pos");
-            const auto& inv = in.f32("invFreq");
-            auto angle = [&](int64_t t, int i) -> double {
-              const float freq = explicitFrequencies ? inv[size_t(i)]
-                                                     : 1.0f / std::pow(theta, float(2 * i) / float(s.HD));
-              return double(float(pos[size_t(t)]) * freq);
+            auto angle = [&](int64_t t, int i) {
+              return ropeAngle(explicitFrequencies, in.f32("invFreq"), s.HD, in.i32("pos")[size_t(t)], i);
             };
             auto q = toDoubles(in.f32("q")), k = toDoubles(in.f32("k"));
             ref::rope(q, s.T, s.H, s.HD, interleaved, angle, mscale);
@@ -407,19 +423,16 @@ void addRope(std::vector<OpCase>& rows) {
             return o;
           };
           rows.push_back(std::move(c));
-        }
+      });
 }
 
 // fromHalfRope: a fused [T, q | k | v] FP16 product with biases to FP32 with RoPE on q and k, on
 // the shapes of addRope; against the reference (RoPE of fromHalf's values) and, on the same
 // backend, against fromHalfBatch followed by rope / ropeFrequencies (bit for bit).
 void addFromHalfRope(std::vector<OpCase>& rows) {
-  const RopeShape shapes[] = {{1, 4, 2, 8, 0, 1.0f}, {1, 32, 8, 128, 611, 1.2247f}, {7, 6, 3, 64, 100, 0.9f},
-                              {5, 3, 3, 2, 17, 1.0f}};
-  for (bool explicitFrequencies : {false, true})
-    for (RopeMode mode : {RopeMode::Interleaved, RopeMode::HalfSplit})
-      for (const RopeShape& s : shapes)
-        for (Distribution d : kDistributions) {
+  forEachRopeVariant(
+      {{1, 4, 2, 8, 0, 1.0f}, {1, 32, 8, 128, 611, 1.2247f}, {7, 6, 3, 64, 100, 0.9f}, {5, 3, 3, 2, 17, 1.0f}},
+      [&](bool explicitFrequencies, RopeMode mode, const RopeShape& s, Distribution d) {
           const bool interleaved = mode == RopeMode::Interleaved;
           const float mscale = explicitFrequencies ? s.mscale : 1.0f;
           std::string shape = shapeText({{"T", s.T}, {"heads", s.H}, {"kv", s.KVH}, {"hd", s.HD}, {"pos", s.start}}) +
@@ -429,7 +442,7 @@ void addFromHalfRope(std::vector<OpCase>& rows) {
                               {kRope, exactBound("v: fromHalf's expression", "v"),
                                exactBound("the same as fromHalfBatch then rope on this backend", "vsTwoOps*")});
           const AttentionShape as{s.H, s.KVH, s.HD, 4096};
-          const float theta = 10000.0f;
+          const float theta = kRopeTheta;
           const int64_t qd = int64_t(s.H) * s.HD, kd = int64_t(s.KVH) * s.HD, ld = qd + 2 * kd;
           c.makeInputs = [=](uint64_t seed) {
             Inputs in;
@@ -439,10 +452,7 @@ void addFromHalfRope(std::vector<OpCase>& rows) {
             in.f16("x") = std::move(h);
             in.f32("bias") = randomValues(size_t(ld), seed + 3, Distribution::Normal);
             in.i32("pos") = consecutive(s.T, s.start);
-            std::mt19937_64 rng(seed + 2);
-            auto& inv = in.f32("invFreq");
-            for (int i = 0; i < s.HD / 2; ++i)
-              inv.push_back(1.0f / (std::pow(theta, float(2 * i) / float(s.HD)) * (1.0f + float(rng() % 800) / 100.0f)));
+            in.f32("invFreq") = scaledFrequencies(seed + 2, s.HD);
             return in;
           };
           c.run = [=](OpRun& r) {
@@ -480,12 +490,8 @@ void addFromHalfRope(std::vector<OpCase>& rows) {
             return o;
           };
           c.reference = [=](const Inputs& in) {
-            const auto& pos = in.i32("pos");
-            const auto& inv = in.f32("invFreq");
-            auto angle = [&](int64_t t, int i) -> double {
-              const float freq = explicitFrequencies ? inv[size_t(i)]
-                                                     : 1.0f / std::pow(theta, float(2 * i) / float(s.HD));
-              return double(float(pos[size_t(t)]) * freq);
+            auto angle = [&](int64_t t, int i) {
+              return ropeAngle(explicitFrequencies, in.f32("invFreq"), s.HD, in.i32("pos")[size_t(t)], i);
             };
             std::vector<double> q, k, v;
             for (int64_t t = 0; t < s.T; ++t)
@@ -504,7 +510,7 @@ void addFromHalfRope(std::vector<OpCase>& rows) {
             return o;
           };
           rows.push_back(std::move(c));
-        }
+      });
 }
 
 struct AttentionRow {
