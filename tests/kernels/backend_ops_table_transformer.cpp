@@ -349,13 +349,19 @@ struct RopeShape {
 };
 
 // The RoPE rows' variations: theta or explicit frequencies, both layouts, each shape and input
-// distribution.
+// distribution. add(explicitFrequencies, mode, shape, distribution, mscale — 1 with theta —, the
+// row's shape text).
 template <class AddRow>
 void forEachRopeVariant(std::initializer_list<RopeShape> shapes, AddRow&& add) {
   for (bool explicitFrequencies : {false, true})
     for (RopeMode mode : {RopeMode::Interleaved, RopeMode::HalfSplit})
       for (const RopeShape& s : shapes)
-        for (Distribution d : kDistributions) add(explicitFrequencies, mode, s, d);
+        for (Distribution d : kDistributions) {
+          const std::string text =
+              shapeText({{"T", s.T}, {"heads", s.H}, {"kv", s.KVH}, {"hd", s.HD}, {"pos", s.start}}) +
+              (mode == RopeMode::Interleaved ? " interleaved" : " half-split");
+          add(explicitFrequencies, mode, s, d, explicitFrequencies ? s.mscale : 1.0f, text);
+        }
 }
 
 constexpr float kRopeTheta = 10000.0f;
@@ -379,11 +385,8 @@ double ropeAngle(bool explicitFrequencies, const std::vector<float>& inv, int hd
 void addRope(std::vector<OpCase>& rows) {
   forEachRopeVariant(
       {{1, 4, 2, 8, 0, 1.0f}, {7, 6, 3, 64, 100, 1.2247f}, {33, 8, 1, 128, 3000, 0.9f}, {5, 3, 3, 2, 17, 1.0f}},
-      [&](bool explicitFrequencies, RopeMode mode, const RopeShape& s, Distribution d) {
+      [&](bool explicitFrequencies, RopeMode mode, const RopeShape& s, Distribution d, float mscale, std::string shape) {
           const bool interleaved = mode == RopeMode::Interleaved;
-          const float mscale = explicitFrequencies ? s.mscale : 1.0f;
-          std::string shape = shapeText({{"T", s.T}, {"heads", s.H}, {"kv", s.KVH}, {"hd", s.HD}, {"pos", s.start}}) +
-                              (interleaved ? " interleaved" : " half-split");
           if (explicitFrequencies) shape += " mscale=" + std::to_string(mscale).substr(0, 6);
           OpCase c = makeCase(explicitFrequencies ? "ropeFrequencies" : "rope", "", shape, d, {kRope});
           const AttentionShape as{s.H, s.KVH, s.HD, 4096};
@@ -432,12 +435,9 @@ void addRope(std::vector<OpCase>& rows) {
 void addFromHalfRope(std::vector<OpCase>& rows) {
   forEachRopeVariant(
       {{1, 4, 2, 8, 0, 1.0f}, {1, 32, 8, 128, 611, 1.2247f}, {7, 6, 3, 64, 100, 0.9f}, {5, 3, 3, 2, 17, 1.0f}},
-      [&](bool explicitFrequencies, RopeMode mode, const RopeShape& s, Distribution d) {
+      [&](bool explicitFrequencies, RopeMode mode, const RopeShape& s, Distribution d, float mscale, std::string shape) {
           const bool interleaved = mode == RopeMode::Interleaved;
-          const float mscale = explicitFrequencies ? s.mscale : 1.0f;
-          std::string shape = shapeText({{"T", s.T}, {"heads", s.H}, {"kv", s.KVH}, {"hd", s.HD}, {"pos", s.start}}) +
-                              (interleaved ? " interleaved" : " half-split") +
-                              (explicitFrequencies ? " frequencies" : " theta");
+          shape += explicitFrequencies ? " frequencies" : " theta";
           OpCase c = makeCase("fromHalfRope", "", shape, d,
                               {kRope, exactBound("v: fromHalf's expression", "v"),
                                exactBound("the same as fromHalfBatch then rope on this backend", "vsTwoOps*")});
