@@ -1,5 +1,5 @@
 // quantscope-cli bench e2e MODEL [--plan PLAN | --format F] [--prompt 512] [--tokens 128]
-//                                [--repeat 3] [--json]
+//                                [--repeat 3] [--timeline] [--json]
 // What users measure: tokens per second of the whole model, a plan against all-FP16 in one run
 // (core/runtime/throughput.h says how). Last line: the headline ratios.
 #include <nlohmann/json.hpp>
@@ -21,7 +21,7 @@ void registerBenchE2e(CLI::App& bench, CliContext& ctx) {
     std::string model, plan, format;
     int64_t prompt = 512;
     int tokens = 128, repeat = 3;
-    bool json = false, allowOtherModel = false;
+    bool json = false, allowOtherModel = false, timeline = false;
   };
   auto a = std::make_shared<Args>();
   auto* cmd = bench.add_subcommand(
@@ -34,6 +34,8 @@ void registerBenchE2e(CLI::App& bench, CliContext& ctx) {
   cmd->add_option("--tokens", a->tokens, "Decode steps after the prompt")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--repeat", a->repeat, "Timed runs per configuration (the median is reported)")->check(CLI::Range(1, 1000));
   cmd->add_flag("--allow-other-model", a->allowOtherModel, "Accept a plan made for a model with another hash")->needs(plan);
+  cmd->add_flag("--timeline", a->timeline,
+                "Also show where a decode step's time goes, part by part (one more decode run with stamps)");
   cmd->add_flag("--json", a->json, "Print JSON on stdout");
   cmd->callback([&ctx, a] {
     std::optional<QuantFormat> format;
@@ -79,6 +81,7 @@ void registerBenchE2e(CLI::App& bench, CliContext& ctx) {
     o.promptTokens = a->prompt;
     o.decodeTokens = a->tokens;
     o.repeat = a->repeat;
+    o.timeline = a->timeline;
     JobContext job;
     job.onProgress = [&progress](double f, std::string_view s) { progress.update(f, s); };
     const ThroughputComparison c = measureThroughput(rt, quant, planName, o, job);
@@ -87,13 +90,25 @@ void registerBenchE2e(CLI::App& bench, CliContext& ctx) {
     const double prefillRatio = c.prefillRatio(), decodeRatio = c.decodeRatio();
     if (a->json) {
       auto row = [](const ThroughputResult& r) {
-        return nlohmann::ordered_json{{"name", r.name},
-                                      {"prefill_tokens_per_second", r.prefillTokensPerSecond},
-                                      {"decode_tokens_per_second", r.decodeTokensPerSecond},
-                                      {"linear_weight_bytes", r.linearWeightBytes},
-                                      {"kernels", r.kernels},
-                                      {"decode_steps", r.decodeSteps},
-                                      {"decode_steps_replayed", r.decodeReplays}};
+        nlohmann::ordered_json j{{"name", r.name},
+                                 {"prefill_tokens_per_second", r.prefillTokensPerSecond},
+                                 {"decode_tokens_per_second", r.decodeTokensPerSecond},
+                                 {"linear_weight_bytes", r.linearWeightBytes},
+                                 {"kernels", r.kernels},
+                                 {"decode_steps", r.decodeSteps},
+                                 {"decode_steps_replayed", r.decodeReplays}};
+        if (r.timeline) {
+          nlohmann::ordered_json parts = nlohmann::ordered_json::array();
+          for (const auto& p : r.timeline->parts)
+            parts.push_back({{"part", Runtime::stepPartName(p.part)},
+                             {"us_per_step", p.usPerStep},
+                             {"stamps_per_step", p.stampsPerStep}});
+          j["decode_timeline"] = {{"steps", r.timeline->steps},
+                                  {"step_us", r.timeline->stepUs},
+                                  {"dropped_stamps", r.timeline->dropped},
+                                  {"parts", parts}};
+        }
+        return j;
       };
       nlohmann::ordered_json j;
       j["model"] = a->model;
@@ -126,6 +141,19 @@ void registerBenchE2e(CLI::App& bench, CliContext& ctx) {
       if (rt.onDevice())
         ctx.out << "decode steps replayed from a recorded CUDA graph, " << r->name << ": " << r->decodeReplays << " of "
               << r->decodeSteps << "\n";
+    for (const ThroughputResult* r : {&base, &q}) {
+      if (!r->timeline) continue;
+      const Runtime::DecodeTimeline& tl = *r->timeline;
+      ctx.out << "\ndecode timeline, " << r->name << ": " << tl.steps << " steps with stamps, " << fmt(tl.stepUs)
+              << " us per step (unstamped: " << fmt(r->decodeTokensPerSecond > 0 ? 1e6 / r->decodeTokensPerSecond : 0)
+              << " us); a part runs from the previous stamp to its own\n";
+      if (tl.dropped > 0) ctx.out << "  (" << tl.dropped << " stamps past the buffer were dropped)\n";
+      TextTable p({"part", "us per step", "stamps per step", "share"}, {false, true, true, true});
+      for (const auto& part : tl.parts)
+        p.addRow({std::string(Runtime::stepPartName(part.part)), fmt(part.usPerStep), fmt(part.stampsPerStep),
+                  fmt(tl.stepUs > 0 ? 100.0 * part.usPerStep / tl.stepUs : 0) + " %"});
+      p.print(ctx.out);
+    }
     char line[160];
     std::snprintf(line, sizeof line, "%s vs fp16: prefill %.2fx, decode %.2fx\n", q.name.c_str(), prefillRatio, decodeRatio);
     ctx.out << line;

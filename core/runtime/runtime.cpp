@@ -876,16 +876,20 @@ void Runtime::runLlamaBlock(int b, float* x, int64_t T, int32_t startPos) {
   // Norms write h and its FP16 copy, which the GEMMs that read h take as it is (sameInput). The
   // previous block's last step may have taken this norm already (nextBlockNorm).
   const Prenormed pre = std::exchange(prenormed_, Prenormed{});
-  if (!(pre.block == b && pre.x == x && pre.T == T && pre.version == stateVersion_))
+  if (!(pre.block == b && pre.x == x && pre.T == T && pre.version == stateVersion_)) {
     residualNorm(x, nullptr, nullptr, attnNorms_[size_t(b)].dw.f(), T, h);
+    mark(StepPart::AttnNorm);
+  }
   bool roped = false;  // RoPE taken with the FP32 conversion of q and k
   if (iqkv >= 0) {  // Phi-3: one projection, output columns [q | k | v]
     const int64_t row = qDim_ + 2 * kvDim_;
     float* qkv = scratch(kQkv, size_t(T * row));
     linear(iqkv, h, T, qkv, b, true);
+    mark(StepPart::Qkv);
     ops_.copyColumns(qkv, row, 0, T, qDim_, q);
     ops_.copyColumns(qkv, row, qDim_, T, kvDim_, k);
     ops_.copyColumns(qkv, row, qDim_ + kvDim_, T, kvDim_, v);
+    mark(StepPart::QkvFinish);
   } else if (residualFusable(iq) && residualFusable(ik) && residualFusable(iv)) {
     // The three FP16 products (each reading the norm's FP16 copy) turned to FP32 in one op: bit
     // for bit linear() three times, two kernels fewer. With a fused q/k/v weight, one product
@@ -905,6 +909,7 @@ void Runtime::runLlamaBlock(int b, float* x, int64_t T, int32_t startPos) {
       items[1].x = gemmHalf(ik, h, T, true, h, kYHalf2);
       items[2].x = gemmHalf(iv, h, T, true, h, kYHalf3);
     }
+    mark(StepPart::Qkv);
     if (qNorms_[size_t(b)].w.empty()) {  // RoPE in the same op (Qwen3 / Gemma 3 norm q and k first)
       ops_.fromHalfRope(items, pos, shape, blockTheta_[size_t(b)],
                         blockScaledRope_[size_t(b)] ? scaledInvFreq_.data() : nullptr, ropeMscale_, ropeMode_);
@@ -912,10 +917,12 @@ void Runtime::runLlamaBlock(int b, float* x, int64_t T, int32_t startPos) {
     } else {
       ops_.fromHalfBatch(items, 3);
     }
+    mark(StepPart::QkvFinish);
   } else {
     linear(iq, h, T, q, b, true);
     linear(ik, h, T, k, b, true);
     linear(iv, h, T, v, b, true);
+    mark(StepPart::Qkv);
   }
   if (!qNorms_[size_t(b)].w.empty()) {  // Qwen3 / Gemma 3: RMSNorm over each head
     float* qn = scratch(kQn, size_t(T * qDim_));
@@ -924,12 +931,14 @@ void Runtime::runLlamaBlock(int b, float* x, int64_t T, int32_t startPos) {
     ops_.rmsNorm(k, kNorms_[size_t(b)].dw.f(), T * shape.nKvHeads, hd, normEps_, kn);
     q = qn;
     k = kn;
+    mark(StepPart::QkNorm);
   }
   if (!roped) {
     if (blockScaledRope_[size_t(b)])
       ops_.ropeFrequencies(q, k, pos, T, shape, scaledInvFreq_.data(), ropeMscale_, ropeMode_);
     else
       ops_.rope(q, k, pos, T, shape, blockTheta_[size_t(b)], ropeMode_);
+    mark(StepPart::Rope);
   }
   const bool oFusable = postAttnNorms_[size_t(b)].w.empty() && residualFusable(io);
   const uint16_t* attHalf = nullptr;  // att's FP16 copy for the output projection, written with att
@@ -944,13 +953,17 @@ void Runtime::runLlamaBlock(int b, float* x, int64_t T, int32_t startPos) {
   } else {
     ops_.attentionReference(q, k, v, pos, T, shape, kCache_[size_t(b)].f(), vCache_[size_t(b)].f(), att);
   }
+  mark(StepPart::Attention);
   const float* ffnNorm = ffnNorms_[size_t(b)].dw.f();
   if (oFusable) {
     // The output projection's FP16 product added to x and the FFN norm taken, in one op.
     const uint16_t* oh = attHalf ? gemmOnHalf(io, attHalf, T, kYHalf) : gemmHalf(io, att, T, false, att);
+    mark(StepPart::OProj);
     residualNorm(x, oh, weights_[size_t(io)].devBias.f(), ffnNorm, T, h);
+    mark(StepPart::FfnNorm);
   } else {
     linear(io, att, T, o, b);
+    mark(StepPart::OProj);
     if (!postAttnNorms_[size_t(b)].w.empty()) {  // Gemma 2 / 3: norm the output, then add
       ops_.rmsNorm(o, postAttnNorms_[size_t(b)].dw.f(), T, dim_, normEps_, h);
       ops_.add(x, h, T * dim_);
@@ -958,6 +971,7 @@ void Runtime::runLlamaBlock(int b, float* x, int64_t T, int32_t startPos) {
       ops_.add(x, o, T * dim_);
     }
     residualNorm(x, nullptr, nullptr, ffnNorm, T, h);
+    mark(StepPart::FfnNorm);
   }
 
   float* g = scratch(kG, size_t(T * hidden_));
@@ -976,10 +990,15 @@ void Runtime::runLlamaBlock(int b, float* x, int64_t T, int32_t startPos) {
       gh = gemmHalf(ig, h, T, true, h, kYHalf);
       uh = gemmHalf(iu, h, T, true, h, kYHalf2);
     }
+    mark(StepPart::GateUp);
     auto* ah = reinterpret_cast<uint16_t*>(scratch(kYHalf3, size_t(T * hidden_ + 1) / 2));
     ops_.swigluHalf(gh, weights_[size_t(ig)].devBias.f(), uh, weights_[size_t(iu)].devBias.f(), T, hidden_, ld, g, u, ah);
+    mark(StepPart::Activation);
     const float* next = nextBlockNorm(b);
-    residualNorm(x, gemmOnHalf(id, ah, T, kYHalf), weights_[size_t(id)].devBias.f(), next, T, h);
+    const uint16_t* dh = gemmOnHalf(id, ah, T, kYHalf);
+    mark(StepPart::Down);
+    residualNorm(x, dh, weights_[size_t(id)].devBias.f(), next, T, h);
+    mark(StepPart::Residual);
     if (next) prenormed_ = {b + 1, x, T, stateVersion_};
     return;
   }
@@ -992,16 +1011,21 @@ void Runtime::runLlamaBlock(int b, float* x, int64_t T, int32_t startPos) {
     linear(ig, h, T, g, b, true);
     linear(iu, h, T, u, b, true);
   }
+  mark(StepPart::GateUp);
   if (act_ == Activation::Silu) {
     ops_.swiglu(g, u, T * hidden_, g);
   } else {
     ops_.activate(g, T * hidden_, act_);
     ops_.mul(g, u, T * hidden_);
   }
+  mark(StepPart::Activation);
   if (postFfnNorms_[size_t(b)].w.empty() && residualFusable(id)) {
-    residualNorm(x, gemmHalf(id, g, T, false, g), weights_[size_t(id)].devBias.f(), nullptr, T, h);
+    const uint16_t* dh = gemmHalf(id, g, T, false, g);
+    mark(StepPart::Down);
+    residualNorm(x, dh, weights_[size_t(id)].devBias.f(), nullptr, T, h);
   } else {
     linear(id, g, T, o, b);
+    mark(StepPart::Down);
     if (!postFfnNorms_[size_t(b)].w.empty()) {
       ops_.rmsNorm(o, postFfnNorms_[size_t(b)].dw.f(), T, dim_, normEps_, h);
       ops_.add(x, h, T * dim_);
@@ -1009,6 +1033,7 @@ void Runtime::runLlamaBlock(int b, float* x, int64_t T, int32_t startPos) {
       ops_.add(x, o, T * dim_);
     }
   }
+  mark(StepPart::Residual);
 }
 
 void Runtime::runGpt2Block(int b, float* x, int64_t T, int32_t startPos) {
@@ -1029,28 +1054,38 @@ void Runtime::runGpt2Block(int b, float* x, int64_t T, int32_t startPos) {
 
   const Norm& n1 = attnNorms_[size_t(b)];
   ops_.layerNorm(x, n1.dw.f(), n1.db.f(), T, dim_, normEps_, h);
+  mark(StepPart::AttnNorm);
   linear(iqkv, h, T, qkv, b);
+  mark(StepPart::Qkv);
   ops_.copyColumns(qkv, row, 0, T, qDim_, q);  // c_attn output rows are [q | k | v]
   ops_.copyColumns(qkv, row, qDim_, T, kvDim_, k);
   ops_.copyColumns(qkv, row, qDim_ + kvDim_, T, kvDim_, v);
+  mark(StepPart::QkvFinish);
   const AttentionShape& shape = blockAttn_[size_t(b)];
   if (shape.plain() || ops_.attentionExtras())
     ops_.attention(q, k, v, pos, T, shape, kCache_[size_t(b)].f(), vCache_[size_t(b)].f(), att);
   else
     ops_.attentionReference(q, k, v, pos, T, shape, kCache_[size_t(b)].f(), vCache_[size_t(b)].f(), att);
+  mark(StepPart::Attention);
   linear(io, att, T, o, b);
+  mark(StepPart::OProj);
   ops_.add(x, o, T * dim_);
 
   const Norm& n2 = ffnNorms_[size_t(b)];
   float* f = scratch(kF, size_t(T * hidden_));
   ops_.layerNorm(x, n2.dw.f(), n2.db.f(), T, dim_, normEps_, h);
+  mark(StepPart::FfnNorm);
   linear(iin, h, T, f, b);
+  mark(StepPart::GateUp);
   if (act_ == Activation::GeluTanh)
     ops_.geluTanh(f, T * hidden_);
   else
     ops_.activate(f, T * hidden_, act_);
+  mark(StepPart::Activation);
   linear(iout, f, T, o, b);
+  mark(StepPart::Down);
   ops_.add(x, o, T * dim_);
+  mark(StepPart::Residual);
 }
 
 void Runtime::headImpl(const float* x, int64_t T, float* logits) {
@@ -1059,8 +1094,10 @@ void Runtime::headImpl(const float* x, int64_t T, float* logits) {
     ops_.layerNorm(x, finalNorm_.dw.f(), finalNorm_.db.f(), T, dim_, normEps_, h);
   else
     ops_.rmsNorm(x, finalNorm_.dw.f(), T, dim_, normEps_, h);
+  mark(StepPart::FinalNorm);
   linear(headLinear_, h, T, logits, -1);
   if (finalSoftcap_ > 0) ops_.softcap(logits, T * vocab_, finalSoftcap_);
+  mark(StepPart::Head);
   fireTap(TapKind::Logits, -1, -1, logits, T, vocab_);
 }
 
@@ -1096,8 +1133,15 @@ void Runtime::forward(std::span<const int32_t> tokens, int32_t startPos, std::ve
   const int64_t T = int64_t(tokens.size());
   checkRun(T, startPos);
   if (T == 1 && decodeRecordable()) return decodeStep(tokens[0], startPos, logits);
+  struct Stamping {  // an eager decode step takes the timeline's stamps too
+    Runtime& rt;
+    Stamping(Runtime& r, bool on) : rt(r) { rt.stamping_ = on; }
+    ~Stamping() { rt.stamping_ = false; }
+  } stamping(*this, T == 1 && decodeTimeline_);
+  mark(StepPart::Between);
   float* x = scratch(kFwdX, size_t(T * dim_));
   embedImpl(tokens, startPos, x);
+  mark(StepPart::Embed);
   runBlocksChained(x, T, startPos);
   tapStartPos_ = startPos;
   const int64_t rows = allLogits ? T : 1;
@@ -1153,7 +1197,14 @@ void Runtime::decodeStep(int32_t token, int32_t startPos, std::vector<float>& lo
       const int32_t*& p;
       ~Clear() { p = nullptr; }
     } clear{stepPositions_};
+    struct Stamping {
+      Runtime& rt;
+      explicit Stamping(Runtime& r) : rt(r) { rt.stamping_ = rt.decodeTimeline_ && rt.stampStep_; }
+      ~Stamping() { rt.stamping_ = false; }
+    } stamping(*this);
+    mark(StepPart::Between);  // the step starts
     embedIds(ids, 1, startPos, x);
+    mark(StepPart::Embed);
     runBlocksChained(x, 1, startPos);
     tapStartPos_ = startPos;
     headImpl(x, 1, dl);
@@ -1168,10 +1219,13 @@ void Runtime::decodeStep(int32_t token, int32_t startPos, std::vector<float>& lo
     decodeRecordingStep_->replay();
     ++decodeReplays_;
   } else if (!decodeWarm_ || decodeRecordFailed_) {
+    // The warm-up step (it sizes workspaces) takes no stamps; steps that stay eager do.
+    stampStep_ = decodeWarm_;
     body();
     decodeWarm_ = true;
     decodeKey_ = recordingKey();  // the eager step may have sized a workspace
   } else {
+    stampStep_ = true;
     decodeRecordingStep_ = ops_.record(body);
     if (decodeRecordingStep_ && recordingKey() == key) {
       decodeRecordingStep_->replay();
@@ -1185,6 +1239,87 @@ void Runtime::decodeStep(int32_t token, int32_t startPos, std::vector<float>& lo
   }
   logits.resize(size_t(vocab_));
   ops_.download(logits.data(), dl, logits.size() * sizeof(float));
+}
+
+// ---- decode timeline -----------------------------------------------------------------------
+
+std::string_view Runtime::stepPartName(StepPart p) {
+  switch (p) {
+    case StepPart::Between: return "between steps";
+    case StepPart::Embed: return "embedding";
+    case StepPart::AttnNorm: return "attention norm";
+    case StepPart::Qkv: return "q/k/v projection";
+    case StepPart::QkvFinish: return "q/k/v to FP32 (+RoPE)";
+    case StepPart::QkNorm: return "q/k norm";
+    case StepPart::Rope: return "RoPE";
+    case StepPart::Attention: return "attention";
+    case StepPart::OProj: return "output projection";
+    case StepPart::FfnNorm: return "residual + FFN norm";
+    case StepPart::GateUp: return "gate/up (MLP in) projection";
+    case StepPart::Activation: return "activation";
+    case StepPart::Down: return "down (MLP out) projection";
+    case StepPart::Residual: return "residual (+ next norm)";
+    case StepPart::FinalNorm: return "final norm";
+    case StepPart::Head: return "head";
+    case StepPart::Count: break;
+  }
+  return "?";
+}
+
+void Runtime::setDecodeTimeline(bool on, int steps) {
+  if (!on && !decodeTimeline_) return;  // off already (on re-arms: an empty timeline)
+  decodeTimeline_ = on;
+  // Stamps per step: a few per block plus the step's own; room for `steps` of them.
+  const int perStep = int(graph_.blocks.size()) * (int(StepPart::Count) - 4) + 8;
+  ops_.armTimeline(on ? std::max(1, steps) * perStep : 0);
+  ++stateVersion_;  // the recorded step is made again, with or without the stamps
+}
+
+Runtime::DecodeTimeline Runtime::decodeTimeline() {
+  const TransformerOps::Timeline t = ops_.timeline();
+  DecodeTimeline r;
+  r.dropped = t.dropped;
+  constexpr int kParts = int(StepPart::Count);
+  std::vector<double> ns(kParts, 0.0), count(kParts, 0.0);
+  // A step runs from its Between stamp (the step starts) to the next one; the time from the
+  // previous stamp to each stamp is its part's. Only whole steps count: the first Between has
+  // no step before it, and the stamps after the last Between belong to an unfinished step.
+  int64_t lastStart = -1;
+  std::vector<double> stepNs(kParts, 0.0), stepCount(kParts, 0.0);
+  uint64_t firstStartNs = 0, lastStartNs = 0;
+  for (size_t i = 0; i < t.stamps.size(); ++i) {
+    const auto& st = t.stamps[i];
+    if (st.label < 0 || st.label >= kParts) continue;
+    const double dt = i > 0 ? double(st.ns - t.stamps[i - 1].ns) : 0.0;
+    if (StepPart(st.label) == StepPart::Between) {
+      if (lastStart >= 0) {  // the step since lastStart is whole: keep it
+        for (int p = 0; p < kParts; ++p) ns[size_t(p)] += stepNs[size_t(p)], count[size_t(p)] += stepCount[size_t(p)];
+        ++r.steps;
+        lastStartNs = st.ns;
+      } else {
+        firstStartNs = st.ns;
+      }
+      std::fill(stepNs.begin(), stepNs.end(), 0.0);
+      std::fill(stepCount.begin(), stepCount.end(), 0.0);
+      lastStart = int64_t(i);
+      // The gap before this step belongs to the step just finished (its tail: logits out, the
+      // next token in, the launch): counted with it when there was one.
+      if (i > 0 && r.steps > 0) {
+        ns[0] += dt;
+        count[0] += 1;
+      }
+      continue;
+    }
+    if (lastStart < 0) continue;
+    stepNs[size_t(st.label)] += dt;
+    stepCount[size_t(st.label)] += 1;
+  }
+  if (r.steps == 0) return r;
+  r.stepUs = double(lastStartNs - firstStartNs) / 1e3 / double(r.steps);
+  for (int p = 0; p < kParts; ++p)
+    if (count[size_t(p)] > 0)
+      r.parts.push_back({StepPart(p), ns[size_t(p)] / 1e3 / double(r.steps), count[size_t(p)] / double(r.steps)});
+  return r;
 }
 
 // ---- compute-memory API ---------------------------------------------------------------------

@@ -31,6 +31,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/model/model_file.h"
@@ -192,6 +193,36 @@ class Runtime {
   void setDecodeRecording(bool on) { decodeRecording_ = on; }
   int64_t decodeReplays() const { return decodeReplays_; }  // decode steps replayed so far
 
+  // ---- decode timeline ---------------------------------------------------------------------
+  // Where a decode step's time goes, measured on the device (`bench e2e --timeline`). While on,
+  // every decode step stamps the end of each of its parts (TransformerOps::stamp: on CUDA a
+  // one-thread kernel chained after the part's last kernel, inside the recorded step) and
+  // decodeTimeline() turns the stamps taken since the last call into microseconds per step and
+  // part: a part's time runs from the previous stamp to its own, so the parts tile the step.
+  // A stamp costs about a microsecond of its own, which lands in the part after it.
+  // Between: from the end of one step to the start of the next (logits to the host, sampling,
+  // the next token up, the graph launch).
+  enum class StepPart : int32_t {
+    Between, Embed, AttnNorm, Qkv, QkvFinish, QkNorm, Rope, Attention, OProj, FfnNorm, GateUp, Activation, Down,
+    Residual, FinalNorm, Head, Count
+  };
+  static std::string_view stepPartName(StepPart p);
+  struct DecodeTimeline {
+    struct Part {
+      StepPart part = StepPart::Between;
+      double usPerStep = 0;     // mean over the steps
+      double stampsPerStep = 0; // how many times the part ends per step (per block parts: blocks)
+    };
+    int64_t steps = 0;         // steps with a complete set of stamps
+    double stepUs = 0;         // mean time from one step's start to the next's (Between included)
+    std::vector<Part> parts;   // the parts that occurred, in StepPart order
+    int64_t dropped = 0;       // stamps lost to the buffer's capacity
+  };
+  // On: arms a timeline for up to `steps` decode steps (re-records the step with stamps); off
+  // frees it and records the next step without them.
+  void setDecodeTimeline(bool on, int steps = 256);
+  DecodeTimeline decodeTimeline();
+
   int addTap(Tap tap);  // returns an id for removeTap
   void removeTap(int id);
   void clearTaps();
@@ -340,6 +371,12 @@ class Runtime {
   Buffer stepIo_;                                // [token, position], compute memory
   const int32_t* stepPositions_ = nullptr;       // positionsAt() while a decode step is built
   int64_t decodeReplays_ = 0;
+  bool decodeTimeline_ = false;  // setDecodeTimeline
+  bool stampStep_ = false;       // the decode step being built takes stamps (not the warm-up step)
+  bool stamping_ = false;        // inside a decode step with the timeline on
+  void mark(StepPart p) {
+    if (stamping_) ops_.stamp(int32_t(p));
+  }
   // What the kXHalf scratch holds: the FP16 copy of halfOf_ (halfCount_ values), or nothing.
   const float* halfOf_ = nullptr;
   int64_t halfCount_ = 0;

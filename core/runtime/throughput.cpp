@@ -59,6 +59,17 @@ ThroughputResult measureOne(Runtime& rt, const std::string& name, const LayerQua
   }
   r.prefillTokensPerSecond = median(prefill);
   r.decodeTokensPerSecond = median(decode);
+  if (o.timeline) {
+    ctx.checkCancelled();
+    struct Off {
+      Runtime& rt;
+      ~Off() { rt.setDecodeTimeline(false); }
+    } off{rt};
+    rt.setDecodeTimeline(true, o.decodeTokens + 1);
+    rt.reset();
+    generate(rt, prompt, o.decodeTokens, noStop, greedy, {}, nullptr, &cancelOnly);
+    r.timeline = rt.decodeTimeline();
+  }
   // After the runs: a wide path picked by timing at its first call is known only then.
   r.kernels = "decode: " + kernelSummary(rt, 1) + "; prefill: " + kernelSummary(rt, int64_t(prompt.size()));
   return r;

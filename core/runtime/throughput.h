@@ -8,6 +8,7 @@
 // warm-up (a whole prefill and a few steps). The prompt is random ids (seeded): a timing run.
 // `bench e2e` prints it; the GUI's Run tab shows it next to the per-layer speed chart.
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "core/runtime/runtime.h"
@@ -23,12 +24,16 @@ struct ThroughputResult {
   // Timed decode steps, and how many of them replayed a recorded step (a CUDA graph; the rest ran
   // their launches one by one: see Runtime::setDecodeRecording).
   int64_t decodeSteps = 0, decodeReplays = 0;
+  // With ThroughputOptions::timeline: one more decode run with stamps (Runtime::DecodeTimeline),
+  // after the timed runs, so the stamps cost the tokens/s above nothing.
+  std::optional<Runtime::DecodeTimeline> timeline;
 };
 
 struct ThroughputOptions {
   int64_t promptTokens = 512;
   int decodeTokens = 128;
   int repeat = 3;
+  bool timeline = false;  // also take a decode timeline of each configuration
 };
 
 struct ThroughputComparison {

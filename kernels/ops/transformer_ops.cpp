@@ -312,4 +312,28 @@ double TransformerOps::timeCalls(int launches, int repeats, const std::function<
   return us[us.size() / 2];
 }
 
+void TransformerOps::armTimeline(int capacity) {
+  hostTimeline_ = {};
+  hostTimelineCapacity_ = std::max(0, capacity);
+  hostTimeline_.stamps.reserve(size_t(hostTimelineCapacity_));
+}
+
+void TransformerOps::stamp(int32_t label) {
+  if (hostTimelineCapacity_ == 0) return;
+  synchronize();
+  if (int64_t(hostTimeline_.stamps.size()) >= hostTimelineCapacity_) {
+    ++hostTimeline_.dropped;
+    return;
+  }
+  const auto now = std::chrono::steady_clock::now().time_since_epoch();
+  hostTimeline_.stamps.push_back({label, uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(now).count())});
+}
+
+TransformerOps::Timeline TransformerOps::timeline() {
+  Timeline t = std::move(hostTimeline_);
+  hostTimeline_ = {};
+  hostTimeline_.stamps.reserve(size_t(hostTimelineCapacity_));
+  return t;
+}
+
 }  // namespace qs

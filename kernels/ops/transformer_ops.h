@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <string_view>
+#include <vector>
 
 #include "kernels/quant/quant_format.h"
 
@@ -211,10 +212,34 @@ class TransformerOps {
   // (see GemmOps::workspaceGeneration): recordings made before then must be made again.
   virtual uint64_t workspaceGeneration() const { return 0; }
 
+  // ---- timeline stamps ---------------------------------------------------------------------
+  // Where a step's time goes, op by op, measured where the ops run. While a timeline is armed
+  // (armTimeline(capacity > 0); 0 disarms and frees it), stamp(label) records the label and the
+  // time at which every call queued before it has finished: on CUDA a one-thread kernel, chained
+  // after the previous one (pdl.cuh), that waits for it and reads %globaltimer (so a recording
+  // made with stamps replays them, one per replay); on the host the wall clock after the calls.
+  // timeline() returns the stamps so far in order and empties the buffer; stamps past the
+  // capacity are dropped and counted in `dropped`.
+  struct TimelineStamp {
+    int32_t label = 0;
+    uint64_t ns = 0;
+  };
+  struct Timeline {
+    std::vector<TimelineStamp> stamps;
+    int64_t dropped = 0;
+  };
+  virtual void armTimeline(int capacity);
+  virtual void stamp(int32_t label);
+  virtual Timeline timeline();
+
   // Microseconds per call of call(i), i = 0 … launches-1, the median over `repeats` rounds
   // (after one warm-up round). CUDA: the calls are captured once into a graph and replayed
   // between events; host: wall clock.
   virtual double timeCalls(int launches, int repeats, const std::function<void(int)>& call);
+
+ private:
+  Timeline hostTimeline_;  // the host op-set's stamps (armTimeline / stamp / timeline)
+  int hostTimelineCapacity_ = 0;
 };
 
 }  // namespace qs

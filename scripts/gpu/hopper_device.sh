@@ -9,7 +9,8 @@
 #   bash scripts/gpu/hopper_device.sh SOURCE_ROOT [steps…]
 #   steps: tests (GEMM), runtime (op tables, runtime, transformer ops), gpu-rest (the other gpu test
 #   programs: tests + runtime + gpu-rest = `ctest -L gpu`), bench, peers, e2e8b, memcheck
-# Environment: SHAPES, BATCH, FORMATS (bench gemm's), QS_E2E_FORMATS (bench e2e's), MEMCHECK_ROWS
+# Environment: SHAPES, BATCH, FORMATS (bench gemm's), QS_E2E_FORMATS and QS_E2E_ARGS (bench e2e's
+# formats and further options, e.g. --timeline), MEMCHECK_ROWS
 # (the forced Hopper configurations memcheck runs).
 set -uo pipefail
 src=$1; shift
@@ -54,10 +55,11 @@ if has e2e8b; then
   [[ -e $m ]] || "$B/quantscope-cli" synth --arch llama --preset 8b -o "$m" 2>&1 | tail -1 | tee -a "$summary"
   for fmt in ${QS_E2E_FORMATS:-int4-g128-sym}; do
     step "bench e2e 8b $fmt"
+    # shellcheck disable=SC2086  # QS_E2E_ARGS: more bench e2e options (e.g. --timeline), word-split
     timeout 400 "$B/quantscope-cli" --backend cuda bench e2e "$m" --format "$fmt" --prompt 512 --tokens 128 \
-      >"$out/e2e-8b-$fmt.log" 2>&1
+      ${QS_E2E_ARGS:-} >"$out/e2e-8b-$fmt.log" 2>&1
     echo "rc=$?" | tee -a "$summary"
-    tail -14 "$out/e2e-8b-$fmt.log" | tee -a "$summary"
+    grep -v '^\s*\[' "$out/e2e-8b-$fmt.log" | tail -60 | tee -a "$summary"
   done
 fi
 if has memcheck; then

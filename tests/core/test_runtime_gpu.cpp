@@ -387,6 +387,51 @@ class TestRuntimeGpu : public QObject {
     }
   }
 
+  // The decode timeline on the device: stamps inside the recorded step (one chained one-thread
+  // kernel per part) leave the logits exactly as they are, every replayed step yields a whole set
+  // of stamps, the per-block parts end once per block, and the parts tile the step. Bound: the
+  // logits are bit-identical (the stamps read no tensor).
+  void decodeTimelineStampsTheRecordedStep() {
+    Model m(qs::test::stories260K().toStdString());
+    Runtime a(*m.file, m.graph, *gpu_), b(*m.file, m.graph, *gpu_);
+    a.setPlan(planFor(a, parseQuantFormat("int8-ch-sym")));
+    b.setPlan(planFor(b, parseQuantFormat("int8-ch-sym")));
+    const auto prompt = randomTokens(9, a.vocabSize(), 5);
+    const int steps = 10;
+    a.setDecodeTimeline(true, steps);
+    std::vector<float> la, lb;
+    a.forward(prompt, 0, la, false);
+    b.forward(prompt, 0, lb, false);
+    for (int s = 0; s < steps; ++s) {
+      const int32_t t = int32_t((prompt[size_t(s) % prompt.size()] + 11 * s) % a.vocabSize());
+      a.forward(std::span(&t, 1), int32_t(prompt.size()) + s, la, false);
+      b.forward(std::span(&t, 1), int32_t(prompt.size()) + s, lb, false);
+      QVERIFY2(la == lb, qPrintable(QString("step %1").arg(s)));
+    }
+    QCOMPARE(a.decodeReplays(), int64_t(steps - 1));
+    const Runtime::DecodeTimeline tl = a.decodeTimeline();
+    QCOMPARE(tl.dropped, int64_t(0));
+    QCOMPARE(tl.steps, int64_t(steps - 2));  // no stamps in the warm-up step; the last has no end
+    double sum = 0;
+    for (const auto& p : tl.parts) {
+      QVERIFY(p.usPerStep >= 0);
+      sum += p.usPerStep;
+      const double blocks = double(m.graph.blocks.size());
+      if (p.part == Runtime::StepPart::AttnNorm) {  // once, or per block where the residual step cannot take it
+        QVERIFY(p.stampsPerStep == 1.0 || p.stampsPerStep == blocks);
+        continue;
+      }
+      const bool perBlock = p.part != Runtime::StepPart::Between && p.part != Runtime::StepPart::Embed &&
+                            p.part != Runtime::StepPart::FinalNorm && p.part != Runtime::StepPart::Head;
+      QCOMPARE(p.stampsPerStep, perBlock ? blocks : 1.0);
+    }
+    qInfo("stories260K decode step with stamps: %.1f us, %zu parts", tl.stepUs, tl.parts.size());
+    QVERIFY(tl.stepUs > 0);
+    QVERIFY(std::abs(sum - tl.stepUs) <= 1e-6 * tl.stepUs);
+    a.setDecodeTimeline(false);
+    QVERIFY(a.decodeTimeline().parts.empty());
+  }
+
   void tapsAndWeightReplacementOnGpu() {
     Model m(qs::test::stories260K().toStdString());
     Runtime c(*m.file, m.graph, *cpu_), g(*m.file, m.graph, *gpu_);

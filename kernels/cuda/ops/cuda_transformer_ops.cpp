@@ -340,6 +340,36 @@ class CudaTransformerOps final : public TransformerOps {
 
   uint64_t workspaceGeneration() const override { return workspaceGeneration_; }
 
+  // Timeline: [capacity] stamps of two uint64 (label, ns), then the int count of stamps taken.
+  void armTimeline(int capacity) override {
+    synchronize();
+    timelineCapacity_ = std::max(0, capacity);
+    timeline_.reset();
+    ++workspaceGeneration_;  // recordings with stamps point at the old buffer
+    if (timelineCapacity_ == 0) return;
+    timeline_ = allocate(size_t(timelineCapacity_) * 2 * sizeof(uint64_t) + sizeof(int));
+    QS_CUDA_CHECK(cudaMemsetAsync(timelineCount(), 0, sizeof(int), stream_));
+  }
+  void stamp(int32_t label) override {
+    if (timelineCapacity_ == 0) return;
+    cuda_ops::timelineStamp(label, static_cast<uint64_t*>(timeline_.get()), timelineCapacity_, timelineCount(),
+                            stream_);
+  }
+  Timeline timeline() override {
+    Timeline t;
+    if (timelineCapacity_ == 0) return t;
+    int count = 0;
+    download(&count, timelineCount(), sizeof count);
+    const int kept = std::min(count, timelineCapacity_);
+    std::vector<uint64_t> raw(size_t(kept) * 2);
+    if (kept > 0) download(raw.data(), timeline_.get(), raw.size() * sizeof(uint64_t));
+    t.stamps.resize(size_t(kept));
+    for (int i = 0; i < kept; ++i) t.stamps[size_t(i)] = {int32_t(raw[2 * size_t(i)]), raw[2 * size_t(i) + 1]};
+    t.dropped = count - kept;
+    QS_CUDA_CHECK(cudaMemsetAsync(timelineCount(), 0, sizeof(int), stream_));
+    return t;
+  }
+
   double timeCalls(int launches, int repeats, const std::function<void(int)>& call) override {
     launches = std::max(1, launches);
     // One eager round first: op-sets size their workspaces there (they may not grow inside a
@@ -424,6 +454,11 @@ class CudaTransformerOps final : public TransformerOps {
   uint64_t workspaceGeneration_ = 0;
   std::vector<std::pair<std::vector<float>, std::shared_ptr<void>>> freqs_;
   size_t logitRowsBytes_ = 0, targetsBytes_ = 0;
+  std::shared_ptr<void> timeline_;
+  int timelineCapacity_ = 0;
+  int* timelineCount() const {
+    return reinterpret_cast<int*>(static_cast<uint64_t*>(timeline_.get()) + 2 * size_t(timelineCapacity_));
+  }
 };
 
 }  // namespace

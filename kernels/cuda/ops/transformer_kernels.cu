@@ -534,4 +534,23 @@ void compareLogits(const float* ref, const float* test, int64_t T, int64_t V,
   QS_CUDA_LAUNCHED("compareLogitsKernel");
 }
 
+namespace {
+__global__ void timelineStampKernel(int32_t label, unsigned long long* slots, int capacity, int* count) {
+  waitForPriorGrids();  // chained launch (pdl.cuh): the stamp is the previous kernel's end
+  unsigned long long ns;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
+  const int i = atomicAdd(count, 1);
+  if (i < capacity) {
+    slots[2 * size_t(i)] = static_cast<unsigned long long>(static_cast<uint32_t>(label));
+    slots[2 * size_t(i) + 1] = ns;
+  }
+}
+}  // namespace
+
+void timelineStamp(int32_t label, uint64_t* slots, int capacity, int* count, cudaStream_t stream) {
+  launchChained(timelineStampKernel, 1, 1, 0, stream, label, reinterpret_cast<unsigned long long*>(slots), capacity,
+                count);
+  QS_CUDA_LAUNCHED("timelineStampKernel");
+}
+
 }  // namespace qs::cuda_ops

@@ -91,4 +91,9 @@ struct DeviceLogitRow {
 void compareLogits(const float* ref, const float* test, int64_t T, int64_t V,
                    const int32_t* targets, DeviceLogitRow* out, cudaStream_t stream);
 
+// TransformerOps::stamp: one thread, chained after the previous kernel, waits for it and writes
+// (label, %globaltimer) into stamp slot atomicAdd(count, 1) of `slots` ([capacity][2]), or
+// only counts past the capacity.
+void timelineStamp(int32_t label, uint64_t* slots, int capacity, int* count, cudaStream_t stream);
+
 }  // namespace qs::cuda_ops
