@@ -103,12 +103,44 @@ std::vector<int32_t> generate(Runtime& rt, std::span<const int32_t> prompt, int 
   st.prefillSeconds = std::chrono::duration<double>(clock::now() - t0).count();
   std::vector<int32_t> out;
   int32_t pos = int32_t(prompt.size());
+  if (sampling.greedy()) {
+    // The argmax where the logits are, decode steps back to back (Runtime::decodeGreedy), in
+    // chunks: tokens reach onToken and the stop check a chunk at a time, and up to a chunk's
+    // steps past a stop token run for nothing.
+    constexpr int kChunk = 16;
+    std::vector<int32_t> pending;
+    size_t taken = 0;
+    int32_t next = argmax(logits);
+    for (int i = 0; i < maxNewTokens; ++i) {
+      if (ctx) {
+        ctx->checkCancelled();
+        ctx->progress(double(i) / maxNewTokens, "generating");
+      }
+      if (std::find(stopTokens.begin(), stopTokens.end(), next) != stopTokens.end()) break;
+      out.push_back(next);
+      if (onToken) onToken(next);
+      if (i + 1 == maxNewTokens) break;
+      if (taken == pending.size()) {
+        if (pos >= rt.maxSeq()) break;
+        const int n = std::min({kChunk, maxNewTokens - (i + 1), int(rt.maxSeq() - pos)});
+        t0 = clock::now();
+        pending = rt.decodeGreedy(next, pos, n);
+        st.decodeSeconds += std::chrono::duration<double>(clock::now() - t0).count();
+        st.decodeSteps += n;
+        pos += n;
+        taken = 0;
+      }
+      next = pending[taken++];
+    }
+    if (stats) *stats = st;
+    return out;
+  }
   for (int i = 0; i < maxNewTokens; ++i) {
     if (ctx) {
       ctx->checkCancelled();
       ctx->progress(double(i) / maxNewTokens, "generating");
     }
-    const int32_t next = sampling.greedy() ? argmax(logits) : sampleToken(logits, sampling, rng);
+    const int32_t next = sampleToken(logits, sampling, rng);
     if (std::find(stopTokens.begin(), stopTokens.end(), next) != stopTokens.end()) break;
     out.push_back(next);
     if (onToken) onToken(next);

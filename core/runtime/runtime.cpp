@@ -1185,14 +1185,28 @@ void Runtime::decodeStep(int32_t token, int32_t startPos, std::vector<float>& lo
   if (token < 0 || token >= vocab_)
     throw Error(ErrorKind::BadInput, "token id " + std::to_string(token) + " is outside the model's vocabulary of " +
                                          std::to_string(vocab_) + " tokens", {}, "vocabulary");
-  if (!stepIo_.mem) stepIo_.mem = ops_.allocate(2 * sizeof(int32_t));
+  int32_t* io = stepIo();
+  const int32_t host[3] = {token, startPos, 0};
+  ops_.upload(io, host, sizeof host);
+  runDecodeStep(decodePlain_, startPos, nullptr);
+  logits.resize(size_t(vocab_));
+  ops_.download(logits.data(), scratch(kFwdLogits, size_t(vocab_)), logits.size() * sizeof(float));
+}
+
+int32_t* Runtime::stepIo() {
+  if (!stepIo_.mem) stepIo_.mem = ops_.allocate(3 * sizeof(int32_t));
+  return static_cast<int32_t*>(stepIo_.mem.get());
+}
+
+// One decode step on what stepIo() holds, recorded in `rec` (see decodeStep); with `tokens`,
+// the step ends with the greedy bookkeeping (TransformerOps::greedyNext into stepIo and tokens
+// [capacity maxSeq_]).
+void Runtime::runDecodeStep(DecodeRecorder& rec, int32_t startPos, int32_t* tokens) {
   float* x = scratch(kFwdX, size_t(dim_));
   float* dl = scratch(kFwdLogits, size_t(vocab_));
-  const int32_t io[2] = {token, startPos};
-  ops_.upload(stepIo_.mem.get(), io, sizeof io);
-  const auto* ids = static_cast<const int32_t*>(stepIo_.mem.get());
+  int32_t* io = stepIo();
   auto body = [&] {
-    stepPositions_ = ids + 1;
+    stepPositions_ = io + 1;
     struct Clear {
       const int32_t*& p;
       ~Clear() { p = nullptr; }
@@ -1203,42 +1217,71 @@ void Runtime::decodeStep(int32_t token, int32_t startPos, std::vector<float>& lo
       ~Stamping() { rt.stamping_ = false; }
     } stamping(*this);
     mark(StepPart::Between);  // the step starts
-    embedIds(ids, 1, startPos, x);
+    embedIds(io, 1, startPos, x);
     mark(StepPart::Embed);
     runBlocksChained(x, 1, startPos);
     tapStartPos_ = startPos;
     headImpl(x, 1, dl);
+    if (tokens) {
+      ops_.greedyNext(dl, vocab_, io, tokens, int(maxSeq_));
+      mark(StepPart::Sampling);
+    }
   };
   const RecordingKey key = recordingKey();
-  if (!(key == decodeKey_)) {
-    decodeRecordingStep_.reset();
-    decodeKey_ = key;
-    decodeWarm_ = decodeRecordFailed_ = false;
+  if (!(key == rec.key)) {
+    rec.step.reset();
+    rec.key = key;
+    rec.warm = rec.failed = false;
   }
-  if (decodeRecordingStep_) {
-    decodeRecordingStep_->replay();
+  if (rec.step) {
+    rec.step->replay();
     ++decodeReplays_;
-  } else if (!decodeWarm_ || decodeRecordFailed_) {
+  } else if (!rec.warm || rec.failed) {
     // The warm-up step (it sizes workspaces) takes no stamps; steps that stay eager do.
-    stampStep_ = decodeWarm_;
+    stampStep_ = rec.warm;
     body();
-    decodeWarm_ = true;
-    decodeKey_ = recordingKey();  // the eager step may have sized a workspace
+    rec.warm = true;
+    rec.key = recordingKey();  // the eager step may have sized a workspace
   } else {
     stampStep_ = true;
-    decodeRecordingStep_ = ops_.record(body);
-    if (decodeRecordingStep_ && recordingKey() == key) {
-      decodeRecordingStep_->replay();
+    rec.step = ops_.record(body);
+    if (rec.step && recordingKey() == key) {
+      rec.step->replay();
       ++decodeReplays_;
     } else {  // could not record (or something grew while recording): eager from now on
-      decodeRecordingStep_.reset();
-      decodeRecordFailed_ = true;
-      decodeKey_ = recordingKey();
+      rec.step.reset();
+      rec.failed = true;
+      rec.key = recordingKey();
       body();
     }
   }
-  logits.resize(size_t(vocab_));
-  ops_.download(logits.data(), dl, logits.size() * sizeof(float));
+}
+
+std::vector<int32_t> Runtime::decodeGreedy(int32_t token, int32_t startPos, int steps) {
+  if (steps <= 0) return {};
+  checkRun(steps, startPos);
+  if (token < 0 || token >= vocab_)
+    throw Error(ErrorKind::BadInput, "token id " + std::to_string(token) + " is outside the model's vocabulary of " +
+                                         std::to_string(vocab_) + " tokens", {}, "vocabulary");
+  std::vector<int32_t> out;
+  out.reserve(size_t(steps));
+  if (!decodeRecordable()) {  // the same steps through forward(), the argmax on the host
+    std::vector<float> logits;
+    for (int s = 0; s < steps; ++s) {
+      forward(std::span<const int32_t>(&token, 1), startPos + s, logits, false);
+      token = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());  // first maximum
+      out.push_back(token);
+    }
+    return out;
+  }
+  if (!greedyTokens_.mem) greedyTokens_.mem = ops_.allocate(size_t(maxSeq_) * sizeof(int32_t));
+  auto* tokens = static_cast<int32_t*>(greedyTokens_.mem.get());
+  const int32_t host[3] = {token, startPos, 0};
+  ops_.upload(stepIo(), host, sizeof host);
+  for (int s = 0; s < steps; ++s) runDecodeStep(decodeGreedy_, startPos + s, tokens);
+  out.resize(size_t(steps));
+  ops_.download(out.data(), tokens, out.size() * sizeof(int32_t));
+  return out;
 }
 
 // ---- decode timeline -----------------------------------------------------------------------
@@ -1261,6 +1304,7 @@ std::string_view Runtime::stepPartName(StepPart p) {
     case StepPart::Residual: return "residual (+ next norm)";
     case StepPart::FinalNorm: return "final norm";
     case StepPart::Head: return "head";
+    case StepPart::Sampling: return "greedy sampling";
     case StepPart::Count: break;
   }
   return "?";

@@ -191,6 +191,13 @@ class Runtime {
   // the first step after any change of weights, plan or workspaces (it sizes them); the next
   // step records.
   void setDecodeRecording(bool on) { decodeRecording_ = on; }
+  // Greedy decoding without a host round trip per step: `steps` decode steps, the first reading
+  // `token` at startPos and each next one the previous step's argmax (TransformerOps::greedyNext,
+  // where the logits are), so on CUDA the recorded steps run back to back; returns the steps'
+  // argmax tokens, in order (the last one not yet run through the model). The same tokens as
+  // forward() and the first maximum of its logits, step by step; where steps cannot be recorded,
+  // that is what runs. BadInput when the steps do not fit the context.
+  std::vector<int32_t> decodeGreedy(int32_t token, int32_t startPos, int steps);
   int64_t decodeReplays() const { return decodeReplays_; }  // decode steps replayed so far
 
   // ---- decode timeline ---------------------------------------------------------------------
@@ -204,7 +211,7 @@ class Runtime {
   // the next token up, the graph launch).
   enum class StepPart : int32_t {
     Between, Embed, AttnNorm, Qkv, QkvFinish, QkNorm, Rope, Attention, OProj, FfnNorm, GateUp, Activation, Down,
-    Residual, FinalNorm, Head, Count
+    Residual, FinalNorm, Head, Sampling, Count
   };
   static std::string_view stepPartName(StepPart p);
   struct DecodeTimeline {
@@ -365,10 +372,17 @@ class Runtime {
   RecordingKey recordingKey() const;
   bool decodeRecording_ = true;
   uint64_t stateVersion_ = 0;
-  RecordingKey decodeKey_{~0ull, 0, 0};
-  bool decodeWarm_ = false, decodeRecordFailed_ = false;
-  std::unique_ptr<TransformerOps::Recording> decodeRecordingStep_;
-  Buffer stepIo_;                                // [token, position], compute memory
+  // One kind of decode step's recording: plain (logits out) or greedy (the argmax fed back).
+  struct DecodeRecorder {
+    RecordingKey key{~0ull, 0, 0};
+    bool warm = false, failed = false;
+    std::unique_ptr<TransformerOps::Recording> step;
+  };
+  DecodeRecorder decodePlain_, decodeGreedy_;
+  void runDecodeStep(DecodeRecorder& rec, int32_t startPos, int32_t* tokens);
+  int32_t* stepIo();
+  Buffer stepIo_;                                // [token, position, count], compute memory
+  Buffer greedyTokens_;                          // decodeGreedy's tokens [maxSeq_], compute memory
   const int32_t* stepPositions_ = nullptr;       // positionsAt() while a decode step is built
   int64_t decodeReplays_ = 0;
   bool decodeTimeline_ = false;  // setDecodeTimeline

@@ -312,6 +312,17 @@ double TransformerOps::timeCalls(int launches, int repeats, const std::function<
   return us[us.size() / 2];
 }
 
+void TransformerOps::greedyNext(const float* logits, int64_t V, int32_t* io, int32_t* tokens, int capacity) {
+  int64_t best = -1;
+  for (int64_t i = 0; i < V; ++i)
+    if (!std::isnan(logits[i]) && (best < 0 || logits[i] > logits[best])) best = i;
+  const int32_t token = int32_t(std::max<int64_t>(best, 0));
+  io[0] = token;
+  io[1] += 1;
+  if (io[2] >= 0 && io[2] < capacity) tokens[io[2]] = token;
+  io[2] += 1;
+}
+
 void TransformerOps::armTimeline(int capacity) {
   hostTimeline_ = {};
   hostTimelineCapacity_ = std::max(0, capacity);

@@ -212,6 +212,14 @@ class TransformerOps {
   // (see GemmOps::workspaceGeneration): recordings made before then must be made again.
   virtual uint64_t workspaceGeneration() const { return 0; }
 
+  // ---- greedy decoding on the op-set ---------------------------------------------------------
+  // One greedy step's bookkeeping where the logits are, so that recorded decode steps can follow
+  // each other without the host: io = {token, position, count} (op-set memory) becomes
+  // {argmax(logits), position + 1, count + 1}, and tokens[count] = that argmax while count <
+  // capacity. The argmax is the first maximum, as std::max_element; a NaN never wins (all NaN:
+  // token 0).
+  virtual void greedyNext(const float* logits, int64_t V, int32_t* io, int32_t* tokens, int capacity);
+
   // ---- timeline stamps ---------------------------------------------------------------------
   // Where a step's time goes, op by op, measured where the ops run. While a timeline is armed
   // (armTimeline(capacity > 0); 0 disarms and frees it), stamp(label) records the label and the

@@ -13,6 +13,7 @@
 // stories260K must reproduce the CPU's (and llama2.c's) sample exactly. Figures are printed
 // (qInfo) for docs/runtime.md.
 #include <QtTest>
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -387,6 +388,74 @@ class TestRuntimeGpu : public QObject {
     }
   }
 
+  // Greedy decoding with the argmax on the device (Runtime::decodeGreedy: recorded steps back
+  // to back, each reading the previous step's argmax) gives the tokens of forward() + the host's
+  // first maximum, step by step: stories260K and the synthetic 110M model, FP32 and INT4. Bound:
+  // the same tokens (the same launches; the argmax of identical logits).
+  void greedyDecodingOnTheDeviceMatchesTheHostArgmax() {
+    if (synth110m_.empty()) synth110m_ = synth("llama", "110m");
+    for (const std::string& path : {qs::test::stories260K().toStdString(), synth110m_})
+      for (const char* format : {"", "int4-g32-sym"}) {
+        Model m(path);
+        Runtime a(*m.file, m.graph, *gpu_), b(*m.file, m.graph, *gpu_);
+        if (*format) {
+          a.setPlan(planFor(a, parseQuantFormat(format)));
+          b.setPlan(planFor(b, parseQuantFormat(format)));
+        }
+        const auto prompt = randomTokens(7, a.vocabSize(), 9);
+        std::vector<float> la, lb;
+        a.forward(prompt, 0, la, false);
+        b.forward(prompt, 0, lb, false);
+        const int32_t first = int32_t(std::max_element(la.begin(), la.end()) - la.begin());
+        const int steps = 20;
+        // Two calls: the second continues where the first stopped (the recorded step replays).
+        std::vector<int32_t> got = a.decodeGreedy(first, int32_t(prompt.size()), 12);
+        const std::vector<int32_t> more = a.decodeGreedy(got.back(), int32_t(prompt.size()) + 12, steps - 12);
+        got.insert(got.end(), more.begin(), more.end());
+        std::vector<int32_t> want;
+        int32_t t = first;
+        for (int s = 0; s < steps; ++s) {
+          b.forward(std::span(&t, 1), int32_t(prompt.size()) + s, lb, false);
+          t = int32_t(std::max_element(lb.begin(), lb.end()) - lb.begin());
+          want.push_back(t);
+        }
+        QVERIFY2(got == want, (path + " " + format).c_str());
+        QVERIFY(a.decodeReplays() >= steps - 2);  // one warm-up step, one recording
+      }
+    // The op itself against the host op-set: ties go to the first maximum, a NaN never wins,
+    // negative values order correctly, the counter and the position advance.
+    TransformerOps& g = gpu_->transformer();
+    TransformerOps& c = cpu_->transformer();
+    std::mt19937_64 rng(3);
+    for (const int64_t V : {int64_t(1), int64_t(7), int64_t(4099), int64_t(128256)})
+      for (int pattern = 0; pattern < 4; ++pattern) {
+        std::vector<float> logits(static_cast<size_t>(V), 0.0f);
+        for (auto& v : logits) v = float(int64_t(rng() % 2001) - 1000) * 0.01f;
+        if (pattern == 1) std::fill(logits.begin(), logits.end(), -3.5f);                 // all tied
+        if (pattern == 2) for (size_t i = 0; i < logits.size(); i += 3) logits[i] = NAN;  // NaNs among them
+        if (pattern == 3) for (auto& v : logits) v = -std::fabs(v) - 1.0f;                // all negative
+        std::vector<int32_t> hostIo{5, 40, 2}, hostTokens(4, -1);
+        c.greedyNext(logits.data(), V, hostIo.data(), hostTokens.data(), 4);
+        auto dl = g.allocate(logits.size() * sizeof(float));
+        auto dio = g.allocate(3 * sizeof(int32_t));
+        auto dt = g.allocate(4 * sizeof(int32_t));
+        const std::vector<int32_t> io0{5, 40, 2}, t0(4, -1);
+        g.upload(dl.get(), logits.data(), logits.size() * sizeof(float));
+        g.upload(dio.get(), io0.data(), 3 * sizeof(int32_t));
+        g.upload(dt.get(), t0.data(), 4 * sizeof(int32_t));
+        g.greedyNext(static_cast<float*>(dl.get()), V, static_cast<int32_t*>(dio.get()), static_cast<int32_t*>(dt.get()), 4);
+        std::vector<int32_t> io(3), toks(4);
+        g.download(io.data(), dio.get(), 3 * sizeof(int32_t));
+        g.download(toks.data(), dt.get(), 4 * sizeof(int32_t));
+        const QString what = QString("V=%1 pattern %2").arg(V).arg(pattern);
+        QVERIFY2(io == hostIo, qPrintable(what));
+        QVERIFY2(toks == hostTokens, qPrintable(what));
+        QCOMPARE(io[1], 41);
+        QCOMPARE(io[2], 3);
+        if (pattern == 1) QCOMPARE(io[0], 0);
+      }
+  }
+
   // The decode timeline on the device: stamps inside the recorded step (one chained one-thread
   // kernel per part) leave the logits exactly as they are, every replayed step yields a whole set
   // of stamps, the per-block parts end once per block, and the parts tile the step. Bound: the
@@ -422,7 +491,8 @@ class TestRuntimeGpu : public QObject {
         continue;
       }
       const bool perBlock = p.part != Runtime::StepPart::Between && p.part != Runtime::StepPart::Embed &&
-                            p.part != Runtime::StepPart::FinalNorm && p.part != Runtime::StepPart::Head;
+                            p.part != Runtime::StepPart::FinalNorm && p.part != Runtime::StepPart::Head &&
+                            p.part != Runtime::StepPart::Sampling;
       QCOMPARE(p.stampsPerStep, perBlock ? blocks : 1.0);
     }
     qInfo("stories260K decode step with stamps: %.1f us, %zu parts", tl.stepUs, tl.parts.size());

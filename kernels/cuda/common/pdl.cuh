@@ -54,6 +54,19 @@ inline bool chainedLaunchAvailable() {
   return k > 0;
 }
 
+// Whether the small transformer kernels that precede a GEMM let it launch as soon as they start
+// (allowDependentLaunch first): its blocks then stream their weights while the small kernel
+// runs. Safe because every chained kernel waits before touching anything a kernel of the step
+// writes; what a GEMM reads before its wait (its weights) no kernel of a step writes. QS_PDL_EARLY=0
+// turns it off (read once).
+inline bool earlyDependentLaunch() {
+  static const bool on = [] {
+    const char* v = std::getenv("QS_PDL_EARLY");
+    return !(v && std::strcmp(v, "0") == 0);
+  }();
+  return on;
+}
+
 // kernel<<<grid, block, smem, stream>>>(args…), with programmatic stream serialization where
 // chainedLaunchAvailable(). The kernel must honour the contract above.
 template <typename... Params, typename... Args>

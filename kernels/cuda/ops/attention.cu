@@ -32,6 +32,7 @@ namespace qs::cuda_ops {
 namespace {
 
 using cuda::launchChained;
+using cuda::allowDependentLaunch;
 using cuda::waitForPriorGrids;
 
 constexpr int kQueryTile = 16;
@@ -185,7 +186,13 @@ __global__ void __launch_bounds__(kWarps * 32)
                                float* __restrict__ vCache, const int32_t* __restrict__ positions,
                                int nHeads, int nKvHeads, int hd, float scale, int window, float softcap,
                                int nSplits, float* __restrict__ part) {
-  waitForPriorGrids();  // chained launch (pdl.cuh): first, before any access
+  // Before the wait: only what no kernel of this step writes — the position (written before the
+  // step) and the cached keys and values before it (earlier steps) — so their loads fly while the
+  // previous kernel finishes: each lane's key row into registers, the warp's value rows into
+  // shared memory (cp.async). The new key and value (cache row `pos`) come after the wait, from
+  // kNew / vNew; the split holding pos appends them to the caches from its group's first query
+  // head. No block of this grid reads cache row pos, so the append needs no ordering.
+  extern __shared__ __align__(16) float vTile[];  // [kWarps][32][hd]: the warps' value rows
   __shared__ __align__(16) float qs[32 * DPL];
   __shared__ float wm[kWarps], wl[kWarps];
   __shared__ float wacc[kWarps][32 * DPL];
@@ -196,43 +203,59 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int pos = positions[0];
   const int first = window > 0 ? max(0, pos - window + 1) : 0;
   const int k0 = split * kDecodeSplit;
-  float* P = part + (int64_t(h) * nSplits + split) * (hd + 2);
-  // The new key and value (cache row `pos`) are read from kNew / vNew by every block that sees
-  // them; the split holding pos appends them to the caches from its group's first query head. No
-  // block of this grid reads cache row pos, so the append needs no ordering.
+  if (k0 > pos) return;  // no key of this split exists yet: the merge reads splits up to pos's only
+  const int kw = k0 + warp * 32;  // this warp's keys kw .. kw + 31
+  const int key = kw + lane;
+  const bool valid = key >= first && key <= pos;
+  const int jlo = max(first - kw, 0), jhi = min(pos - kw, 31);  // the warp's valid keys, a contiguous run
+  float* myV = vTile + warp * 32 * hd;
+  const int rowChunks = hd / 4;  // 16-byte pieces per row
+  for (int i = lane; i < 32 * rowChunks; i += 32) {
+    const int j = i / rowChunks, c4 = i - j * rowChunks;
+    if (j >= jlo && j <= jhi && kw + j < pos) {
+      const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(myV + j * hd + 4 * c4));
+      const float* src = vCache + int64_t(kw + j) * kvDim + int64_t(kvh) * hd + 4 * c4;
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
+    }
+  }
+  asm volatile("cp.async.commit_group;\n" ::);
+  // Unrolled to the instantiation's largest head (8·DPL float4), so the row's loads are all in
+  // flight at once rather than one latency per trip (float4: hd % 4 == 0 and 16-byte rows,
+  // checked by the host).
+  float4 row[8 * DPL];
+  if (valid && key < pos) {
+    const float4* kr = reinterpret_cast<const float4*>(kCache + int64_t(key) * kvDim + int64_t(kvh) * hd);
+#pragma unroll
+    for (int c = 0; c < 8 * DPL; ++c)
+      if (c < hd / 4) row[c] = __ldg(kr + c);
+  }
+  waitForPriorGrids();  // chained launch (pdl.cuh): now q, kNew and vNew are written
+
   if (split == pos / kDecodeSplit && h % (nHeads / nKvHeads) == 0)
     for (int c = threadIdx.x; c < hd; c += blockDim.x) {
       kCache[int64_t(pos) * kvDim + int64_t(kvh) * hd + c] = kNew[int64_t(kvh) * hd + c];
       vCache[int64_t(pos) * kvDim + int64_t(kvh) * hd + c] = vNew[int64_t(kvh) * hd + c];
     }
-  if (max(k0, first) > pos) {  // no key of this split is visible: an empty split
-    if (threadIdx.x == 0) {
-      P[0] = -INFINITY;
-      P[1] = 0.0f;
-    }
-    return;
-  }
   for (int c = threadIdx.x; c < hd; c += blockDim.x) qs[c] = q[int64_t(h) * hd + c];
+  if (pos >= kw && pos <= kw + 31)  // this warp holds the new key: its value row from vNew
+    for (int c = lane; c < hd; c += 32) myV[(pos - kw) * hd + c] = vNew[int64_t(kvh) * hd + c];
+  if (valid && key == pos) {
+    const float4* kr = reinterpret_cast<const float4*>(kNew + int64_t(kvh) * hd);
+#pragma unroll
+    for (int c = 0; c < 8 * DPL; ++c)
+      if (c < hd / 4) row[c] = kr[c];
+  }
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
   __syncthreads();
 
-  const int kw = k0 + warp * 32;  // this warp's keys kw .. kw + 31
-  const int key = kw + lane;
-  const bool valid = key >= first && key <= pos;
+  float* P = part + (int64_t(h) * nSplits + split) * (hd + 2);
   float m = -INFINITY, l = 0.0f, acc[DPL];
 #pragma unroll
   for (int d = 0; d < DPL; ++d) acc[d] = 0.0f;
   if (__any_sync(0xFFFFFFFFu, valid)) {
     float sc = -INFINITY;
-    if (valid) {  // lane = key: q · k over the row (float4: hd % 4 == 0 and 16-byte rows, checked by the host)
-      const float* krow = key == pos ? kNew + int64_t(kvh) * hd : kCache + int64_t(key) * kvDim + int64_t(kvh) * hd;
-      const float4* kr = reinterpret_cast<const float4*>(krow);
+    if (valid) {  // lane = key: q · k over the row
       const float4* qv = reinterpret_cast<const float4*>(qs);
-      // Unrolled to the instantiation's largest head (8·DPL float4), so the row's loads are all
-      // in flight at once rather than one latency per trip.
-      float4 row[8 * DPL];
-#pragma unroll
-      for (int c = 0; c < 8 * DPL; ++c)
-        if (c < hd / 4) row[c] = __ldg(kr + c);
       float dot = 0.0f;
 #pragma unroll
       for (int c = 0; c < 8 * DPL; ++c)
@@ -251,16 +274,14 @@ __global__ void __launch_bounds__(kWarps * 32)
     const float p = valid ? expf(sc - m) : 0.0f;  // m is finite: some lane is valid
     l = p;
     for (int off = 16; off > 0; off >>= 1) l += __shfl_xor_sync(0xFFFFFFFFu, l, off);
-    // P·V: lane owns dims lane + 32d; only the valid keys (a contiguous run) are read.
-    const int jlo = max(first - kw, 0), jhi = min(pos - kw, 31);
+    // P·V from the staged rows: lane owns dims lane + 32d.
 #pragma unroll 4
     for (int j = jlo; j <= jhi; ++j) {
       const float pj = __shfl_sync(0xFFFFFFFFu, p, j);
-      const float* vr = kw + j == pos ? vNew + int64_t(kvh) * hd : vCache + int64_t(kw + j) * kvDim + int64_t(kvh) * hd;
 #pragma unroll
       for (int d = 0; d < DPL; ++d) {
         const int c = lane + 32 * d;
-        if (c < hd) acc[d] = fmaf(pj, __ldg(vr + c), acc[d]);
+        if (c < hd) acc[d] = fmaf(pj, myV[j * hd + c], acc[d]);
       }
     }
   }
@@ -294,7 +315,8 @@ __global__ void __launch_bounds__(kWarps * 32)
 // that hold visible keys (from the position, as the split kernel decides: the others are empty).
 __global__ void decodeAttentionMergeKernel(const float* __restrict__ part, const int32_t* __restrict__ positions,
                                            int nSplits, int hd, int window, float* __restrict__ out,
-                                           __half* __restrict__ outHalf) {
+                                           __half* __restrict__ outHalf, int early) {
+  if (early) allowDependentLaunch();  // the output projection may start streaming its weights
   waitForPriorGrids();  // chained launch (pdl.cuh): first, before any access
   __shared__ float weight[64];  // exp(m_s − M) / L per split, for up to 64 splits at a time
   const int h = blockIdx.x;
@@ -358,10 +380,18 @@ void launchDecodeAttention(const float* q, const float* kNew, const float* vNew,
                            int nHeads, int nKvHeads, int hd, float scale, int window, float softcap, int maxSeq,
                            float* work, float* out, __half* outHalf, cudaStream_t stream) {
   const int nSplits = decodeSplits(maxSeq);
-  launchChained(decodeAttentionSplitKernel<DPL>, dim3(unsigned(nSplits), unsigned(nHeads)), kWarps * 32, 0, stream, 
+  const size_t vTileBytes = size_t(kWarps) * 32 * size_t(hd) * sizeof(float);
+  static const bool configured = [] {  // up to 128 KB of value rows (hd 256): above the default 48 KB
+    QS_CUDA_CHECK(cudaFuncSetAttribute(decodeAttentionSplitKernel<DPL>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       int(size_t(kWarps) * 32 * 32 * DPL * sizeof(float))));
+    return true;
+  }();
+  (void)configured;
+  launchChained(decodeAttentionSplitKernel<DPL>, dim3(unsigned(nSplits), unsigned(nHeads)), kWarps * 32, vTileBytes, stream, 
       q, kNew, vNew, kCache, vCache, positions, nHeads, nKvHeads, hd, scale, window, softcap, nSplits, work);
   QS_CUDA_LAUNCHED("decodeAttentionSplitKernel");
-  launchChained(decodeAttentionMergeKernel, unsigned(nHeads), 128, 0, stream, work, positions, nSplits, hd, window, out, outHalf);
+  launchChained(decodeAttentionMergeKernel, unsigned(nHeads), 128, 0, stream, work, positions, nSplits, hd, window, out, outHalf,
+                cuda::earlyDependentLaunch() ? 1 : 0);
   QS_CUDA_LAUNCHED("decodeAttentionMergeKernel");
 }
 

@@ -340,6 +340,15 @@ class CudaTransformerOps final : public TransformerOps {
 
   uint64_t workspaceGeneration() const override { return workspaceGeneration_; }
 
+  void greedyNext(const float* logits, int64_t V, int32_t* io, int32_t* tokens, int capacity) override {
+    if (!argmaxBest_) {  // one uint64, zero between calls (the op leaves it so)
+      argmaxBest_ = allocate(sizeof(unsigned long long));
+      QS_CUDA_CHECK(cudaMemsetAsync(argmaxBest_.get(), 0, sizeof(unsigned long long), stream_));
+      ++workspaceGeneration_;
+    }
+    cuda_ops::greedyNext(logits, V, io, tokens, capacity, static_cast<unsigned long long*>(argmaxBest_.get()), stream_);
+  }
+
   // Timeline: [capacity] stamps of two uint64 (label, ns), then the int count of stamps taken.
   void armTimeline(int capacity) override {
     synchronize();
@@ -454,7 +463,7 @@ class CudaTransformerOps final : public TransformerOps {
   uint64_t workspaceGeneration_ = 0;
   std::vector<std::pair<std::vector<float>, std::shared_ptr<void>>> freqs_;
   size_t logitRowsBytes_ = 0, targetsBytes_ = 0;
-  std::shared_ptr<void> timeline_;
+  std::shared_ptr<void> timeline_, argmaxBest_;
   int timelineCapacity_ = 0;
   int* timelineCount() const {
     return reinterpret_cast<int*>(static_cast<uint64_t*>(timeline_.get()) + 2 * size_t(timelineCapacity_));

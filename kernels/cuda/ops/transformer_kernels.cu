@@ -22,6 +22,7 @@ namespace qs::cuda_ops {
 namespace {
 
 using cuda::launchChained;
+using cuda::allowDependentLaunch;
 using cuda::waitForPriorGrids;
 
 constexpr int kRowThreads = 256;  // one block per row for the row kernels
@@ -91,7 +92,8 @@ constexpr int kNormRegs = 16;
 // theirs bit for bit. Rows of up to kRowThreads · kNormRegs values stay in registers.
 __global__ void residualRmsNormKernel(float* __restrict__ x, const __half* __restrict__ yh,
                                       const float* __restrict__ bias, const float* __restrict__ w, int64_t D,
-                                      float eps, float* __restrict__ h, __half* __restrict__ hh) {
+                                      float eps, float* __restrict__ h, __half* __restrict__ hh, int early) {
+  if (early) allowDependentLaunch();  // the next GEMM may start streaming its weights
   waitForPriorGrids();  // chained launch (pdl.cuh): first, before any access
   __shared__ double red[kWarpsPerRow];
   float* xr = x + int64_t(blockIdx.x) * D;
@@ -266,7 +268,8 @@ __global__ void fromHalfBatchKernel(const HalfToFloatItems items) {
 // expressions on fromHalf's values), then one per value of v (fromHalf's).
 __global__ void fromHalfRopeKernel(const HalfToFloatItems items, const int32_t* __restrict__ positions, int nHeads,
                                    int nKvHeads, int hd, float theta, const float* __restrict__ invFreq, float mscale,
-                                   bool interleaved) {
+                                   bool interleaved, int early) {
+  if (early) allowDependentLaunch();  // attention may start loading the cached keys and values
   waitForPriorGrids();  // chained launch (pdl.cuh): first, before any access
   const TransformerOpsHalfItem &iq = items.item[0], &ik = items.item[1], &iv = items.item[2];
   const int half = hd / 2;
@@ -310,7 +313,8 @@ __global__ void fromHalfRopeKernel(const HalfToFloatItems items, const int32_t* 
 // swigluHalf: fromHalf (+ bias) of gate and up, swigluKernel's expression, one FP16 rounding.
 __global__ void swigluHalfKernel(const __half* __restrict__ gh, const float* __restrict__ gbias,
                                  const __half* __restrict__ uh, const float* __restrict__ ubias, int64_t rows,
-                                 int64_t cols, int64_t ld, __half* __restrict__ out) {
+                                 int64_t cols, int64_t ld, __half* __restrict__ out, int early) {
+  if (early) allowDependentLaunch();  // the down projection may start streaming its weights
   waitForPriorGrids();  // chained launch (pdl.cuh): first, before any access
   const int64_t n = rows * cols;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
@@ -434,7 +438,7 @@ void rmsNorm(const float* x, const float* w, int64_t T, int64_t D, float eps, fl
   // The residual step's kernel without its add and FP16 copy: x is only read (written when
   // the kernel is given an FP16 product to add).
   launchChained(residualRmsNormKernel, unsigned(T), kRowThreads, 0, stream, const_cast<float*>(x), nullptr, nullptr, w, D,
-                                                                 eps, out, nullptr);
+                                                                 eps, out, nullptr, cuda::earlyDependentLaunch() ? 1 : 0);
   QS_CUDA_LAUNCHED("residualRmsNormKernel (rmsNorm)");
 }
 
@@ -474,7 +478,7 @@ void residualRmsNorm(float* x, const uint16_t* yh, const float* bias, const floa
                      float eps, float* h, uint16_t* hh, cudaStream_t stream) {
   if (T <= 0 || D <= 0 || (!yh && !w)) return;
   launchChained(residualRmsNormKernel, unsigned(T), kRowThreads, 0, stream, x, reinterpret_cast<const __half*>(yh), bias, w, D,
-                                                                 eps, h, reinterpret_cast<__half*>(hh));
+                                                                 eps, h, reinterpret_cast<__half*>(hh), cuda::earlyDependentLaunch() ? 1 : 0);
   QS_CUDA_LAUNCHED("residualRmsNormKernel");
 }
 
@@ -499,13 +503,14 @@ void fromHalfRope(const TransformerOpsHalfItem* qkv, const int32_t* positions, i
   const int64_t n = qkv[0].rows * (int64_t(nHeads + nKvHeads) * (headDim / 2) + qkv[2].cols);
   if (n <= 0) return;
   launchChained(fromHalfRopeKernel, flatBlocks(n), kFlatThreads, 0, stream, args, positions, nHeads, nKvHeads, headDim,
-                theta, invFreq, mscale, interleaved);
+                theta, invFreq, mscale, interleaved, cuda::earlyDependentLaunch() ? 1 : 0);
   QS_CUDA_LAUNCHED("fromHalfRopeKernel");
 }
 void swigluHalf(const uint16_t* gh, const float* gbias, const uint16_t* uh, const float* ubias, int64_t rows,
                 int64_t cols, int64_t ld, uint16_t* out, cudaStream_t stream) {
   QS_FLAT_LAUNCH(swigluHalfKernel, rows * cols, reinterpret_cast<const __half*>(gh), gbias,
-                 reinterpret_cast<const __half*>(uh), ubias, rows, cols, ld > 0 ? ld : cols, reinterpret_cast<__half*>(out));
+                 reinterpret_cast<const __half*>(uh), ubias, rows, cols, ld > 0 ? ld : cols, reinterpret_cast<__half*>(out),
+                 cuda::earlyDependentLaunch() ? 1 : 0);
 }
 void fromHalf(const uint16_t* x, int64_t rows, int64_t cols, const float* bias, float* out,
               cudaStream_t stream) {
@@ -551,6 +556,59 @@ void timelineStamp(int32_t label, uint64_t* slots, int capacity, int* count, cud
   launchChained(timelineStampKernel, 1, 1, 0, stream, label, reinterpret_cast<unsigned long long*>(slots), capacity,
                 count);
   QS_CUDA_LAUNCHED("timelineStampKernel");
+}
+
+namespace {
+// (value, index) as one orderable key: the float's bits mapped to an unsigned order (negative
+// values reversed) in the high word, the complemented index in the low word, so that the
+// largest key is the largest value at its lowest index. 0 stands for "nothing yet".
+__device__ __forceinline__ unsigned long long argmaxKey(float v, int64_t i) {
+  const uint32_t u = __float_as_uint(v);
+  const uint32_t ordered = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+  return (static_cast<unsigned long long>(ordered) << 32) | (0xFFFFFFFFu - static_cast<uint32_t>(i));
+}
+
+constexpr int kArgmaxThreads = 512;
+
+__global__ void __launch_bounds__(kArgmaxThreads) argmaxKernel(const float* __restrict__ logits, int64_t V,
+                                                                unsigned long long* best) {
+  waitForPriorGrids();  // chained launch (pdl.cuh)
+  __shared__ unsigned long long warpBest[kArgmaxThreads / 32];
+  unsigned long long b = 0;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < V; i += int64_t(gridDim.x) * blockDim.x) {
+    const float v = logits[i];
+    if (v == v) b = max(b, argmaxKey(v, i));
+  }
+  for (int off = 16; off > 0; off >>= 1) b = max(b, __shfl_xor_sync(0xFFFFFFFFu, b, off));
+  if ((threadIdx.x & 31) == 0) warpBest[threadIdx.x >> 5] = b;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kArgmaxThreads / 32; ++w) b = max(b, warpBest[w]);
+    if (b) atomicMax(best, b);
+  }
+}
+
+__global__ void greedyFinishKernel(unsigned long long* best, int32_t* io, int32_t* tokens, int capacity) {
+  waitForPriorGrids();  // chained launch (pdl.cuh): every argmax block has folded its key in
+  const unsigned long long b = *best;
+  const int32_t token = b ? int32_t(0xFFFFFFFFu - static_cast<uint32_t>(b)) : 0;
+  io[0] = token;
+  io[1] += 1;
+  const int32_t count = io[2];
+  if (count >= 0 && count < capacity) tokens[count] = token;
+  io[2] = count + 1;
+  *best = 0;  // ready for the next step
+}
+}  // namespace
+
+void greedyNext(const float* logits, int64_t V, int32_t* io, int32_t* tokens, int capacity,
+                unsigned long long* best, cudaStream_t stream) {
+  if (V <= 0) return;
+  const unsigned blocks = unsigned(std::min<int64_t>((V + kArgmaxThreads * 8 - 1) / (kArgmaxThreads * 8), 132));
+  launchChained(argmaxKernel, blocks, kArgmaxThreads, 0, stream, logits, V, best);
+  QS_CUDA_LAUNCHED("argmaxKernel");
+  launchChained(greedyFinishKernel, 1, 1, 0, stream, best, io, tokens, capacity);
+  QS_CUDA_LAUNCHED("greedyFinishKernel");
 }
 
 }  // namespace qs::cuda_ops

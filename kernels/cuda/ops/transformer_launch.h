@@ -96,4 +96,10 @@ void compareLogits(const float* ref, const float* test, int64_t T, int64_t V,
 // only counts past the capacity.
 void timelineStamp(int32_t label, uint64_t* slots, int capacity, int* count, cudaStream_t stream);
 
+// TransformerOps::greedyNext: the argmax of logits [V] into io / tokens. `best` is one uint64 of
+// scratch that must hold 0 before the call (the op leaves it 0 again): the blocks fold their
+// best (value, index) key into it with atomicMax, then a one-thread kernel writes the step.
+void greedyNext(const float* logits, int64_t V, int32_t* io, int32_t* tokens, int capacity,
+                unsigned long long* best, cudaStream_t stream);
+
 }  // namespace qs::cuda_ops
