@@ -172,142 +172,124 @@ void launchAttention(const float* q, const float* kCache, const float* vCache,
 // ---- decode: one query, split over the keys (flash-decoding) ---------------------------------
 // The tiled kernel above gives a single query one block per head with one busy warp that walks
 // every key: at 600 cached positions that is ~20 serial tiles per layer. For T = 1 the keys are
-// cut into splits of kDecodeSplit (4 warps × 32 keys); a block (split, head) computes its keys'
-// scores, their max m, Σ exp(s − m) = l and Σ exp(s − m)·v, and a second kernel merges the
-// splits per head (the same online-softmax rescaling). The grid covers the caches' capacity, not
-// the current position (blocks past it write an empty split), so its shape is the same at every
-// step and a captured decode graph replays at any position.
-constexpr int kDecodeSplit = kWarps * 32;
+// cut into splits of kDecodeSplit = 32; a block (split, KV head) stages the split's key and value
+// rows of its head once in shared memory (coalesced cp.async) for the whole query group that
+// shares them (grouped-query attention): warp g is query head kvh·G + g and computes its 32
+// scores (lane = key), their max m, Σ exp(s − m) = l and Σ exp(s − m)·v, and a second kernel
+// merges the splits per head (the same online-softmax rescaling). The grid covers the caches'
+// capacity, not the current position (blocks past it exit at once), so its shape is the same at
+// every step and a captured decode graph replays at any position.
+constexpr int kDecodeSplit = 32;
+constexpr int kMaxGroup = 32;  // query heads per KV head: one warp each, 1024 threads at most
+
+// Shared memory of the split kernel: keys [32][hd + 4] (padded: lane j reads row j as float4
+// without bank conflicts), values [32][hd], the group's queries [G][hd].
+size_t decodeSplitSmem(int hd, int group) {
+  return (size_t(kDecodeSplit) * (hd + 4) + size_t(kDecodeSplit) * hd + size_t(group) * hd) * sizeof(float);
+}
 
 template <int DPL>
-__global__ void __launch_bounds__(kWarps * 32)
+__global__ void __launch_bounds__(kMaxGroup * 32)
     decodeAttentionSplitKernel(const float* __restrict__ q, const float* __restrict__ kNew,
                                const float* __restrict__ vNew, float* __restrict__ kCache,
                                float* __restrict__ vCache, const int32_t* __restrict__ positions,
                                int nHeads, int nKvHeads, int hd, float scale, int window, float softcap,
                                int nSplits, float* __restrict__ part) {
-  // Before the wait: only what no kernel of this step writes — the position (written before the
-  // step) and the cached keys and values before it (earlier steps) — so their loads fly while the
-  // previous kernel finishes: each lane's key row into registers, the warp's value rows into
-  // shared memory (cp.async). The new key and value (cache row `pos`) come after the wait, from
-  // kNew / vNew; the split holding pos appends them to the caches from its group's first query
-  // head. No block of this grid reads cache row pos, so the append needs no ordering.
-  extern __shared__ __align__(16) float vTile[];  // [kWarps][32][hd]: the warps' value rows
-  __shared__ __align__(16) float qs[32 * DPL];
-  __shared__ float wm[kWarps], wl[kWarps];
-  __shared__ float wacc[kWarps][32 * DPL];
-  const int h = blockIdx.y, split = blockIdx.x;
-  const int kvh = h / (nHeads / nKvHeads);
+  extern __shared__ __align__(16) float smem[];
+  const int G = nHeads / nKvHeads;
+  const int ks = hd + 4;
+  float* kTile = smem;                         // [32][hd + 4]
+  float* vTile = kTile + kDecodeSplit * ks;    // [32][hd]
+  float* qTile = vTile + kDecodeSplit * hd;    // [G][hd]
+  const int kvh = blockIdx.y, split = blockIdx.x;
   const int64_t kvDim = int64_t(nKvHeads) * hd;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int pos = positions[0];
   const int first = window > 0 ? max(0, pos - window + 1) : 0;
   const int k0 = split * kDecodeSplit;
-  if (k0 > pos) return;  // no key of this split exists yet: the merge reads splits up to pos's only
-  const int kw = k0 + warp * 32;  // this warp's keys kw .. kw + 31
-  const int key = kw + lane;
-  const bool valid = key >= first && key <= pos;
-  const int jlo = max(first - kw, 0), jhi = min(pos - kw, 31);  // the warp's valid keys, a contiguous run
-  float* myV = vTile + warp * 32 * hd;
-  const int rowChunks = hd / 4;  // 16-byte pieces per row
-  for (int i = lane; i < 32 * rowChunks; i += 32) {
-    const int j = i / rowChunks, c4 = i - j * rowChunks;
-    if (j >= jlo && j <= jhi && kw + j < pos) {
-      const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(myV + j * hd + 4 * c4));
-      const float* src = vCache + int64_t(kw + j) * kvDim + int64_t(kvh) * hd + 4 * c4;
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
+  const int jlo = max(first - k0, 0), jhi = min(pos - k0, kDecodeSplit - 1);  // the valid keys, a contiguous run
+  // No valid key (past the position, or wholly before the window): the merge reads only the
+  // splits from the window's first key to the position.
+  if (jlo > jhi) return;
+  // Before the wait: only what no kernel of this step writes — the position (written before the
+  // step) and the cached rows before it (earlier steps) — so the copies fly while the previous
+  // kernel finishes. The new key and value (row pos) come after the wait from kNew / vNew, and
+  // the split holding pos appends them to the caches; no block of this grid reads cache row pos.
+  const int rowChunks = hd / 4;  // 16-byte pieces per row (hd % 4 == 0, 16-byte rows: checked by the host)
+  for (int i = threadIdx.x; i < 2 * kDecodeSplit * rowChunks; i += blockDim.x) {
+    const int isV = i >= kDecodeSplit * rowChunks;
+    const int r = i - isV * kDecodeSplit * rowChunks;
+    const int j = r / rowChunks, c4 = r - j * rowChunks;
+    if (j >= jlo && j <= jhi && k0 + j < pos) {
+      const float* src = (isV ? vCache : kCache) + int64_t(k0 + j) * kvDim + int64_t(kvh) * hd + 4 * c4;
+      float* dst = isV ? vTile + j * hd + 4 * c4 : kTile + j * ks + 4 * c4;
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
+                   "l"(src));
     }
   }
   asm volatile("cp.async.commit_group;\n" ::);
-  // Unrolled to the instantiation's largest head (8·DPL float4), so the row's loads are all in
-  // flight at once rather than one latency per trip (float4: hd % 4 == 0 and 16-byte rows,
-  // checked by the host).
-  float4 row[8 * DPL];
-  if (valid && key < pos) {
-    const float4* kr = reinterpret_cast<const float4*>(kCache + int64_t(key) * kvDim + int64_t(kvh) * hd);
-#pragma unroll
-    for (int c = 0; c < 8 * DPL; ++c)
-      if (c < hd / 4) row[c] = __ldg(kr + c);
-  }
   waitForPriorGrids();  // chained launch (pdl.cuh): now q, kNew and vNew are written
 
-  if (split == pos / kDecodeSplit && h % (nHeads / nKvHeads) == 0)
+  if (pos >= k0 && pos < k0 + kDecodeSplit)  // the new row: into the tiles and appended to the caches
     for (int c = threadIdx.x; c < hd; c += blockDim.x) {
-      kCache[int64_t(pos) * kvDim + int64_t(kvh) * hd + c] = kNew[int64_t(kvh) * hd + c];
-      vCache[int64_t(pos) * kvDim + int64_t(kvh) * hd + c] = vNew[int64_t(kvh) * hd + c];
+      const float kv = kNew[int64_t(kvh) * hd + c], vv = vNew[int64_t(kvh) * hd + c];
+      kTile[(pos - k0) * ks + c] = kv;
+      vTile[(pos - k0) * hd + c] = vv;
+      kCache[int64_t(pos) * kvDim + int64_t(kvh) * hd + c] = kv;
+      vCache[int64_t(pos) * kvDim + int64_t(kvh) * hd + c] = vv;
     }
-  for (int c = threadIdx.x; c < hd; c += blockDim.x) qs[c] = q[int64_t(h) * hd + c];
-  if (pos >= kw && pos <= kw + 31)  // this warp holds the new key: its value row from vNew
-    for (int c = lane; c < hd; c += 32) myV[(pos - kw) * hd + c] = vNew[int64_t(kvh) * hd + c];
-  if (valid && key == pos) {
-    const float4* kr = reinterpret_cast<const float4*>(kNew + int64_t(kvh) * hd);
-#pragma unroll
-    for (int c = 0; c < 8 * DPL; ++c)
-      if (c < hd / 4) row[c] = kr[c];
-  }
+  for (int i = threadIdx.x; i < G * hd; i += blockDim.x) qTile[i] = q[int64_t(kvh) * G * hd + i];  // heads kvh·G …
   asm volatile("cp.async.wait_all;\n" ::: "memory");
   __syncthreads();
 
-  float* P = part + (int64_t(h) * nSplits + split) * (hd + 2);
-  float m = -INFINITY, l = 0.0f, acc[DPL];
+  const int h = kvh * G + warp;
+  const int key = k0 + lane;
+  const bool valid = lane >= jlo && lane <= jhi;
+  float sc = -INFINITY;
+  if (valid) {  // lane = key: q · k over the row
+    const float4* kr = reinterpret_cast<const float4*>(kTile + lane * ks);
+    const float4* qv = reinterpret_cast<const float4*>(qTile + warp * hd);
+    float dot = 0.0f;
+#pragma unroll
+    for (int c = 0; c < 8 * DPL; ++c)
+      if (c < rowChunks) {
+        const float4 a = kr[c], b = qv[c];
+        dot = fmaf(a.x, b.x, dot);
+        dot = fmaf(a.y, b.y, dot);
+        dot = fmaf(a.z, b.z, dot);
+        dot = fmaf(a.w, b.w, dot);
+      }
+    sc = dot * scale;
+    if (softcap > 0.0f) sc = softcap * tanhf(sc / softcap);
+  }
+  (void)key;
+  float m = sc;
+  for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, off));
+  const float p = valid ? expf(sc - m) : 0.0f;  // m is finite: some lane is valid
+  float l = p;
+  for (int off = 16; off > 0; off >>= 1) l += __shfl_xor_sync(0xFFFFFFFFu, l, off);
+  // P·V from the staged rows: lane owns dims lane + 32d.
+  float acc[DPL];
 #pragma unroll
   for (int d = 0; d < DPL; ++d) acc[d] = 0.0f;
-  if (__any_sync(0xFFFFFFFFu, valid)) {
-    float sc = -INFINITY;
-    if (valid) {  // lane = key: q · k over the row
-      const float4* qv = reinterpret_cast<const float4*>(qs);
-      float dot = 0.0f;
-#pragma unroll
-      for (int c = 0; c < 8 * DPL; ++c)
-        if (c < hd / 4) {
-          const float4 a = row[c], b = qv[c];
-          dot = fmaf(a.x, b.x, dot);
-          dot = fmaf(a.y, b.y, dot);
-          dot = fmaf(a.z, b.z, dot);
-          dot = fmaf(a.w, b.w, dot);
-        }
-      sc = dot * scale;
-      if (softcap > 0.0f) sc = softcap * tanhf(sc / softcap);
-    }
-    m = sc;
-    for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, off));
-    const float p = valid ? expf(sc - m) : 0.0f;  // m is finite: some lane is valid
-    l = p;
-    for (int off = 16; off > 0; off >>= 1) l += __shfl_xor_sync(0xFFFFFFFFu, l, off);
-    // P·V from the staged rows: lane owns dims lane + 32d.
 #pragma unroll 4
-    for (int j = jlo; j <= jhi; ++j) {
-      const float pj = __shfl_sync(0xFFFFFFFFu, p, j);
+  for (int j = jlo; j <= jhi; ++j) {
+    const float pj = __shfl_sync(0xFFFFFFFFu, p, j);
 #pragma unroll
-      for (int d = 0; d < DPL; ++d) {
-        const int c = lane + 32 * d;
-        if (c < hd) acc[d] = fmaf(pj, myV[j * hd + c], acc[d]);
-      }
+    for (int d = 0; d < DPL; ++d) {
+      const int c = lane + 32 * d;
+      if (c < hd) acc[d] = fmaf(pj, vTile[j * hd + c], acc[d]);
     }
   }
+  float* P = part + (int64_t(h) * nSplits + split) * (hd + 2);
   if (lane == 0) {
-    wm[warp] = m;
-    wl[warp] = l;
+    P[0] = m;
+    P[1] = l;
   }
 #pragma unroll
-  for (int d = 0; d < DPL; ++d) wacc[warp][lane + 32 * d] = acc[d];
-  __syncthreads();
-  float M = -INFINITY;
-  for (int w = 0; w < kWarps; ++w) M = fmaxf(M, wm[w]);
-  float f[kWarps];
-  float L = 0.0f;
-  for (int w = 0; w < kWarps; ++w) {
-    f[w] = wl[w] > 0.0f ? expf(wm[w] - M) : 0.0f;
-    L += wl[w] * f[w];
-  }
-  if (threadIdx.x == 0) {
-    P[0] = M;
-    P[1] = L;
-  }
-  for (int c = threadIdx.x; c < hd; c += blockDim.x) {
-    float a = 0.0f;
-    for (int w = 0; w < kWarps; ++w) a += wacc[w][c] * f[w];
-    P[2 + c] = a;
+  for (int d = 0; d < DPL; ++d) {
+    const int c = lane + 32 * d;
+    if (c < hd) P[2 + c] = acc[d];
   }
 }
 
@@ -380,14 +362,15 @@ void launchDecodeAttention(const float* q, const float* kNew, const float* vNew,
                            int nHeads, int nKvHeads, int hd, float scale, int window, float softcap, int maxSeq,
                            float* work, float* out, __half* outHalf, cudaStream_t stream) {
   const int nSplits = decodeSplits(maxSeq);
-  const size_t vTileBytes = size_t(kWarps) * 32 * size_t(hd) * sizeof(float);
-  static const bool configured = [] {  // up to 128 KB of value rows (hd 256): above the default 48 KB
+  const int group = nHeads / nKvHeads;
+  static const bool configured = [] {  // above the default 48 KB for wide heads and groups
     QS_CUDA_CHECK(cudaFuncSetAttribute(decodeAttentionSplitKernel<DPL>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       int(size_t(kWarps) * 32 * 32 * DPL * sizeof(float))));
+                                       int(decodeSplitSmem(32 * DPL, kMaxGroup))));
     return true;
   }();
   (void)configured;
-  launchChained(decodeAttentionSplitKernel<DPL>, dim3(unsigned(nSplits), unsigned(nHeads)), kWarps * 32, vTileBytes, stream, 
+  launchChained(decodeAttentionSplitKernel<DPL>, dim3(unsigned(nSplits), unsigned(nKvHeads)), unsigned(32 * group),
+                decodeSplitSmem(hd, group), stream,
       q, kNew, vNew, kCache, vCache, positions, nHeads, nKvHeads, hd, scale, window, softcap, nSplits, work);
   QS_CUDA_LAUNCHED("decodeAttentionSplitKernel");
   launchChained(decodeAttentionMergeKernel, unsigned(nHeads), 128, 0, stream, work, positions, nSplits, hd, window, out, outHalf,
@@ -408,11 +391,12 @@ void attention(const float* q, const float* k, const float* v, const int32_t* po
                 "headDim " + std::to_string(headDim) + ", " + std::to_string(nHeads) + "/" +
                     std::to_string(nKvHeads) + " heads)");
   const int64_t kvDim = int64_t(nKvHeads) * headDim;
-  // The split decode kernel reads rows as float4: head sizes in multiples of 4, 16-byte caches, q
-  // and k. It appends k and v to the caches itself.
+  // The split decode kernel copies and reads rows in 16-byte pieces: head sizes in multiples of 4,
+  // 16-byte caches, q, k and v. It appends k and v to the caches itself.
   const bool aligned =
-      (reinterpret_cast<uintptr_t>(kCache) | reinterpret_cast<uintptr_t>(q) | reinterpret_cast<uintptr_t>(k)) % 16 == 0;
-  const bool split = T == 1 && decodeWork && maxSeq > 0 && headDim % 4 == 0 && aligned;
+      (reinterpret_cast<uintptr_t>(kCache) | reinterpret_cast<uintptr_t>(vCache) | reinterpret_cast<uintptr_t>(q) |
+       reinterpret_cast<uintptr_t>(k) | reinterpret_cast<uintptr_t>(v)) % 16 == 0;
+  const bool split = T == 1 && decodeWork && maxSeq > 0 && headDim % 4 == 0 && aligned && nHeads / nKvHeads <= kMaxGroup;
   if (!split) {
     const int64_t n = T * kvDim;
     const int blocks = int(std::min<int64_t>((n + 255) / 256, 65536));
