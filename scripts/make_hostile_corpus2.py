@@ -33,6 +33,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import make_bad_corpus as base  # noqa: E402  (its tiny models and GGUF helpers)
+from gpt2_bytes import bytes_to_unicode  # noqa: E402
 
 ROOT = base.ROOT
 cases = []
@@ -87,18 +88,6 @@ def gguf_insert_kv(data, kv):
 
 
 # ---- byte-level BPE tokenizer.json files (HF layout, what loadHfTokenizerJson reads) -------------
-def bytes_to_unicode():
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return dict(zip(bs, [chr(c) for c in cs]))
-
-
 def tokenizer_json(n_tokens, merges=(), pre=None, added=()):
     """A BPE tokenizer of exactly `n_tokens` tokens: the 256 byte characters, then fillers."""
     table = bytes_to_unicode()

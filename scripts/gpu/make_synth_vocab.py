@@ -9,20 +9,11 @@ valid structure matter here: it is for speed runs (llama-bench), never for text 
 Usage: make_synth_vocab.py OUT.json [N]
 """
 import json
+import os
 import sys
 
-
-def bytes_to_unicode():
-    """GPT-2's reversible map of the 256 byte values to printable characters."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return dict(zip(bs, (chr(c) for c in cs)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from gpt2_bytes import bytes_to_unicode  # noqa: E402  (GPT-2's byte alphabet, shared)
 
 
 def main():

@@ -615,17 +615,8 @@ void launchSkinny(const DeviceQuantWeight& w, const void* x, const float* tokenS
   }
   // Programmatic dependent launch: the blocks may start (and stream their weights) while the
   // previous kernel in the stream finishes; they wait for it before reading x (kernel step 2).
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = grid;
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = plan.smemBytes;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = &attr;
-  cfg.numAttrs = 1;
-  QS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, fn, a));
+  qs::cuda::launchChained(fn, grid, dim3(kThreads), plan.smemBytes, stream, a);
+  QS_CUDA_LAUNCHED("skinny GEMM kernel (chained)");
 }
 
 void configureSkinnyKernels() {
