@@ -216,6 +216,7 @@ void Runtime::init(const ModelFile& file, const JobContext* ctx) {
   fusedGateUp_.resize(graph_.blocks.size());
   fusedOf_.assign(linears_.size(), nullptr);
   if (const char* fuse = std::getenv("QS_FUSE_LINEARS")) fuseLinears_ = std::string(fuse) != "0";
+  if (const char* fuse = std::getenv("QS_FUSE_NORM")) fuseNorms_ = std::string(fuse) != "0";
 
   auto loadNorm = [&](const NormLayer& n, Norm& out) {
     if (n.weight >= 0) out.w = loadTensor(file, n.weight);
@@ -807,6 +808,23 @@ void Runtime::residualNorm(float* x, const uint16_t* yh, const float* bias, cons
   }
 }
 
+const uint16_t* Runtime::gemmNormed(const GemmWeight& w, int64_t outFeatures, float* x, const uint16_t* delta,
+                                    const float* bias, const float* normW, int64_t T, float* h, int outSlot,
+                                    StepPart normPart, TransformerOps::ResidualCommit& commit) {
+  commit = {};
+  if (fuseNorms_) {
+    auto* yh = reinterpret_cast<uint16_t*>(scratch(outSlot, size_t(T * outFeatures + 1) / 2));
+    if (gemm_->runNormed(w, {x, delta, bias, normW, normEps_}, T, yh)) {
+      halfOf_ = nullptr;  // kXHalf holds no FP16 copy of h now (h itself was not written)
+      if (delta) commit = {x, delta, bias, T, dim_, h};
+      return yh;
+    }
+  }
+  residualNorm(x, delta, bias, normW, T, h);
+  mark(normPart);
+  return gemmHalfWith(w, dim_, outFeatures, h, T, true, h, outSlot);
+}
+
 void Runtime::embedImpl(std::span<const int32_t> tokens, int32_t startPos, float* x) {
   const int64_t T = int64_t(tokens.size());
   for (int32_t tok : tokens)
@@ -832,6 +850,7 @@ void Runtime::runBlocksChained(float* x, int64_t T, int32_t startPos) {
     ~Chain() {
       rt.chainBlocks_ = false;
       rt.prenormed_ = {};
+      rt.pendingNorm_ = {};
     }
   } chain(*this);
   for (int b = 0; b < int(graph_.blocks.size()); ++b) runBlockImpl(b, x, T, startPos);
@@ -875,12 +894,28 @@ void Runtime::runLlamaBlock(int b, float* x, int64_t T, int32_t startPos) {
 
   // Norms write h and its FP16 copy, which the GEMMs that read h take as it is (sameInput). The
   // previous block's last step may have taken this norm already (nextBlockNorm).
+  // Or left the residual step itself to this block's fused q/k/v GEMM (pendingNorm_), which
+  // takes it into its kernel; any other q/k/v path runs it here first.
   const Prenormed pre = std::exchange(prenormed_, Prenormed{});
-  if (!(pre.block == b && pre.x == x && pre.T == T && pre.version == stateVersion_)) {
+  const bool prenormedHere = pre.block == b && pre.x == x && pre.T == T && pre.version == stateVersion_;
+  // (No version check: a scratch reallocated since does not move the product, and the residual
+  // step must run either way.)
+  PendingNorm pending = std::exchange(pendingNorm_, PendingNorm{});
+  if (pending.delta && !(pending.block == b && pending.x == x && pending.T == T))
+    throw Error(ErrorKind::Internal, "a residual step was left for a block that does not run next");
+  const GemmWeight* qkvFused = iqkv < 0 && residualFusable(iq) && residualFusable(ik) && residualFusable(iv)
+                                   ? fusedWeight(fusedQkv_[size_t(b)], {iq, ik, iv})
+                                   : nullptr;
+  if (pending.delta && !qkvFused) {
+    residualNorm(x, pending.delta, pending.bias, pending.normW, T, h);
+    mark(StepPart::AttnNorm);
+    pending = {};
+  } else if (!pending.delta && !prenormedHere) {
     residualNorm(x, nullptr, nullptr, attnNorms_[size_t(b)].dw.f(), T, h);
     mark(StepPart::AttnNorm);
   }
   bool roped = false;  // RoPE taken with the FP32 conversion of q and k
+  TransformerOps::ResidualCommit commit;  // the residual step the q/k/v GEMM took but did not write
   if (iqkv >= 0) {  // Phi-3: one projection, output columns [q | k | v]
     const int64_t row = qDim_ + 2 * kvDim_;
     float* qkv = scratch(kQkv, size_t(T * row));
@@ -897,9 +932,11 @@ void Runtime::runLlamaBlock(int b, float* x, int64_t T, int32_t startPos) {
     TransformerOps::HalfToFloat items[3] = {{nullptr, T, qDim_, weights_[size_t(iq)].devBias.f(), q},
                                             {nullptr, T, kvDim_, weights_[size_t(ik)].devBias.f(), k},
                                             {nullptr, T, kvDim_, weights_[size_t(iv)].devBias.f(), v}};
-    if (const GemmWeight* f = fusedWeight(fusedQkv_[size_t(b)], {iq, ik, iv})) {
+    if (const GemmWeight* f = qkvFused) {
       const int64_t row = qDim_ + 2 * kvDim_;
-      const uint16_t* y = gemmHalfWith(*f, dim_, row, h, T, true, h, kYHalf);
+      const uint16_t* y = pending.delta ? gemmNormed(*f, row, x, pending.delta, pending.bias, pending.normW, T, h,
+                                                     kYHalf, StepPart::AttnNorm, commit)
+                                        : gemmHalfWith(*f, dim_, row, h, T, true, h, kYHalf);
       for (int j = 0; j < 3; ++j) items[j].ld = row;
       items[0].x = y;
       items[1].x = y + qDim_;
@@ -912,9 +949,10 @@ void Runtime::runLlamaBlock(int b, float* x, int64_t T, int32_t startPos) {
     mark(StepPart::Qkv);
     if (qNorms_[size_t(b)].w.empty()) {  // RoPE in the same op (Qwen3 / Gemma 3 norm q and k first)
       ops_.fromHalfRope(items, pos, shape, blockTheta_[size_t(b)],
-                        blockScaledRope_[size_t(b)] ? scaledInvFreq_.data() : nullptr, ropeMscale_, ropeMode_);
+                        blockScaledRope_[size_t(b)] ? scaledInvFreq_.data() : nullptr, ropeMscale_, ropeMode_, commit);
       roped = true;
     } else {
+      if (commit.x) ops_.residualRmsNorm(x, commit.yh, commit.bias, nullptr, T, dim_, normEps_, h, nullptr);
       ops_.fromHalfBatch(items, 3);
     }
     mark(StepPart::QkvFinish);
@@ -955,12 +993,21 @@ void Runtime::runLlamaBlock(int b, float* x, int64_t T, int32_t startPos) {
   }
   mark(StepPart::Attention);
   const float* ffnNorm = ffnNorms_[size_t(b)].dw.f();
+  const bool ffnFusable = igu < 0 && act_ == Activation::Silu && postFfnNorms_[size_t(b)].w.empty() &&
+                          residualFusable(ig) && residualFusable(iu) && residualFusable(id);
+  const GemmWeight* gateUpFused = ffnFusable ? fusedWeight(fusedGateUp_[size_t(b)], {ig, iu}) : nullptr;
+  const uint16_t* ffnDelta = nullptr;  // the output projection's product, left to the gate/up GEMM
   if (oFusable) {
-    // The output projection's FP16 product added to x and the FFN norm taken, in one op.
+    // The output projection's FP16 product added to x and the FFN norm taken, in one op — or
+    // inside the fused gate/up GEMM (gemmNormed).
     const uint16_t* oh = attHalf ? gemmOnHalf(io, attHalf, T, kYHalf) : gemmHalf(io, att, T, false, att);
     mark(StepPart::OProj);
-    residualNorm(x, oh, weights_[size_t(io)].devBias.f(), ffnNorm, T, h);
-    mark(StepPart::FfnNorm);
+    if (gateUpFused && fuseNorms_) {
+      ffnDelta = oh;  // in kYHalf: the gate/up GEMM then writes kYHalf2
+    } else {
+      residualNorm(x, oh, weights_[size_t(io)].devBias.f(), ffnNorm, T, h);
+      mark(StepPart::FfnNorm);
+    }
   } else {
     linear(io, att, T, o, b);
     mark(StepPart::OProj);
@@ -976,14 +1023,16 @@ void Runtime::runLlamaBlock(int b, float* x, int64_t T, int32_t startPos) {
 
   float* g = scratch(kG, size_t(T * hidden_));
   float* u = scratch(kU, size_t(T * hidden_));
-  if (igu < 0 && act_ == Activation::Silu && postFfnNorms_[size_t(b)].w.empty() && residualFusable(ig) &&
-      residualFusable(iu) && residualFusable(id)) {
+  if (ffnFusable) {
     // FP16 gate and up products → SwiGLU → its FP16 copy for the down projection, in one op, and
     // the down projection's product into the residual step: bit for bit the path below.
     const uint16_t *gh = nullptr, *uh = nullptr;
     int64_t ld = 0;
-    if (const GemmWeight* f = fusedWeight(fusedGateUp_[size_t(b)], {ig, iu})) {  // one [T, gate | up] product
-      gh = gemmHalfWith(*f, dim_, 2 * hidden_, h, T, true, h, kYHalf);
+    TransformerOps::ResidualCommit ffnCommit;  // the residual step the gate/up GEMM took but did not write
+    if (const GemmWeight* f = gateUpFused) {  // one [T, gate | up] product
+      gh = ffnDelta ? gemmNormed(*f, 2 * hidden_, x, ffnDelta, weights_[size_t(io)].devBias.f(), ffnNorm, T, h,
+                                 kYHalf2, StepPart::FfnNorm, ffnCommit)
+                    : gemmHalfWith(*f, dim_, 2 * hidden_, h, T, true, h, kYHalf);
       uh = gh + hidden_;
       ld = 2 * hidden_;
     } else {
@@ -992,11 +1041,19 @@ void Runtime::runLlamaBlock(int b, float* x, int64_t T, int32_t startPos) {
     }
     mark(StepPart::GateUp);
     auto* ah = reinterpret_cast<uint16_t*>(scratch(kYHalf3, size_t(T * hidden_ + 1) / 2));
-    ops_.swigluHalf(gh, weights_[size_t(ig)].devBias.f(), uh, weights_[size_t(iu)].devBias.f(), T, hidden_, ld, g, u, ah);
+    // The output projection's residual step, when the gate/up GEMM took it (commit), written here.
+    ops_.swigluHalf(gh, weights_[size_t(ig)].devBias.f(), uh, weights_[size_t(iu)].devBias.f(), T, hidden_, ld, g, u, ah,
+                    ffnCommit);
     mark(StepPart::Activation);
     const float* next = nextBlockNorm(b);
-    const uint16_t* dh = gemmOnHalf(id, ah, T, kYHalf);
+    // When the next block's q/k/v GEMM takes the residual step, the product must outlive that
+    // GEMM's output (kYHalf): kYHalf2 (gate/up's product) is free once SwiGLU has read it.
+    const uint16_t* dh = gemmOnHalf(id, ah, T, next && fuseNorms_ ? kYHalf2 : kYHalf);
     mark(StepPart::Down);
+    if (next && fuseNorms_) {
+      pendingNorm_ = {b + 1, x, T, dh, weights_[size_t(id)].devBias.f(), next};
+      return;
+    }
     residualNorm(x, dh, weights_[size_t(id)].devBias.f(), next, T, h);
     mark(StepPart::Residual);
     if (next) prenormed_ = {b + 1, x, T, stateVersion_};

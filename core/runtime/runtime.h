@@ -406,6 +406,27 @@ class Runtime {
   bool chainBlocks_ = false;
   Prenormed prenormed_;
   const float* nextBlockNorm(int b) const;
+  // A residual step left for the next GEMM to take into its kernel (GemmOps::runNormed): x +=
+  // delta + bias, then rmsNorm(x)·normW as that GEMM's input. Made by a block's down projection
+  // for block `block`'s fused q/k/v GEMM (which flushes it as a plain residual step if it cannot
+  // take it). QS_FUSE_NORM=0: never; the residual step runs as its own kernel.
+  struct PendingNorm {
+    int block = -1;
+    float* x = nullptr;
+    int64_t T = 0;
+    const uint16_t* delta = nullptr;
+    const float* bias = nullptr;
+    const float* normW = nullptr;
+  };
+  PendingNorm pendingNorm_;
+  bool fuseNorms_ = true;
+  // The FP16 product of w (inFeatures = dim_) on rmsNorm(x + delta + bias)·normW, into outSlot:
+  // one kernel where the op-set can (GemmOps::runNormed), else residualNorm (marked as normPart)
+  // and the GEMM. `commit`: what the caller still owes x — set where the GEMM took the step (x
+  // not yet written), empty where residualNorm did it.
+  const uint16_t* gemmNormed(const GemmWeight& w, int64_t outFeatures, float* x, const uint16_t* delta,
+                             const float* bias, const float* normW, int64_t T, float* h, int outSlot, StepPart normPart,
+                             TransformerOps::ResidualCommit& commit);
 
   // Per block, q/k/v and gate/up as one GEMM weight each (GemmOps::fuseRows: one launch, memory
   // shared with the layers' own weights), made by the first forward that runs those layers on

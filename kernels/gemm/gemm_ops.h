@@ -47,6 +47,24 @@ class GemmOps {
   // y[m, n] = act(x)[m, k] · W[n, k]^T. Throws ErrorKind::BadInput for m < 1, misaligned
   // pointers (x and y must be 16-byte aligned), a weight from another op-set.
   virtual void run(const GemmWeight& w, const void* x, int64_t m, void* y) = 0;
+  // The residual step before a GEMM, taken into the kernel (one launch instead of two):
+  // y = rmsNorm(resid + delta + bias)·normW · W^T, the activations rounded to FP16 exactly as
+  // TransformerOps::residualRmsNorm's FP16 copy (all [m, k]; delta FP16 or null, bias and normW
+  // [k], resid FP32 — residualRmsNorm's x). resid is only read: the caller still owes the stream
+  // resid += delta + bias (TransformerOps::ResidualCommit) before anything else reads it. Returns
+  // false without doing anything where this op-set has no such kernel for (w, m) (the default;
+  // CUDA: A16 quantized weights, m <= 16): the caller then runs residualRmsNorm and run().
+  struct NormPrologue {
+    const float* resid = nullptr;
+    const uint16_t* delta = nullptr;
+    const float* bias = nullptr;
+    const float* normW = nullptr;
+    float eps = 0;
+  };
+  virtual bool runNormed(const GemmWeight& /*w*/, const NormPrologue& /*prologue*/, int64_t /*m*/, void* /*y*/) {
+    return false;
+  }
+
   // What run() uses for (w, m), e.g. "skinny-mma", "wide-mma", "dequant+cublas",
   // "cublasLt-fp8+quant", "cublas", "eigen". Where run() picks its path by measurement (see
   // pathChoice) this is the path picked by the last run() for (w, m).

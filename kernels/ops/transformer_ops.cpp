@@ -200,7 +200,9 @@ void TransformerOps::fromHalfBatch(const HalfToFloat* items, int count) {
 }
 
 void TransformerOps::fromHalfRope(const HalfToFloat* qkv, const int32_t* positions, const AttentionShape& s,
-                                  float theta, const float* invFreq, float mscale, RopeMode mode) {
+                                  float theta, const float* invFreq, float mscale, RopeMode mode,
+                                  const ResidualCommit& commit) {
+  if (commit.x) residualRmsNorm(commit.x, commit.yh, commit.bias, nullptr, commit.T, commit.D, 0.0f, commit.scratch, nullptr);
   fromHalfBatch(qkv, 3);
   if (invFreq)
     ropeFrequencies(qkv[0].out, qkv[1].out, positions, qkv[0].rows, s, invFreq, mscale, mode);
@@ -209,7 +211,9 @@ void TransformerOps::fromHalfRope(const HalfToFloat* qkv, const int32_t* positio
 }
 
 void TransformerOps::swigluHalf(const uint16_t* gh, const float* gbias, const uint16_t* uh, const float* ubias,
-                                int64_t rows, int64_t cols, int64_t ld, float* g, float* u, uint16_t* outHalf) {
+                                int64_t rows, int64_t cols, int64_t ld, float* g, float* u, uint16_t* outHalf,
+                                const ResidualCommit& commit) {
+  if (commit.x) residualRmsNorm(commit.x, commit.yh, commit.bias, nullptr, commit.T, commit.D, 0.0f, commit.scratch, nullptr);
   const HalfToFloat items[2] = {{gh, rows, cols, gbias, g, ld}, {uh, rows, cols, ubias, u, ld}};
   fromHalfBatch(items, 2);
   swiglu(g, u, rows * cols, g);

@@ -41,6 +41,18 @@ struct AttentionShape {
   bool plain() const { return window == 0 && scale == 0.0f && softcap == 0.0f; }
 };
 
+// A residual step a GEMM that took it into its kernel left undone (GemmOps::runNormed writes
+// the norm, not the stream): x[T, D] += float(yh) (+ bias[D]), residualRmsNorm's add bit for bit,
+// done by the op it is given to (fromHalfRope, swigluHalf) on the way: on CUDA, no kernel of its
+// own. scratch [T, D]: the default's (residualRmsNorm's h). x null: nothing to do.
+struct ResidualCommit {
+  float* x = nullptr;
+  const uint16_t* yh = nullptr;
+  const float* bias = nullptr;
+  int64_t T = 0, D = 0;
+  float* scratch = nullptr;
+};
+
 class TransformerOps {
  public:
   virtual ~TransformerOps() = default;
@@ -135,18 +147,22 @@ class TransformerOps {
     int64_t ld = 0;
   };
   virtual void fromHalfBatch(const HalfToFloat* items, int count);
+  using ResidualCommit = qs::ResidualCommit;
   // A block's q/k/v step with FP16 products: fromHalfBatch(qkv, 3), then RoPE on q = qkv[0].out
   // and k = qkv[1].out ([rows = T, ·], positions[T]) — rope(theta) when invFreq is null, else
   // ropeFrequencies(invFreq, mscale). Bit for bit those ops; on CUDA one kernel instead of two.
+  // `commit` (ResidualCommit below), when given, is done first.
   virtual void fromHalfRope(const HalfToFloat* qkv, const int32_t* positions, const AttentionShape& s, float theta,
-                            const float* invFreq, float mscale, RopeMode mode);
+                            const float* invFreq, float mscale, RopeMode mode, const ResidualCommit& commit = {});
   // The SwiGLU step between GEMMs with FP16 outputs and inputs, as one op: gh and uh [rows, cols]
   // with row pitch ld (0: cols; the halves of a fused [gate | up] product) (+ gbias, ubias when not
   // null) → outHalf [rows, cols] = FP16 of swiglu(gate, up). g and u [rows, cols] are scratch (the
   // default writes the FP32 gate and up there; CUDA does not touch them). Bit for bit fromHalf,
   // fromHalf, swiglu, toHalf; on CUDA one kernel instead of four.
+  // `commit` (ResidualCommit below), when given, is done first.
   virtual void swigluHalf(const uint16_t* gh, const float* gbias, const uint16_t* uh, const float* ubias,
-                          int64_t rows, int64_t cols, int64_t ld, float* g, float* u, uint16_t* outHalf);
+                          int64_t rows, int64_t cols, int64_t ld, float* g, float* u, uint16_t* outHalf,
+                          const ResidualCommit& commit = {});
   // y[rows, cols] += bias[cols]
   virtual void addBias(float* y, const float* bias, int64_t rows, int64_t cols);
   // The residual step between two GEMMs with FP16 outputs and inputs, as one op: when `yh` is

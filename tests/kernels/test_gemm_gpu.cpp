@@ -17,6 +17,7 @@
 #include "kernels/cuda/gemm/gemm_launch.h"
 #include "kernels/gemm/gemm_ops.h"
 #include "kernels/gemm/gemm_reference.h"
+#include "kernels/ops/transformer_ops.h"
 
 using namespace qs;
 
@@ -248,6 +249,115 @@ class TestGemmGpu : public QObject {
     cudaFree(x);
     cudaFree(codes);
     cudaFree(scales);
+  }
+
+  // runNormed (the residual step inside the skinny kernel's staging) against its two-op
+  // reference on the same backend: residualRmsNorm, then run() on its FP16 copy. The products
+  // must be equal bit for bit (same FP16 activations, same kernel after them); resid must be left
+  // as it was (the caller commits it), and the commit through swigluHalf must then give
+  // residualRmsNorm's stream bit for bit. k = 8192 takes the loop paths, 4096 the register ones.
+  // Random and outlier-heavy rows, m = 1, 3, 13, 16, with and without the product and bias, the
+  // bulk rings and register prefetch; every launch twice.
+  void normPrologueMatchesTheResidualStep_data() {
+    QTest::addColumn<QByteArray>("bulk");
+    QTest::newRow("device's pick") << QByteArray();
+    QTest::newRow("bulk rings everywhere") << QByteArray("1");
+    QTest::newRow("register prefetch everywhere") << QByteArray("0");
+  }
+  void normPrologueMatchesTheResidualStep() {
+    QFETCH(QByteArray, bulk);
+    const QByteArray before = qgetenv("QS_GEMM_BULK");
+    if (!bulk.isNull()) qputenv("QS_GEMM_BULK", bulk);
+    auto backend = createBackend(BackendChoice::Cuda);
+    if (before.isNull()) qunsetenv("QS_GEMM_BULK");
+    else qputenv("QS_GEMM_BULK", before);
+    GemmOps& ops = backend->gemm();
+    TransformerOps& tops = backend->transformer();
+    const uint64_t seed0 = freshSeed();
+    std::mt19937_64 rng(seed0);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    int cases = 0;
+    QStringList failures;
+    struct NormCase {
+      const char* scheme;
+      int64_t n, k, m;
+      bool delta, bias, outliers;
+    };
+    const std::vector<NormCase> all = {
+        {"w4a16-g128", 6144, 4096, 1, true, false, false}, {"w4a16-g128", 203, 4096, 3, true, true, true},
+        {"w4a16-g128", 2064, 8192, 1, true, false, true},  {"w4a16-g128", 96, 384, 16, false, false, false},
+        {"w4a16-g32-asym", 520, 4096, 1, true, true, false}, {"w4a16-ch", 40, 4096, 13, true, false, true},
+        {"w8a16-int8-g64", 336, 1024, 1, true, false, true}, {"w8a16-fp8", 1000, 4096, 2, true, true, false},
+        {"w8a16-e5m2", 128, 8192, 16, true, false, false}};
+    for (const NormCase& c : all) {
+      const GemmScheme s = GemmScheme::parse(c.scheme);
+      const uint64_t seed = seed0 + uint64_t(++cases) * 7919;
+      const auto w = ops.prepare(makeRandomQuantWeight(c.n, c.k, s, seed, c.outliers), s.activation);
+      std::vector<float> x(size_t(c.m * c.k)), bias(size_t(c.k)), normW(size_t(c.k));
+      std::vector<uint16_t> delta(size_t(c.m * c.k));
+      for (float& v : x) v = normal(rng) * (c.outliers && rng() % 64 == 0 ? 40.0f : 1.0f);
+      for (float& v : bias) v = 0.1f * normal(rng);
+      for (float& v : normW) v = 1.0f + 0.2f * normal(rng);
+      for (uint16_t& v : delta) v = floatToHalfBits(normal(rng) * (c.outliers && rng() % 64 == 0 ? 30.0f : 0.5f));
+      auto dev = [&](const void* src, size_t bytes) {
+        auto p = ops.allocate(bytes);
+        ops.upload(p.get(), src, bytes);
+        return p;
+      };
+      auto xRef = dev(x.data(), x.size() * 4), xGot = dev(x.data(), x.size() * 4);
+      auto dDelta = dev(delta.data(), delta.size() * 2), dBias = dev(bias.data(), bias.size() * 4);
+      auto dNorm = dev(normW.data(), normW.size() * 4);
+      auto h = ops.allocate(x.size() * 4), hh = ops.allocate(delta.size() * 2);
+      auto yRef = ops.allocate(size_t(c.m * c.n) * 2), yGot = ops.allocate(size_t(c.m * c.n) * 2);
+      const uint16_t* d = c.delta ? static_cast<const uint16_t*>(dDelta.get()) : nullptr;
+      const float* b = c.bias ? static_cast<const float*>(dBias.get()) : nullptr;
+      const float eps = 1e-5f;
+      const QString what = QString("%1 n=%2 k=%3 m=%4%5%6%7 seed=%8")
+                               .arg(c.scheme).arg(c.n).arg(c.k).arg(c.m)
+                               .arg(c.delta ? " +delta" : "").arg(c.bias ? " +bias" : "")
+                               .arg(c.outliers ? " outliers" : "").arg(seed);
+      // Reference: the residual step as its own kernel, then the GEMM on its FP16 copy.
+      tops.residualRmsNorm(static_cast<float*>(xRef.get()), d, b, static_cast<const float*>(dNorm.get()), c.m, c.k,
+                           eps, static_cast<float*>(h.get()), static_cast<uint16_t*>(hh.get()));
+      ops.run(*w, hh.get(), c.m, yRef.get());
+      std::vector<uint16_t> want(size_t(c.m * c.n)), got(want.size());
+      std::vector<float> xWant(x.size()), xAfter(x.size());
+      ops.download(want.data(), yRef.get(), want.size() * 2);
+      ops.download(xWant.data(), xRef.get(), xWant.size() * 4);
+      for (int rep = 0; rep < 2; ++rep) {
+        ops.upload(xGot.get(), x.data(), x.size() * 4);
+        const GemmOps::NormPrologue pro{static_cast<float*>(xGot.get()), d, b, static_cast<const float*>(dNorm.get()), eps};
+        if (!ops.runNormed(*w, pro, c.m, yGot.get())) {
+          failures << what + ": runNormed declined";
+          break;
+        }
+        ops.download(got.data(), yGot.get(), got.size() * 2);
+        ops.download(xAfter.data(), xGot.get(), xAfter.size() * 4);
+        size_t bad = 0;
+        for (size_t i = 0; i < want.size(); ++i) bad += want[i] != got[i];
+        if (bad) failures << what + QString(": %1 of %2 outputs differ from residualRmsNorm + run (launch %3)")
+                                         .arg(bad).arg(want.size()).arg(rep + 1);
+        if (xAfter != x) failures << what + ": runNormed wrote the residual stream";
+        if (!d) continue;
+        // The commit the caller owes, done on the way by swigluHalf (one row of two values).
+        const TransformerOps::ResidualCommit commit{static_cast<float*>(xGot.get()), d, b, c.m, c.k,
+                                                    static_cast<float*>(h.get())};
+        tops.swigluHalf(static_cast<const uint16_t*>(dDelta.get()), nullptr, static_cast<const uint16_t*>(dDelta.get()),
+                        nullptr, 1, 2, 0, static_cast<float*>(h.get()), static_cast<float*>(h.get()) + 2,
+                        static_cast<uint16_t*>(hh.get()), commit);
+        ops.download(xAfter.data(), xGot.get(), xAfter.size() * 4);
+        bad = 0;
+        for (size_t i = 0; i < x.size(); ++i) bad += std::bit_cast<uint32_t>(xWant[i]) != std::bit_cast<uint32_t>(xAfter[i]);
+        if (bad) failures << what + QString(": %1 residual values differ after the commit (launch %2)").arg(bad).arg(rep + 1);
+      }
+    }
+    // Where there is no such kernel the op-set says so and does nothing.
+    const GemmScheme f16 = GemmScheme::parse("fp16");
+    const auto wf = ops.prepare(makeRandomQuantWeight(64, 128, f16, seed0), f16.activation);
+    auto buf = ops.allocate(4096);
+    QVERIFY(!ops.runNormed(*wf, {static_cast<float*>(buf.get()), nullptr, nullptr, static_cast<float*>(buf.get()), 1e-5f},
+                           1, static_cast<char*>(buf.get()) + 2048));
+    QVERIFY2(failures.isEmpty(), qPrintable(failures.join('\n')));
   }
 
   void backendAccessorAndBadInput() {

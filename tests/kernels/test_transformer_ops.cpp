@@ -5,6 +5,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels/common/half.h"
 #include "kernels/ops/cpu_transformer_ops.h"
 
 using namespace qs;
@@ -84,6 +85,28 @@ class TestTransformerOps : public QObject {
     }
     QVERIFY(relErr(rms, rref) < 1e-6);
     QVERIFY(relErr(ln, lref) < 1e-6);
+  }
+
+  // A residual step left to swigluHalf / fromHalfRope (ResidualCommit: what a GEMM that took the
+  // norm into its kernel owes the stream) is residualRmsNorm's add, bit for bit, and the op's own
+  // result does not change.
+  void residualCommitIsTheResidualAdd() {
+    const int T = 3, D = 41, H = 10;
+    const auto x0 = randn(T * D, 11, 2.0f), bias = randn(D, 12, 0.1f), dv = randn(T * D, 13, 0.5f);
+    std::vector<uint16_t> delta(dv.size());
+    for (size_t i = 0; i < dv.size(); ++i) delta[i] = floatToHalfBits(dv[i]);
+    std::vector<float> want = x0, scratch(T * D);
+    ops_->residualRmsNorm(want.data(), delta.data(), bias.data(), nullptr, T, D, 0.0f, scratch.data(), nullptr);
+    std::vector<uint16_t> gu(size_t(T * 2 * H));
+    for (size_t i = 0; i < gu.size(); ++i) gu[i] = floatToHalfBits(float(int(i % 7) - 3) * 0.25f);
+    std::vector<float> g(T * H), u(T * H);
+    std::vector<uint16_t> plain(size_t(T * H)), withCommit(size_t(T * H));
+    ops_->swigluHalf(gu.data(), nullptr, gu.data() + H, nullptr, T, H, 2 * H, g.data(), u.data(), plain.data());
+    std::vector<float> x = x0;
+    ops_->swigluHalf(gu.data(), nullptr, gu.data() + H, nullptr, T, H, 2 * H, g.data(), u.data(), withCommit.data(),
+                     {x.data(), delta.data(), bias.data(), T, D, scratch.data()});
+    QVERIFY(withCommit == plain);
+    QCOMPARE(x, want);
   }
 
   void ropeLayoutsAgreeUpToPermutation() {

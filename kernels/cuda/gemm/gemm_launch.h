@@ -49,13 +49,26 @@ struct SkinnyOptions {
   enum class Trigger { Never, WithBulk, Always } trigger = Trigger::Never;
 };
 
+// The residual step before a GEMM, taken into the skinny kernel's activation staging (A16): the
+// activations are rmsNorm(resid + delta + bias)·normW rounded to FP16, residualRmsNorm's FP16
+// output bit for bit, and x is not read. resid is only read (every block needs all of it): adding
+// delta + bias to it for good is the caller's, after this kernel.
+struct NormPrologue {
+  const float* resid = nullptr;  // FP32 [m, k], the residual stream
+  const void* delta = nullptr;   // FP16 [m, k] or null (norm only)
+  const float* bias = nullptr;   // [k] or null
+  const float* normW = nullptr;  // [k]
+  float eps = 0;
+};
+
 // ---- skinny path: m <= 16, every weight kind, A16 and A8 ---------------------------------
 LaunchPlan planSkinny(const DeviceQuantWeight& w, int m, int multiprocessors, const SkinnyOptions& opt);
 // x: FP16 [m, k] (A16) or 8-bit codes [m, k] (A8, with tokenScales [m]); y: FP16 [m, n].
 // pdl: launch with programmatic stream serialization (sm_90): the weight stream starts while the
-// previous kernel in the stream is still finishing.
+// previous kernel in the stream is still finishing. prologue: see NormPrologue (x unused).
 void launchSkinny(const DeviceQuantWeight& w, const void* x, const float* tokenScales, int m, void* y,
-                  const LaunchPlan& plan, const SplitWorkspace& ws, cudaStream_t stream, bool pdl);
+                  const LaunchPlan& plan, const SplitWorkspace& ws, cudaStream_t stream, bool pdl,
+                  const NormPrologue* prologue = nullptr);
 
 // ---- wide path: m > 16, A16 weight kinds (tensor-core tiles of 128 rows x 64 tokens) --------
 LaunchPlan planWide(const DeviceQuantWeight& w, int m, int multiprocessors);

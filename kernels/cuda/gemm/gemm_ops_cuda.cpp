@@ -319,6 +319,25 @@ class CudaGemmOps final : public GemmOps {
     QS_CUDA_CHECK(cudaGetLastError());
   }
 
+  bool runNormed(const GemmWeight& weight, const NormPrologue& pro, int64_t m64, void* y) override {
+    const auto& w = checkedWeight(weight);
+    if (w.scheme.activation != GemmActivationType::F16 || w.scheme.weight == GemmWeightType::F16 || m64 < 1 ||
+        m64 > 16 || !pro.resid || !pro.normW)
+      return false;
+    if (!y || (reinterpret_cast<uintptr_t>(y) & 15)) throwBadInput("", "y", "device pointer must be non-null and 16-byte aligned");
+    const int m = int(m64);
+    const auto& plan = skinnyPlan(w, m);
+    cuda_gemm::NormPrologue p;
+    p.resid = pro.resid;
+    p.delta = pro.delta;
+    p.bias = pro.bias;
+    p.normW = pro.normW;
+    p.eps = pro.eps;
+    cuda_gemm::launchSkinny(w.dev, nullptr, nullptr, m, y, plan, splitWorkspace(plan), stream_, pdl_, &p);
+    QS_CUDA_CHECK(cudaGetLastError());
+    return true;
+  }
+
   std::string pathChoice(const GemmWeight& weight, int64_t m) const override {
     const auto& w = checkedWeight(weight);
     if (w.scheme.activation != GemmActivationType::F16 || w.scheme.weight == GemmWeightType::F16 || m <= 16) return {};

@@ -40,6 +40,7 @@
 #include <string>
 
 #include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/common/residual_norm.cuh"
 #include "kernels/cuda/gemm/gemm_common.cuh"
 #include "kernels/cuda/gemm/gemm_launch.h"
 
@@ -78,7 +79,64 @@ struct SkinnyArgs {
   int groupSlots;         // scale/zero slots per warp in shared memory
   int stages;             // bulk path: ring slots per warp
   int earlyTrigger;       // let the next (PDL) kernel launch once the weight stream is issued
+  // Norm prologue (A16, NormPrologue in gemm_launch.h): x is not read; resid non-null.
+  const float* resid;
+  const __half* delta;
+  const float* residBias;
+  const float* normW;
+  float eps;
 };
+
+// The norm prologue's staging: activation rows rmsNorm(resid + delta + bias)·normW in FP16 for the
+// split's K range [kBegin, kBegin + kLen) (zeros past k), from the whole rows' sums of squares.
+// Every block computes the sums itself (L2 reads of a few tens of KB; no kernel in between). Up
+// to kNormRegs values per thread (k <= 4096) stay in registers, every load issued at once; longer
+// rows are read twice. resid is only read: the caller adds delta + bias to it afterwards.
+constexpr int kNormRegs = 16;
+__device__ void stageNormed(const SkinnyArgs& p, uint8_t* smem, int kBegin, int kLen) {
+  static_assert(kThreads == cuda::kResidualNormThreads, "the norm's summation order needs 256 threads");
+  __shared__ double red[kWarps];
+  for (int row = 0; row < p.m; ++row) {
+    const float* xr = p.resid + size_t(row) * p.k;
+    const __half* dr = p.delta ? p.delta + size_t(row) * p.k : nullptr;
+    __half* dst = reinterpret_cast<__half*>(smem + kZeroBlock + row * p.xStrideBytes);
+    double ss = 0;
+    if (p.k <= kThreads * kNormRegs) {
+      float v[kNormRegs], w[kNormRegs];
+#pragma unroll
+      for (int j = 0; j < kNormRegs; ++j) {
+        const int i = threadIdx.x + j * kThreads;
+        v[j] = w[j] = 0.0f;
+        if (i < p.k) {
+          v[j] = cuda::residualAdd(xr[i], dr, p.residBias, i);
+          if (i >= kBegin && i < kBegin + kLen) w[j] = p.normW[i];
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kNormRegs; ++j)
+        if (threadIdx.x + j * kThreads < p.k) ss = cuda::addSquare(ss, v[j]);
+      const float inv = cuda::rmsInverse(cuda::blockSum<kWarps>(ss, red), p.k, p.eps);
+#pragma unroll
+      for (int j = 0; j < kNormRegs; ++j) {
+        const int i = threadIdx.x + j * kThreads;
+        if (i < p.k && i >= kBegin && i < kBegin + kLen)
+          dst[i - kBegin] = __float2half_rn(cuda::rmsScaled(v[j], inv, w[j]));
+      }
+      // Past k inside the split's range: zeros.
+      for (int j = max(p.k - kBegin, 0) + threadIdx.x; j < kLen; j += kThreads) dst[j] = __float2half_rn(0.0f);
+      continue;
+    }
+#pragma unroll 4
+    for (int i = threadIdx.x; i < p.k; i += kThreads) ss = cuda::addSquare(ss, cuda::residualAdd(xr[i], dr, p.residBias, i));
+    const float inv = cuda::rmsInverse(cuda::blockSum<kWarps>(ss, red), p.k, p.eps);
+#pragma unroll 4
+    for (int j = threadIdx.x; j < kLen; j += kThreads) {
+      const int i = kBegin + j;
+      dst[j] = i < p.k ? __float2half_rn(cuda::rmsScaled(cuda::residualAdd(xr[i], dr, p.residBias, i), inv, p.normW[i]))
+                       : __float2half_rn(0.0f);
+    }
+  }
+}
 
 template <WKind K, bool A8, int NT, bool kBulk>
 __global__ void __launch_bounds__(kThreads, 3) skinnyKernel(const SkinnyArgs p) {
@@ -189,7 +247,10 @@ __global__ void __launch_bounds__(kThreads, 3) skinnyKernel(const SkinnyArgs p) 
     }
   }
   waitForPriorGrids();
-  {
+  if (!A8 && p.resid) {
+    if (threadIdx.x < kZeroBlock / 16) reinterpret_cast<uint4*>(smem)[threadIdx.x] = make_uint4(0, 0, 0, 0);
+    stageNormed(p, smem, kBegin, kLen);
+  } else {
     const int pieces = kLen * kElemBytes / 16;
     if (threadIdx.x < kZeroBlock / 16) reinterpret_cast<uint4*>(smem)[threadIdx.x] = make_uint4(0, 0, 0, 0);
     for (int row = 0; row < p.m; ++row) {
@@ -576,7 +637,8 @@ LaunchPlan planSkinny(const DeviceQuantWeight& w, int m, int multiprocessors, co
 }
 
 void launchSkinny(const DeviceQuantWeight& w, const void* x, const float* tokenScales, int m, void* y,
-                  const LaunchPlan& plan, const SplitWorkspace& ws, cudaStream_t stream, bool pdl) {
+                  const LaunchPlan& plan, const SplitWorkspace& ws, cudaStream_t stream, bool pdl,
+                  const NormPrologue* prologue) {
   const int nt = m <= 8 ? 1 : 2;
   const KernelFn fn = selectKernel(w.kind, w.a8, nt, plan.bulkStages > 0);
   if (!fn) throw std::invalid_argument("skinny GEMM: no kernel for this weight kind");
@@ -606,6 +668,15 @@ void launchSkinny(const DeviceQuantWeight& w, const void* x, const float* tokenS
   a.earlyTrigger = plan.earlyTrigger ? 1 : 0;
   if (plan.splits > 1 && (ws.partialFloats < plan.partialFloats || ws.counterCount < plan.counters))
     throw std::invalid_argument("skinny GEMM: split-K workspace too small");
+  if (prologue) {
+    if (w.a8 || !prologue->resid || !prologue->normW)
+      throw std::invalid_argument("skinny GEMM: the norm prologue needs FP16 activations, resid and norm weights");
+    a.resid = prologue->resid;
+    a.delta = static_cast<const __half*>(prologue->delta);
+    a.residBias = prologue->bias;
+    a.normW = prologue->normW;
+    a.eps = prologue->eps;
+  }
   const int rowGroups = (a.rowTiles + kWarps - 1) / kWarps;
   const dim3 grid(unsigned(rowGroups), unsigned(plan.splits));
   if (!pdl) {

@@ -173,7 +173,7 @@ class CudaTransformerOps final : public TransformerOps {
     }
   }
   void fromHalfRope(const HalfToFloat* qkv, const int32_t* positions, const AttentionShape& s, float theta,
-                    const float* invFreq, float mscale, RopeMode mode) override {
+                    const float* invFreq, float mscale, RopeMode mode, const ResidualCommit& commit) override {
     cuda_ops::TransformerOpsHalfItem items[3];
     for (int i = 0; i < 3; ++i) {
       const HalfToFloat& it = qkv[i];
@@ -181,11 +181,17 @@ class CudaTransformerOps final : public TransformerOps {
     }
     cuda_ops::fromHalfRope(items, positions, s.nHeads, s.nKvHeads, s.headDim, theta,
                            invFreq ? deviceFreqs(invFreq, s.headDim / 2) : nullptr, mscale,
-                           mode == RopeMode::Interleaved, stream_);
+                           mode == RopeMode::Interleaved, commitItem(commit), stream_);
   }
   void swigluHalf(const uint16_t* gh, const float* gbias, const uint16_t* uh, const float* ubias, int64_t rows,
-                  int64_t cols, int64_t ld, float* /*g*/, float* /*u*/, uint16_t* outHalf) override {
-    cuda_ops::swigluHalf(gh, gbias, uh, ubias, rows, cols, ld, outHalf, stream_);
+                  int64_t cols, int64_t ld, float* /*g*/, float* /*u*/, uint16_t* outHalf,
+                  const ResidualCommit& commit) override {
+    cuda_ops::swigluHalf(gh, gbias, uh, ubias, rows, cols, ld, outHalf, commitItem(commit), stream_);
+  }
+  static cuda_ops::ResidualCommitItem commitItem(const ResidualCommit& c) {
+    cuda_ops::ResidualCommitItem item;
+    if (c.x && c.T > 0 && c.D > 0) item = {c.x, c.yh, c.bias, c.T * c.D, c.D};
+    return item;
   }
   void residualRmsNorm(float* x, const uint16_t* yh, const float* bias, const float* w, int64_t T, int64_t D,
                        float eps, float* h, uint16_t* hh) override {

@@ -13,6 +13,7 @@
 
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/pdl.cuh"
+#include "kernels/cuda/common/residual_norm.cuh"
 #include "kernels/cuda/ops/transformer_launch.h"
 #include "kernels/quant/fp8.h"
 #include "kernels/quant/quant_math.h"
@@ -25,7 +26,7 @@ using cuda::launchChained;
 using cuda::allowDependentLaunch;
 using cuda::waitForPriorGrids;
 
-constexpr int kRowThreads = 256;  // one block per row for the row kernels
+constexpr int kRowThreads = cuda::kResidualNormThreads;  // one block per row for the row kernels
 constexpr int kWarpsPerRow = kRowThreads / 32;
 constexpr int kFlatThreads = 256;
 
@@ -38,14 +39,7 @@ int flatBlocks(int64_t n) {
 // Sum over the block (every thread gets the result). `red` holds kWarpsPerRow values.
 template <typename T>
 __device__ T blockSum(T v, T* red) {
-  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, off);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  __syncthreads();  // red may still be read from a previous call
-  if (lane == 0) red[warp] = v;
-  __syncthreads();
-  T t = 0;
-  for (int i = 0; i < kWarpsPerRow; ++i) t += red[i];  // fixed order: deterministic
-  return t;
+  return cuda::blockSum<kWarpsPerRow>(v, red);
 }
 
 __device__ float blockMax(float v, float* red) {
@@ -108,25 +102,22 @@ __global__ void residualRmsNormKernel(float* __restrict__ x, const __half* __res
       const int64_t i = threadIdx.x + int64_t(j) * kRowThreads;
       if (i < D) {
         if (w) wv[j] = w[i];
-        v[j] = xr[i];
-        if (yr) {
-          v[j] += __half2float(yr[i]) + (bias ? bias[i] : 0.0f);
-          xr[i] = v[j];
-        }
+        v[j] = cuda::residualAdd(xr[i], yr, bias, i);
+        if (yr) xr[i] = v[j];
       }
     }
     if (!w) return;
     double ss = 0;
 #pragma unroll
     for (int j = 0; j < kNormRegs; ++j)
-      if (threadIdx.x + int64_t(j) * kRowThreads < D) ss += double(v[j]) * v[j];
+      if (threadIdx.x + int64_t(j) * kRowThreads < D) ss = cuda::addSquare(ss, v[j]);
     ss = blockSum(ss, red);
-    const float inv = 1.0f / sqrtf(float(ss / double(D)) + eps);
+    const float inv = cuda::rmsInverse(ss, D, eps);
 #pragma unroll
     for (int j = 0; j < kNormRegs; ++j) {
       const int64_t i = threadIdx.x + int64_t(j) * kRowThreads;
       if (i < D) {
-        const float r = __fmul_rn(__fmul_rn(v[j], inv), wv[j]);
+        const float r = cuda::rmsScaled(v[j], inv, wv[j]);
         o[i] = r;
         if (oh) oh[i] = __float2half_rn(r);
       }
@@ -135,18 +126,15 @@ __global__ void residualRmsNormKernel(float* __restrict__ x, const __half* __res
   }
   double ss = 0;
   for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
-    float v = xr[i];
-    if (yr) {
-      v += __half2float(yr[i]) + (bias ? bias[i] : 0.0f);
-      xr[i] = v;
-    }
-    ss += double(v) * v;
+    const float v = cuda::residualAdd(xr[i], yr, bias, i);
+    if (yr) xr[i] = v;
+    ss = cuda::addSquare(ss, v);
   }
   if (!w) return;
   ss = blockSum(ss, red);
-  const float inv = 1.0f / sqrtf(float(ss / double(D)) + eps);
+  const float inv = cuda::rmsInverse(ss, D, eps);
   for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
-    const float r = __fmul_rn(__fmul_rn(xr[i], inv), w[i]);
+    const float r = cuda::rmsScaled(xr[i], inv, w[i]);
     o[i] = r;
     if (oh) oh[i] = __float2half_rn(r);
   }
@@ -264,13 +252,23 @@ __global__ void fromHalfBatchKernel(const HalfToFloatItems items) {
   }
 }
 
+// A residual step left by a fused GEMM (ResidualCommitItem), done on the way by a flat kernel.
+__device__ void commitResidual(const ResidualCommitItem& c) {
+  const __half* yh = reinterpret_cast<const __half*>(c.yh);
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < c.n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / c.D;
+    c.x[i] = cuda::residualAdd(c.x[i], yh + r * c.D, c.bias, i - r * c.D);
+  }
+}
+
 // fromHalfRope: one thread per rotated pair of q or k (ropeKernel's / ropeFreqKernel's
 // expressions on fromHalf's values), then one per value of v (fromHalf's).
 __global__ void fromHalfRopeKernel(const HalfToFloatItems items, const int32_t* __restrict__ positions, int nHeads,
                                    int nKvHeads, int hd, float theta, const float* __restrict__ invFreq, float mscale,
-                                   bool interleaved, int early) {
+                                   bool interleaved, const ResidualCommitItem commit, int early) {
   if (early) allowDependentLaunch();  // attention may start loading the cached keys and values
   waitForPriorGrids();  // chained launch (pdl.cuh): first, before any access
+  if (commit.x) commitResidual(commit);
   const TransformerOpsHalfItem &iq = items.item[0], &ik = items.item[1], &iv = items.item[2];
   const int half = hd / 2;
   const int heads = nHeads + nKvHeads;
@@ -313,9 +311,11 @@ __global__ void fromHalfRopeKernel(const HalfToFloatItems items, const int32_t* 
 // swigluHalf: fromHalf (+ bias) of gate and up, swigluKernel's expression, one FP16 rounding.
 __global__ void swigluHalfKernel(const __half* __restrict__ gh, const float* __restrict__ gbias,
                                  const __half* __restrict__ uh, const float* __restrict__ ubias, int64_t rows,
-                                 int64_t cols, int64_t ld, __half* __restrict__ out, int early) {
+                                 int64_t cols, int64_t ld, __half* __restrict__ out, const ResidualCommitItem commit,
+                                 int early) {
   if (early) allowDependentLaunch();  // the down projection may start streaming its weights
   waitForPriorGrids();  // chained launch (pdl.cuh): first, before any access
+  if (commit.x) commitResidual(commit);
   const int64_t n = rows * cols;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / cols, c = i - r * cols;
@@ -497,20 +497,21 @@ void fromHalfBatch(const TransformerOpsHalfItem* items, int count, cudaStream_t 
   QS_CUDA_LAUNCHED("fromHalfBatchKernel");
 }
 void fromHalfRope(const TransformerOpsHalfItem* qkv, const int32_t* positions, int nHeads, int nKvHeads, int headDim,
-                  float theta, const float* invFreq, float mscale, bool interleaved, cudaStream_t stream) {
+                  float theta, const float* invFreq, float mscale, bool interleaved, const ResidualCommitItem& commit,
+                  cudaStream_t stream) {
   HalfToFloatItems args{};
   for (int i = 0; i < 3; ++i) args.item[i] = qkv[i];
   const int64_t n = qkv[0].rows * (int64_t(nHeads + nKvHeads) * (headDim / 2) + qkv[2].cols);
-  if (n <= 0) return;
-  launchChained(fromHalfRopeKernel, flatBlocks(n), kFlatThreads, 0, stream, args, positions, nHeads, nKvHeads, headDim,
-                theta, invFreq, mscale, interleaved, cuda::earlyDependentLaunch() ? 1 : 0);
+  if (n <= 0 && !commit.x) return;
+  launchChained(fromHalfRopeKernel, flatBlocks(std::max(n, commit.n)), kFlatThreads, 0, stream, args, positions, nHeads,
+                nKvHeads, headDim, theta, invFreq, mscale, interleaved, commit, cuda::earlyDependentLaunch() ? 1 : 0);
   QS_CUDA_LAUNCHED("fromHalfRopeKernel");
 }
 void swigluHalf(const uint16_t* gh, const float* gbias, const uint16_t* uh, const float* ubias, int64_t rows,
-                int64_t cols, int64_t ld, uint16_t* out, cudaStream_t stream) {
-  QS_FLAT_LAUNCH(swigluHalfKernel, rows * cols, reinterpret_cast<const __half*>(gh), gbias,
+                int64_t cols, int64_t ld, uint16_t* out, const ResidualCommitItem& commit, cudaStream_t stream) {
+  QS_FLAT_LAUNCH(swigluHalfKernel, std::max(rows * cols, commit.n), reinterpret_cast<const __half*>(gh), gbias,
                  reinterpret_cast<const __half*>(uh), ubias, rows, cols, ld > 0 ? ld : cols, reinterpret_cast<__half*>(out),
-                 cuda::earlyDependentLaunch() ? 1 : 0);
+                 commit, cuda::earlyDependentLaunch() ? 1 : 0);
 }
 void fromHalf(const uint16_t* x, int64_t rows, int64_t cols, const float* bias, float* out,
               cudaStream_t stream) {

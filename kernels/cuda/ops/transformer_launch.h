@@ -60,13 +60,23 @@ struct TransformerOpsHalfItem {
 };
 constexpr int kHalfBatchMax = 4;
 void fromHalfBatch(const TransformerOpsHalfItem* items, int count, cudaStream_t stream);
+// TransformerOps::ResidualCommit: x[n] += float(yh[n]) (+ bias[i % D]), done on the way by the
+// kernel it is given to (x null: none).
+struct ResidualCommitItem {
+  float* x = nullptr;
+  const uint16_t* yh = nullptr;
+  const float* bias = nullptr;
+  int64_t n = 0, D = 1;
+};
+
 // TransformerOps::fromHalfRope: items q, k, v ([T, nHeads·hd], [T, nKvHeads·hd] twice) to FP32
 // with RoPE on q and k — ropeKernel's expression (theta) or ropeFrequencies' (invFreq, device
 // memory, non-null) — in one kernel.
 void fromHalfRope(const TransformerOpsHalfItem* qkv, const int32_t* positions, int nHeads, int nKvHeads, int headDim,
-                  float theta, const float* invFreq, float mscale, bool interleaved, cudaStream_t stream);
+                  float theta, const float* invFreq, float mscale, bool interleaved, const ResidualCommitItem& commit,
+                  cudaStream_t stream);
 void swigluHalf(const uint16_t* gh, const float* gbias, const uint16_t* uh, const float* ubias, int64_t rows,
-                int64_t cols, int64_t ld, uint16_t* out, cudaStream_t stream);
+                int64_t cols, int64_t ld, uint16_t* out, const ResidualCommitItem& commit, cudaStream_t stream);
 void embedding(const float* table, const int32_t* tokens, int64_t T, int64_t D, float* out,
                cudaStream_t stream);
 void copyColumns(const float* src, int64_t srcCols, int64_t col0, int64_t rows, int64_t cols,
