@@ -217,6 +217,8 @@ void Runtime::init(const ModelFile& file, const JobContext* ctx) {
   fusedOf_.assign(linears_.size(), nullptr);
   if (const char* fuse = std::getenv("QS_FUSE_LINEARS")) fuseLinears_ = std::string(fuse) != "0";
   if (const char* fuse = std::getenv("QS_FUSE_NORM")) fuseNorms_ = std::string(fuse) != "0";
+  if (const char* fuse = std::getenv("QS_FUSE_ATTENTION")) fuseAttention_ = std::string(fuse) != "0";
+  if (const char* fuse = std::getenv("QS_FUSE_SWIGLU")) fuseSwiglu_ = std::string(fuse) != "0";
 
   auto loadNorm = [&](const NormLayer& n, Norm& out) {
     if (n.weight >= 0) out.w = loadTensor(file, n.weight);
@@ -825,6 +827,34 @@ const uint16_t* Runtime::gemmNormed(const GemmWeight& w, int64_t outFeatures, fl
   return gemmHalfWith(w, dim_, outFeatures, h, T, true, h, outSlot);
 }
 
+const uint16_t* Runtime::gemmSwiglu(int i, const uint16_t* gh, const float* gbias, const uint16_t* uh,
+                                    const float* ubias, int64_t ld, int64_t T,
+                                    const TransformerOps::ResidualCommit& commit, int outSlot) {
+  // kYHalf3 holds the SwiGLU output or the product: one size for both, so it never grows between.
+  const int64_t slot3 = T * std::max<int64_t>(hidden_, linears_[size_t(i)]->outFeatures);
+  if (fuseSwiglu_) {
+    auto* yh = reinterpret_cast<uint16_t*>(scratch(kYHalf3, size_t(slot3 + 1) / 2));
+    GemmOps::SwigluPrologue p{gh, uh, ld, gbias, ubias};
+    if (commit.x) {
+      p.commitX = commit.x;
+      p.commitDelta = commit.yh;
+      p.commitBias = commit.bias;
+      p.commitN = commit.T * commit.D;
+      p.commitD = commit.D;
+    }
+    if (gemm_->runSwiglu(*weights_[size_t(i)].gemm, p, T, yh)) {
+      mark(StepPart::Activation);
+      return yh;
+    }
+  }
+  float* g = scratch(kG, size_t(T * hidden_));
+  float* u = scratch(kU, size_t(T * hidden_));
+  auto* ah = reinterpret_cast<uint16_t*>(scratch(kYHalf3, size_t(slot3 + 1) / 2));
+  ops_.swigluHalf(gh, gbias, uh, ubias, T, hidden_, ld, g, u, ah, commit);
+  mark(StepPart::Activation);
+  return gemmOnHalf(i, ah, T, outSlot);
+}
+
 void Runtime::embedImpl(std::span<const int32_t> tokens, int32_t startPos, float* x) {
   const int64_t T = int64_t(tokens.size());
   for (int32_t tok : tokens)
@@ -916,6 +946,11 @@ void Runtime::runLlamaBlock(int b, float* x, int64_t T, int32_t startPos) {
   }
   bool roped = false;  // RoPE taken with the FP32 conversion of q and k
   TransformerOps::ResidualCommit commit;  // the residual step the q/k/v GEMM took but did not write
+  const bool oFusable = postAttnNorms_[size_t(b)].w.empty() && residualFusable(io);
+  const bool attentionRuns = shape.plain() || ops_.attentionExtras();  // else the host copy (attentionReference)
+  // The conversion + RoPE left to the attention op (attentionFromHalfRope), with the commit.
+  TransformerOps::HalfToFloat deferred[3] = {};
+  bool deferredToAttention = false;
   if (iqkv >= 0) {  // Phi-3: one projection, output columns [q | k | v]
     const int64_t row = qDim_ + 2 * kvDim_;
     float* qkv = scratch(kQkv, size_t(T * row));
@@ -947,7 +982,10 @@ void Runtime::runLlamaBlock(int b, float* x, int64_t T, int32_t startPos) {
       items[2].x = gemmHalf(iv, h, T, true, h, kYHalf3);
     }
     mark(StepPart::Qkv);
-    if (qNorms_[size_t(b)].w.empty()) {  // RoPE in the same op (Qwen3 / Gemma 3 norm q and k first)
+    if (qNorms_[size_t(b)].w.empty() && fuseAttention_ && oFusable && attentionRuns) {
+      std::copy(items, items + 3, deferred);  // conversion, RoPE and commit in the attention op
+      deferredToAttention = roped = true;
+    } else if (qNorms_[size_t(b)].w.empty()) {  // RoPE in the same op (Qwen3 / Gemma 3 norm q and k first)
       ops_.fromHalfRope(items, pos, shape, blockTheta_[size_t(b)],
                         blockScaledRope_[size_t(b)] ? scaledInvFreq_.data() : nullptr, ropeMscale_, ropeMode_, commit);
       roped = true;
@@ -978,15 +1016,19 @@ void Runtime::runLlamaBlock(int b, float* x, int64_t T, int32_t startPos) {
       ops_.rope(q, k, pos, T, shape, blockTheta_[size_t(b)], ropeMode_);
     mark(StepPart::Rope);
   }
-  const bool oFusable = postAttnNorms_[size_t(b)].w.empty() && residualFusable(io);
   const uint16_t* attHalf = nullptr;  // att's FP16 copy for the output projection, written with att
-  if (oFusable && (shape.plain() || ops_.attentionExtras())) {
+  if (oFusable && attentionRuns) {
     auto* ah = reinterpret_cast<uint16_t*>(scratch(kXHalf, size_t(T * qDim_ + 1) / 2));
-    ops_.attentionToHalf(q, k, v, pos, T, shape, kCache_[size_t(b)].f(), vCache_[size_t(b)].f(), att, ah);
+    if (deferredToAttention)
+      ops_.attentionFromHalfRope(deferred, pos, shape, blockTheta_[size_t(b)],
+                                 blockScaledRope_[size_t(b)] ? scaledInvFreq_.data() : nullptr, ropeMscale_, ropeMode_,
+                                 commit, kCache_[size_t(b)].f(), vCache_[size_t(b)].f(), att, ah);
+    else
+      ops_.attentionToHalf(q, k, v, pos, T, shape, kCache_[size_t(b)].f(), vCache_[size_t(b)].f(), att, ah);
     halfOf_ = att;
     halfCount_ = T * qDim_;
     attHalf = ah;
-  } else if (shape.plain() || ops_.attentionExtras()) {
+  } else if (attentionRuns) {
     ops_.attention(q, k, v, pos, T, shape, kCache_[size_t(b)].f(), vCache_[size_t(b)].f(), att);
   } else {
     ops_.attentionReference(q, k, v, pos, T, shape, kCache_[size_t(b)].f(), vCache_[size_t(b)].f(), att);
@@ -1040,15 +1082,13 @@ void Runtime::runLlamaBlock(int b, float* x, int64_t T, int32_t startPos) {
       uh = gemmHalf(iu, h, T, true, h, kYHalf2);
     }
     mark(StepPart::GateUp);
-    auto* ah = reinterpret_cast<uint16_t*>(scratch(kYHalf3, size_t(T * hidden_ + 1) / 2));
-    // The output projection's residual step, when the gate/up GEMM took it (commit), written here.
-    ops_.swigluHalf(gh, weights_[size_t(ig)].devBias.f(), uh, weights_[size_t(iu)].devBias.f(), T, hidden_, ld, g, u, ah,
-                    ffnCommit);
-    mark(StepPart::Activation);
     const float* next = nextBlockNorm(b);
-    // When the next block's q/k/v GEMM takes the residual step, the product must outlive that
-    // GEMM's output (kYHalf): kYHalf2 (gate/up's product) is free once SwiGLU has read it.
-    const uint16_t* dh = gemmOnHalf(id, ah, T, next && fuseNorms_ ? kYHalf2 : kYHalf);
+    // SwiGLU and the down projection (one kernel where the op-set can), with the output
+    // projection's residual step when the gate/up GEMM took it (commit). When the next block's
+    // q/k/v GEMM takes the residual step, the product must outlive that GEMM's output (kYHalf):
+    // kYHalf2 (gate/up's product) is free once SwiGLU has read it.
+    const uint16_t* dh = gemmSwiglu(id, gh, weights_[size_t(ig)].devBias.f(), uh, weights_[size_t(iu)].devBias.f(), ld,
+                                    T, ffnCommit, next && fuseNorms_ ? kYHalf2 : kYHalf);
     mark(StepPart::Down);
     if (next && fuseNorms_) {
       pendingNorm_ = {b + 1, x, T, dh, weights_[size_t(id)].devBias.f(), next};

@@ -420,6 +420,10 @@ class Runtime {
   };
   PendingNorm pendingNorm_;
   bool fuseNorms_ = true;
+  // A block whose q/k/v products are FP16 and whose attention output feeds a fused output
+  // projection takes the conversion + RoPE and the attention as one op (attentionFromHalfRope:
+  // on CUDA, one kernel for a decode step). QS_FUSE_ATTENTION=0: two ops.
+  bool fuseAttention_ = true;
   // The FP16 product of w (inFeatures = dim_) on rmsNorm(x + delta + bias)·normW, into outSlot:
   // one kernel where the op-set can (GemmOps::runNormed), else residualNorm (marked as normPart)
   // and the GEMM. `commit`: what the caller still owes x — set where the GEMM took the step (x
@@ -427,6 +431,15 @@ class Runtime {
   const uint16_t* gemmNormed(const GemmWeight& w, int64_t outFeatures, float* x, const uint16_t* delta,
                              const float* bias, const float* normW, int64_t T, float* h, int outSlot, StepPart normPart,
                              TransformerOps::ResidualCommit& commit);
+
+  // The down projection (layer i) of SwiGLU(gate, up), the FP16 gate and up products with row
+  // pitch ld: one kernel where the op-set can (GemmOps::runSwiglu, which also does `commit`; its
+  // product goes to kYHalf3, as neither the gate/up product nor the commit's delta may be
+  // overwritten), else swigluHalf (with the commit; marked as StepPart::Activation) into kYHalf3
+  // and the GEMM into `outSlot`. Returns the FP16 product. QS_FUSE_SWIGLU=0: always the two ops.
+  const uint16_t* gemmSwiglu(int i, const uint16_t* gh, const float* gbias, const uint16_t* uh, const float* ubias,
+                             int64_t ld, int64_t T, const TransformerOps::ResidualCommit& commit, int outSlot);
+  bool fuseSwiglu_ = true;
 
   // Per block, q/k/v and gate/up as one GEMM weight each (GemmOps::fuseRows: one launch, memory
   // shared with the layers' own weights), made by the first forward that runs those layers on

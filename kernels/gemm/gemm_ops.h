@@ -64,6 +64,27 @@ class GemmOps {
   virtual bool runNormed(const GemmWeight& /*w*/, const NormPrologue& /*prologue*/, int64_t /*m*/, void* /*y*/) {
     return false;
   }
+  // The SwiGLU step before a GEMM (the down projection), taken into the kernel:
+  // y = FP16(silu(gate + gateBias)·(up + upBias)) · W^T, the activations TransformerOps::swigluHalf's
+  // output bit for bit (gate, up FP16 [m, k] with row pitch ld, 0: k; biases [k] or null). The
+  // kernel also does the residual add the step owes (commit, may be empty: TransformerOps'
+  // ResidualCommit, whose x no GEMM reads). Returns false without doing anything where this op-set
+  // has no such kernel for (w, m) (the default; CUDA: A16 quantized weights, m <= 16): the caller
+  // then runs swigluHalf and run().
+  struct SwigluPrologue {
+    const uint16_t* gate = nullptr;
+    const uint16_t* up = nullptr;
+    int64_t ld = 0;
+    const float* gateBias = nullptr;
+    const float* upBias = nullptr;
+    float* commitX = nullptr;  // commitX[i] += commitDelta[i] + commitBias[i mod commitD], i < commitN
+    const uint16_t* commitDelta = nullptr;
+    const float* commitBias = nullptr;
+    int64_t commitN = 0, commitD = 1;
+  };
+  virtual bool runSwiglu(const GemmWeight& /*w*/, const SwigluPrologue& /*prologue*/, int64_t /*m*/, void* /*y*/) {
+    return false;
+  }
 
   // What run() uses for (w, m), e.g. "skinny-mma", "wide-mma", "dequant+cublas",
   // "cublasLt-fp8+quant", "cublas", "eigen". Where run() picks its path by measurement (see

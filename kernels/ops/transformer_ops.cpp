@@ -210,6 +210,14 @@ void TransformerOps::fromHalfRope(const HalfToFloat* qkv, const int32_t* positio
     rope(qkv[0].out, qkv[1].out, positions, qkv[0].rows, s, theta, mode);
 }
 
+void TransformerOps::attentionFromHalfRope(const HalfToFloat* qkv, const int32_t* positions, const AttentionShape& s,
+                                           float theta, const float* invFreq, float mscale, RopeMode mode,
+                                           const ResidualCommit& commit, float* kCache, float* vCache, float* out,
+                                           uint16_t* outHalf) {
+  fromHalfRope(qkv, positions, s, theta, invFreq, mscale, mode, commit);
+  attentionToHalf(qkv[0].out, qkv[1].out, qkv[2].out, positions, qkv[0].rows, s, kCache, vCache, out, outHalf);
+}
+
 void TransformerOps::swigluHalf(const uint16_t* gh, const float* gbias, const uint16_t* uh, const float* ubias,
                                 int64_t rows, int64_t cols, int64_t ld, float* g, float* u, uint16_t* outHalf,
                                 const ResidualCommit& commit) {

@@ -154,6 +154,15 @@ class TransformerOps {
   // `commit` (ResidualCommit below), when given, is done first.
   virtual void fromHalfRope(const HalfToFloat* qkv, const int32_t* positions, const AttentionShape& s, float theta,
                             const float* invFreq, float mscale, RopeMode mode, const ResidualCommit& commit = {});
+  // A block's q/k/v step and its attention as one op: fromHalfRope(qkv, …, commit), then
+  // attentionToHalf(qkv[0].out, qkv[1].out, qkv[2].out, …, out, outHalf). Bit for bit those two
+  // ops in out, outHalf, the caches and the committed residual; the FP32 q/k/v (qkv[i].out) are
+  // scratch, which CUDA does not write for a single query on sm_90 (one kernel: the decode
+  // attention ropes the FP16 product itself).
+  virtual void attentionFromHalfRope(const HalfToFloat* qkv, const int32_t* positions, const AttentionShape& s,
+                                     float theta, const float* invFreq, float mscale, RopeMode mode,
+                                     const ResidualCommit& commit, float* kCache, float* vCache, float* out,
+                                     uint16_t* outHalf);
   // The SwiGLU step between GEMMs with FP16 outputs and inputs, as one op: gh and uh [rows, cols]
   // with row pitch ld (0: cols; the halves of a fused [gate | up] product) (+ gbias, ubias when not
   // null) → outHalf [rows, cols] = FP16 of swiglu(gate, up). g and u [rows, cols] are scratch (the

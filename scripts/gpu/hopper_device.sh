@@ -8,7 +8,9 @@
 # Usage on the device machine, in the repository root:
 #   bash scripts/gpu/hopper_device.sh SOURCE_ROOT [steps…]
 #   steps: tests (GEMM), runtime (op tables, runtime, transformer ops), gpu-rest (the other gpu test
-#   programs: tests + runtime + gpu-rest = `ctest -L gpu`), bench, peers, e2e8b, memcheck
+#   programs: tests + runtime + gpu-rest = `ctest -L gpu`), bench, peers, e2e8b, memcheck,
+#   memcheck-attn (memcheck and racecheck over the transformer op rows, decode attention included),
+#   e2e-ab (bench e2e of the 8B model, INT4, under each environment in QS_E2E_AB; after e2e8b)
 # Environment: SHAPES, BATCH, FORMATS (bench gemm's), QS_E2E_FORMATS and QS_E2E_ARGS (bench e2e's
 # formats and further options, e.g. --timeline), MEMCHECK_ROWS
 # (the forced Hopper configurations memcheck runs).
@@ -35,6 +37,12 @@ has gpu-rest && tests+=(test_gpu_device test_analysis_gpu test_rounding_gpu test
 for t in "${tests[@]}"; do
   run_test "$B/$t" 240 "^(FAIL|Totals)|Loc:|products on the Hopper|m=512:|recorded vs eager"
 done
+if has runtime; then  # the decode attention's other path (split + merge), as ctest's transformerOps_splitDecode
+  step "test_backend_ops_gpu transformerOps, QS_DECODE_ATTENTION=split"
+  QS_DECODE_ATTENTION=split timeout 240 "$B/test_backend_ops_gpu" transformerOps >"$out/backend_ops_split.log" 2>&1
+  echo "rc=$?" | tee -a "$summary"
+  grep -E "^(FAIL|Totals)|Loc:" "$out/backend_ops_split.log" | head -20 | tee -a "$summary"
+fi
 if has bench; then
   step "bench gemm --shapes $SHAPES --batch $BATCH --formats $FORMATS"
   timeout 300 "$B/quantscope-cli" bench gemm --shapes "$SHAPES" --batch "$BATCH" --formats "$FORMATS" \
@@ -62,6 +70,20 @@ if has e2e8b; then
     grep -v '^\s*\[' "$out/e2e-8b-$fmt.log" | tail -60 | tee -a "$summary"
   done
 fi
+if has e2e-ab; then  # the same bench e2e under each environment of QS_E2E_AB (';'-separated), e.g. a fusion off
+  m=/tmp/s8b/model.safetensors
+  IFS=';' read -ra variants <<<"${QS_E2E_AB:-QS_FUSE_SWIGLU=0 QS_FUSE_ATTENTION=0 QS_DECODE_ATTENTION=split;QS_FUSE_SWIGLU=1}"
+  i=0
+  for v in "${variants[@]}"; do
+    i=$((i + 1))
+    step "bench e2e 8b int4-g128-sym with: $v"
+    # shellcheck disable=SC2086  # v: assignments, word-split on purpose
+    env $v timeout 300 "$B/quantscope-cli" --backend cuda bench e2e "$m" --format int4-g128-sym --prompt 512 --tokens 128 \
+      >"$out/e2e-ab-$i.log" 2>&1
+    echo "rc=$?" | tee -a "$summary"
+    grep -v '^\s*\[' "$out/e2e-ab-$i.log" | tail -12 | tee -a "$summary"
+  done
+fi
 if has memcheck; then
   i=0
   for row in ${MEMCHECK_ROWS:-wgmma-128x128 wgmma-128x64-streamk wgmma-128x128-streamk wgmma-128x128-cluster2 wgmma-128x256}; do
@@ -71,6 +93,15 @@ if has memcheck; then
       "$B/test_gemm_dequant_gpu" "forcedWidePaths:$row" >"$out/memcheck-$i.log" 2>&1
     echo "rc=$?" | tee -a "$summary"
     grep -E "ERROR SUMMARY|Totals|FAIL|products on the Hopper" "$out/memcheck-$i.log" | head -8 | tee -a "$summary"
+  done
+fi
+if has memcheck-attn; then  # the transformer op rows (decode attention included), shrunk, under two tools
+  for tool in memcheck racecheck; do
+    step "$tool test_backend_ops_gpu transformerOps (QS_TEST_QUICK=1)"
+    QS_TEST_QUICK=1 timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 \
+      "$B/test_backend_ops_gpu" transformerOps >"$out/$tool-attn.log" 2>&1
+    echo "rc=$?" | tee -a "$summary"
+    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Totals|FAIL" "$out/$tool-attn.log" | head -8 | tee -a "$summary"
   done
 fi
 step done

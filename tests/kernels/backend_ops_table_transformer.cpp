@@ -2,6 +2,7 @@
 // (kernels/ops/transformer_ops.h), on odd sizes, normal and outlier-heavy inputs.
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 
@@ -618,6 +619,13 @@ void addAttention(std::vector<OpCase>& rows) {
     for (auto [start, T] : {std::pair{0, 1}, {0, 37}, {5, 16}, {40, maxSeq - 48}})
       for (Distribution d : kDistributions)
         rows.push_back(attentionCase({H, KVH, HD, 0, 0, 0, maxSeq, start, T}, d, AttentionOp::Plain));
+  // Decode past 2·16 + 1 key tiles per KV head: the cluster kernel's blocks (up to 16 per KV
+  // head) each walk several tiles, reusing both shared-memory stages (random keys and values
+  // fill the cache before a 4-token prefill).
+  const int longSeq = quickRun() ? 200 : 1700;
+  for (auto [H, KVH, HD] : {std::tuple{4, 1, 128}, {16, 2, 64}})
+    for (Distribution d : kDistributions)
+      rows.push_back(attentionCase({H, KVH, HD, 0, 0, 0, longSeq, longSeq - 8, 4}, d, AttentionOp::ToHalf));
   // The extras: sliding windows (Mistral, Gemma, Phi-3), a score scale (Gemma's
   // query_pre_attn_scalar), soft-capping (Gemma 2), and all at once.
   const int extrasSeq = quickRun() ? 96 : 300;
@@ -636,6 +644,153 @@ void addAttention(std::vector<OpCase>& rows) {
     for (auto [window, cap] : {std::pair{0, 0.0f}, {33, 2.0f}})
       for (Distribution d : kDistributions)
         rows.push_back(attentionCase({H, KVH, HD, window, 0.0f, cap, extrasSeq, 40, 37}, d, AttentionOp::ToHalf));
+}
+
+// attentionFromHalfRope: a block's fused [T, q | k | v] FP16 product (+ biases) roped, converted
+// and attended over caches of random earlier rows, with a residual add committed on the way;
+// against the reference (RoPE of fromHalf's values, then attention) and, on the same backend,
+// against fromHalfRope then attentionToHalf (bit for bit: out, its FP16 copy, the caches and the
+// residual). Decode (T = 1) takes CUDA's one-kernel path; the prefill rows the default.
+struct FromHalfAttentionRow {
+  int T, H, KVH, HD, pos;
+  int window = 0;
+  float softcap = 0;
+  bool explicitFrequencies = false;
+  RopeMode mode = RopeMode::HalfSplit;
+};
+
+OpCase attentionFromHalfRopeCase(const FromHalfAttentionRow& a, Distribution d) {
+  const int maxSeq = a.pos + a.T + 3;
+  std::string shape = shapeText({{"T", a.T}, {"heads", a.H}, {"kv", a.KVH}, {"hd", a.HD}, {"pos", a.pos}}) +
+                      (a.mode == RopeMode::Interleaved ? " interleaved" : " half-split") +
+                      (a.explicitFrequencies ? " frequencies" : " theta");
+  if (a.window) shape += " window=" + std::to_string(a.window);
+  if (a.softcap > 0) shape += " softcap=" + std::to_string(a.softcap).substr(0, 3);
+  OpCase c = makeCase("attentionFromHalfRope", "", shape, d,
+                      {kAttention, exactBound("the residual add: fromHalf's value added", "x"),
+                       Bound{"kCache", kRope.vsReference, kRope.vsCpu, "the new row is the roped k"},
+                       exactBound("the new row is fromHalf's v", "vCache"),
+                       exactBound("the same as fromHalfRope then attentionToHalf on this backend", "vsTwoOps*")});
+  const AttentionShape as{a.H, a.KVH, a.HD, maxSeq, a.window, 0.0f, a.softcap};
+  const int64_t qd = int64_t(a.H) * a.HD, kd = int64_t(a.KVH) * a.HD, ld = qd + 2 * kd, D = 96;
+  const float mscale = a.explicitFrequencies ? 1.1f : 1.0f;
+  c.makeInputs = [=](uint64_t seed) {
+    Inputs in;
+    auto halves = [](const std::vector<float>& v) {
+      std::vector<uint16_t> h(v.size());
+      for (size_t j = 0; j < v.size(); ++j) h[j] = floatToHalfBits(v[j]);
+      return h;
+    };
+    in.f16("qkv") = halves(randomValues(size_t(a.T * ld), seed, d));
+    in.f32("bias") = randomValues(size_t(ld), seed + 1, Distribution::Normal);
+    in.f32("invFreq") = scaledFrequencies(seed + 2, a.HD);
+    in.i32("pos") = consecutive(a.T, a.pos);
+    in.f32("kCache") = randomValues(size_t(maxSeq * kd), seed + 3, Distribution::Normal);
+    in.f32("vCache") = randomValues(size_t(maxSeq * kd), seed + 4, Distribution::Normal);
+    in.f32("x") = randomValues(size_t(a.T * D), seed + 5, Distribution::Normal);
+    in.f16("delta") = halves(randomValues(size_t(a.T * D), seed + 6, d));
+    in.f32("deltaBias") = randomValues(size_t(D), seed + 7, Distribution::Normal);
+    return in;
+  };
+  c.run = [=](OpRun& r) {
+    auto& mem = r.transformerMemory();
+    TransformerOps& ops = r.backend.transformer();
+    const uint16_t* y = mem.input(r.in.f16("qkv"), "qkv");
+    const float* bias = mem.input(r.in.f32("bias"), "bias");
+    const int32_t* pos = mem.input(r.in.i32("pos"), "positions");
+    const uint16_t* delta = mem.input(r.in.f16("delta"), "delta");
+    const float* deltaBias = mem.input(r.in.f32("deltaBias"), "deltaBias");
+    const float* inv = a.explicitFrequencies ? r.in.f32("invFreq").data() : nullptr;  // host, by contract
+    struct Run {
+      float *kc, *vc, *x, *out;
+      uint16_t* outHalf;
+    };
+    auto run = [&](const std::string& tag, bool fused) {
+      Run u{mem.inOut(r.in.f32("kCache"), "kCache" + tag), mem.inOut(r.in.f32("vCache"), "vCache" + tag),
+            mem.inOut(r.in.f32("x"), "x" + tag), mem.output<float>(size_t(a.T * qd), "out" + tag),
+            mem.output<uint16_t>(size_t(a.T * qd), "outHalf" + tag)};
+      const TransformerOps::HalfToFloat items[3] = {
+          {y, a.T, qd, bias, mem.output<float>(size_t(a.T * qd), "q" + tag), ld},
+          {y + qd, a.T, kd, bias + qd, mem.output<float>(size_t(a.T * kd), "k" + tag), ld},
+          {y + qd + kd, a.T, kd, bias + qd + kd, mem.output<float>(size_t(a.T * kd), "v" + tag), ld}};
+      TransformerOps::ResidualCommit commit{u.x, delta, deltaBias, a.T, D,
+                                            mem.output<float>(size_t(a.T * D), "scratch" + tag)};
+      if (fused) {
+        ops.attentionFromHalfRope(items, pos, as, kRopeTheta, inv, mscale, a.mode, commit, u.kc, u.vc, u.out,
+                                  u.outHalf);
+      } else {
+        ops.fromHalfRope(items, pos, as, kRopeTheta, inv, mscale, a.mode, commit);
+        ops.attentionToHalf(items[0].out, items[1].out, items[2].out, pos, a.T, as, u.kc, u.vc, u.out, u.outHalf);
+      }
+      return u;
+    };
+    const Run f = run("", true), t = run(" (two ops)", false);
+    Outputs o;
+    auto both = [&](const std::string& name, const auto* pf, const auto* pt, bool keep) {
+      const auto vf = mem.read(pf), vt = mem.read(pt);
+      std::vector<double> diff(vf.size());
+      for (size_t j = 0; j < vf.size(); ++j) diff[j] = std::memcmp(&vf[j], &vt[j], sizeof(vf[j])) == 0 ? 0.0 : 1.0;
+      if (keep) {
+        std::vector<double> v(vf.size());
+        for (size_t j = 0; j < vf.size(); ++j) v[j] = double(vf[j]);
+        o.add(name, std::move(v));
+      }
+      o.add("vsTwoOps " + name, std::move(diff));
+    };
+    both("out", f.out, t.out, true);
+    both("outHalf", f.outHalf, t.outHalf, false);
+    both("kCache", f.kc, t.kc, true);
+    both("vCache", f.vc, t.vc, true);
+    both("x", f.x, t.x, true);
+    return o;
+  };
+  c.reference = [=](const Inputs& in) {
+    const auto& pos = in.i32("pos");
+    auto angle = [&](int64_t t, int i) { return ropeAngle(a.explicitFrequencies, in.f32("invFreq"), a.HD, pos[size_t(t)], i); };
+    std::vector<double> q, k, v;
+    for (int64_t t = 0; t < a.T; ++t)
+      for (int64_t c2 = 0; c2 < ld; ++c2) {
+        const double val = double(halfBitsToFloat(in.f16("qkv")[size_t(t * ld + c2)]) + in.f32("bias")[size_t(c2)]);
+        (c2 < qd ? q : c2 < qd + kd ? k : v).push_back(val);
+      }
+    ref::rope(q, a.T, a.H, a.HD, a.mode == RopeMode::Interleaved, angle, mscale);
+    ref::rope(k, a.T, a.KVH, a.HD, a.mode == RopeMode::Interleaved, angle, mscale);
+    auto kc = in.f32("kCache"), vc = in.f32("vCache");
+    for (int64_t t = 0; t < a.T; ++t)
+      for (int64_t i = 0; i < kd; ++i) {
+        kc[size_t(pos[size_t(t)] * kd + i)] = float(k[size_t(t * kd + i)]);
+        vc[size_t(pos[size_t(t)] * kd + i)] = float(v[size_t(t * kd + i)]);
+      }
+    const std::vector<float> qf(q.begin(), q.end());
+    const ref::AttentionCase rs{a.H, a.KVH, a.HD, a.window, 0.0, a.softcap};
+    std::vector<double> x;
+    for (int64_t i = 0; i < a.T * D; ++i)
+      x.push_back(double(in.f32("x")[size_t(i)] +
+                         (halfBitsToFloat(in.f16("delta")[size_t(i)]) + in.f32("deltaBias")[size_t(i % D)])));
+    Outputs o;
+    o.add("out", ref::attention(qf, pos, kc, vc, rs));
+    o.add("kCache", kc);
+    o.add("vCache", vc);
+    o.add("x", std::move(x));
+    for (const char* n : {"out", "outHalf"}) o.add(std::string("vsTwoOps ") + n, std::vector<double>(size_t(a.T * qd), 0.0));
+    for (const char* n : {"kCache", "vCache"}) o.add(std::string("vsTwoOps ") + n, std::vector<double>(size_t(maxSeq * kd), 0.0));
+    o.add("vsTwoOps x", std::vector<double>(size_t(a.T * D), 0.0));
+    return o;
+  };
+  return c;
+}
+
+void addAttentionFromHalfRope(std::vector<OpCase>& rows) {
+  const int far = quickRun() ? 150 : 1500;
+  const FromHalfAttentionRow shapes[] = {
+      {1, 32, 8, 128, 575},                                          // the 8B Llama's decode
+      {1, 9, 3, 64, far, 0, 0.0f, true, RopeMode::HalfSplit},        // SmolLM2's heads, scaled RoPE, deep
+      {1, 8, 4, 8, 40, 0, 0.0f, false, RopeMode::Interleaved},
+      {1, 4, 1, 256, 300, 33, 2.0f, false, RopeMode::HalfSplit},     // window + soft-cap, Gemma's head size
+      {1, 6, 2, 80, 0},                                              // the first position
+      {3, 8, 2, 64, 37, 0, 0.0f, true, RopeMode::Interleaved}};      // prefill: the default path
+  for (const FromHalfAttentionRow& s : shapes)
+    for (Distribution d : kDistributions) rows.push_back(attentionFromHalfRopeCase(s, d));
 }
 
 // An op on n values in place (or, for swiglu, into an output), against a scalar function.
@@ -1087,6 +1242,7 @@ std::vector<OpCase> transformerCases() {
   addRope(rows);
   addFromHalfRope(rows);
   addAttention(rows);
+  addAttentionFromHalfRope(rows);
   addElementwise(rows);
   addHelpers(rows);
   addFakeQuantWeight(rows);

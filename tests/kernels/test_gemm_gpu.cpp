@@ -251,6 +251,25 @@ class TestGemmGpu : public QObject {
     cudaFree(scales);
   }
 
+  // The skinny kernel's two weight paths as data rows: the device's pick, bulk rings
+  // (QS_GEMM_BULK=1) and register prefetch (0) everywhere.
+  static void addWeightPathRows() {
+    QTest::addColumn<QByteArray>("bulk");
+    QTest::newRow("device's pick") << QByteArray();
+    QTest::newRow("bulk rings everywhere") << QByteArray("1");
+    QTest::newRow("register prefetch everywhere") << QByteArray("0");
+  }
+  // A CUDA backend created with QS_GEMM_BULK = bulk (null: unset), which it reads at creation;
+  // the variable is restored after.
+  static std::unique_ptr<Backend> cudaBackendWithBulk(const QByteArray& bulk) {
+    const QByteArray before = qgetenv("QS_GEMM_BULK");
+    if (!bulk.isNull()) qputenv("QS_GEMM_BULK", bulk);
+    auto backend = createBackend(BackendChoice::Cuda);
+    if (before.isNull()) qunsetenv("QS_GEMM_BULK");
+    else qputenv("QS_GEMM_BULK", before);
+    return backend;
+  }
+
   // runNormed (the residual step inside the skinny kernel's staging) against its two-op
   // reference on the same backend: residualRmsNorm, then run() on its FP16 copy. The products
   // must be equal bit for bit (same FP16 activations, same kernel after them); resid must be left
@@ -258,19 +277,10 @@ class TestGemmGpu : public QObject {
   // residualRmsNorm's stream bit for bit. k = 8192 takes the loop paths, 4096 the register ones.
   // Random and outlier-heavy rows, m = 1, 3, 13, 16, with and without the product and bias, the
   // bulk rings and register prefetch; every launch twice.
-  void normPrologueMatchesTheResidualStep_data() {
-    QTest::addColumn<QByteArray>("bulk");
-    QTest::newRow("device's pick") << QByteArray();
-    QTest::newRow("bulk rings everywhere") << QByteArray("1");
-    QTest::newRow("register prefetch everywhere") << QByteArray("0");
-  }
+  void normPrologueMatchesTheResidualStep_data() { addWeightPathRows(); }
   void normPrologueMatchesTheResidualStep() {
     QFETCH(QByteArray, bulk);
-    const QByteArray before = qgetenv("QS_GEMM_BULK");
-    if (!bulk.isNull()) qputenv("QS_GEMM_BULK", bulk);
-    auto backend = createBackend(BackendChoice::Cuda);
-    if (before.isNull()) qunsetenv("QS_GEMM_BULK");
-    else qputenv("QS_GEMM_BULK", before);
+    auto backend = cudaBackendWithBulk(bulk);
     GemmOps& ops = backend->gemm();
     TransformerOps& tops = backend->transformer();
     const uint64_t seed0 = freshSeed();
@@ -357,6 +367,118 @@ class TestGemmGpu : public QObject {
     auto buf = ops.allocate(4096);
     QVERIFY(!ops.runNormed(*wf, {static_cast<float*>(buf.get()), nullptr, nullptr, static_cast<float*>(buf.get()), 1e-5f},
                            1, static_cast<char*>(buf.get()) + 2048));
+    QVERIFY2(failures.isEmpty(), qPrintable(failures.join('\n')));
+  }
+
+  // runSwiglu (SwiGLU inside the skinny kernel's staging, the down projection) against its
+  // two-op reference on the same backend: swigluHalf (with the residual commit), then run() on
+  // its output. Products and the committed residual equal bit for bit; gate and up as the halves
+  // of one [gate | up] product (row pitch 2k) and as separate rows; with and without biases and
+  // a commit; random and outlier-heavy; m = 1, 2, 13, 16; bulk rings and register prefetch; every
+  // launch twice.
+  void swigluPrologueMatchesSwigluHalf_data() { addWeightPathRows(); }
+  void swigluPrologueMatchesSwigluHalf() {
+    QFETCH(QByteArray, bulk);
+    auto backend = cudaBackendWithBulk(bulk);
+    GemmOps& ops = backend->gemm();
+    TransformerOps& tops = backend->transformer();
+    const uint64_t seed0 = freshSeed();
+    std::mt19937_64 rng(seed0);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    int cases = 0;
+    QStringList failures;
+    struct SwigluCase {
+      const char* scheme;
+      int64_t n, k, m;
+      bool fusedHalves, biases, commit, outliers;
+    };
+    const std::vector<SwigluCase> all = {
+        {"w4a16-g128", 4096, 14336, 1, true, false, true, false}, {"w4a16-g128", 203, 1536, 2, false, true, true, true},
+        {"w4a16-g32-asym", 520, 4224, 1, true, true, false, false}, {"w4a16-ch", 40, 768, 13, false, false, true, true},
+        {"w8a16-int8-g64", 336, 1024, 1, true, false, true, true},  {"w8a16-fp8", 1000, 2048, 16, false, true, false, false}};
+    for (const SwigluCase& c : all) {
+      const GemmScheme s = GemmScheme::parse(c.scheme);
+      const uint64_t seed = seed0 + uint64_t(++cases) * 7919;
+      const auto w = ops.prepare(makeRandomQuantWeight(c.n, c.k, s, seed, c.outliers), s.activation);
+      const int64_t ld = c.fusedHalves ? 2 * c.k : c.k, D = 96;
+      auto value = [&](float sigma, float big) { return normal(rng) * (c.outliers && rng() % 64 == 0 ? big : sigma); };
+      std::vector<uint16_t> gu(size_t(c.m * ld * (c.fusedHalves ? 1 : 2))), delta(size_t(c.m * D));
+      std::vector<float> gb(static_cast<size_t>(c.k)), ub(static_cast<size_t>(c.k)), x(static_cast<size_t>(c.m * D)),
+          db(static_cast<size_t>(D));
+      for (uint16_t& v : gu) v = floatToHalfBits(value(2.0f, 30.0f));
+      for (uint16_t& v : delta) v = floatToHalfBits(value(0.5f, 30.0f));
+      for (float& v : gb) v = 0.1f * normal(rng);
+      for (float& v : ub) v = 0.1f * normal(rng);
+      for (float& v : x) v = normal(rng);
+      for (float& v : db) v = 0.1f * normal(rng);
+      auto dev = [&](const void* src, size_t bytes) {
+        auto p = ops.allocate(bytes);
+        ops.upload(p.get(), src, bytes);
+        return p;
+      };
+      auto dGu = dev(gu.data(), gu.size() * 2), dGb = dev(gb.data(), gb.size() * 4), dUb = dev(ub.data(), ub.size() * 4);
+      auto dDelta = dev(delta.data(), delta.size() * 2), dDb = dev(db.data(), db.size() * 4);
+      auto xRef = dev(x.data(), x.size() * 4), xGot = dev(x.data(), x.size() * 4);
+      auto scratch = ops.allocate(size_t(c.m * std::max<int64_t>(c.k, D)) * 4 * 2);
+      auto ah = ops.allocate(size_t(c.m * c.k) * 2);
+      auto yRef = ops.allocate(size_t(c.m * c.n) * 2), yGot = ops.allocate(size_t(c.m * c.n) * 2);
+      const auto* g = static_cast<const uint16_t*>(dGu.get());
+      const uint16_t* u = c.fusedHalves ? g + c.k : g + c.m * c.k;
+      const float* gbias = c.biases ? static_cast<const float*>(dGb.get()) : nullptr;
+      const float* ubias = c.biases ? static_cast<const float*>(dUb.get()) : nullptr;
+      const QString what = QString("%1 n=%2 k=%3 m=%4%5%6%7%8 seed=%9")
+                               .arg(c.scheme).arg(c.n).arg(c.k).arg(c.m)
+                               .arg(c.fusedHalves ? " [gate|up]" : " gate, up").arg(c.biases ? " +biases" : "")
+                               .arg(c.commit ? " +commit" : "").arg(c.outliers ? " outliers" : "").arg(seed);
+      auto commitFor = [&](void* xs) {
+        TransformerOps::ResidualCommit r;
+        if (c.commit)
+          r = {static_cast<float*>(xs), static_cast<const uint16_t*>(dDelta.get()), static_cast<const float*>(dDb.get()),
+               c.m, D, static_cast<float*>(scratch.get())};
+        return r;
+      };
+      // Reference: swigluHalf with the commit, then the GEMM on its output.
+      auto* sf = static_cast<float*>(scratch.get());
+      tops.swigluHalf(g, gbias, u, ubias, c.m, c.k, c.fusedHalves ? ld : 0, sf, sf + c.m * c.k,
+                      static_cast<uint16_t*>(ah.get()), commitFor(xRef.get()));
+      ops.run(*w, ah.get(), c.m, yRef.get());
+      std::vector<uint16_t> want(size_t(c.m * c.n)), got(want.size());
+      std::vector<float> xWant(x.size()), xAfter(x.size());
+      ops.download(want.data(), yRef.get(), want.size() * 2);
+      ops.download(xWant.data(), xRef.get(), xWant.size() * 4);
+      for (int rep = 0; rep < 2; ++rep) {
+        ops.upload(xGot.get(), x.data(), x.size() * 4);
+        const TransformerOps::ResidualCommit rc = commitFor(xGot.get());
+        GemmOps::SwigluPrologue pro{g, u, c.fusedHalves ? ld : 0, gbias, ubias};
+        if (rc.x) {
+          pro.commitX = rc.x;
+          pro.commitDelta = rc.yh;
+          pro.commitBias = rc.bias;
+          pro.commitN = c.m * D;
+          pro.commitD = D;
+        }
+        if (!ops.runSwiglu(*w, pro, c.m, yGot.get())) {
+          failures << what + ": runSwiglu declined";
+          break;
+        }
+        ops.download(got.data(), yGot.get(), got.size() * 2);
+        ops.download(xAfter.data(), xGot.get(), xAfter.size() * 4);
+        size_t bad = 0;
+        for (size_t i = 0; i < want.size(); ++i) bad += want[i] != got[i];
+        if (bad) failures << what + QString(": %1 of %2 outputs differ from swigluHalf + run (launch %3)")
+                                         .arg(bad).arg(want.size()).arg(rep + 1);
+        bad = 0;
+        for (size_t i = 0; i < x.size(); ++i) bad += std::bit_cast<uint32_t>(xWant[i]) != std::bit_cast<uint32_t>(xAfter[i]);
+        if (bad) failures << what + QString(": %1 residual values differ from swigluHalf's commit (launch %2)")
+                                        .arg(bad).arg(rep + 1);
+      }
+    }
+    // Where there is no such kernel the op-set says so and does nothing.
+    const GemmScheme f16 = GemmScheme::parse("fp16");
+    const auto wf = ops.prepare(makeRandomQuantWeight(64, 128, f16, seed0), f16.activation);
+    auto buf = ops.allocate(4096);
+    const auto* hb = static_cast<const uint16_t*>(buf.get());
+    QVERIFY(!ops.runSwiglu(*wf, {hb, hb + 128}, 1, static_cast<char*>(buf.get()) + 2048));
     QVERIFY2(failures.isEmpty(), qPrintable(failures.join('\n')));
   }
 

@@ -17,6 +17,16 @@ __device__ __forceinline__ float residualAdd(float x, const __half* delta, const
   return delta ? x + (__half2float(delta[i]) + (bias ? bias[i] : 0.0f)) : x;
 }
 
+// x[i] += delta[i] + bias[i mod D] for i = first, first + stride, … < n: the residual add a
+// kernel commits on the way (TransformerOps::ResidualCommit), over its grid.
+__device__ __forceinline__ void commitResidualAdd(float* x, const __half* delta, const float* bias, int64_t n,
+                                                  int64_t D, int64_t first, int64_t stride) {
+  for (int64_t i = first; i < n; i += stride) {
+    const int64_t r = i / D;
+    x[i] = residualAdd(x[i], delta + r * D, bias, i - r * D);
+  }
+}
+
 // One term of the sum of squares, in double (the CPU reference's precision).
 __device__ __forceinline__ double addSquare(double ss, float v) { return fma(double(v), double(v), ss); }
 

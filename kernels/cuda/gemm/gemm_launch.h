@@ -61,14 +61,32 @@ struct NormPrologue {
   float eps = 0;
 };
 
+// The SwiGLU step before a GEMM (the down projection), taken into its activation staging: the
+// activations are FP16(silu(gate + gateBias)·(up + upBias)), swigluHalf's output bit for bit, and x
+// is not read. gate and up: FP16 [m, k] with row pitch ld (the halves of a fused [gate | up]
+// product). Since no block reads it, the kernel also commits a residual add the step left:
+// commitX[i] += commitDelta[i] + commitBias[i mod commitD] for i < commitN (commitX null: none).
+struct SwigluPrologue {
+  const void* gate = nullptr;
+  const void* up = nullptr;
+  int64_t ld = 0;
+  const float* gateBias = nullptr;
+  const float* upBias = nullptr;
+  float* commitX = nullptr;
+  const void* commitDelta = nullptr;
+  const float* commitBias = nullptr;
+  int64_t commitN = 0, commitD = 1;
+};
+
 // ---- skinny path: m <= 16, every weight kind, A16 and A8 ---------------------------------
 LaunchPlan planSkinny(const DeviceQuantWeight& w, int m, int multiprocessors, const SkinnyOptions& opt);
 // x: FP16 [m, k] (A16) or 8-bit codes [m, k] (A8, with tokenScales [m]); y: FP16 [m, n].
 // pdl: launch with programmatic stream serialization (sm_90): the weight stream starts while the
-// previous kernel in the stream is still finishing. prologue: see NormPrologue (x unused).
+// previous kernel in the stream is still finishing. prologue / swiglu: see NormPrologue and
+// SwigluPrologue (x unused; at most one of them).
 void launchSkinny(const DeviceQuantWeight& w, const void* x, const float* tokenScales, int m, void* y,
                   const LaunchPlan& plan, const SplitWorkspace& ws, cudaStream_t stream, bool pdl,
-                  const NormPrologue* prologue = nullptr);
+                  const NormPrologue* prologue = nullptr, const SwigluPrologue* swiglu = nullptr);
 
 // ---- wide path: m > 16, A16 weight kinds (tensor-core tiles of 128 rows x 64 tokens) --------
 LaunchPlan planWide(const DeviceQuantWeight& w, int m, int multiprocessors);

@@ -338,6 +338,30 @@ class CudaGemmOps final : public GemmOps {
     return true;
   }
 
+  bool runSwiglu(const GemmWeight& weight, const SwigluPrologue& pro, int64_t m64, void* y) override {
+    const auto& w = checkedWeight(weight);
+    if (w.scheme.activation != GemmActivationType::F16 || w.scheme.weight == GemmWeightType::F16 || m64 < 1 ||
+        m64 > 16 || !pro.gate || !pro.up)
+      return false;
+    if (!y || (reinterpret_cast<uintptr_t>(y) & 15)) throwBadInput("", "y", "device pointer must be non-null and 16-byte aligned");
+    const int m = int(m64);
+    const auto& plan = skinnyPlan(w, m);
+    cuda_gemm::SwigluPrologue p;
+    p.gate = pro.gate;
+    p.up = pro.up;
+    p.ld = pro.ld;
+    p.gateBias = pro.gateBias;
+    p.upBias = pro.upBias;
+    p.commitX = pro.commitX;
+    p.commitDelta = pro.commitDelta;
+    p.commitBias = pro.commitBias;
+    p.commitN = pro.commitN;
+    p.commitD = pro.commitD;
+    cuda_gemm::launchSkinny(w.dev, nullptr, nullptr, m, y, plan, splitWorkspace(plan), stream_, pdl_, nullptr, &p);
+    QS_CUDA_CHECK(cudaGetLastError());
+    return true;
+  }
+
   std::string pathChoice(const GemmWeight& weight, int64_t m) const override {
     const auto& w = checkedWeight(weight);
     if (w.scheme.activation != GemmActivationType::F16 || w.scheme.weight == GemmWeightType::F16 || m <= 16) return {};

@@ -41,6 +41,7 @@
 
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/residual_norm.cuh"
+#include "kernels/cuda/common/swiglu.cuh"
 #include "kernels/cuda/gemm/gemm_common.cuh"
 #include "kernels/cuda/gemm/gemm_launch.h"
 
@@ -85,7 +86,40 @@ struct SkinnyArgs {
   const float* residBias;
   const float* normW;
   float eps;
+  // SwiGLU prologue (A16, SwigluPrologue in gemm_launch.h): x is not read; gate non-null.
+  const __half* gate;
+  const __half* up;
+  int64_t gateUpLd;
+  const float* gateBias;
+  const float* upBias;
+  float* commitX;
+  const __half* commitDelta;
+  const float* commitBias;
+  int64_t commitN, commitD;
 };
+
+// The SwiGLU prologue's staging: FP16(silu(gate + gateBias)·(up + upBias)) for the split's K range
+// (zeros past k), swigluHalf's values; then this block's share of the residual add the step
+// left (no block of this kernel reads commitX).
+__device__ void stageSwiglu(const SkinnyArgs& p, uint8_t* smem, int kBegin, int kLen) {
+  for (int row = 0; row < p.m; ++row) {
+    const __half* gr = p.gate + size_t(row) * p.gateUpLd;
+    const __half* ur = p.up + size_t(row) * p.gateUpLd;
+    __half* dst = reinterpret_cast<__half*>(smem + kZeroBlock + row * p.xStrideBytes);
+#pragma unroll 4
+    for (int j = threadIdx.x; j < kLen; j += kThreads) {
+      const int i = kBegin + j;
+      dst[j] = i < p.k ? cuda::swigluToHalf(__half2float(gr[i]) + (p.gateBias ? p.gateBias[i] : 0.0f),
+                                            __half2float(ur[i]) + (p.upBias ? p.upBias[i] : 0.0f))
+                       : __float2half_rn(0.0f);
+    }
+  }
+  if (p.commitX) {
+    const int64_t block = int64_t(blockIdx.y) * gridDim.x + blockIdx.x;
+    cuda::commitResidualAdd(p.commitX, p.commitDelta, p.commitBias, p.commitN, p.commitD, block * kThreads + threadIdx.x,
+                            int64_t(gridDim.x) * gridDim.y * kThreads);
+  }
+}
 
 // The norm prologue's staging: activation rows rmsNorm(resid + delta + bias)·normW in FP16 for the
 // split's K range [kBegin, kBegin + kLen) (zeros past k), from the whole rows' sums of squares.
@@ -250,6 +284,9 @@ __global__ void __launch_bounds__(kThreads, 3) skinnyKernel(const SkinnyArgs p) 
   if (!A8 && p.resid) {
     if (threadIdx.x < kZeroBlock / 16) reinterpret_cast<uint4*>(smem)[threadIdx.x] = make_uint4(0, 0, 0, 0);
     stageNormed(p, smem, kBegin, kLen);
+  } else if (!A8 && p.gate) {
+    if (threadIdx.x < kZeroBlock / 16) reinterpret_cast<uint4*>(smem)[threadIdx.x] = make_uint4(0, 0, 0, 0);
+    stageSwiglu(p, smem, kBegin, kLen);
   } else {
     const int pieces = kLen * kElemBytes / 16;
     if (threadIdx.x < kZeroBlock / 16) reinterpret_cast<uint4*>(smem)[threadIdx.x] = make_uint4(0, 0, 0, 0);
@@ -638,7 +675,7 @@ LaunchPlan planSkinny(const DeviceQuantWeight& w, int m, int multiprocessors, co
 
 void launchSkinny(const DeviceQuantWeight& w, const void* x, const float* tokenScales, int m, void* y,
                   const LaunchPlan& plan, const SplitWorkspace& ws, cudaStream_t stream, bool pdl,
-                  const NormPrologue* prologue) {
+                  const NormPrologue* prologue, const SwigluPrologue* swiglu) {
   const int nt = m <= 8 ? 1 : 2;
   const KernelFn fn = selectKernel(w.kind, w.a8, nt, plan.bulkStages > 0);
   if (!fn) throw std::invalid_argument("skinny GEMM: no kernel for this weight kind");
@@ -676,6 +713,20 @@ void launchSkinny(const DeviceQuantWeight& w, const void* x, const float* tokenS
     a.residBias = prologue->bias;
     a.normW = prologue->normW;
     a.eps = prologue->eps;
+  }
+  if (swiglu) {
+    if (w.a8 || prologue || !swiglu->gate || !swiglu->up)
+      throw std::invalid_argument("skinny GEMM: the SwiGLU prologue needs FP16 activations, gate and up, and no norm");
+    a.gate = static_cast<const __half*>(swiglu->gate);
+    a.up = static_cast<const __half*>(swiglu->up);
+    a.gateUpLd = swiglu->ld > 0 ? swiglu->ld : w.k;
+    a.gateBias = swiglu->gateBias;
+    a.upBias = swiglu->upBias;
+    a.commitX = swiglu->commitX;
+    a.commitDelta = static_cast<const __half*>(swiglu->commitDelta);
+    a.commitBias = swiglu->commitBias;
+    a.commitN = swiglu->commitN;
+    a.commitD = swiglu->commitD > 0 ? swiglu->commitD : 1;
   }
   const int rowGroups = (a.rowTiles + kWarps - 1) / kWarps;
   const dim3 grid(unsigned(rowGroups), unsigned(plan.splits));

@@ -25,6 +25,8 @@
 #include "kernels/common/error.h"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/pdl.cuh"
+#include "kernels/cuda/ops/attention_decode.h"
+#include "kernels/cuda/ops/decode_attention_tile.cuh"
 #include "kernels/cuda/ops/transformer_launch.h"
 
 namespace qs::cuda_ops {
@@ -243,54 +245,17 @@ __global__ void __launch_bounds__(kMaxGroup * 32)
   __syncthreads();
 
   const int h = kvh * G + warp;
-  const int key = k0 + lane;
   const bool valid = lane >= jlo && lane <= jhi;
-  float sc = -INFINITY;
-  if (valid) {  // lane = key: q · k over the row
-    const float4* kr = reinterpret_cast<const float4*>(kTile + lane * ks);
-    const float4* qv = reinterpret_cast<const float4*>(qTile + warp * hd);
-    float dot = 0.0f;
-#pragma unroll
-    for (int c = 0; c < 8 * DPL; ++c)
-      if (c < rowChunks) {
-        const float4 a = kr[c], b = qv[c];
-        dot = fmaf(a.x, b.x, dot);
-        dot = fmaf(a.y, b.y, dot);
-        dot = fmaf(a.z, b.z, dot);
-        dot = fmaf(a.w, b.w, dot);
-      }
-    sc = dot * scale;
-    if (softcap > 0.0f) sc = softcap * tanhf(sc / softcap);
-  }
-  (void)key;
-  float m = sc;
-  for (int off = 16; off > 0; off >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, off));
+  const float sc = valid ? keyScore<DPL>(kTile + lane * ks, qTile + warp * hd, rowChunks, scale, softcap) : -INFINITY;
+  const float m = warpMax(sc);
   const float p = valid ? expf(sc - m) : 0.0f;  // m is finite: some lane is valid
-  float l = p;
-  for (int off = 16; off > 0; off >>= 1) l += __shfl_xor_sync(0xFFFFFFFFu, l, off);
+  const float l = warpSum(p);
   // P·V from the staged rows: lane owns dims lane + 32d.
   float acc[DPL];
 #pragma unroll
   for (int d = 0; d < DPL; ++d) acc[d] = 0.0f;
-#pragma unroll 4
-  for (int j = jlo; j <= jhi; ++j) {
-    const float pj = __shfl_sync(0xFFFFFFFFu, p, j);
-#pragma unroll
-    for (int d = 0; d < DPL; ++d) {
-      const int c = lane + 32 * d;
-      if (c < hd) acc[d] = fmaf(pj, vTile[j * hd + c], acc[d]);
-    }
-  }
-  float* P = part + (int64_t(h) * nSplits + split) * (hd + 2);
-  if (lane == 0) {
-    P[0] = m;
-    P[1] = l;
-  }
-#pragma unroll
-  for (int d = 0; d < DPL; ++d) {
-    const int c = lane + 32 * d;
-    if (c < hd) P[2 + c] = acc[d];
-  }
+  accumulatePV<DPL>(acc, p, vTile, jlo, jhi, hd, lane);
+  writePartial<DPL>(part + (int64_t(h) * nSplits + split) * (hd + 2), m, l, acc, hd, lane);
 }
 
 // Merges a head's splits: out = Σ_s acc_s·exp(m_s − M) / Σ_s l_s·exp(m_s − M), over the splits
@@ -396,6 +361,27 @@ void attention(const float* q, const float* k, const float* v, const int32_t* po
   const bool aligned =
       (reinterpret_cast<uintptr_t>(kCache) | reinterpret_cast<uintptr_t>(vCache) | reinterpret_cast<uintptr_t>(q) |
        reinterpret_cast<uintptr_t>(k) | reinterpret_cast<uintptr_t>(v)) % 16 == 0;
+  // One query: the cluster kernel where the device has clusters (attention_decode_cluster.cu),
+  // else the split kernel and its merge.
+  if (T == 1 && aligned && headDim % 4 == 0) {
+    const float sc = scale > 0.0f ? scale : 1.0f / sqrtf(float(headDim));
+    DecodeAttentionArgs a;
+    a.q = q;
+    a.kNew = k;
+    a.vNew = v;
+    a.kCache = kCache;
+    a.vCache = vCache;
+    a.positions = positions;
+    a.nHeads = nHeads;
+    a.nKvHeads = nKvHeads;
+    a.headDim = headDim;
+    a.scale = sc;
+    a.window = window;
+    a.softcap = softcap;
+    a.out = out;
+    a.outHalf = outHalf;
+    if (decodeAttentionCluster(a, stream)) return;
+  }
   const bool split = T == 1 && decodeWork && maxSeq > 0 && headDim % 4 == 0 && aligned && nHeads / nKvHeads <= kMaxGroup;
   if (!split) {
     const int64_t n = T * kvDim;

@@ -12,6 +12,7 @@
 
 #include "kernels/common/device_error.h"
 #include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/ops/attention_decode.h"
 #include "kernels/cuda/ops/ggml_activations.cuh"
 #include "kernels/cuda/ops/transformer_launch.h"
 #include "kernels/cuda/stats/sensitivity.cuh"
@@ -182,6 +183,46 @@ class CudaTransformerOps final : public TransformerOps {
     cuda_ops::fromHalfRope(items, positions, s.nHeads, s.nKvHeads, s.headDim, theta,
                            invFreq ? deviceFreqs(invFreq, s.headDim / 2) : nullptr, mscale,
                            mode == RopeMode::Interleaved, commitItem(commit), stream_);
+  }
+  // One query on sm_90: the cluster decode attention ropes and converts the FP16 product and
+  // commits the residual itself (attention_decode_cluster.cu); otherwise the two ops.
+  void attentionFromHalfRope(const HalfToFloat* qkv, const int32_t* positions, const AttentionShape& s, float theta,
+                             const float* invFreq, float mscale, RopeMode mode, const ResidualCommit& commit,
+                             float* kCache, float* vCache, float* out, uint16_t* outHalf) override {
+    const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    if (qkv[0].rows == 1 && s.headDim % 4 == 0 && aligned(kCache) && aligned(vCache)) {
+      cuda_ops::DecodeAttentionArgs a;
+      a.qHalf = qkv[0].x;
+      a.kHalf = qkv[1].x;
+      a.vHalf = qkv[2].x;
+      a.qBias = qkv[0].bias;
+      a.kBias = qkv[1].bias;
+      a.vBias = qkv[2].bias;
+      a.ropeTheta = theta;
+      a.ropeInvFreq = invFreq ? deviceFreqs(invFreq, s.headDim / 2) : nullptr;
+      a.ropeMscale = mscale;
+      a.ropeInterleaved = mode == RopeMode::Interleaved ? 1 : 0;
+      const cuda_ops::ResidualCommitItem c = commitItem(commit);
+      a.commitX = c.x;
+      a.commitDelta = c.yh;
+      a.commitBias = c.bias;
+      a.commitN = c.n;
+      a.commitD = c.D;
+      a.kCache = kCache;
+      a.vCache = vCache;
+      a.positions = positions;
+      a.nHeads = s.nHeads;
+      a.nKvHeads = s.nKvHeads;
+      a.headDim = s.headDim;
+      a.scale = s.scale > 0.0f ? s.scale : 1.0f / std::sqrt(float(s.headDim));
+      a.window = s.window;
+      a.softcap = s.softcap;
+      a.out = out;
+      a.outHalf = outHalf;
+      if (cuda_ops::decodeAttentionCluster(a, stream_)) return;
+    }
+    TransformerOps::attentionFromHalfRope(qkv, positions, s, theta, invFreq, mscale, mode, commit, kCache, vCache, out,
+                                          outHalf);
   }
   void swigluHalf(const uint16_t* gh, const float* gbias, const uint16_t* uh, const float* ubias, int64_t rows,
                   int64_t cols, int64_t ld, float* /*g*/, float* /*u*/, uint16_t* outHalf,

@@ -14,6 +14,8 @@
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/pdl.cuh"
 #include "kernels/cuda/common/residual_norm.cuh"
+#include "kernels/cuda/common/rope_pair.cuh"
+#include "kernels/cuda/common/swiglu.cuh"
 #include "kernels/cuda/ops/transformer_launch.h"
 #include "kernels/quant/fp8.h"
 #include "kernels/quant/quant_math.h"
@@ -254,11 +256,8 @@ __global__ void fromHalfBatchKernel(const HalfToFloatItems items) {
 
 // A residual step left by a fused GEMM (ResidualCommitItem), done on the way by a flat kernel.
 __device__ void commitResidual(const ResidualCommitItem& c) {
-  const __half* yh = reinterpret_cast<const __half*>(c.yh);
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < c.n; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = i / c.D;
-    c.x[i] = cuda::residualAdd(c.x[i], yh + r * c.D, c.bias, i - r * c.D);
-  }
+  cuda::commitResidualAdd(c.x, reinterpret_cast<const __half*>(c.yh), c.bias, c.n, c.D,
+                          blockIdx.x * int64_t(blockDim.x) + threadIdx.x, int64_t(gridDim.x) * blockDim.x);
 }
 
 // fromHalfRope: one thread per rotated pair of q or k (ropeKernel's / ropeFreqKernel's
@@ -284,27 +283,14 @@ __global__ void fromHalfRopeKernel(const HalfToFloatItems items, const int32_t* 
     const int i = int(idx % half);
     const int h = int((idx / half) % heads);
     const int64_t t = idx / (int64_t(half) * heads);
-    float s, c;
-    if (invFreq) {
-      const float angle = __fmul_rn(float(positions[t]), invFreq[i]);
-      sincosf(angle, &s, &c);
-      c = __fmul_rn(c, mscale);
-      s = __fmul_rn(s, mscale);
-    } else {
-      const float freq = 1.0f / powf(theta, float(2 * i) / float(hd));
-      const float angle = float(positions[t]) * freq;
-      sincosf(angle, &s, &c);
-    }
     const TransformerOpsHalfItem& it = h < nHeads ? iq : ik;
     const int64_t col0 = int64_t(h < nHeads ? h : h - nHeads) * hd;
-    const int a = interleaved ? 2 * i : i;
-    const int b = interleaved ? 2 * i + 1 : i + half;
-    const __half* x = reinterpret_cast<const __half*>(it.x) + t * it.ld + col0;
-    const float x0 = __half2float(x[a]) + (it.bias ? it.bias[col0 + a] : 0.0f);
-    const float x1 = __half2float(x[b]) + (it.bias ? it.bias[col0 + b] : 0.0f);
+    const cuda::RotatedPair r = cuda::ropePair(reinterpret_cast<const __half*>(it.x) + t * it.ld + col0,
+                                               it.bias ? it.bias + col0 : nullptr, i, hd, positions[t],
+                                               {theta, invFreq, mscale, interleaved ? 1 : 0});
     float* o = it.out + t * it.cols + col0;
-    o[a] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
-    o[b] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+    o[r.a] = r.va;
+    o[r.b] = r.vb;
   }
 }
 
@@ -321,7 +307,7 @@ __global__ void swigluHalfKernel(const __half* __restrict__ gh, const float* __r
     const int64_t r = i / cols, c = i - r * cols;
     const float x = __half2float(gh[r * ld + c]) + (gbias ? gbias[c] : 0.0f);
     const float u = __half2float(uh[r * ld + c]) + (ubias ? ubias[c] : 0.0f);
-    out[i] = __float2half_rn(__fmul_rn(__fdiv_rn(x, 1.0f + expf(-x)), u));
+    out[i] = cuda::swigluToHalf(x, u);
   }
 }
 

@@ -19,10 +19,12 @@ void rope(float* q, float* k, const int32_t* positions, int64_t T, int nHeads, i
 // queries over cache positions 0..positions[t] — with window > 0 only the last `window` of them
 // (positions[t]-window+1 .. positions[t]); scores q·k · scale (scale 0: 1/sqrt(headDim)), with
 // softcap > 0 passed through softcap · tanh(s / softcap).
-// A single query (T = 1, decode) with `decodeWork` (decodeWorkFloats(...) floats, device memory)
-// runs split over the keys (decodeAttention in attention.cu); without it, or for T > 1, the
-// tiled kernel. `maxSeq` (the caches' capacity) fixes the decode grid, so a captured graph of a
-// decode step stays valid at every position. With outHalf, also its FP16 copy (toHalf's rounding):
+// A single query (T = 1, decode) runs in one kernel, a thread-block cluster per KV head
+// (attention_decode_cluster.cu), on sm_90 and newer; elsewhere, with `decodeWork`
+// (decodeWorkFloats(...) floats, device memory), split over the keys with a merge kernel
+// (attention.cu); without either, or for T > 1, the tiled kernel. Neither decode grid depends on
+// the position (the split one is fixed by `maxSeq`, the caches' capacity), so a captured graph of
+// a decode step stays valid at every position. With outHalf, also its FP16 copy (toHalf's rounding):
 // the decode merge writes both, other paths convert after.
 void attention(const float* q, const float* k, const float* v, const int32_t* positions,
                int64_t T, int nHeads, int nKvHeads, int headDim, float* kCache, float* vCache,

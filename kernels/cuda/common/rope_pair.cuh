@@ -1,0 +1,50 @@
+#pragma once
+// One rotated pair of RoPE on FP16 products, expression for expression, for every kernel that
+// applies it to a GEMM's FP16 output: fromHalfRopeKernel (kernels/cuda/ops/transformer_kernels.cu)
+// and the decode attention that takes the q/k/v product itself
+// (kernels/cuda/ops/attention_decode_cluster.cu). Both give the values ropeKernel /
+// ropeFreqKernel give after fromHalf, bit for bit.
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+namespace qs::cuda {
+
+struct RopeParams {
+  float theta;             // base (used when invFreq is null)
+  const float* invFreq;    // device memory, headDim/2 values (scaled RoPE), or null
+  float mscale;            // cos and sin times this, with invFreq
+  int interleaved;         // pairs (2i, 2i+1), else (i, i + headDim/2)
+};
+
+struct RotatedPair {
+  int a, b;        // the dims
+  float va, vb;    // their rotated values
+};
+
+// The pair i of the head whose FP16 values start at x (+ bias, the head's, may be null) at
+// position pos.
+__device__ __forceinline__ RotatedPair ropePair(const __half* x, const float* bias, int i, int hd, int pos,
+                                                const RopeParams& r) {
+  float s, c;
+  if (r.invFreq) {
+    const float angle = __fmul_rn(float(pos), r.invFreq[i]);
+    sincosf(angle, &s, &c);
+    c = __fmul_rn(c, r.mscale);
+    s = __fmul_rn(s, r.mscale);
+  } else {
+    const float freq = 1.0f / powf(r.theta, float(2 * i) / float(hd));
+    const float angle = float(pos) * freq;
+    sincosf(angle, &s, &c);
+  }
+  RotatedPair p;
+  p.a = r.interleaved ? 2 * i : i;
+  p.b = r.interleaved ? 2 * i + 1 : i + hd / 2;
+  const float x0 = __half2float(x[p.a]) + (bias ? bias[p.a] : 0.0f);
+  const float x1 = __half2float(x[p.b]) + (bias ? bias[p.b] : 0.0f);
+  p.va = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+  p.vb = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+  return p;
+}
+
+}  // namespace qs::cuda

@@ -1,0 +1,50 @@
+#pragma once
+// The one-kernel decode attention (attention_decode_cluster.cu), which attention.cu's attention()
+// tries first for a single query. Device pointers; the caches get the new key and value at
+// positions[0].
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace qs::cuda_ops {
+
+// The inputs are either q, kNew and vNew (FP32, RoPE applied) or, with qHalf non-null, the q/k/v
+// GEMM's FP16 product (qHalf, kHalf, vHalf + the biases, may be null), which the kernel ropes
+// (fromHalfRope's values bit for bit) and converts itself; then it also commits the residual add
+// the step left (commitX[i] += commitDelta[i] + commitBias[i mod commitD], i < commitN; commitX
+// null: none).
+struct DecodeAttentionArgs {
+  const float* q = nullptr;     // [nHeads·headDim]
+  const float* kNew = nullptr;  // [nKvHeads·headDim]
+  const float* vNew = nullptr;
+  const uint16_t* qHalf = nullptr;
+  const uint16_t* kHalf = nullptr;
+  const uint16_t* vHalf = nullptr;
+  const float* qBias = nullptr;
+  const float* kBias = nullptr;
+  const float* vBias = nullptr;
+  float ropeTheta = 0.0f;
+  const float* ropeInvFreq = nullptr;  // device memory, headDim/2 values, or null
+  float ropeMscale = 1.0f;
+  int ropeInterleaved = 0;
+  float* commitX = nullptr;
+  const uint16_t* commitDelta = nullptr;
+  const float* commitBias = nullptr;
+  int64_t commitN = 0, commitD = 1;
+  float* kCache = nullptr;  // [capacity, nKvHeads·headDim]
+  float* vCache = nullptr;
+  const int32_t* positions = nullptr;  // positions[0]: the query's position
+  int nHeads = 0, nKvHeads = 0, headDim = 0;
+  float scale = 0.0f;  // resolved (not 0)
+  int window = 0;
+  float softcap = 0.0f;
+  float* out = nullptr;          // [nHeads·headDim]
+  uint16_t* outHalf = nullptr;   // its FP16 copy, or null
+};
+
+// Launches it and returns true where it applies: sm_90 or newer (a thread-block cluster per KV
+// head), headDim a multiple of 4 up to 256, at most 16 query heads per KV head, 16-byte aligned
+// pointers (the caller checks those), and QS_DECODE_ATTENTION is not "split".
+bool decodeAttentionCluster(const DecodeAttentionArgs& args, cudaStream_t stream);
+
+}  // namespace qs::cuda_ops

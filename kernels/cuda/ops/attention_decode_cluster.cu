@@ -1,0 +1,356 @@
+// Decode attention (one query per head) in one kernel: a thread-block cluster per KV head.
+//
+// The split kernel of attention.cu needs a second kernel to merge its splits, and its grid covers
+// the caches' whole capacity; in a decode step those two launches cost ~16 µs a block, ten times
+// their bytes. Here a cluster of C blocks (C ≤ 16, sized so nKvHeads·C ≈ the SM count) owns one
+// KV head and its query group (warp g = query head kvh·G + g). Block r of the cluster walks the
+// 32-key tiles r, r + C, r + 2C, … of the visible range with an online softmax (running max m,
+// sum l, output rescaled by exp(m_old − m_new)), its tiles staged in shared memory by cp.async,
+// double-buffered. The first two tiles are requested before the wait for the previous kernel
+// (they hold only cache rows before the position, which no kernel of this step writes). Then each
+// block leaves its (m, l, acc) per query head in shared memory, the cluster synchronises, and
+// the blocks merge them across the cluster through distributed shared memory, each block a slice
+// of the group's outputs. The grid is the same at every position, so a captured decode step
+// replays anywhere. Scores, softmax and sums are FP32, as the CPU reference; only the summation
+// order differs.
+#include <cooperative_groups.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/common/pdl.cuh"
+#include "kernels/cuda/common/residual_norm.cuh"
+#include "kernels/cuda/common/rope_pair.cuh"
+#include "kernels/cuda/ops/attention_decode.h"
+#include "kernels/cuda/ops/decode_attention_tile.cuh"
+
+namespace qs::cuda_ops {
+
+namespace {
+
+namespace cg = cooperative_groups;
+using cuda::allowDependentLaunch;
+using cuda::waitForPriorGrids;
+
+constexpr int kTile = 32;         // keys per tile: lane j scores key j
+constexpr int kMaxGroup = 16;     // query heads per KV head: one warp each (≤ 512 threads: 128 registers)
+constexpr int kMaxCluster = 16;   // the largest (non-portable) cluster on sm_90
+
+struct Layout {  // shared memory, in floats
+  int ks, tileFloats, q, part, total;
+};
+
+__host__ __device__ inline Layout layoutFor(int hd, int group, int stages) {
+  Layout l{};
+  l.ks = hd + 4;                                   // K row stride: lane j reads row j as float4, no bank conflicts
+  l.tileFloats = kTile * l.ks + kTile * hd;        // one stage: keys then values
+  l.q = stages * l.tileFloats;                     // [G][hd]
+  l.part = l.q + group * hd;                       // [G][hd + 2]: m, l, acc
+  l.total = l.part + group * (hd + 2);
+  return l;
+}
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// Requests the cache rows of tile t that lie in [first, pos) (row pos is the new key: written
+// after the wait) into one stage.
+__device__ inline void stageTile(const float* __restrict__ kCache, const float* __restrict__ vCache, int64_t kvDim,
+                                 int kvh, int hd, int ks, int t, int first, int pos, float* stage) {
+  const int rowChunks = hd / 4;
+  const int k0 = t * kTile;
+  float* kTileS = stage;
+  float* vTileS = stage + kTile * ks;
+  for (int i = threadIdx.x; i < 2 * kTile * rowChunks; i += blockDim.x) {
+    const int isV = i >= kTile * rowChunks;
+    const int r = i - isV * kTile * rowChunks;
+    const int j = r / rowChunks, c4 = r - j * rowChunks;
+    const int key = k0 + j;
+    if (key >= first && key < pos) {
+      const float* src = (isV ? vCache : kCache) + int64_t(key) * kvDim + int64_t(kvh) * hd + 4 * c4;
+      float* dst = isV ? vTileS + j * hd + 4 * c4 : kTileS + j * ks + 4 * c4;
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
+                   "l"(src));
+    }
+  }
+}
+#endif
+
+// DPL = output dims per lane (hd ≤ 32·DPL); FromHalf: the inputs are the q/k/v GEMM's FP16
+// product (+ bias), roped here (ropePair: fromHalfRope's values bit for bit), and the kernel
+// commits the residual add the step left it (args.commit). Grid (C, nKvHeads), cluster (C, 1, 1),
+// 32·G threads.
+template <int DPL, bool FromHalf>
+__global__ void __launch_bounds__(kMaxGroup * 32)
+    decodeAttentionClusterKernel(const DecodeAttentionArgs a, int stages, int early) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (early) allowDependentLaunch();  // the output projection may start streaming its weights
+  extern __shared__ __align__(16) float smem[];
+  cg::cluster_group cluster = cg::this_cluster();
+  const int C = int(cluster.num_blocks());
+  const int rank = int(cluster.block_rank());
+  const int hd = a.headDim;
+  const int G = a.nHeads / a.nKvHeads;
+  const Layout L = layoutFor(hd, G, stages);
+  const int kvh = blockIdx.y;
+  const int64_t kvDim = int64_t(a.nKvHeads) * hd;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int pos = a.positions[0];
+  const int first = a.window > 0 ? max(0, pos - a.window + 1) : 0;
+  const int tFirst = first / kTile, tLast = pos / kTile;
+  float* __restrict__ kCache = a.kCache;
+  float* __restrict__ vCache = a.vCache;
+
+  // Before the wait: this block's first tile or two (one per stage; cache rows before pos:
+  // earlier steps wrote them).
+  const int t0 = tFirst + rank;
+  if (t0 <= tLast) stageTile(kCache, vCache, kvDim, kvh, hd, L.ks, t0, first, pos, smem);
+  asm volatile("cp.async.commit_group;\n" ::);
+  if (stages == 2 && t0 + C <= tLast)
+    stageTile(kCache, vCache, kvDim, kvh, hd, L.ks, t0 + C, first, pos, smem + L.tileFloats);
+  asm volatile("cp.async.commit_group;\n" ::);
+  waitForPriorGrids();  // chained launch (pdl.cuh): now q, k and v (and the commit's product) are written
+
+  float* qTile = smem + L.q;
+  const cuda::RopeParams rope{a.ropeTheta, a.ropeInvFreq, a.ropeMscale, a.ropeInterleaved};
+  if constexpr (FromHalf) {
+    // The group's queries, roped (the residual add comes after the tiles, off the critical path).
+    const __half* qh = reinterpret_cast<const __half*>(a.qHalf);
+    for (int i = threadIdx.x; i < G * hd / 2; i += blockDim.x) {
+      const int g = i / (hd / 2), pi = i - g * (hd / 2);
+      const int64_t col0 = int64_t(kvh * G + g) * hd;
+      const cuda::RotatedPair r = cuda::ropePair(qh + col0, a.qBias ? a.qBias + col0 : nullptr, pi, hd, pos, rope);
+      qTile[g * hd + r.a] = r.va;
+      qTile[g * hd + r.b] = r.vb;
+    }
+  } else {
+    for (int i = threadIdx.x; i < G * hd; i += blockDim.x) qTile[i] = a.q[int64_t(kvh) * G * hd + i];  // heads kvh·G …
+  }
+  const int rowChunks = hd / 4;
+  float m = -INFINITY, l = 0.0f, acc[DPL];
+#pragma unroll
+  for (int d = 0; d < DPL; ++d) acc[d] = 0.0f;
+
+  int stage = 0;
+  for (int t = t0; t <= tLast; t += C, stage ^= stages - 1) {
+    float* kTileS = smem + stage * L.tileFloats;
+    float* vTileS = kTileS + kTile * L.ks;
+    const int k0 = t * kTile;
+    if (stages == 2)
+      asm volatile("cp.async.wait_group 1;\n" ::: "memory");  // this tile's group (the next may still fly)
+    else
+      asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+    if (t == tLast)  // the new row: into the stage and appended to the caches (no block reads cache row pos)
+    {
+      float* kRow = kTileS + (pos - k0) * L.ks;
+      float* vRow = vTileS + (pos - k0) * hd;
+      float* kDst = kCache + int64_t(pos) * kvDim + int64_t(kvh) * hd;
+      float* vDst = vCache + int64_t(pos) * kvDim + int64_t(kvh) * hd;
+      const int64_t col0 = int64_t(kvh) * hd;
+      if constexpr (FromHalf) {
+        for (int pi = threadIdx.x; pi < hd / 2; pi += blockDim.x) {
+          const cuda::RotatedPair r = cuda::ropePair(reinterpret_cast<const __half*>(a.kHalf) + col0,
+                                                     a.kBias ? a.kBias + col0 : nullptr, pi, hd, pos, rope);
+          kRow[r.a] = kDst[r.a] = r.va;
+          kRow[r.b] = kDst[r.b] = r.vb;
+        }
+        const __half* vh = reinterpret_cast<const __half*>(a.vHalf) + col0;
+        for (int c = threadIdx.x; c < hd; c += blockDim.x)
+          vRow[c] = vDst[c] = __half2float(vh[c]) + (a.vBias ? a.vBias[col0 + c] : 0.0f);
+      } else {
+        for (int c = threadIdx.x; c < hd; c += blockDim.x) {
+          kRow[c] = kDst[c] = a.kNew[col0 + c];
+          vRow[c] = vDst[c] = a.vNew[col0 + c];
+        }
+      }
+    }
+    __syncthreads();
+    // Every tile of [tFirst, tLast] holds a visible key, a contiguous run jlo..jhi.
+    const int jlo = max(first - k0, 0), jhi = min(pos - k0, kTile - 1);
+    const bool valid = lane >= jlo && lane <= jhi;
+    const float sc = valid ? keyScore<DPL>(kTileS + lane * L.ks, qTile + warp * hd, rowChunks, a.scale, a.softcap)
+                           : -INFINITY;
+    const float mNew = fmaxf(m, warpMax(sc));  // finite: the tile holds a visible key
+    const float corr = expf(m - mNew);         // 0 on the block's first tile (m = −inf)
+    const float p = valid ? expf(sc - mNew) : 0.0f;
+    l = l * corr + warpSum(p);
+    m = mNew;
+#pragma unroll
+    for (int d = 0; d < DPL; ++d) acc[d] *= corr;
+    accumulatePV<DPL>(acc, p, vTileS, jlo, jhi, hd, lane);
+    __syncthreads();  // the stage is no longer read
+    if (t + stages * C <= tLast) stageTile(kCache, vCache, kvDim, kvh, hd, L.ks, t + stages * C, first, pos, kTileS);
+    asm volatile("cp.async.commit_group;\n" ::);
+  }
+  asm volatile("cp.async.wait_all;\n" ::: "memory");  // nothing may land after the block exits
+  if constexpr (FromHalf) {
+    // The residual add the step left, spread over the whole grid: here, where a block with fewer
+    // tiles would otherwise wait at the cluster barrier.
+    const int64_t blocks = int64_t(gridDim.x) * gridDim.y, block = int64_t(blockIdx.y) * gridDim.x + blockIdx.x;
+    if (a.commitX)
+      cuda::commitResidualAdd(a.commitX, reinterpret_cast<const __half*>(a.commitDelta), a.commitBias, a.commitN,
+                              a.commitD, block * blockDim.x + threadIdx.x, blocks * blockDim.x);
+  }
+
+  // This block's (m, l, acc) per query head (m = −inf, l = 0, acc = 0 when it had no tile).
+  writePartial<DPL>(smem + L.part + warp * (hd + 2), m, l, acc, hd, lane);
+  cluster.sync();  // every block's part is written and visible cluster-wide
+
+  // The merge: out = Σ_r acc_r·exp(m_r − M) / Σ_r l_r·exp(m_r − M), block `rank` taking a slice
+  // of the group's G·hd outputs, reading the other blocks' parts in their shared memory.
+  // Every rank's three values are loaded before any is used (the loop is unrolled to the largest
+  // cluster), so the remote reads overlap instead of paying their latency one by one.
+  float* const mine = smem + L.part;
+  for (int i = rank * int(blockDim.x) + int(threadIdx.x); i < G * hd; i += C * int(blockDim.x)) {
+    const int g = i / hd, c = i - g * hd;
+    float mr[kMaxCluster], lr[kMaxCluster], ar[kMaxCluster];
+#pragma unroll
+    for (int r = 0; r < kMaxCluster; ++r)
+      if (r < C) {
+        const float* P = cluster.map_shared_rank(mine, r) + g * (hd + 2);
+        mr[r] = P[0];
+        lr[r] = P[1];
+        ar[r] = P[2 + c];
+      }
+    float M = -INFINITY;
+#pragma unroll
+    for (int r = 0; r < kMaxCluster; ++r)
+      if (r < C) M = fmaxf(M, mr[r]);
+    float sumL = 0.0f, sumA = 0.0f;
+#pragma unroll
+    for (int r = 0; r < kMaxCluster; ++r)
+      if (r < C && lr[r] > 0.0f) {  // a rank without tiles has l = 0 (and m = −inf)
+        const float w = expf(mr[r] - M);
+        sumL = fmaf(lr[r], w, sumL);
+        sumA = fmaf(ar[r], w, sumA);
+      }
+    const float o = sumA * (1.0f / sumL);
+    const int64_t at = int64_t(kvh * G + g) * hd + c;
+    a.out[at] = o;
+    if (a.outHalf) reinterpret_cast<__half*>(a.outHalf)[at] = __float2half_rn(o);
+  }
+  cluster.sync();  // no block leaves while another still reads its shared memory
+#endif
+}
+
+// Cluster size for nKvHeads clusters: nKvHeads·C about the SM count (C a power of two ≤ 16),
+// halved until the device can place a cluster of that shape (cudaOccupancyMaxActiveClusters).
+// 0: none can be placed.
+// Environment knobs for measurements: QS_ATTN_CLUSTER (the largest cluster, default 16) and
+// QS_ATTN_STAGES (shared-memory stages, 1 or 2; default 2). Read once.
+int envInt(const char* name, int fallback, int lo, int hi) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  const int x = std::atoi(v);
+  return x < lo ? lo : x > hi ? hi : x;
+}
+int maxClusterSetting() {
+  static const int c = envInt("QS_ATTN_CLUSTER", kMaxCluster, 1, kMaxCluster);
+  return c;
+}
+int stagesSetting() {
+  static const int s = envInt("QS_ATTN_STAGES", 2, 1, 2);
+  return s;
+}
+
+template <int DPL, bool FromHalf>
+int clusterSizeFor(int nKvHeads, int threads, size_t smem) {
+  static std::mutex mu;
+  static std::map<std::tuple<int, int, int, size_t>, int> known;
+  int dev = 0;
+  QS_CUDA_CHECK(cudaGetDevice(&dev));
+  const std::lock_guard<std::mutex> lock(mu);
+  const auto key = std::make_tuple(dev, nKvHeads, threads, smem);
+  if (auto it = known.find(key); it != known.end()) return it->second;
+  int sms = 0;
+  QS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  int C = kMaxCluster;
+  while (C > 1 && (C * nKvHeads > sms || C > maxClusterSetting())) C /= 2;
+  for (; C >= 1; C /= 2) {
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(unsigned(C), unsigned(nKvHeads));
+    cfg.blockDim = dim3(unsigned(threads));
+    cfg.dynamicSmemBytes = smem;
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = unsigned(C);
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, decodeAttentionClusterKernel<DPL, FromHalf>, &cfg) == cudaSuccess &&
+        clusters > 0)
+      break;
+    (void)cudaGetLastError();  // an unplaceable shape is an answer, not an error
+  }
+  known[key] = C;
+  return C;
+}
+
+template <int DPL, bool FromHalf>
+bool launchCluster(const DecodeAttentionArgs& a, cudaStream_t stream) {
+  auto* kernel = decodeAttentionClusterKernel<DPL, FromHalf>;
+  const int G = a.nHeads / a.nKvHeads;
+  const int stages = stagesSetting();
+  const size_t smem = size_t(layoutFor(a.headDim, G, stages).total) * sizeof(float);
+  static const bool configured = [kernel] {
+    QS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       int(size_t(layoutFor(32 * DPL, kMaxGroup, 2).total) * sizeof(float))));
+    QS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    return true;
+  }();
+  (void)configured;
+  const int C = clusterSizeFor<DPL, FromHalf>(a.nKvHeads, 32 * G, smem);
+  if (C < 1) return false;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(unsigned(C), unsigned(a.nKvHeads));
+  cfg.blockDim = dim3(unsigned(32 * G));
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attrs[2]{};
+  attrs[0].id = cudaLaunchAttributeClusterDimension;
+  attrs[0].val.clusterDim.x = unsigned(C);
+  attrs[0].val.clusterDim.y = 1;
+  attrs[0].val.clusterDim.z = 1;
+  attrs[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attrs[1].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attrs;
+  cfg.numAttrs = cuda::chainedLaunchAvailable() ? 2 : 1;
+  QS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, a, stages, cuda::earlyDependentLaunch() ? 1 : 0));
+  QS_CUDA_LAUNCHED("decodeAttentionClusterKernel");
+  return true;
+}
+
+// sm_90 or newer (clusters), and QS_DECODE_ATTENTION is not "split" (read once).
+bool clusterAvailable() {
+  static const bool disabled = [] {
+    const char* v = std::getenv("QS_DECODE_ATTENTION");
+    return v && std::strcmp(v, "split") == 0;
+  }();
+  if (disabled) return false;
+  int dev = 0, major = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return false;
+  return cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9;
+}
+
+}  // namespace
+
+bool decodeAttentionCluster(const DecodeAttentionArgs& a, cudaStream_t stream) {
+  if (a.nKvHeads <= 0 || a.nHeads % a.nKvHeads != 0 || a.nHeads / a.nKvHeads > kMaxGroup || a.headDim % 4 != 0 ||
+      a.headDim > 256 || !clusterAvailable())
+    return false;
+  const bool half = a.qHalf != nullptr;
+  if (a.headDim <= 32) return half ? launchCluster<1, true>(a, stream) : launchCluster<1, false>(a, stream);
+  if (a.headDim <= 64) return half ? launchCluster<2, true>(a, stream) : launchCluster<2, false>(a, stream);
+  if (a.headDim <= 128) return half ? launchCluster<4, true>(a, stream) : launchCluster<4, false>(a, stream);
+  return half ? launchCluster<8, true>(a, stream) : launchCluster<8, false>(a, stream);
+}
+
+}  // namespace qs::cuda_ops
