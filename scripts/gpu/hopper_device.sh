@@ -10,7 +10,8 @@
 #   steps: tests (GEMM), runtime (op tables, runtime, transformer ops), gpu-rest (the other gpu test
 #   programs: tests + runtime + gpu-rest = `ctest -L gpu`), bench, peers, e2e8b, memcheck,
 #   memcheck-attn (memcheck and racecheck over the transformer op rows, decode attention included),
-#   e2e-ab (bench e2e of the 8B model, INT4, under each environment in QS_E2E_AB; after e2e8b)
+#   e2e-ab (bench e2e of a synthetic model, INT4, under each environment in QS_E2E_AB: QS_AB_PRESET
+#   8b (default) or 1b, QS_AB_ARGS more bench e2e options)
 # Environment: SHAPES, BATCH, FORMATS (bench gemm's), QS_E2E_FORMATS and QS_E2E_ARGS (bench e2e's
 # formats and further options, e.g. --timeline), MEMCHECK_ROWS
 # (the forced Hopper configurations memcheck runs).
@@ -71,17 +72,20 @@ if has e2e8b; then
   done
 fi
 if has e2e-ab; then  # the same bench e2e under each environment of QS_E2E_AB (';'-separated), e.g. a fusion off
-  m=/tmp/s8b/model.safetensors
+  preset=${QS_AB_PRESET:-8b}  # the synthetic model: 8b, or 1b for quick sweeps
+  m=/tmp/s$preset/model.safetensors
+  mkdir -p "$(dirname "$m")"
+  [[ -e $m ]] || "$B/quantscope-cli" synth --arch llama --preset "$preset" -o "$m" 2>&1 | tail -1 | tee -a "$summary"
   IFS=';' read -ra variants <<<"${QS_E2E_AB:-QS_FUSE_SWIGLU=0 QS_FUSE_ATTENTION=0 QS_DECODE_ATTENTION=split;QS_FUSE_SWIGLU=1}"
   i=0
   for v in "${variants[@]}"; do
     i=$((i + 1))
-    step "bench e2e 8b int4-g128-sym with: $v"
-    # shellcheck disable=SC2086  # v: assignments, word-split on purpose
+    step "bench e2e $preset int4-g128-sym with: $v"
+    # shellcheck disable=SC2086  # v: assignments, word-split on purpose; QS_AB_ARGS: more options
     env $v timeout 300 "$B/quantscope-cli" --backend cuda bench e2e "$m" --format int4-g128-sym --prompt 512 --tokens 128 \
-      >"$out/e2e-ab-$i.log" 2>&1
+      ${QS_AB_ARGS:-} >"$out/e2e-ab-$preset-$i.log" 2>&1
     echo "rc=$?" | tee -a "$summary"
-    grep -v '^\s*\[' "$out/e2e-ab-$i.log" | tail -12 | tee -a "$summary"
+    grep -v '^\s*\[' "$out/e2e-ab-$preset-$i.log" | tail -12 | tee -a "$summary"
   done
 fi
 if has memcheck; then

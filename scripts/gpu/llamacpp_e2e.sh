@@ -14,6 +14,8 @@
 #           bench e2e decodes its 128 tokens after a 512-token prompt)
 # Logs and tables under $OUT (summary.txt, llama-bench.md).
 # Usage: bash scripts/gpu/llamacpp_e2e.sh SRC.tar.xz [steps…]   (default: build models bench)
+# LLAMACPP_BIN_TAR: the tools built elsewhere (scripts/gpu/pack_llamacpp_cuda.sh) instead of the
+# build here.
 set -uo pipefail
 tarball=${1:?usage: llamacpp_e2e.sh SRC.tar.xz [steps…]}
 shift
@@ -27,9 +29,14 @@ cli=/tmp/pack/bin/quantscope-cli
 model=/tmp/s8b/model.safetensors
 f16=/tmp/s8b/model-f16.gguf
 q40=/tmp/s8b/model-q4_0.gguf
-export LD_LIBRARY_PATH=/tmp/pack/libs:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+# (carried tools: their RUNPATH names the machine that built them; $bin finds their libraries)
+export LD_LIBRARY_PATH=/tmp/pack/libs:$bin:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 
-if has build; then
+if has build && [[ -n ${LLAMACPP_BIN_TAR:-} ]]; then  # built elsewhere: scripts/gpu/pack_llamacpp_cuda.sh
+  step "llama.cpp CUDA tools from $LLAMACPP_BIN_TAR"
+  mkdir -p "$work/build" && tar -C "$work/build" -xJf "$LLAMACPP_BIN_TAR" || exit 1
+  "$bin/llama-bench" --help >/dev/null 2>&1 || { echo "the carried llama-bench does not run here" | tee -a "$summary"; exit 1; }
+elif has build; then
   step "build llama.cpp (CUDA, sm_90a)"
   if [[ ! -x $bin/llama-bench || ! -x $bin/llama-quantize || ! -x $bin/test-backend-ops ]]; then
     mkdir -p "$work/src"

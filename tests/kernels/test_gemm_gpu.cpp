@@ -259,12 +259,14 @@ class TestGemmGpu : public QObject {
     QTest::newRow("bulk rings everywhere") << QByteArray("1");
     QTest::newRow("register prefetch everywhere") << QByteArray("0");
   }
-  // A CUDA backend created with QS_GEMM_BULK = bulk (null: unset), which it reads at creation;
-  // the variable is restored after.
+  // A CUDA backend whose GEMM op-set is created with QS_GEMM_BULK = bulk (null: unset), which it
+  // reads at creation. The backend makes the op-set at its first gemm(): made here, before the
+  // variable is restored (made later, it would read the restored value: the device's pick).
   static std::unique_ptr<Backend> cudaBackendWithBulk(const QByteArray& bulk) {
     const QByteArray before = qgetenv("QS_GEMM_BULK");
     if (!bulk.isNull()) qputenv("QS_GEMM_BULK", bulk);
     auto backend = createBackend(BackendChoice::Cuda);
+    backend->gemm();
     if (before.isNull()) qunsetenv("QS_GEMM_BULK");
     else qputenv("QS_GEMM_BULK", before);
     return backend;
