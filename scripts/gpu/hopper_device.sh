@@ -85,7 +85,8 @@ if has e2e-ab; then  # the same bench e2e under each environment of QS_E2E_AB ('
     env $v timeout 300 "$B/quantscope-cli" --backend cuda bench e2e "$m" --format int4-g128-sym --prompt 512 --tokens 128 \
       ${QS_AB_ARGS:-} >"$out/e2e-ab-$preset-$i.log" 2>&1
     echo "rc=$?" | tee -a "$summary"
-    grep -v '^\s*\[' "$out/e2e-ab-$preset-$i.log" | tail -12 | tee -a "$summary"
+    # the tokens/s table, the attention part of each timeline and the ratios
+    grep -E "tokens/s|^(fp16|int|fp8)[^ ]* .*[0-9]$|^attention |vs fp16" "$out/e2e-ab-$preset-$i.log" | tee -a "$summary"
   done
 fi
 if has memcheck; then
