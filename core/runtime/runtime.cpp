@@ -26,6 +26,7 @@ enum Slot {
   kHeadH, kTokens, kFwdX, kFwdLogits,          // embed / head / forward
   kIoX, kIoOut,                                // host API on device memory
   kQn, kKn,                                    // q / k after the QK norm
+  kSquares,                                    // a norm epilogue's parts of the sum of squares
   kSlotCount
 };
 
@@ -216,7 +217,10 @@ void Runtime::init(const ModelFile& file, const JobContext* ctx) {
   fusedGateUp_.resize(graph_.blocks.size());
   fusedOf_.assign(linears_.size(), nullptr);
   if (const char* fuse = std::getenv("QS_FUSE_LINEARS")) fuseLinears_ = std::string(fuse) != "0";
-  if (const char* fuse = std::getenv("QS_FUSE_NORM")) fuseNorms_ = std::string(fuse) != "0";
+  if (const char* fuse = std::getenv("QS_FUSE_NORM")) {
+    fuseNorms_ = std::string(fuse) != "0";
+    normEpilogue_ = std::string(fuse) != "prologue";
+  }
   if (const char* fuse = std::getenv("QS_FUSE_ATTENTION")) fuseAttention_ = std::string(fuse) != "0";
   if (const char* fuse = std::getenv("QS_FUSE_SWIGLU")) fuseSwiglu_ = std::string(fuse) != "0";
 
@@ -812,11 +816,12 @@ void Runtime::residualNorm(float* x, const uint16_t* yh, const float* bias, cons
 
 const uint16_t* Runtime::gemmNormed(const GemmWeight& w, int64_t outFeatures, float* x, const uint16_t* delta,
                                     const float* bias, const float* normW, int64_t T, float* h, int outSlot,
-                                    StepPart normPart, TransformerOps::ResidualCommit& commit) {
+                                    StepPart normPart, TransformerOps::ResidualCommit& commit,
+                                    const double* squares) {
   commit = {};
   if (fuseNorms_) {
     auto* yh = reinterpret_cast<uint16_t*>(scratch(outSlot, size_t(T * outFeatures + 1) / 2));
-    if (gemm_->runNormed(w, {x, delta, bias, normW, normEps_}, T, yh)) {
+    if (gemm_->runNormed(w, {x, delta, bias, normW, normEps_, squares}, T, yh)) {
       halfOf_ = nullptr;  // kXHalf holds no FP16 copy of h now (h itself was not written)
       if (delta) commit = {x, delta, bias, T, dim_, h};
       return yh;
@@ -827,9 +832,15 @@ const uint16_t* Runtime::gemmNormed(const GemmWeight& w, int64_t outFeatures, fl
   return gemmHalfWith(w, dim_, outFeatures, h, T, true, h, outSlot);
 }
 
+double* Runtime::residualSquares(int64_t T) {
+  return reinterpret_cast<double*>(scratch(kSquares, size_t(2 * GemmOps::residualSquareCount(T, dim_))));
+}
+
 const uint16_t* Runtime::gemmSwiglu(int i, const uint16_t* gh, const float* gbias, const uint16_t* uh,
                                     const float* ubias, int64_t ld, int64_t T,
-                                    const TransformerOps::ResidualCommit& commit, int outSlot) {
+                                    const TransformerOps::ResidualCommit& commit, int outSlot,
+                                    const GemmOps::NormEpilogue* then, bool* thenDone) {
+  if (thenDone) *thenDone = false;
   // kYHalf3 holds the SwiGLU output or the product: one size for both, so it never grows between.
   const int64_t slot3 = T * std::max<int64_t>(hidden_, linears_[size_t(i)]->outFeatures);
   if (fuseSwiglu_) {
@@ -841,6 +852,11 @@ const uint16_t* Runtime::gemmSwiglu(int i, const uint16_t* gh, const float* gbia
       p.commitBias = commit.bias;
       p.commitN = commit.T * commit.D;
       p.commitD = commit.D;
+    }
+    if (then && !commit.x && gemm_->runSwiglu(*weights_[size_t(i)].gemm, p, T, yh, then)) {
+      *thenDone = true;
+      mark(StepPart::Activation);
+      return yh;
     }
     if (gemm_->runSwiglu(*weights_[size_t(i)].gemm, p, T, yh)) {
       mark(StepPart::Activation);
@@ -931,16 +947,16 @@ void Runtime::runLlamaBlock(int b, float* x, int64_t T, int32_t startPos) {
   // (No version check: a scratch reallocated since does not move the product, and the residual
   // step must run either way.)
   PendingNorm pending = std::exchange(pendingNorm_, PendingNorm{});
-  if (pending.delta && !(pending.block == b && pending.x == x && pending.T == T))
+  if (pending.normW && !(pending.block == b && pending.x == x && pending.T == T))
     throw Error(ErrorKind::Internal, "a residual step was left for a block that does not run next");
   const GemmWeight* qkvFused = iqkv < 0 && residualFusable(iq) && residualFusable(ik) && residualFusable(iv)
                                    ? fusedWeight(fusedQkv_[size_t(b)], {iq, ik, iv})
                                    : nullptr;
-  if (pending.delta && !qkvFused) {
+  if (pending.normW && !qkvFused) {
     residualNorm(x, pending.delta, pending.bias, pending.normW, T, h);
     mark(StepPart::AttnNorm);
     pending = {};
-  } else if (!pending.delta && !prenormedHere) {
+  } else if (!pending.normW && !prenormedHere) {
     residualNorm(x, nullptr, nullptr, attnNorms_[size_t(b)].dw.f(), T, h);
     mark(StepPart::AttnNorm);
   }
@@ -969,8 +985,8 @@ void Runtime::runLlamaBlock(int b, float* x, int64_t T, int32_t startPos) {
                                             {nullptr, T, kvDim_, weights_[size_t(iv)].devBias.f(), v}};
     if (const GemmWeight* f = qkvFused) {
       const int64_t row = qDim_ + 2 * kvDim_;
-      const uint16_t* y = pending.delta ? gemmNormed(*f, row, x, pending.delta, pending.bias, pending.normW, T, h,
-                                                     kYHalf, StepPart::AttnNorm, commit)
+      const uint16_t* y = pending.normW ? gemmNormed(*f, row, x, pending.delta, pending.bias, pending.normW, T, h,
+                                                     kYHalf, StepPart::AttnNorm, commit, pending.squares)
                                         : gemmHalfWith(*f, dim_, row, h, T, true, h, kYHalf);
       for (int j = 0; j < 3; ++j) items[j].ld = row;
       items[0].x = y;
@@ -1039,7 +1055,20 @@ void Runtime::runLlamaBlock(int b, float* x, int64_t T, int32_t startPos) {
                           residualFusable(ig) && residualFusable(iu) && residualFusable(id);
   const GemmWeight* gateUpFused = ffnFusable ? fusedWeight(fusedGateUp_[size_t(b)], {ig, iu}) : nullptr;
   const uint16_t* ffnDelta = nullptr;  // the output projection's product, left to the gate/up GEMM
-  if (oFusable) {
+  const double* ffnSquares = nullptr;  // or the parts of the FFN norm's sum, the stream committed
+  if (oFusable && attHalf && gateUpFused && fuseNorms_ && normEpilogue_) {
+    // The output projection and the residual add in one kernel, which leaves the FFN norm's sum
+    // in parts for the gate/up GEMM (runIntoResidual).
+    auto* oh = reinterpret_cast<uint16_t*>(scratch(kYHalf, size_t(T * dim_ + 1) / 2));
+    double* sq = residualSquares(T);
+    if (gemm_->runIntoResidual(*weights_[size_t(io)].gemm, attHalf, T, oh, {x, weights_[size_t(io)].devBias.f(), sq})) {
+      ffnSquares = sq;
+      mark(StepPart::OProj);
+    }
+  }
+  if (ffnSquares) {
+    // done: the gate/up GEMM finishes the norm
+  } else if (oFusable) {
     // The output projection's FP16 product added to x and the FFN norm taken, in one op — or
     // inside the fused gate/up GEMM (gemmNormed).
     const uint16_t* oh = attHalf ? gemmOnHalf(io, attHalf, T, kYHalf) : gemmHalf(io, att, T, false, att);
@@ -1072,9 +1101,11 @@ void Runtime::runLlamaBlock(int b, float* x, int64_t T, int32_t startPos) {
     int64_t ld = 0;
     TransformerOps::ResidualCommit ffnCommit;  // the residual step the gate/up GEMM took but did not write
     if (const GemmWeight* f = gateUpFused) {  // one [T, gate | up] product
-      gh = ffnDelta ? gemmNormed(*f, 2 * hidden_, x, ffnDelta, weights_[size_t(io)].devBias.f(), ffnNorm, T, h,
-                                 kYHalf2, StepPart::FfnNorm, ffnCommit)
-                    : gemmHalfWith(*f, dim_, 2 * hidden_, h, T, true, h, kYHalf);
+      gh = ffnSquares ? gemmNormed(*f, 2 * hidden_, x, nullptr, nullptr, ffnNorm, T, h, kYHalf2, StepPart::FfnNorm,
+                                   ffnCommit, ffnSquares)
+           : ffnDelta ? gemmNormed(*f, 2 * hidden_, x, ffnDelta, weights_[size_t(io)].devBias.f(), ffnNorm, T, h,
+                                   kYHalf2, StepPart::FfnNorm, ffnCommit)
+                      : gemmHalfWith(*f, dim_, 2 * hidden_, h, T, true, h, kYHalf);
       uh = gh + hidden_;
       ld = 2 * hidden_;
     } else {
@@ -1087,9 +1118,20 @@ void Runtime::runLlamaBlock(int b, float* x, int64_t T, int32_t startPos) {
     // projection's residual step when the gate/up GEMM took it (commit). When the next block's
     // q/k/v GEMM takes the residual step, the product must outlive that GEMM's output (kYHalf):
     // kYHalf2 (gate/up's product) is free once SwiGLU has read it.
+    // The down projection also commits its residual add where it can, leaving the next block's
+    // attention norm in parts (runIntoResidual's epilogue, for the next q/k/v GEMM to finish).
+    GemmOps::NormEpilogue then;
+    bool thenDone = false;
+    if (next && fuseNorms_ && normEpilogue_ && !ffnCommit.x)
+      then = {x, weights_[size_t(id)].devBias.f(), residualSquares(T)};
     const uint16_t* dh = gemmSwiglu(id, gh, weights_[size_t(ig)].devBias.f(), uh, weights_[size_t(iu)].devBias.f(), ld,
-                                    T, ffnCommit, next && fuseNorms_ ? kYHalf2 : kYHalf);
+                                    T, ffnCommit, next && fuseNorms_ ? kYHalf2 : kYHalf, then.resid ? &then : nullptr,
+                                    &thenDone);
     mark(StepPart::Down);
+    if (thenDone) {
+      pendingNorm_ = {b + 1, x, T, nullptr, nullptr, next, then.squares};
+      return;
+    }
     if (next && fuseNorms_) {
       pendingNorm_ = {b + 1, x, T, dh, weights_[size_t(id)].devBias.f(), next};
       return;

@@ -38,6 +38,7 @@
 #include "core/model/model_graph.h"
 #include "core/plan/layer_quant.h"
 #include "core/util/progress.h"
+#include "kernels/gemm/gemm_ops.h"
 #include "kernels/quant/quant_format.h"
 #include "kernels/quant/weight_codec.h"
 #include "kernels/ops/transformer_ops.h"
@@ -45,8 +46,6 @@
 namespace qs {
 
 class Backend;
-class GemmOps;
-class GemmWeight;
 
 enum class TapKind { LinearInput, LinearOutput, Residual, Logits };
 
@@ -410,6 +409,8 @@ class Runtime {
   // delta + bias, then rmsNorm(x)·normW as that GEMM's input. Made by a block's down projection
   // for block `block`'s fused q/k/v GEMM (which flushes it as a plain residual step if it cannot
   // take it). QS_FUSE_NORM=0: never; the residual step runs as its own kernel.
+  // With squares (a norm epilogue's parts of the sum of squares, GemmOps::runIntoResidual): x
+  // already holds the stream, delta and bias are null.
   struct PendingNorm {
     int block = -1;
     float* x = nullptr;
@@ -417,9 +418,17 @@ class Runtime {
     const uint16_t* delta = nullptr;
     const float* bias = nullptr;
     const float* normW = nullptr;
+    const double* squares = nullptr;
   };
   PendingNorm pendingNorm_;
   bool fuseNorms_ = true;
+  // Where a fused residual step runs: in the epilogue of the GEMM that produces its delta (the
+  // output and down projections: GemmOps::runIntoResidual commits the stream and leaves the parts
+  // of the norm's sum, which the next GEMM's prologue finishes; the default), or wholly in the
+  // prologue of the GEMM that reads its norm (q/k/v, gate/up: every block reads the whole row;
+  // QS_FUSE_NORM=prologue). The prologue path also runs wherever the epilogue is declined.
+  bool normEpilogue_ = true;
+  double* residualSquares(int64_t T);  // scratch for a norm epilogue's parts
   // A block whose q/k/v products are FP16 and whose attention output feeds a fused output
   // projection takes the conversion + RoPE and the attention as one op (attentionFromHalfRope:
   // on CUDA, one kernel for a decode step). QS_FUSE_ATTENTION=0: two ops.
@@ -428,17 +437,21 @@ class Runtime {
   // one kernel where the op-set can (GemmOps::runNormed), else residualNorm (marked as normPart)
   // and the GEMM. `commit`: what the caller still owes x — set where the GEMM took the step (x
   // not yet written), empty where residualNorm did it.
+  // squares: from a norm epilogue (delta and bias null; x already holds the stream).
   const uint16_t* gemmNormed(const GemmWeight& w, int64_t outFeatures, float* x, const uint16_t* delta,
                              const float* bias, const float* normW, int64_t T, float* h, int outSlot, StepPart normPart,
-                             TransformerOps::ResidualCommit& commit);
+                             TransformerOps::ResidualCommit& commit, const double* squares = nullptr);
 
   // The down projection (layer i) of SwiGLU(gate, up), the FP16 gate and up products with row
   // pitch ld: one kernel where the op-set can (GemmOps::runSwiglu, which also does `commit`; its
   // product goes to kYHalf3, as neither the gate/up product nor the commit's delta may be
   // overwritten), else swigluHalf (with the commit; marked as StepPart::Activation) into kYHalf3
   // and the GEMM into `outSlot`. Returns the FP16 product. QS_FUSE_SWIGLU=0: always the two ops.
+  // `then` (commit empty): the residual step after it in the same kernel, as
+  // GemmOps::runIntoResidual; `thenDone` says whether it ran there (else the caller owes it).
   const uint16_t* gemmSwiglu(int i, const uint16_t* gh, const float* gbias, const uint16_t* uh, const float* ubias,
-                             int64_t ld, int64_t T, const TransformerOps::ResidualCommit& commit, int outSlot);
+                             int64_t ld, int64_t T, const TransformerOps::ResidualCommit& commit, int outSlot,
+                             const GemmOps::NormEpilogue* then = nullptr, bool* thenDone = nullptr);
   bool fuseSwiglu_ = true;
 
   // Per block, q/k/v and gate/up as one GEMM weight each (GemmOps::fuseRows: one launch, memory

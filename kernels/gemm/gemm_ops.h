@@ -54,12 +54,15 @@ class GemmOps {
   // resid += delta + bias (TransformerOps::ResidualCommit) before anything else reads it. Returns
   // false without doing anything where this op-set has no such kernel for (w, m) (the default;
   // CUDA: A16 quantized weights, m <= 16): the caller then runs residualRmsNorm and run().
+  // With squares (from runIntoResidual on resid): resid already holds the stream, delta and bias
+  // are null, and the kernel reads only the parts of resid its blocks need.
   struct NormPrologue {
     const float* resid = nullptr;
     const uint16_t* delta = nullptr;
     const float* bias = nullptr;
     const float* normW = nullptr;
     float eps = 0;
+    const double* squares = nullptr;
   };
   virtual bool runNormed(const GemmWeight& /*w*/, const NormPrologue& /*prologue*/, int64_t /*m*/, void* /*y*/) {
     return false;
@@ -82,7 +85,28 @@ class GemmOps {
     const float* commitBias = nullptr;
     int64_t commitN = 0, commitD = 1;
   };
-  virtual bool runSwiglu(const GemmWeight& /*w*/, const SwigluPrologue& /*prologue*/, int64_t /*m*/, void* /*y*/) {
+  // The residual step after a GEMM, taken into the kernel (the output projection, the down
+  // projection): y = x · W^T as run(), then resid += y + bias (TransformerOps::residualRmsNorm's
+  // add, bit for bit) and `squares` = the parts of each row's sum of squares that the next GEMM's
+  // norm prologue (runNormed with NormPrologue::squares) finishes into residualRmsNorm's norm, bit
+  // for bit; so no kernel of its own and no block of the next GEMM reads the whole row. resid FP32
+  // [m, n], bias [n] or null, squares: residualSquareCount(m, n) doubles. Returns false without
+  // doing anything where this op-set has no such kernel for (w, m) (the default; CUDA: A16
+  // quantized weights, m <= 16).
+  struct NormEpilogue {
+    float* resid = nullptr;
+    const float* bias = nullptr;
+    double* squares = nullptr;
+  };
+  static int64_t residualSquareCount(int64_t m, int64_t n) { return m * ((n + 127) / 128); }
+  virtual bool runIntoResidual(const GemmWeight& /*w*/, const void* /*x*/, int64_t /*m*/, void* /*y*/,
+                               const NormEpilogue& /*epilogue*/) {
+    return false;
+  }
+  // runSwiglu, then the residual step as runIntoResidual (epilogue non-null; the prologue's commit
+  // must then be empty, as both write resid). False where either is not available.
+  virtual bool runSwiglu(const GemmWeight& /*w*/, const SwigluPrologue& /*prologue*/, int64_t /*m*/, void* /*y*/,
+                         const NormEpilogue* /*epilogue*/ = nullptr) {
     return false;
   }
 

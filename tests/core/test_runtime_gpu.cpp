@@ -388,6 +388,54 @@ class TestRuntimeGpu : public QObject {
     }
   }
 
+  // Where a fused residual step runs — in the epilogue of the GEMM that produces its delta (the
+  // default), in the prologue of the GEMM that reads its norm (QS_FUSE_NORM=prologue) or as its own
+  // kernel (QS_FUSE_NORM=0) — changes no bit: prompt (m = 9, the skinny kernel) and recorded decode
+  // steps, every HF fixture of the Llama family and stories260K with INT8 and INT4 plans, the
+  // synthetic 110M model with INT4 g128. Bound: identical logits (the same expressions in the same
+  // order on every path).
+  void residualStepPlacementsGiveTheSameLogits() {
+    namespace fs = std::filesystem;
+    std::vector<std::string> paths = {qs::test::stories260K().toStdString()};
+    for (const auto& e : fs::directory_iterator(fs::path(QS_SOURCE_DIR) / "tests/data/hf_ref"))
+      if (e.is_directory() && e.path().filename().string().rfind("refuse_", 0) != 0) paths.push_back(e.path().string());
+    if (synth110m_.empty()) synth110m_ = synth("llama", "110m");
+    paths.push_back(synth110m_);
+    const QByteArray before = qgetenv("QS_FUSE_NORM");
+    int compared = 0;
+    for (const std::string& path : paths) {
+      Model m(path);
+      if (m.graph.family == GraphFamily::Gpt2) continue;
+      for (const char* format : {"int8-ch-sym", "int4-g32-sym", "int4-g128-sym"}) {
+        std::vector<std::vector<float>> logits[3];
+        const char* placements[3] = {nullptr, "prologue", "0"};
+        for (int p = 0; p < 3; ++p) {
+          if (placements[p]) qputenv("QS_FUSE_NORM", placements[p]);
+          else qunsetenv("QS_FUSE_NORM");
+          Runtime g(*m.file, m.graph, *gpu_);  // reads QS_FUSE_NORM here
+          g.setPlan(planFor(g, parseQuantFormat(format)));
+          g.setDecodeRecording(true);
+          const auto prompt = randomTokens(9, g.vocabSize(), 17);
+          logits[p].emplace_back();
+          g.forward(prompt, 0, logits[p].back(), false);
+          const int steps = int(std::min<int64_t>(5, g.maxSeq() - 9));
+          for (int s = 0; s < steps; ++s) {
+            const int32_t t = int32_t((prompt[size_t(s)] + 5 * s) % g.vocabSize());
+            logits[p].emplace_back();
+            g.forward(std::span(&t, 1), 9 + s, logits[p].back(), false);
+          }
+        }
+        for (int p = 1; p < 3; ++p)
+          QVERIFY2(logits[p] == logits[0], qPrintable(QString("%1 %2: QS_FUSE_NORM=%3 differs from the epilogue path")
+                                                          .arg(QString::fromStdString(path)).arg(format).arg(placements[p])));
+        ++compared;
+      }
+    }
+    if (before.isNull()) qunsetenv("QS_FUSE_NORM");
+    else qputenv("QS_FUSE_NORM", before);
+    QVERIFY(compared >= 30);
+  }
+
   // Greedy decoding with the argmax on the device (Runtime::decodeGreedy: recorded steps back
   // to back, each reading the previous step's argmax) gives the tokens of forward() + the host's
   // first maximum, step by step: stories260K and the synthetic 110M model, FP32 and INT4. Bound:

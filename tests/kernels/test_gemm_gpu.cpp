@@ -484,6 +484,170 @@ class TestGemmGpu : public QObject {
     QVERIFY2(failures.isEmpty(), qPrintable(failures.join('\n')));
   }
 
+  // The canonical parts of a row's sum of squares (residual_norm.cuh): P(c) for chunks of 128.
+  static std::vector<double> chunkSquares(const float* v, int64_t D) {
+    std::vector<double> parts;
+    for (int64_t c0 = 0; c0 < D; c0 += 128) {
+      double p = 0;
+      for (int w = 0; w < 8; ++w) {
+        double s[8];
+        for (int g = 0; g < 8; ++g) {
+          const int64_t lo = c0 + 16 * w + g, hi = lo + 8;
+          const double a = lo < D ? double(v[lo]) : 0.0, b = hi < D ? double(v[hi]) : 0.0;
+          s[g] = std::fma(b, b, a * a);
+        }
+        const double W = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+        p = w == 0 ? W : p + W;
+      }
+      parts.push_back(p);
+    }
+    return parts;
+  }
+
+  // runIntoResidual and runSwiglu with a norm epilogue (the residual add after the GEMM, in its
+  // kernel, leaving the norm's sum in parts), then runNormed finishing the norm from those parts,
+  // against the two-op reference on the same backend: run() (swigluHalf + run()), residualRmsNorm
+  // on the product, run() of the next weight on its FP16 copy. The product, the committed stream,
+  // the parts (against the order of residual_norm.cuh, computed here) and the next GEMM's product
+  // must all be equal bit for bit. n = 203 ends inside a row tile (no next GEMM: K % 32); k = 384
+  // runs one split (every block a reducer), the long k several; n = 5120 and 8192 make
+  // residualRmsNorm's sums longer than one of its rounds. Random and outlier-heavy rows, m = 1, 2, 3, 13, 16, with
+  // and without bias, bulk rings and register prefetch; every launch three times.
+  void normEpilogueMatchesTheResidualStep_data() { addWeightPathRows(); }
+  void normEpilogueMatchesTheResidualStep() {
+    QFETCH(QByteArray, bulk);
+    auto backend = cudaBackendWithBulk(bulk);
+    GemmOps& ops = backend->gemm();
+    TransformerOps& tops = backend->transformer();
+    const uint64_t seed0 = freshSeed();
+    std::mt19937_64 rng(seed0);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    int cases = 0;
+    QStringList failures;
+    struct EpiCase {
+      const char* scheme;
+      int64_t n, k, m;
+      bool swiglu, bias, outliers;
+    };
+    const std::vector<EpiCase> all = {
+        {"w4a16-g128", 4096, 4096, 1, false, false, false},   {"w4a16-g128", 4096, 14336, 1, true, true, true},
+        {"w4a16-g128", 203, 4096, 3, false, true, true},      {"w4a16-g128", 5120, 2048, 1, false, false, true},
+        {"w4a16-g128", 2048, 384, 16, true, false, false},    {"w4a16-g32-asym", 512, 4224, 1, true, true, false},
+        {"w4a16-ch", 2048, 8192, 13, false, false, true},     {"w8a16-int8-g64", 384, 1024, 1, true, false, true},
+        {"w8a16-fp8", 1024, 4096, 2, false, true, false},     {"w8a16-e5m2", 8192, 1024, 16, true, false, false}};
+    for (const EpiCase& c : all) {
+      const GemmScheme s = GemmScheme::parse(c.scheme);
+      const uint64_t seed = seed0 + uint64_t(++cases) * 7919;
+      const auto w = ops.prepare(makeRandomQuantWeight(c.n, c.k, s, seed, c.outliers), s.activation);
+      // The next GEMM (reads the normed stream: k = n), where the kernels take that K.
+      const int64_t nextN = 96;
+      const bool withNext = c.n % 32 == 0;
+      const auto next = withNext ? ops.prepare(makeRandomQuantWeight(nextN, c.n, s, seed + 1, c.outliers), s.activation)
+                                 : nullptr;
+      auto value = [&](float sigma, float big) { return normal(rng) * (c.outliers && rng() % 64 == 0 ? big : sigma); };
+      std::vector<uint16_t> act(size_t(c.m * c.k * (c.swiglu ? 2 : 1)));
+      std::vector<float> x(size_t(c.m * c.n)), bias(size_t(c.n)), normW(size_t(c.n));
+      for (uint16_t& v : act) v = floatToHalfBits(value(c.swiglu ? 2.0f : 0.5f, 30.0f));
+      for (float& v : x) v = value(1.0f, 40.0f);
+      for (float& v : bias) v = 0.1f * normal(rng);
+      for (float& v : normW) v = 1.0f + 0.2f * normal(rng);
+      auto dev = [&](const void* src, size_t bytes) {
+        auto p = ops.allocate(bytes);
+        ops.upload(p.get(), src, bytes);
+        return p;
+      };
+      auto dAct = dev(act.data(), act.size() * 2), dBias = dev(bias.data(), bias.size() * 4);
+      auto dNorm = dev(normW.data(), normW.size() * 4);
+      auto xRef = dev(x.data(), x.size() * 4), xGot = ops.allocate(x.size() * 4);
+      auto scratch = ops.allocate(size_t(c.m * std::max(c.k, c.n)) * 4 * 2);
+      auto ah = ops.allocate(size_t(c.m * c.k) * 2), hh = ops.allocate(size_t(c.m * c.n) * 2);
+      const size_t nSquares = size_t(GemmOps::residualSquareCount(c.m, c.n));
+      auto squares = ops.allocate(nSquares * 8);
+      auto yRef = ops.allocate(size_t(c.m * c.n) * 2), yGot = ops.allocate(size_t(c.m * c.n) * 2);
+      auto zRef = ops.allocate(size_t(c.m * nextN) * 2), zGot = ops.allocate(size_t(c.m * nextN) * 2);
+      const auto* a = static_cast<const uint16_t*>(dAct.get());
+      const float* b = c.bias ? static_cast<const float*>(dBias.get()) : nullptr;
+      const auto* nw = static_cast<const float*>(dNorm.get());
+      auto* sf = static_cast<float*>(scratch.get());
+      const float eps = 1e-6f;
+      const QString what = QString("%1 n=%2 k=%3 m=%4%5%6%7 seed=%8")
+                               .arg(c.scheme).arg(c.n).arg(c.k).arg(c.m)
+                               .arg(c.swiglu ? " runSwiglu" : " runIntoResidual").arg(c.bias ? " +bias" : "")
+                               .arg(c.outliers ? " outliers" : "").arg(seed);
+      // Reference: the GEMM (after swigluHalf), the residual step as its own kernel, the next GEMM.
+      if (c.swiglu) {
+        tops.swigluHalf(a, nullptr, a + c.k, nullptr, c.m, c.k, 2 * c.k, sf, sf + c.m * c.k,
+                        static_cast<uint16_t*>(ah.get()), {});
+        ops.run(*w, ah.get(), c.m, yRef.get());
+      } else {
+        ops.run(*w, a, c.m, yRef.get());
+      }
+      tops.residualRmsNorm(static_cast<float*>(xRef.get()), static_cast<const uint16_t*>(yRef.get()), b, nw, c.m, c.n,
+                           eps, sf, static_cast<uint16_t*>(hh.get()));
+      if (next) ops.run(*next, hh.get(), c.m, zRef.get());
+      std::vector<uint16_t> want(size_t(c.m * c.n)), got(want.size()), zWant(size_t(c.m * nextN)), z(zWant.size());
+      std::vector<float> xWant(x.size()), xAfter(x.size());
+      std::vector<double> sqGot(nSquares), sqWant;
+      ops.download(want.data(), yRef.get(), want.size() * 2);
+      ops.download(xWant.data(), xRef.get(), xWant.size() * 4);
+      if (next) ops.download(zWant.data(), zRef.get(), zWant.size() * 2);
+      for (int64_t r = 0; r < c.m; ++r) {
+        const auto parts = chunkSquares(xWant.data() + r * c.n, c.n);
+        sqWant.insert(sqWant.end(), parts.begin(), parts.end());
+      }
+      for (int rep = 0; rep < 3; ++rep) {
+        ops.upload(xGot.get(), x.data(), x.size() * 4);
+        const GemmOps::NormEpilogue epi{static_cast<float*>(xGot.get()), b, static_cast<double*>(squares.get())};
+        const bool ran = c.swiglu ? ops.runSwiglu(*w, {a, a + c.k, 2 * c.k}, c.m, yGot.get(), &epi)
+                                  : ops.runIntoResidual(*w, a, c.m, yGot.get(), epi);
+        if (!ran) {
+          failures << what + ": declined";
+          break;
+        }
+        const GemmOps::NormPrologue pro{static_cast<float*>(xGot.get()), nullptr, nullptr, nw, eps,
+                                        static_cast<const double*>(squares.get())};
+        if (next && !ops.runNormed(*next, pro, c.m, zGot.get())) {
+          failures << what + ": runNormed from squares declined";
+          break;
+        }
+        ops.download(got.data(), yGot.get(), got.size() * 2);
+        ops.download(xAfter.data(), xGot.get(), xAfter.size() * 4);
+        ops.download(sqGot.data(), squares.get(), sqGot.size() * 8);
+        if (next) ops.download(z.data(), zGot.get(), z.size() * 2);
+        size_t bad = 0;
+        for (size_t i = 0; i < want.size(); ++i) bad += want[i] != got[i];
+        if (bad) failures << what + QString(": %1 of %2 products differ (launch %3)").arg(bad).arg(want.size()).arg(rep + 1);
+        bad = 0;
+        for (size_t i = 0; i < x.size(); ++i) bad += std::bit_cast<uint32_t>(xWant[i]) != std::bit_cast<uint32_t>(xAfter[i]);
+        if (bad) failures << what + QString(": %1 residual values differ from residualRmsNorm's (launch %2)").arg(bad).arg(rep + 1);
+        bad = 0;
+        for (size_t i = 0; i < sqGot.size(); ++i) bad += std::bit_cast<uint64_t>(sqGot[i]) != std::bit_cast<uint64_t>(sqWant[i]);
+        if (bad) failures << what + QString(": %1 of %2 parts of the sum of squares differ from the order's (launch %3)")
+                                        .arg(bad).arg(sqGot.size()).arg(rep + 1);
+        bad = 0;
+        for (size_t i = 0; i < z.size() && next; ++i) bad += zWant[i] != z[i];
+        if (bad) failures << what + QString(": %1 of %2 products of the next GEMM differ (launch %3)").arg(bad).arg(z.size()).arg(rep + 1);
+      }
+    }
+    // Where there is no such kernel, or the SwiGLU prologue also commits, the op-set declines.
+    const GemmScheme f16 = GemmScheme::parse("fp16");
+    const auto wf = ops.prepare(makeRandomQuantWeight(64, 128, f16, seed0), f16.activation);
+    const GemmScheme q4 = GemmScheme::parse("w4a16-g128");
+    const auto wq = ops.prepare(makeRandomQuantWeight(64, 128, q4, seed0), q4.activation);
+    auto buf = ops.allocate(8192);
+    auto* fb = static_cast<float*>(buf.get());
+    auto* hb = static_cast<uint16_t*>(buf.get());
+    const GemmOps::NormEpilogue epi{fb, nullptr, reinterpret_cast<double*>(fb + 1024)};
+    QVERIFY(!ops.runIntoResidual(*wf, hb + 1024, 1, hb + 3072, epi));
+    GemmOps::SwigluPrologue committing{hb, hb + 64};
+    committing.commitX = fb;
+    committing.commitDelta = hb;
+    committing.commitN = 16;
+    committing.commitD = 16;
+    QVERIFY(!ops.runSwiglu(*wq, committing, 1, hb + 3072, &epi));
+    QVERIFY2(failures.isEmpty(), qPrintable(failures.join('\n')));
+  }
+
   void backendAccessorAndBadInput() {
     auto backend = createBackend(BackendChoice::Cuda);
     GemmOps& ops = backend->gemm();

@@ -53,12 +53,15 @@ struct SkinnyOptions {
 // activations are rmsNorm(resid + delta + bias)·normW rounded to FP16, residualRmsNorm's FP16
 // output bit for bit, and x is not read. resid is only read (every block needs all of it): adding
 // delta + bias to it for good is the caller's, after this kernel.
+// With squares (from a NormEpilogue): resid already holds the stream (delta and bias null) and
+// only the split's K range of it is read.
 struct NormPrologue {
   const float* resid = nullptr;  // FP32 [m, k], the residual stream
   const void* delta = nullptr;   // FP16 [m, k] or null (norm only)
   const float* bias = nullptr;   // [k] or null
   const float* normW = nullptr;  // [k]
   float eps = 0;
+  const double* squares = nullptr;  // [m][ceil(k / 128)] or null
 };
 
 // The SwiGLU step before a GEMM (the down projection), taken into its activation staging: the
@@ -78,15 +81,31 @@ struct SwigluPrologue {
   int64_t commitN = 0, commitD = 1;
 };
 
+// The residual step after a GEMM, taken into the skinny kernel's epilogue (A16; the GEMM that
+// produces the residual stream's delta: the output projection, the down projection). y is the
+// product as without it; then each row group's reducer commits resid += y + bias for its 128 rows
+// and writes their part of the rows' sum of squares (P(c) of residual_norm.cuh's order) to
+// squares[token][row group]. No block waits for another. The next GEMM's norm prologue finishes
+// the sum from those parts (NormPrologue::squares) and stages only its K range: every value and
+// the sum are residualRmsNorm's, bit for bit, without any block reading the whole row.
+// resid may not be touched by anything else in the same kernel.
+struct NormEpilogue {
+  float* resid = nullptr;       // FP32 [m, n], the residual stream
+  const float* bias = nullptr;  // [n] or null
+  double* squares = nullptr;    // [m][ceil(n / 128)]
+};
+
 // ---- skinny path: m <= 16, every weight kind, A16 and A8 ---------------------------------
 LaunchPlan planSkinny(const DeviceQuantWeight& w, int m, int multiprocessors, const SkinnyOptions& opt);
 // x: FP16 [m, k] (A16) or 8-bit codes [m, k] (A8, with tokenScales [m]); y: FP16 [m, n].
 // pdl: launch with programmatic stream serialization (sm_90): the weight stream starts while the
 // previous kernel in the stream is still finishing. prologue / swiglu: see NormPrologue and
-// SwigluPrologue (x unused; at most one of them).
+// SwigluPrologue (x unused; at most one of them). epilogue: see NormEpilogue (not with a norm
+// prologue or a SwiGLU commit: both touch resid).
 void launchSkinny(const DeviceQuantWeight& w, const void* x, const float* tokenScales, int m, void* y,
                   const LaunchPlan& plan, const SplitWorkspace& ws, cudaStream_t stream, bool pdl,
-                  const NormPrologue* prologue = nullptr, const SwigluPrologue* swiglu = nullptr);
+                  const NormPrologue* prologue = nullptr, const SwigluPrologue* swiglu = nullptr,
+                  const NormEpilogue* epilogue = nullptr);
 
 // ---- wide path: m > 16, A16 weight kinds (tensor-core tiles of 128 rows x 64 tokens) --------
 LaunchPlan planWide(const DeviceQuantWeight& w, int m, int multiprocessors);

@@ -333,16 +333,34 @@ class CudaGemmOps final : public GemmOps {
     p.bias = pro.bias;
     p.normW = pro.normW;
     p.eps = pro.eps;
+    p.squares = pro.squares;
     cuda_gemm::launchSkinny(w.dev, nullptr, nullptr, m, y, plan, splitWorkspace(plan), stream_, pdl_, &p);
     QS_CUDA_CHECK(cudaGetLastError());
     return true;
   }
 
-  bool runSwiglu(const GemmWeight& weight, const SwigluPrologue& pro, int64_t m64, void* y) override {
+  bool runIntoResidual(const GemmWeight& weight, const void* x, int64_t m64, void* y, const NormEpilogue& epi) override {
+    const auto& w = checkedWeight(weight);
+    if (w.scheme.activation != GemmActivationType::F16 || w.scheme.weight == GemmWeightType::F16 || m64 < 1 ||
+        m64 > 16 || !epi.resid || !epi.squares)
+      return false;
+    if (!x || (reinterpret_cast<uintptr_t>(x) & 15)) throwBadInput("", "x", "device pointer must be non-null and 16-byte aligned");
+    if (!y || (reinterpret_cast<uintptr_t>(y) & 15)) throwBadInput("", "y", "device pointer must be non-null and 16-byte aligned");
+    const int m = int(m64);
+    const auto& plan = skinnyPlan(w, m);
+    const cuda_gemm::NormEpilogue e = epilogueFor(epi);
+    cuda_gemm::launchSkinny(w.dev, x, nullptr, m, y, plan, splitWorkspace(plan), stream_, pdl_, nullptr, nullptr, &e);
+    QS_CUDA_CHECK(cudaGetLastError());
+    return true;
+  }
+
+  bool runSwiglu(const GemmWeight& weight, const SwigluPrologue& pro, int64_t m64, void* y,
+                 const NormEpilogue* epi) override {
     const auto& w = checkedWeight(weight);
     if (w.scheme.activation != GemmActivationType::F16 || w.scheme.weight == GemmWeightType::F16 || m64 < 1 ||
         m64 > 16 || !pro.gate || !pro.up)
       return false;
+    if (epi && (!epi->resid || !epi->squares || pro.commitX)) return false;
     if (!y || (reinterpret_cast<uintptr_t>(y) & 15)) throwBadInput("", "y", "device pointer must be non-null and 16-byte aligned");
     const int m = int(m64);
     const auto& plan = skinnyPlan(w, m);
@@ -357,9 +375,19 @@ class CudaGemmOps final : public GemmOps {
     p.commitBias = pro.commitBias;
     p.commitN = pro.commitN;
     p.commitD = pro.commitD;
-    cuda_gemm::launchSkinny(w.dev, nullptr, nullptr, m, y, plan, splitWorkspace(plan), stream_, pdl_, nullptr, &p);
+    const cuda_gemm::NormEpilogue e = epi ? epilogueFor(*epi) : cuda_gemm::NormEpilogue{};
+    cuda_gemm::launchSkinny(w.dev, nullptr, nullptr, m, y, plan, splitWorkspace(plan), stream_, pdl_, nullptr, &p,
+                            epi ? &e : nullptr);
     QS_CUDA_CHECK(cudaGetLastError());
     return true;
+  }
+
+  static cuda_gemm::NormEpilogue epilogueFor(const NormEpilogue& epi) {
+    cuda_gemm::NormEpilogue e;
+    e.resid = epi.resid;
+    e.bias = epi.bias;
+    e.squares = epi.squares;
+    return e;
   }
 
   std::string pathChoice(const GemmWeight& weight, int64_t m) const override {

@@ -96,6 +96,12 @@ struct SkinnyArgs {
   const __half* commitDelta;
   const float* commitBias;
   int64_t commitN, commitD;
+  const double* squares;  // norm prologue from a norm epilogue's parts: [m][squareChunks]
+  int squareChunks;
+  // Norm epilogue (A16, NormEpilogue in gemm_launch.h): epiResid non-null.
+  float* epiResid;
+  const float* epiBias;
+  double* epiSquares;  // [m][ceil(n / 128)]
 };
 
 // The SwiGLU prologue's staging: FP16(silu(gate + gateBias)·(up + upBias)) for the split's K range
@@ -122,48 +128,54 @@ __device__ void stageSwiglu(const SkinnyArgs& p, uint8_t* smem, int kBegin, int 
 }
 
 // The norm prologue's staging: activation rows rmsNorm(resid + delta + bias)·normW in FP16 for the
-// split's K range [kBegin, kBegin + kLen) (zeros past k), from the whole rows' sums of squares.
-// Every block computes the sums itself (L2 reads of a few tens of KB; no kernel in between). Up
-// to kNormRegs values per thread (k <= 4096) stay in registers, every load issued at once; longer
-// rows are read twice. resid is only read: the caller adds delta + bias to it afterwards.
-constexpr int kNormRegs = 16;
+// split's K range [kBegin, kBegin + kLen) (zeros past k). The sum of squares runs in
+// residual_norm.cuh's order: from a norm epilogue's parts (squares: resid already holds the
+// stream; only the K range is read), or over the whole rows, which every block then reads (L2
+// reads of a few tens of KB; up to 4,096 values per row held in registers, every load issued at
+// once; longer rows are read twice). resid is only read: the caller adds delta + bias to it.
 __device__ void stageNormed(const SkinnyArgs& p, uint8_t* smem, int kBegin, int kLen) {
   static_assert(kThreads == cuda::kResidualNormThreads, "the norm's summation order needs 256 threads");
-  __shared__ double red[kWarps];
+  __shared__ cuda::RowSquares rs;
   for (int row = 0; row < p.m; ++row) {
     const float* xr = p.resid + size_t(row) * p.k;
     const __half* dr = p.delta ? p.delta + size_t(row) * p.k : nullptr;
     __half* dst = reinterpret_cast<__half*>(smem + kZeroBlock + row * p.xStrideBytes);
-    double ss = 0;
-    if (p.k <= kThreads * kNormRegs) {
-      float v[kNormRegs], w[kNormRegs];
+    if (p.squares) {
+      const double* sq = p.squares + size_t(row) * p.squareChunks;
+      double total = 0;
+      for (int c = 0; c < p.squareChunks; ++c) total += sq[c];
+      const float inv = cuda::rmsInverse(total, p.k, p.eps);
+      for (int j = threadIdx.x; j < kLen; j += kThreads) {
+        const int i = kBegin + j;
+        dst[j] = i < p.k ? __float2half_rn(cuda::rmsScaled(xr[i], inv, p.normW[i])) : __float2half_rn(0.0f);
+      }
+      continue;
+    }
+    const int64_t rounds = (p.k + cuda::kSquarePasses * 4 * cuda::kChunkValues - 1) / (cuda::kSquarePasses * 4 * cuda::kChunkValues);
+    float v[cuda::kSquarePasses][2];  // (the norm weights are loaded late: registers are tight here)
+    double total = 0;
+    for (int64_t r = 0; r < rounds; ++r) {
 #pragma unroll
-      for (int j = 0; j < kNormRegs; ++j) {
-        const int i = threadIdx.x + j * kThreads;
-        v[j] = w[j] = 0.0f;
-        if (i < p.k) {
-          v[j] = cuda::residualAdd(xr[i], dr, p.residBias, i);
-          if (i >= kBegin && i < kBegin + kLen) w[j] = p.normW[i];
+      for (int j = 0; j < cuda::kSquarePasses; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int64_t i = cuda::squareIndex(r, j, h);
+          v[j][h] = i < p.k ? cuda::residualAdd(xr[i], dr, p.residBias, i) : 0.0f;
         }
-      }
+      total = cuda::addRound(rs, v, r, p.k);
+    }
+    const float inv = cuda::rmsInverse(total, p.k, p.eps);
+    if (rounds == 1) {  // the values are still in registers
 #pragma unroll
-      for (int j = 0; j < kNormRegs; ++j)
-        if (threadIdx.x + j * kThreads < p.k) ss = cuda::addSquare(ss, v[j]);
-      const float inv = cuda::rmsInverse(cuda::blockSum<kWarps>(ss, red), p.k, p.eps);
+      for (int j = 0; j < cuda::kSquarePasses; ++j)
 #pragma unroll
-      for (int j = 0; j < kNormRegs; ++j) {
-        const int i = threadIdx.x + j * kThreads;
-        if (i < p.k && i >= kBegin && i < kBegin + kLen)
-          dst[i - kBegin] = __float2half_rn(cuda::rmsScaled(v[j], inv, w[j]));
-      }
-      // Past k inside the split's range: zeros.
+        for (int h = 0; h < 2; ++h) {
+          const int64_t i = cuda::squareIndex(0, j, h);
+          if (i < p.k && i >= kBegin && i < kBegin + kLen) dst[i - kBegin] = __float2half_rn(cuda::rmsScaled(v[j][h], inv, p.normW[i]));
+        }
       for (int j = max(p.k - kBegin, 0) + threadIdx.x; j < kLen; j += kThreads) dst[j] = __float2half_rn(0.0f);
       continue;
     }
-#pragma unroll 4
-    for (int i = threadIdx.x; i < p.k; i += kThreads) ss = cuda::addSquare(ss, cuda::residualAdd(xr[i], dr, p.residBias, i));
-    const float inv = cuda::rmsInverse(cuda::blockSum<kWarps>(ss, red), p.k, p.eps);
-#pragma unroll 4
     for (int j = threadIdx.x; j < kLen; j += kThreads) {
       const int i = kBegin + j;
       dst[j] = i < p.k ? __float2half_rn(cuda::rmsScaled(cuda::residualAdd(xr[i], dr, p.residBias, i), inv, p.normW[i]))
@@ -484,6 +496,11 @@ __global__ void __launch_bounds__(kThreads, 3) skinnyKernel(const SkinnyArgs p) 
   }
 
   // 4. Epilogue. Fragment element (nt, i): row r0 + 8*(i >= 2), token 8*nt + 2t + (i & 1).
+  float committed[NT][4];  // norm epilogue: the stream's new values of this lane's elements
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) committed[nt][i] = 0.0f;
   auto store = [&](const float (&v)[NT][4]) {
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
@@ -495,13 +512,38 @@ __global__ void __launch_bounds__(kThreads, 3) skinnyKernel(const SkinnyArgs p) 
           float val = v[nt][i];
           if (p.channelScales) val *= p.channelScales[row];
           if constexpr (A8) val *= p.tokenScales[token];
-          p.y[size_t(token) * p.n + row] = __float2half_rn(val);
+          const __half yv = __float2half_rn(val);
+          const size_t at = size_t(token) * p.n + row;
+          p.y[at] = yv;
+          if (p.epiResid) {
+            committed[nt][i] = cuda::residualAdd(p.epiResid[at], &yv, p.epiBias ? p.epiBias + row : nullptr, 0);
+            p.epiResid[at] = committed[nt][i];
+          }
         }
       }
+  };
+  // Norm epilogue: store() committed the row group's rows of the stream (rows past n and tokens
+  // past m: zeros); their part P(c) of each token's sum of squares, in residual_norm.cuh's order
+  // (lane 4g + t holds rows g and g + 8 of its warp's 16), goes to squares[token][row group].
+  auto normEpilogue = [&] {
+    __syncthreads();  // every warp is past its main loop: the activation tile is free for red
+    double* red = reinterpret_cast<double*>(smem + kZeroBlock);  // [kWarps][m]
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int par = 0; par < 2; ++par) {
+        const double s = cuda::treeOverG(cuda::pairSquares(committed[nt][par], committed[nt][2 + par]));
+        const int token = nt * 8 + 2 * t + par;
+        if (g == 0 && token < p.m) red[warp * p.m + token] = s;
+      }
+    __syncthreads();
+    if (threadIdx.x < p.m)
+      p.epiSquares[size_t(threadIdx.x) * ((p.n + cuda::kChunkValues - 1) / cuda::kChunkValues) + rowGroup] = cuda::chunkSum(red + threadIdx.x, p.m);
   };
 
   if (p.splits == 1) {
     if (active) store(acc);
+    if (p.epiResid) normEpilogue();
     return;
   }
   // Split-K: publish this split's partial sums, the last block of the row group adds them all
@@ -539,6 +581,7 @@ __global__ void __launch_bounds__(kThreads, 3) skinnyKernel(const SkinnyArgs p) 
     store(sum);
   }
   if (threadIdx.x == 0) p.counters[rowGroup] = 0;  // ready for the next launch
+  if (p.epiResid) normEpilogue();
 }
 
 // The whitelist of instantiations: weight kind x activation kind x n8 tiles (m <= 8 or <= 16).
@@ -675,7 +718,7 @@ LaunchPlan planSkinny(const DeviceQuantWeight& w, int m, int multiprocessors, co
 
 void launchSkinny(const DeviceQuantWeight& w, const void* x, const float* tokenScales, int m, void* y,
                   const LaunchPlan& plan, const SplitWorkspace& ws, cudaStream_t stream, bool pdl,
-                  const NormPrologue* prologue, const SwigluPrologue* swiglu) {
+                  const NormPrologue* prologue, const SwigluPrologue* swiglu, const NormEpilogue* epilogue) {
   const int nt = m <= 8 ? 1 : 2;
   const KernelFn fn = selectKernel(w.kind, w.a8, nt, plan.bulkStages > 0);
   if (!fn) throw std::invalid_argument("skinny GEMM: no kernel for this weight kind");
@@ -713,6 +756,10 @@ void launchSkinny(const DeviceQuantWeight& w, const void* x, const float* tokenS
     a.residBias = prologue->bias;
     a.normW = prologue->normW;
     a.eps = prologue->eps;
+    if (prologue->squares && (prologue->delta || prologue->bias))
+      throw std::invalid_argument("skinny GEMM: a norm prologue from squares reads the stream as it is (no delta, no bias)");
+    a.squares = prologue->squares;
+    a.squareChunks = (w.k + cuda::kChunkValues - 1) / cuda::kChunkValues;
   }
   if (swiglu) {
     if (w.a8 || prologue || !swiglu->gate || !swiglu->up)
@@ -727,6 +774,16 @@ void launchSkinny(const DeviceQuantWeight& w, const void* x, const float* tokenS
     a.commitBias = swiglu->commitBias;
     a.commitN = swiglu->commitN;
     a.commitD = swiglu->commitD > 0 ? swiglu->commitD : 1;
+  }
+  if (epilogue) {
+    if (w.a8 || !epilogue->resid || !epilogue->squares)
+      throw std::invalid_argument("skinny GEMM: the norm epilogue needs FP16 activations, resid and squares");
+    if (prologue || (swiglu && swiglu->commitX))
+      throw std::invalid_argument("skinny GEMM: the norm epilogue writes resid, which a norm prologue or a "
+                                  "SwiGLU commit of the same kernel touches");
+    a.epiResid = epilogue->resid;
+    a.epiBias = epilogue->bias;
+    a.epiSquares = epilogue->squares;
   }
   const int rowGroups = (a.rowTiles + kWarps - 1) / kWarps;
   const dim3 grid(unsigned(rowGroups), unsigned(plan.splits));

@@ -78,68 +78,56 @@ __device__ ArgMax blockArgMax(ArgMax a, ArgMax* red) {
   return t;
 }
 
-// Rows of up to kRowThreads · kNormRegs values are held in registers: every load of the row is
-// issued at once (a decode step's single row otherwise waits for one load latency per loop trip,
-// twice). The sum runs in the same order either way, so both give the same bits.
-constexpr int kNormRegs = 16;
-
-// fromHalf + add + rmsNorm + toHalf of one row, each value by the same expression and the sum in
-// the same order as those kernels (thread t takes values t, t + kRowThreads, …), so the result is
-// theirs bit for bit. Rows of up to kRowThreads · kNormRegs values stay in registers.
+// fromHalf + add + rmsNorm + toHalf of one row, each value by the same expression as those kernels,
+// the sum of squares in residual_norm.cuh's order (which the skinny GEMM's norm prologue and
+// epilogue share), so the GEMMs' normed activations are these bit for bit. Rows of up to 4,096
+// values (one round) stay in registers, every load of the row issued at once (a decode step's
+// single row otherwise waits for one load latency per loop trip); longer rows are read again.
 __global__ void residualRmsNormKernel(float* __restrict__ x, const __half* __restrict__ yh,
                                       const float* __restrict__ bias, const float* __restrict__ w, int64_t D,
                                       float eps, float* __restrict__ h, __half* __restrict__ hh, int early) {
+  static_assert(kRowThreads == cuda::kResidualNormThreads, "the norm's summation order needs 256 threads");
   if (early) allowDependentLaunch();  // the next GEMM may start streaming its weights
   waitForPriorGrids();  // chained launch (pdl.cuh): first, before any access
-  __shared__ double red[kWarpsPerRow];
+  __shared__ cuda::RowSquares rs;
   float* xr = x + int64_t(blockIdx.x) * D;
   const __half* yr = yh ? yh + int64_t(blockIdx.x) * D : nullptr;
   float* o = h + int64_t(blockIdx.x) * D;
   __half* oh = hh ? hh + int64_t(blockIdx.x) * D : nullptr;
-  if (D <= int64_t(kRowThreads) * kNormRegs) {
-    // The norm weights are loaded with the row, before the sum: their latency overlaps it.
-    float v[kNormRegs], wv[kNormRegs];
+  constexpr int64_t kRound = int64_t(cuda::kSquarePasses) * 4 * cuda::kChunkValues;
+  const int64_t rounds = (D + kRound - 1) / kRound;
+  // The norm weights are loaded with the row, before the sum: their latency overlaps it.
+  float v[cuda::kSquarePasses][2], wv[cuda::kSquarePasses][2];
+  double total = 0;
+  for (int64_t r = 0; r < rounds; ++r) {
 #pragma unroll
-    for (int j = 0; j < kNormRegs; ++j) {
-      const int64_t i = threadIdx.x + int64_t(j) * kRowThreads;
-      if (i < D) {
-        if (w) wv[j] = w[i];
-        v[j] = cuda::residualAdd(xr[i], yr, bias, i);
-        if (yr) xr[i] = v[j];
+    for (int j = 0; j < cuda::kSquarePasses; ++j)
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int64_t i = cuda::squareIndex(r, j, hf);
+        v[j][hf] = wv[j][hf] = 0.0f;
+        if (i < D) {
+          if (w && rounds == 1) wv[j][hf] = w[i];
+          v[j][hf] = cuda::residualAdd(xr[i], yr, bias, i);
+          if (yr) xr[i] = v[j][hf];
+        }
       }
-    }
-    if (!w) return;
-    double ss = 0;
-#pragma unroll
-    for (int j = 0; j < kNormRegs; ++j)
-      if (threadIdx.x + int64_t(j) * kRowThreads < D) ss = cuda::addSquare(ss, v[j]);
-    ss = blockSum(ss, red);
-    const float inv = cuda::rmsInverse(ss, D, eps);
-#pragma unroll
-    for (int j = 0; j < kNormRegs; ++j) {
-      const int64_t i = threadIdx.x + int64_t(j) * kRowThreads;
-      if (i < D) {
-        const float r = cuda::rmsScaled(v[j], inv, wv[j]);
-        o[i] = r;
-        if (oh) oh[i] = __float2half_rn(r);
-      }
-    }
-    return;
-  }
-  double ss = 0;
-  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
-    const float v = cuda::residualAdd(xr[i], yr, bias, i);
-    if (yr) xr[i] = v;
-    ss = cuda::addSquare(ss, v);
+    if (w) total = cuda::addRound(rs, v, r, D);  // w: the same for the whole block
   }
   if (!w) return;
-  ss = blockSum(ss, red);
-  const float inv = cuda::rmsInverse(ss, D, eps);
-  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
-    const float r = cuda::rmsScaled(xr[i], inv, w[i]);
-    o[i] = r;
-    if (oh) oh[i] = __float2half_rn(r);
-  }
+  const float inv = cuda::rmsInverse(total, D, eps);
+  for (int64_t r = 0; r < rounds; ++r)
+#pragma unroll
+    for (int j = 0; j < cuda::kSquarePasses; ++j)
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int64_t i = cuda::squareIndex(r, j, hf);
+        if (i >= D) continue;
+        // One round: the values in registers; more: this thread's own (committed) values again.
+        const float res = rounds == 1 ? cuda::rmsScaled(v[j][hf], inv, wv[j][hf]) : cuda::rmsScaled(xr[i], inv, w[i]);
+        o[i] = res;
+        if (oh) oh[i] = __float2half_rn(res);
+      }
 }
 
 __global__ void layerNormKernel(const float* __restrict__ x, const float* __restrict__ w,
