@@ -272,6 +272,29 @@ class TestGemmGpu : public QObject {
     return backend;
   }
 
+  // (a type: moc takes no struct in a slots section)
+ private:
+  // What the residual-step tests share: a CUDA backend with the row's weight path, a fresh seed,
+  // a normal generator, the failures found, and uploads of host data to the op-set's memory.
+  struct StepBench {
+    explicit StepBench(const QByteArray& bulk)
+        : backend(cudaBackendWithBulk(bulk)), ops(backend->gemm()), tops(backend->transformer()), seed0(freshSeed()),
+          rng(seed0) {}
+    std::shared_ptr<void> upload(const void* src, size_t bytes) {
+      auto p = ops.allocate(bytes);
+      ops.upload(p.get(), src, bytes);
+      return p;
+    }
+    std::unique_ptr<Backend> backend;
+    GemmOps& ops;
+    TransformerOps& tops;
+    const uint64_t seed0;
+    std::mt19937_64 rng;
+    std::normal_distribution<float> normal{0.0f, 1.0f};
+    QStringList failures;
+  };
+
+ private slots:
   // runNormed (the residual step inside the skinny kernel's staging) against its two-op
   // reference on the same backend: residualRmsNorm, then run() on its FP16 copy. The products
   // must be equal bit for bit (same FP16 activations, same kernel after them); resid must be left
@@ -282,14 +305,8 @@ class TestGemmGpu : public QObject {
   void normPrologueMatchesTheResidualStep_data() { addWeightPathRows(); }
   void normPrologueMatchesTheResidualStep() {
     QFETCH(QByteArray, bulk);
-    auto backend = cudaBackendWithBulk(bulk);
-    GemmOps& ops = backend->gemm();
-    TransformerOps& tops = backend->transformer();
-    const uint64_t seed0 = freshSeed();
-    std::mt19937_64 rng(seed0);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
+    StepBench t(bulk);
     int cases = 0;
-    QStringList failures;
     struct NormCase {
       const char* scheme;
       int64_t n, k, m;
@@ -303,24 +320,19 @@ class TestGemmGpu : public QObject {
         {"w8a16-e5m2", 128, 8192, 16, true, false, false}};
     for (const NormCase& c : all) {
       const GemmScheme s = GemmScheme::parse(c.scheme);
-      const uint64_t seed = seed0 + uint64_t(++cases) * 7919;
-      const auto w = ops.prepare(makeRandomQuantWeight(c.n, c.k, s, seed, c.outliers), s.activation);
+      const uint64_t seed = t.seed0 + uint64_t(++cases) * 7919;
+      const auto w = t.ops.prepare(makeRandomQuantWeight(c.n, c.k, s, seed, c.outliers), s.activation);
       std::vector<float> x(size_t(c.m * c.k)), bias(size_t(c.k)), normW(size_t(c.k));
       std::vector<uint16_t> delta(size_t(c.m * c.k));
-      for (float& v : x) v = normal(rng) * (c.outliers && rng() % 64 == 0 ? 40.0f : 1.0f);
-      for (float& v : bias) v = 0.1f * normal(rng);
-      for (float& v : normW) v = 1.0f + 0.2f * normal(rng);
-      for (uint16_t& v : delta) v = floatToHalfBits(normal(rng) * (c.outliers && rng() % 64 == 0 ? 30.0f : 0.5f));
-      auto dev = [&](const void* src, size_t bytes) {
-        auto p = ops.allocate(bytes);
-        ops.upload(p.get(), src, bytes);
-        return p;
-      };
-      auto xRef = dev(x.data(), x.size() * 4), xGot = dev(x.data(), x.size() * 4);
-      auto dDelta = dev(delta.data(), delta.size() * 2), dBias = dev(bias.data(), bias.size() * 4);
-      auto dNorm = dev(normW.data(), normW.size() * 4);
-      auto h = ops.allocate(x.size() * 4), hh = ops.allocate(delta.size() * 2);
-      auto yRef = ops.allocate(size_t(c.m * c.n) * 2), yGot = ops.allocate(size_t(c.m * c.n) * 2);
+      for (float& v : x) v = t.normal(t.rng) * (c.outliers && t.rng() % 64 == 0 ? 40.0f : 1.0f);
+      for (float& v : bias) v = 0.1f * t.normal(t.rng);
+      for (float& v : normW) v = 1.0f + 0.2f * t.normal(t.rng);
+      for (uint16_t& v : delta) v = floatToHalfBits(t.normal(t.rng) * (c.outliers && t.rng() % 64 == 0 ? 30.0f : 0.5f));
+      auto xRef = t.upload(x.data(), x.size() * 4), xGot = t.upload(x.data(), x.size() * 4);
+      auto dDelta = t.upload(delta.data(), delta.size() * 2), dBias = t.upload(bias.data(), bias.size() * 4);
+      auto dNorm = t.upload(normW.data(), normW.size() * 4);
+      auto h = t.ops.allocate(x.size() * 4), hh = t.ops.allocate(delta.size() * 2);
+      auto yRef = t.ops.allocate(size_t(c.m * c.n) * 2), yGot = t.ops.allocate(size_t(c.m * c.n) * 2);
       const uint16_t* d = c.delta ? static_cast<const uint16_t*>(dDelta.get()) : nullptr;
       const float* b = c.bias ? static_cast<const float*>(dBias.get()) : nullptr;
       const float eps = 1e-5f;
@@ -329,47 +341,47 @@ class TestGemmGpu : public QObject {
                                .arg(c.delta ? " +delta" : "").arg(c.bias ? " +bias" : "")
                                .arg(c.outliers ? " outliers" : "").arg(seed);
       // Reference: the residual step as its own kernel, then the GEMM on its FP16 copy.
-      tops.residualRmsNorm(static_cast<float*>(xRef.get()), d, b, static_cast<const float*>(dNorm.get()), c.m, c.k,
+      t.tops.residualRmsNorm(static_cast<float*>(xRef.get()), d, b, static_cast<const float*>(dNorm.get()), c.m, c.k,
                            eps, static_cast<float*>(h.get()), static_cast<uint16_t*>(hh.get()));
-      ops.run(*w, hh.get(), c.m, yRef.get());
+      t.ops.run(*w, hh.get(), c.m, yRef.get());
       std::vector<uint16_t> want(size_t(c.m * c.n)), got(want.size());
       std::vector<float> xWant(x.size()), xAfter(x.size());
-      ops.download(want.data(), yRef.get(), want.size() * 2);
-      ops.download(xWant.data(), xRef.get(), xWant.size() * 4);
+      t.ops.download(want.data(), yRef.get(), want.size() * 2);
+      t.ops.download(xWant.data(), xRef.get(), xWant.size() * 4);
       for (int rep = 0; rep < 2; ++rep) {
-        ops.upload(xGot.get(), x.data(), x.size() * 4);
+        t.ops.upload(xGot.get(), x.data(), x.size() * 4);
         const GemmOps::NormPrologue pro{static_cast<float*>(xGot.get()), d, b, static_cast<const float*>(dNorm.get()), eps};
-        if (!ops.runNormed(*w, pro, c.m, yGot.get())) {
-          failures << what + ": runNormed declined";
+        if (!t.ops.runNormed(*w, pro, c.m, yGot.get())) {
+          t.failures << what + ": runNormed declined";
           break;
         }
-        ops.download(got.data(), yGot.get(), got.size() * 2);
-        ops.download(xAfter.data(), xGot.get(), xAfter.size() * 4);
+        t.ops.download(got.data(), yGot.get(), got.size() * 2);
+        t.ops.download(xAfter.data(), xGot.get(), xAfter.size() * 4);
         size_t bad = 0;
         for (size_t i = 0; i < want.size(); ++i) bad += want[i] != got[i];
-        if (bad) failures << what + QString(": %1 of %2 outputs differ from residualRmsNorm + run (launch %3)")
+        if (bad) t.failures << what + QString(": %1 of %2 outputs differ from residualRmsNorm + run (launch %3)")
                                          .arg(bad).arg(want.size()).arg(rep + 1);
-        if (xAfter != x) failures << what + ": runNormed wrote the residual stream";
+        if (xAfter != x) t.failures << what + ": runNormed wrote the residual stream";
         if (!d) continue;
         // The commit the caller owes, done on the way by swigluHalf (one row of two values).
         const TransformerOps::ResidualCommit commit{static_cast<float*>(xGot.get()), d, b, c.m, c.k,
                                                     static_cast<float*>(h.get())};
-        tops.swigluHalf(static_cast<const uint16_t*>(dDelta.get()), nullptr, static_cast<const uint16_t*>(dDelta.get()),
+        t.tops.swigluHalf(static_cast<const uint16_t*>(dDelta.get()), nullptr, static_cast<const uint16_t*>(dDelta.get()),
                         nullptr, 1, 2, 0, static_cast<float*>(h.get()), static_cast<float*>(h.get()) + 2,
                         static_cast<uint16_t*>(hh.get()), commit);
-        ops.download(xAfter.data(), xGot.get(), xAfter.size() * 4);
+        t.ops.download(xAfter.data(), xGot.get(), xAfter.size() * 4);
         bad = 0;
         for (size_t i = 0; i < x.size(); ++i) bad += std::bit_cast<uint32_t>(xWant[i]) != std::bit_cast<uint32_t>(xAfter[i]);
-        if (bad) failures << what + QString(": %1 residual values differ after the commit (launch %2)").arg(bad).arg(rep + 1);
+        if (bad) t.failures << what + QString(": %1 residual values differ after the commit (launch %2)").arg(bad).arg(rep + 1);
       }
     }
     // Where there is no such kernel the op-set says so and does nothing.
     const GemmScheme f16 = GemmScheme::parse("fp16");
-    const auto wf = ops.prepare(makeRandomQuantWeight(64, 128, f16, seed0), f16.activation);
-    auto buf = ops.allocate(4096);
-    QVERIFY(!ops.runNormed(*wf, {static_cast<float*>(buf.get()), nullptr, nullptr, static_cast<float*>(buf.get()), 1e-5f},
+    const auto wf = t.ops.prepare(makeRandomQuantWeight(64, 128, f16, t.seed0), f16.activation);
+    auto buf = t.ops.allocate(4096);
+    QVERIFY(!t.ops.runNormed(*wf, {static_cast<float*>(buf.get()), nullptr, nullptr, static_cast<float*>(buf.get()), 1e-5f},
                            1, static_cast<char*>(buf.get()) + 2048));
-    QVERIFY2(failures.isEmpty(), qPrintable(failures.join('\n')));
+    QVERIFY2(t.failures.isEmpty(), qPrintable(t.failures.join('\n')));
   }
 
   // runSwiglu (SwiGLU inside the skinny kernel's staging, the down projection) against its
@@ -381,14 +393,8 @@ class TestGemmGpu : public QObject {
   void swigluPrologueMatchesSwigluHalf_data() { addWeightPathRows(); }
   void swigluPrologueMatchesSwigluHalf() {
     QFETCH(QByteArray, bulk);
-    auto backend = cudaBackendWithBulk(bulk);
-    GemmOps& ops = backend->gemm();
-    TransformerOps& tops = backend->transformer();
-    const uint64_t seed0 = freshSeed();
-    std::mt19937_64 rng(seed0);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
+    StepBench t(bulk);
     int cases = 0;
-    QStringList failures;
     struct SwigluCase {
       const char* scheme;
       int64_t n, k, m;
@@ -400,30 +406,25 @@ class TestGemmGpu : public QObject {
         {"w8a16-int8-g64", 336, 1024, 1, true, false, true, true},  {"w8a16-fp8", 1000, 2048, 16, false, true, false, false}};
     for (const SwigluCase& c : all) {
       const GemmScheme s = GemmScheme::parse(c.scheme);
-      const uint64_t seed = seed0 + uint64_t(++cases) * 7919;
-      const auto w = ops.prepare(makeRandomQuantWeight(c.n, c.k, s, seed, c.outliers), s.activation);
+      const uint64_t seed = t.seed0 + uint64_t(++cases) * 7919;
+      const auto w = t.ops.prepare(makeRandomQuantWeight(c.n, c.k, s, seed, c.outliers), s.activation);
       const int64_t ld = c.fusedHalves ? 2 * c.k : c.k, D = 96;
-      auto value = [&](float sigma, float big) { return normal(rng) * (c.outliers && rng() % 64 == 0 ? big : sigma); };
+      auto value = [&](float sigma, float big) { return t.normal(t.rng) * (c.outliers && t.rng() % 64 == 0 ? big : sigma); };
       std::vector<uint16_t> gu(size_t(c.m * ld * (c.fusedHalves ? 1 : 2))), delta(size_t(c.m * D));
       std::vector<float> gb(static_cast<size_t>(c.k)), ub(static_cast<size_t>(c.k)), x(static_cast<size_t>(c.m * D)),
           db(static_cast<size_t>(D));
       for (uint16_t& v : gu) v = floatToHalfBits(value(2.0f, 30.0f));
       for (uint16_t& v : delta) v = floatToHalfBits(value(0.5f, 30.0f));
-      for (float& v : gb) v = 0.1f * normal(rng);
-      for (float& v : ub) v = 0.1f * normal(rng);
-      for (float& v : x) v = normal(rng);
-      for (float& v : db) v = 0.1f * normal(rng);
-      auto dev = [&](const void* src, size_t bytes) {
-        auto p = ops.allocate(bytes);
-        ops.upload(p.get(), src, bytes);
-        return p;
-      };
-      auto dGu = dev(gu.data(), gu.size() * 2), dGb = dev(gb.data(), gb.size() * 4), dUb = dev(ub.data(), ub.size() * 4);
-      auto dDelta = dev(delta.data(), delta.size() * 2), dDb = dev(db.data(), db.size() * 4);
-      auto xRef = dev(x.data(), x.size() * 4), xGot = dev(x.data(), x.size() * 4);
-      auto scratch = ops.allocate(size_t(c.m * std::max<int64_t>(c.k, D)) * 4 * 2);
-      auto ah = ops.allocate(size_t(c.m * c.k) * 2);
-      auto yRef = ops.allocate(size_t(c.m * c.n) * 2), yGot = ops.allocate(size_t(c.m * c.n) * 2);
+      for (float& v : gb) v = 0.1f * t.normal(t.rng);
+      for (float& v : ub) v = 0.1f * t.normal(t.rng);
+      for (float& v : x) v = t.normal(t.rng);
+      for (float& v : db) v = 0.1f * t.normal(t.rng);
+      auto dGu = t.upload(gu.data(), gu.size() * 2), dGb = t.upload(gb.data(), gb.size() * 4), dUb = t.upload(ub.data(), ub.size() * 4);
+      auto dDelta = t.upload(delta.data(), delta.size() * 2), dDb = t.upload(db.data(), db.size() * 4);
+      auto xRef = t.upload(x.data(), x.size() * 4), xGot = t.upload(x.data(), x.size() * 4);
+      auto scratch = t.ops.allocate(size_t(c.m * std::max<int64_t>(c.k, D)) * 4 * 2);
+      auto ah = t.ops.allocate(size_t(c.m * c.k) * 2);
+      auto yRef = t.ops.allocate(size_t(c.m * c.n) * 2), yGot = t.ops.allocate(size_t(c.m * c.n) * 2);
       const auto* g = static_cast<const uint16_t*>(dGu.get());
       const uint16_t* u = c.fusedHalves ? g + c.k : g + c.m * c.k;
       const float* gbias = c.biases ? static_cast<const float*>(dGb.get()) : nullptr;
@@ -441,15 +442,15 @@ class TestGemmGpu : public QObject {
       };
       // Reference: swigluHalf with the commit, then the GEMM on its output.
       auto* sf = static_cast<float*>(scratch.get());
-      tops.swigluHalf(g, gbias, u, ubias, c.m, c.k, c.fusedHalves ? ld : 0, sf, sf + c.m * c.k,
+      t.tops.swigluHalf(g, gbias, u, ubias, c.m, c.k, c.fusedHalves ? ld : 0, sf, sf + c.m * c.k,
                       static_cast<uint16_t*>(ah.get()), commitFor(xRef.get()));
-      ops.run(*w, ah.get(), c.m, yRef.get());
+      t.ops.run(*w, ah.get(), c.m, yRef.get());
       std::vector<uint16_t> want(size_t(c.m * c.n)), got(want.size());
       std::vector<float> xWant(x.size()), xAfter(x.size());
-      ops.download(want.data(), yRef.get(), want.size() * 2);
-      ops.download(xWant.data(), xRef.get(), xWant.size() * 4);
+      t.ops.download(want.data(), yRef.get(), want.size() * 2);
+      t.ops.download(xWant.data(), xRef.get(), xWant.size() * 4);
       for (int rep = 0; rep < 2; ++rep) {
-        ops.upload(xGot.get(), x.data(), x.size() * 4);
+        t.ops.upload(xGot.get(), x.data(), x.size() * 4);
         const TransformerOps::ResidualCommit rc = commitFor(xGot.get());
         GemmOps::SwigluPrologue pro{g, u, c.fusedHalves ? ld : 0, gbias, ubias};
         if (rc.x) {
@@ -459,29 +460,29 @@ class TestGemmGpu : public QObject {
           pro.commitN = c.m * D;
           pro.commitD = D;
         }
-        if (!ops.runSwiglu(*w, pro, c.m, yGot.get())) {
-          failures << what + ": runSwiglu declined";
+        if (!t.ops.runSwiglu(*w, pro, c.m, yGot.get())) {
+          t.failures << what + ": runSwiglu declined";
           break;
         }
-        ops.download(got.data(), yGot.get(), got.size() * 2);
-        ops.download(xAfter.data(), xGot.get(), xAfter.size() * 4);
+        t.ops.download(got.data(), yGot.get(), got.size() * 2);
+        t.ops.download(xAfter.data(), xGot.get(), xAfter.size() * 4);
         size_t bad = 0;
         for (size_t i = 0; i < want.size(); ++i) bad += want[i] != got[i];
-        if (bad) failures << what + QString(": %1 of %2 outputs differ from swigluHalf + run (launch %3)")
+        if (bad) t.failures << what + QString(": %1 of %2 outputs differ from swigluHalf + run (launch %3)")
                                          .arg(bad).arg(want.size()).arg(rep + 1);
         bad = 0;
         for (size_t i = 0; i < x.size(); ++i) bad += std::bit_cast<uint32_t>(xWant[i]) != std::bit_cast<uint32_t>(xAfter[i]);
-        if (bad) failures << what + QString(": %1 residual values differ from swigluHalf's commit (launch %2)")
+        if (bad) t.failures << what + QString(": %1 residual values differ from swigluHalf's commit (launch %2)")
                                         .arg(bad).arg(rep + 1);
       }
     }
     // Where there is no such kernel the op-set says so and does nothing.
     const GemmScheme f16 = GemmScheme::parse("fp16");
-    const auto wf = ops.prepare(makeRandomQuantWeight(64, 128, f16, seed0), f16.activation);
-    auto buf = ops.allocate(4096);
+    const auto wf = t.ops.prepare(makeRandomQuantWeight(64, 128, f16, t.seed0), f16.activation);
+    auto buf = t.ops.allocate(4096);
     const auto* hb = static_cast<const uint16_t*>(buf.get());
-    QVERIFY(!ops.runSwiglu(*wf, {hb, hb + 128}, 1, static_cast<char*>(buf.get()) + 2048));
-    QVERIFY2(failures.isEmpty(), qPrintable(failures.join('\n')));
+    QVERIFY(!t.ops.runSwiglu(*wf, {hb, hb + 128}, 1, static_cast<char*>(buf.get()) + 2048));
+    QVERIFY2(t.failures.isEmpty(), qPrintable(t.failures.join('\n')));
   }
 
   // The canonical parts of a row's sum of squares (residual_norm.cuh): P(c) for chunks of 128.
@@ -516,14 +517,8 @@ class TestGemmGpu : public QObject {
   void normEpilogueMatchesTheResidualStep_data() { addWeightPathRows(); }
   void normEpilogueMatchesTheResidualStep() {
     QFETCH(QByteArray, bulk);
-    auto backend = cudaBackendWithBulk(bulk);
-    GemmOps& ops = backend->gemm();
-    TransformerOps& tops = backend->transformer();
-    const uint64_t seed0 = freshSeed();
-    std::mt19937_64 rng(seed0);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
+    StepBench t(bulk);
     int cases = 0;
-    QStringList failures;
     struct EpiCase {
       const char* scheme;
       int64_t n, k, m;
@@ -537,34 +532,29 @@ class TestGemmGpu : public QObject {
         {"w8a16-fp8", 1024, 4096, 2, false, true, false},     {"w8a16-e5m2", 8192, 1024, 16, true, false, false}};
     for (const EpiCase& c : all) {
       const GemmScheme s = GemmScheme::parse(c.scheme);
-      const uint64_t seed = seed0 + uint64_t(++cases) * 7919;
-      const auto w = ops.prepare(makeRandomQuantWeight(c.n, c.k, s, seed, c.outliers), s.activation);
+      const uint64_t seed = t.seed0 + uint64_t(++cases) * 7919;
+      const auto w = t.ops.prepare(makeRandomQuantWeight(c.n, c.k, s, seed, c.outliers), s.activation);
       // The next GEMM (reads the normed stream: k = n), where the kernels take that K.
       const int64_t nextN = 96;
       const bool withNext = c.n % 32 == 0;
-      const auto next = withNext ? ops.prepare(makeRandomQuantWeight(nextN, c.n, s, seed + 1, c.outliers), s.activation)
+      const auto next = withNext ? t.ops.prepare(makeRandomQuantWeight(nextN, c.n, s, seed + 1, c.outliers), s.activation)
                                  : nullptr;
-      auto value = [&](float sigma, float big) { return normal(rng) * (c.outliers && rng() % 64 == 0 ? big : sigma); };
+      auto value = [&](float sigma, float big) { return t.normal(t.rng) * (c.outliers && t.rng() % 64 == 0 ? big : sigma); };
       std::vector<uint16_t> act(size_t(c.m * c.k * (c.swiglu ? 2 : 1)));
       std::vector<float> x(size_t(c.m * c.n)), bias(size_t(c.n)), normW(size_t(c.n));
       for (uint16_t& v : act) v = floatToHalfBits(value(c.swiglu ? 2.0f : 0.5f, 30.0f));
       for (float& v : x) v = value(1.0f, 40.0f);
-      for (float& v : bias) v = 0.1f * normal(rng);
-      for (float& v : normW) v = 1.0f + 0.2f * normal(rng);
-      auto dev = [&](const void* src, size_t bytes) {
-        auto p = ops.allocate(bytes);
-        ops.upload(p.get(), src, bytes);
-        return p;
-      };
-      auto dAct = dev(act.data(), act.size() * 2), dBias = dev(bias.data(), bias.size() * 4);
-      auto dNorm = dev(normW.data(), normW.size() * 4);
-      auto xRef = dev(x.data(), x.size() * 4), xGot = ops.allocate(x.size() * 4);
-      auto scratch = ops.allocate(size_t(c.m * std::max(c.k, c.n)) * 4 * 2);
-      auto ah = ops.allocate(size_t(c.m * c.k) * 2), hh = ops.allocate(size_t(c.m * c.n) * 2);
+      for (float& v : bias) v = 0.1f * t.normal(t.rng);
+      for (float& v : normW) v = 1.0f + 0.2f * t.normal(t.rng);
+      auto dAct = t.upload(act.data(), act.size() * 2), dBias = t.upload(bias.data(), bias.size() * 4);
+      auto dNorm = t.upload(normW.data(), normW.size() * 4);
+      auto xRef = t.upload(x.data(), x.size() * 4), xGot = t.ops.allocate(x.size() * 4);
+      auto scratch = t.ops.allocate(size_t(c.m * std::max(c.k, c.n)) * 4 * 2);
+      auto ah = t.ops.allocate(size_t(c.m * c.k) * 2), hh = t.ops.allocate(size_t(c.m * c.n) * 2);
       const size_t nSquares = size_t(GemmOps::residualSquareCount(c.m, c.n));
-      auto squares = ops.allocate(nSquares * 8);
-      auto yRef = ops.allocate(size_t(c.m * c.n) * 2), yGot = ops.allocate(size_t(c.m * c.n) * 2);
-      auto zRef = ops.allocate(size_t(c.m * nextN) * 2), zGot = ops.allocate(size_t(c.m * nextN) * 2);
+      auto squares = t.ops.allocate(nSquares * 8);
+      auto yRef = t.ops.allocate(size_t(c.m * c.n) * 2), yGot = t.ops.allocate(size_t(c.m * c.n) * 2);
+      auto zRef = t.ops.allocate(size_t(c.m * nextN) * 2), zGot = t.ops.allocate(size_t(c.m * nextN) * 2);
       const auto* a = static_cast<const uint16_t*>(dAct.get());
       const float* b = c.bias ? static_cast<const float*>(dBias.get()) : nullptr;
       const auto* nw = static_cast<const float*>(dNorm.get());
@@ -576,76 +566,76 @@ class TestGemmGpu : public QObject {
                                .arg(c.outliers ? " outliers" : "").arg(seed);
       // Reference: the GEMM (after swigluHalf), the residual step as its own kernel, the next GEMM.
       if (c.swiglu) {
-        tops.swigluHalf(a, nullptr, a + c.k, nullptr, c.m, c.k, 2 * c.k, sf, sf + c.m * c.k,
+        t.tops.swigluHalf(a, nullptr, a + c.k, nullptr, c.m, c.k, 2 * c.k, sf, sf + c.m * c.k,
                         static_cast<uint16_t*>(ah.get()), {});
-        ops.run(*w, ah.get(), c.m, yRef.get());
+        t.ops.run(*w, ah.get(), c.m, yRef.get());
       } else {
-        ops.run(*w, a, c.m, yRef.get());
+        t.ops.run(*w, a, c.m, yRef.get());
       }
-      tops.residualRmsNorm(static_cast<float*>(xRef.get()), static_cast<const uint16_t*>(yRef.get()), b, nw, c.m, c.n,
+      t.tops.residualRmsNorm(static_cast<float*>(xRef.get()), static_cast<const uint16_t*>(yRef.get()), b, nw, c.m, c.n,
                            eps, sf, static_cast<uint16_t*>(hh.get()));
-      if (next) ops.run(*next, hh.get(), c.m, zRef.get());
+      if (next) t.ops.run(*next, hh.get(), c.m, zRef.get());
       std::vector<uint16_t> want(size_t(c.m * c.n)), got(want.size()), zWant(size_t(c.m * nextN)), z(zWant.size());
       std::vector<float> xWant(x.size()), xAfter(x.size());
       std::vector<double> sqGot(nSquares), sqWant;
-      ops.download(want.data(), yRef.get(), want.size() * 2);
-      ops.download(xWant.data(), xRef.get(), xWant.size() * 4);
-      if (next) ops.download(zWant.data(), zRef.get(), zWant.size() * 2);
+      t.ops.download(want.data(), yRef.get(), want.size() * 2);
+      t.ops.download(xWant.data(), xRef.get(), xWant.size() * 4);
+      if (next) t.ops.download(zWant.data(), zRef.get(), zWant.size() * 2);
       for (int64_t r = 0; r < c.m; ++r) {
         const auto parts = chunkSquares(xWant.data() + r * c.n, c.n);
         sqWant.insert(sqWant.end(), parts.begin(), parts.end());
       }
       for (int rep = 0; rep < 3; ++rep) {
-        ops.upload(xGot.get(), x.data(), x.size() * 4);
+        t.ops.upload(xGot.get(), x.data(), x.size() * 4);
         const GemmOps::NormEpilogue epi{static_cast<float*>(xGot.get()), b, static_cast<double*>(squares.get())};
-        const bool ran = c.swiglu ? ops.runSwiglu(*w, {a, a + c.k, 2 * c.k}, c.m, yGot.get(), &epi)
-                                  : ops.runIntoResidual(*w, a, c.m, yGot.get(), epi);
+        const bool ran = c.swiglu ? t.ops.runSwiglu(*w, {a, a + c.k, 2 * c.k}, c.m, yGot.get(), &epi)
+                                  : t.ops.runIntoResidual(*w, a, c.m, yGot.get(), epi);
         if (!ran) {
-          failures << what + ": declined";
+          t.failures << what + ": declined";
           break;
         }
         const GemmOps::NormPrologue pro{static_cast<float*>(xGot.get()), nullptr, nullptr, nw, eps,
                                         static_cast<const double*>(squares.get())};
-        if (next && !ops.runNormed(*next, pro, c.m, zGot.get())) {
-          failures << what + ": runNormed from squares declined";
+        if (next && !t.ops.runNormed(*next, pro, c.m, zGot.get())) {
+          t.failures << what + ": runNormed from squares declined";
           break;
         }
-        ops.download(got.data(), yGot.get(), got.size() * 2);
-        ops.download(xAfter.data(), xGot.get(), xAfter.size() * 4);
-        ops.download(sqGot.data(), squares.get(), sqGot.size() * 8);
-        if (next) ops.download(z.data(), zGot.get(), z.size() * 2);
+        t.ops.download(got.data(), yGot.get(), got.size() * 2);
+        t.ops.download(xAfter.data(), xGot.get(), xAfter.size() * 4);
+        t.ops.download(sqGot.data(), squares.get(), sqGot.size() * 8);
+        if (next) t.ops.download(z.data(), zGot.get(), z.size() * 2);
         size_t bad = 0;
         for (size_t i = 0; i < want.size(); ++i) bad += want[i] != got[i];
-        if (bad) failures << what + QString(": %1 of %2 products differ (launch %3)").arg(bad).arg(want.size()).arg(rep + 1);
+        if (bad) t.failures << what + QString(": %1 of %2 products differ (launch %3)").arg(bad).arg(want.size()).arg(rep + 1);
         bad = 0;
         for (size_t i = 0; i < x.size(); ++i) bad += std::bit_cast<uint32_t>(xWant[i]) != std::bit_cast<uint32_t>(xAfter[i]);
-        if (bad) failures << what + QString(": %1 residual values differ from residualRmsNorm's (launch %2)").arg(bad).arg(rep + 1);
+        if (bad) t.failures << what + QString(": %1 residual values differ from residualRmsNorm's (launch %2)").arg(bad).arg(rep + 1);
         bad = 0;
         for (size_t i = 0; i < sqGot.size(); ++i) bad += std::bit_cast<uint64_t>(sqGot[i]) != std::bit_cast<uint64_t>(sqWant[i]);
-        if (bad) failures << what + QString(": %1 of %2 parts of the sum of squares differ from the order's (launch %3)")
+        if (bad) t.failures << what + QString(": %1 of %2 parts of the sum of squares differ from the order's (launch %3)")
                                         .arg(bad).arg(sqGot.size()).arg(rep + 1);
         bad = 0;
         for (size_t i = 0; i < z.size() && next; ++i) bad += zWant[i] != z[i];
-        if (bad) failures << what + QString(": %1 of %2 products of the next GEMM differ (launch %3)").arg(bad).arg(z.size()).arg(rep + 1);
+        if (bad) t.failures << what + QString(": %1 of %2 products of the next GEMM differ (launch %3)").arg(bad).arg(z.size()).arg(rep + 1);
       }
     }
     // Where there is no such kernel, or the SwiGLU prologue also commits, the op-set declines.
     const GemmScheme f16 = GemmScheme::parse("fp16");
-    const auto wf = ops.prepare(makeRandomQuantWeight(64, 128, f16, seed0), f16.activation);
+    const auto wf = t.ops.prepare(makeRandomQuantWeight(64, 128, f16, t.seed0), f16.activation);
     const GemmScheme q4 = GemmScheme::parse("w4a16-g128");
-    const auto wq = ops.prepare(makeRandomQuantWeight(64, 128, q4, seed0), q4.activation);
-    auto buf = ops.allocate(8192);
+    const auto wq = t.ops.prepare(makeRandomQuantWeight(64, 128, q4, t.seed0), q4.activation);
+    auto buf = t.ops.allocate(8192);
     auto* fb = static_cast<float*>(buf.get());
     auto* hb = static_cast<uint16_t*>(buf.get());
     const GemmOps::NormEpilogue epi{fb, nullptr, reinterpret_cast<double*>(fb + 1024)};
-    QVERIFY(!ops.runIntoResidual(*wf, hb + 1024, 1, hb + 3072, epi));
+    QVERIFY(!t.ops.runIntoResidual(*wf, hb + 1024, 1, hb + 3072, epi));
     GemmOps::SwigluPrologue committing{hb, hb + 64};
     committing.commitX = fb;
     committing.commitDelta = hb;
     committing.commitN = 16;
     committing.commitD = 16;
-    QVERIFY(!ops.runSwiglu(*wq, committing, 1, hb + 3072, &epi));
-    QVERIFY2(failures.isEmpty(), qPrintable(failures.join('\n')));
+    QVERIFY(!t.ops.runSwiglu(*wq, committing, 1, hb + 3072, &epi));
+    QVERIFY2(t.failures.isEmpty(), qPrintable(t.failures.join('\n')));
   }
 
   void backendAccessorAndBadInput() {
