@@ -11,7 +11,8 @@
 #   programs: tests + runtime + gpu-rest = `ctest -L gpu`), bench, peers, e2e8b, memcheck,
 #   memcheck-attn (memcheck and racecheck over the transformer op rows, decode attention included),
 #   e2e-ab (bench e2e of a synthetic model, INT4, under each environment in QS_E2E_AB: QS_AB_PRESET
-#   8b (default) or 1b, QS_AB_ARGS more bench e2e options)
+#   8b (default) or 1b, QS_AB_ARGS more bench e2e options, QS_AB_CLIS the pack's CLI binaries to
+#   alternate, e.g. "quantscope-cli-head quantscope-cli")
 # Environment: SHAPES, BATCH, FORMATS (bench gemm's), QS_E2E_FORMATS and QS_E2E_ARGS (bench e2e's
 # formats and further options, e.g. --timeline), MEMCHECK_ROWS
 # (the forced Hopper configurations memcheck runs).
@@ -77,16 +78,23 @@ if has e2e-ab; then  # the same bench e2e under each environment of QS_E2E_AB ('
   mkdir -p "$(dirname "$m")"
   [[ -e $m ]] || "$B/quantscope-cli" synth --arch llama --preset "$preset" -o "$m" 2>&1 | tail -1 | tee -a "$summary"
   IFS=';' read -ra variants <<<"${QS_E2E_AB:-QS_FUSE_SWIGLU=0 QS_FUSE_ATTENTION=0 QS_DECODE_ATTENTION=split;QS_FUSE_SWIGLU=1}"
+  # QS_AB_CLIS: the CLI binaries in the pack to alternate under each environment, e.g.
+  # "quantscope-cli-head quantscope-cli": a kernel change measured beside the committed binary in
+  # the same call. A switch inside a changed kernel is no baseline: session 19 measured an
+  # experiment build ~1 % slower than HEAD with its switch unused (docs/benchmarks.md).
+  read -ra clis <<<"${QS_AB_CLIS:-quantscope-cli}"
   i=0
   for v in "${variants[@]}"; do
-    i=$((i + 1))
-    step "bench e2e $preset int4-g128-sym with: $v"
-    # shellcheck disable=SC2086  # v: assignments, word-split on purpose; QS_AB_ARGS: more options
-    env $v timeout 300 "$B/quantscope-cli" --backend cuda bench e2e "$m" --format int4-g128-sym --prompt 512 --tokens 128 \
-      ${QS_AB_ARGS:-} >"$out/e2e-ab-$preset-$i.log" 2>&1
-    echo "rc=$?" | tee -a "$summary"
-    # the tokens/s table, the attention part of each timeline and the ratios
-    grep -E "tokens/s|^(fp16|int|fp8)[^ ]* .*[0-9]$|^attention |vs fp16" "$out/e2e-ab-$preset-$i.log" | tee -a "$summary"
+    for cli in "${clis[@]}"; do
+      i=$((i + 1))
+      step "bench e2e $preset int4-g128-sym, $cli, with: $v"
+      # shellcheck disable=SC2086  # v: assignments, word-split on purpose; QS_AB_ARGS: more options
+      env $v timeout 300 "$B/$cli" --backend cuda bench e2e "$m" --format int4-g128-sym --prompt 512 --tokens 128 \
+        ${QS_AB_ARGS:-} >"$out/e2e-ab-$preset-$i.log" 2>&1
+      echo "rc=$?" | tee -a "$summary"
+      # the tokens/s table, the attention part of each timeline and the ratios
+      grep -E "tokens/s|^(fp16|int|fp8)[^ ]* .*[0-9]$|^attention |vs fp16" "$out/e2e-ab-$preset-$i.log" | tee -a "$summary"
+    done
   done
 fi
 if has memcheck; then
