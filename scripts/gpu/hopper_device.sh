@@ -9,6 +9,7 @@
 #   bash scripts/gpu/hopper_device.sh SOURCE_ROOT [steps…]
 #   steps: tests (GEMM), runtime (op tables, runtime, transformer ops), gpu-rest (the other gpu test
 #   programs: tests + runtime + gpu-rest = `ctest -L gpu`), bench, peers, e2e8b, memcheck,
+#   memcheck-a8 (compute-sanitizer over each forced W8A8 CUTLASS configuration),
 #   memcheck-attn (memcheck and racecheck over the transformer op rows, decode attention included),
 #   e2e-ab (bench e2e of a synthetic model, INT4, under each environment in QS_E2E_AB: QS_AB_PRESET
 #   8b (default) or 1b, QS_AB_ARGS more bench e2e options, QS_AB_CLIS the pack's CLI binaries to
@@ -106,6 +107,15 @@ if has memcheck; then
       "$B/test_gemm_dequant_gpu" "forcedWidePaths:$row" >"$out/memcheck-$i.log" 2>&1
     echo "rc=$?" | tee -a "$summary"
     grep -E "ERROR SUMMARY|Totals|FAIL|products on the Hopper" "$out/memcheck-$i.log" | head -8 | tee -a "$summary"
+  done
+fi
+if has memcheck-a8; then  # the W8A8 CUTLASS kernel (gemm_hopper_a8.cu), each configuration forced
+  for row in ${MEMCHECK_A8_ROWS:-cutlass-a8-128x128 cutlass-a8-128x256 cutlass-a8-128x128-cluster2 cutlass-a8-64x128-pingpong cutlass-a8-128x128-streamk}; do
+    step "memcheck test_gemm_gpu forcedA8Paths:$row"
+    timeout 150 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 \
+      "$B/test_gemm_gpu" "forcedA8Paths:$row" >"$out/memcheck-$row.log" 2>&1
+    echo "rc=$?" | tee -a "$summary"
+    grep -E "ERROR SUMMARY|Totals|FAIL|products on the Hopper" "$out/memcheck-$row.log" | head -8 | tee -a "$summary"
   done
 fi
 if has memcheck-attn; then  # the transformer op rows (decode attention included), shrunk, under two tools

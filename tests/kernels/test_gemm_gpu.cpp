@@ -14,6 +14,8 @@
 #include "kernels/backend/backend.h"
 #include "kernels/common/error.h"
 #include "kernels/common/half.h"
+#include "kernels/cuda/gemm/gemm_hopper.h"
+#include "kernels/cuda/gemm/gemm_hopper_a8.h"
 #include "kernels/cuda/gemm/gemm_launch.h"
 #include "kernels/gemm/gemm_ops.h"
 #include "kernels/gemm/gemm_reference.h"
@@ -27,6 +29,19 @@ constexpr uint16_t kPoison = 0xFFFF;  // a NaN: never a result of a finite GEMM
 constexpr size_t kGuard = 256;        // halves of guard on each side (keeps 16-byte alignment)
 
 bool quick() { return std::getenv("QS_GEMM_TEST_QUICK") != nullptr; }
+
+// The CUTLASS kernels can run here (sm_90 device, a build with CUTLASS).
+bool hopperHere() {
+  int dev = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+    return false;
+  return cuda_gemm::hopperKernelsBuilt() && major * 10 + minor == 90;
+}
+// Whether the CUTLASS W8A8 kernel takes a weight of this scheme and shape (gemm_hopper_a8.h).
+bool hopperA8Takes(const GemmScheme& s, int64_t n, int64_t k) {
+  return s.weight != GemmWeightType::Fp8E5M2 && n % 8 == 0 && k % 16 == 0;
+}
 
 uint64_t freshSeed() {
   static std::random_device rd;
@@ -54,10 +69,21 @@ struct Case {
 class Harness {
  public:
   Harness() : cpu_(createCpuGemmOps()), gpu_(createCudaGemmOps()) {}
+  // A harness whose op-set is created with environment variable `name` set to `value` (the
+  // op-set reads its QS_GEMM_* choices once, when created).
+  static std::unique_ptr<Harness> withEnv(const char* name, const QByteArray& value) {
+    const QByteArray before = qgetenv(name);
+    qputenv(name, value);
+    auto h = std::make_unique<Harness>();
+    if (before.isNull()) qunsetenv(name);
+    else qputenv(name, before);
+    return h;
+  }
   GemmOps& gpu() { return *gpu_; }
 
-  // Runs one comparison; returns an empty string or the failure.
-  QString compare(const GemmScheme& s, const Case& c, bool outliers, uint64_t seed) {
+  // Runs one comparison; returns an empty string or the failure. kernel: what ran; out: y.
+  QString compare(const GemmScheme& s, const Case& c, bool outliers, uint64_t seed, std::string* kernel = nullptr,
+                  std::vector<uint16_t>* out = nullptr) {
     const QuantizedTensor w = makeRandomQuantWeight(c.n, c.k, s, seed, outliers);
     const std::vector<uint16_t> xh = makeRandomActivations(c.m, c.k, seed ^ 0x9E3779B97F4A7C15ull, outliers);
     const QString what = QString("%1 n=%2 k=%3 m=%4%5 seed=%6")
@@ -85,6 +111,8 @@ class Harness {
     gpu_->run(*wg, x.get(), c.m, yOut);
     gpu_->synchronize();
     gpu_->download(buf.data(), y.get(), total * 2);
+    if (kernel) *kernel = gpu_->kernelName(*wg, c.m);
+    if (out) out->assign(buf.begin() + kGuard, buf.end() - kGuard);
     for (size_t i = 0; i < kGuard; ++i)
       if (buf[i] != kPoison || buf[total - 1 - i] != kPoison) return what + ": write outside the output";
     double num = 0, den = 0;
@@ -196,6 +224,100 @@ class TestGemmGpu : public QObject {
         const QString err = h_->compare(GemmScheme::parse(name), {256, 512, m}, m == 200, seed + uint64_t(m));
         QVERIFY2(err.isEmpty(), qPrintable(err));
       }
+  }
+
+  // W8A8 at m > 16 with each core forced (QS_GEMM_A8): cuBLASLt, and each CUTLASS configuration
+  // on the weights it takes (INT8 / E4M3, n % 8 == 0) — cuBLASLt (or the skinny slices) on the
+  // others. Shapes: n not a multiple of the 128-row tile (208, 200: % 8 only, 1040: an odd number
+  // of tiles for clusters of 2), odd n (203: never CUTLASS), k = 96 (not a multiple of the 128-byte
+  // k tile), long k, m from 17 to 1030 (partial token tiles, stream-K splits). Same bounds as
+  // the sweep (INT8 1e-3, FP8 3e-3). On sm_90 with CUTLASS built the test fails if the CUTLASS
+  // kernel did not run where it should.
+  void forcedA8Paths_data() {
+    QTest::addColumn<QByteArray>("mode");
+    QTest::newRow("cublaslt") << QByteArray("cublaslt");
+    for (int t = 0; t < cuda_gemm::kHopperA8Tiles; ++t) {
+      const char* name = cuda_gemm::hopperA8TileName(cuda_gemm::HopperA8Tile(t));
+      QTest::newRow(name) << QByteArray(name);
+    }
+  }
+  void forcedA8Paths() {
+    QFETCH(QByteArray, mode);
+    auto forced = Harness::withEnv("QS_GEMM_A8", mode);
+    const bool cutlassMode = mode.startsWith("cutlass");
+    const uint64_t seed0 = freshSeed();
+    int failures = 0, i = 0, cutlassRuns = 0;
+    QStringList report;
+    for (const char* name : {"w8a8-int8", "w8a8-fp8", "w8a8-fp8-tensor", "w8a8-e5m2"}) {
+      const GemmScheme s = GemmScheme::parse(name);
+      for (const Case& c : std::vector<Case>{{208, 384, 17}, {200, 512, 130}, {203, 384, 33}, {128, 96, 257},
+                                             {1040, 4096, 130}, {256, 1024, 1030}, {384, 4096, 77}, {136, 2048, 64}}) {
+        ++i;
+        const bool cutlass = cutlassMode && hopperHere() && hopperA8Takes(s, c.n, c.k);
+        cutlassRuns += cutlass;
+        std::string kernel;
+        QString err = forced->compare(s, c, i % 2 == 0, seed0 + uint64_t(i) * 7919, &kernel);
+        const bool ranCutlass = kernel.rfind("quant+cutlass-a8-", 0) == 0;
+        if (err.isEmpty() && (cutlass ? kernel != "quant+" + mode.toStdString() : ranCutlass))
+          err = QString("%1 n=%2 m=%3: ran %4").arg(name).arg(c.n).arg(c.m).arg(QString::fromStdString(kernel));
+        if (!err.isEmpty() && failures++ < 12) report << err;
+      }
+    }
+    if (cutlassMode) qInfo("%d products on the Hopper W8A8 kernel (CUTLASS)%s", cutlassRuns, hopperHere() ? "" : " (none: not sm_90 or not built)");
+    QVERIFY2(failures == 0, qPrintable(QString::number(failures) + " failures:\n" + report.join('\n')));
+  }
+
+  // INT8 W8A8: the products and sums are exact integers and both cores apply the same two FP32
+  // products to them, so every CUTLASS configuration equals cuBLASLt + the scale epilogue bit
+  // for bit (where cuBLASLt runs the shape).
+  void a8CutlassMatchesCublasLtBitForBit() {
+    if (!hopperHere()) QSKIP("no CUTLASS W8A8 kernel here (needs sm_90 and a build with CUTLASS)");
+    const GemmScheme s = GemmScheme::parse("w8a8-int8");
+    auto lt = Harness::withEnv("QS_GEMM_A8", "cublaslt");
+    const uint64_t seed = freshSeed();
+    int compared = 0;
+    for (const Case& c : std::vector<Case>{{256, 1024, 300}, {1040, 4096, 130}, {208, 4096, 33}}) {
+      std::string ltKernel;
+      std::vector<uint16_t> want, got;
+      QString err = lt->compare(s, c, true, seed + uint64_t(c.n), &ltKernel, &want);
+      QVERIFY2(err.isEmpty(), qPrintable(err));
+      if (ltKernel.find("cublasLt") == std::string::npos) continue;
+      for (int t = 0; t < cuda_gemm::kHopperA8Tiles; ++t) {
+        const char* tile = cuda_gemm::hopperA8TileName(cuda_gemm::HopperA8Tile(t));
+        auto forced = Harness::withEnv("QS_GEMM_A8", tile);
+        std::string kernel;
+        err = forced->compare(s, c, true, seed + uint64_t(c.n), &kernel, &got);
+        QVERIFY2(err.isEmpty(), qPrintable(err));
+        QCOMPARE(QString::fromStdString(kernel), QString("quant+") + tile);
+        QVERIFY2(got == want, qPrintable(QString("%1 n=%2 k=%3 m=%4: differs from %5").arg(tile).arg(c.n).arg(c.k).arg(c.m)
+                                              .arg(QString::fromStdString(ltKernel))));
+        ++compared;
+      }
+    }
+    QVERIFY(compared > 0);
+  }
+
+  // Unforced, the first call of a W8A8 shape at m > 16 times cuBLASLt and (sm_90) every CUTLASS
+  // configuration, keeps the fastest, and says so.
+  void a8PickedByTiming() {
+    auto h = Harness::withEnv("QS_GEMM_A8", QByteArray());
+    std::string kernel;
+    const QString err = h->compare(GemmScheme::parse("w8a8-int8"), {1024, 2048, 512}, true, freshSeed(), &kernel);
+    QVERIFY2(err.isEmpty(), qPrintable(err));
+    GemmOps& ops = h->gpu();
+    const GemmScheme s = GemmScheme::parse("w8a8-int8");
+    const auto w = ops.prepare(makeRandomQuantWeight(1024, 2048, s, 1), s.activation);
+    auto x = ops.allocate(size_t(512) * 2048 * 2), y = ops.allocate(size_t(512) * 1024 * 2);
+    const std::vector<uint16_t> xh = makeRandomActivations(512, 2048, 2);
+    ops.upload(x.get(), xh.data(), xh.size() * 2);
+    ops.run(*w, x.get(), 512, y.get());
+    const std::string choice = ops.pathChoice(*w, 512);
+    qInfo("w8a8-int8 m=512: %s / %s", ops.kernelName(*w, 512).c_str(), choice.c_str());
+    QVERIFY2(choice.rfind("auto at m=512: ", 0) == 0 || !hopperHere(), choice.c_str());
+    if (hopperHere())
+      for (int t = 0; t < cuda_gemm::kHopperA8Tiles; ++t)
+        QVERIFY2(choice.find(std::string(cuda_gemm::hopperA8TileName(cuda_gemm::HopperA8Tile(t))) + " ") != std::string::npos,
+                 choice.c_str());
   }
 
   void splitKIsDeterministic() {

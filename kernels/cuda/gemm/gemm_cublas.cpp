@@ -73,13 +73,15 @@ std::unique_ptr<LtMatmul> LtMatmul::create(const CublasContext& ctx, Kind kind, 
     cublasLtMatmulPreferenceDestroy(pref);
     return nullptr;
   }
-  cublasLtMatmulHeuristicResult_t result{};
+  cublasLtMatmulHeuristicResult_t results[kMaxAlgorithms] = {};
   int returned = 0;
   const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx.lt(), mm->desc_, mm->a_, mm->b_, mm->d_, mm->d_,
-                                                           pref, 1, &result, &returned);
+                                                           pref, kMaxAlgorithms, results, &returned);
   cublasLtMatmulPreferenceDestroy(pref);
-  if (st != CUBLAS_STATUS_SUCCESS || returned == 0 || result.state != CUBLAS_STATUS_SUCCESS) return nullptr;
-  mm->algo_ = result.algo;
+  if (st != CUBLAS_STATUS_SUCCESS) return nullptr;
+  for (int i = 0; i < returned; ++i)
+    if (results[i].state == CUBLAS_STATUS_SUCCESS) mm->algos_.push_back(results[i].algo);
+  if (mm->algos_.empty()) return nullptr;
   return mm;
 }
 
@@ -102,7 +104,7 @@ void LtMatmul::run(const CublasContext& ctx, const void* w, const void* xq, cons
   const int32_t alphaI = 1, betaI = 0;
   const void* alpha = kind_ == Kind::Fp8 ? static_cast<const void*>(&alphaF) : &alphaI;
   const void* beta = kind_ == Kind::Fp8 ? static_cast<const void*>(&betaF) : &betaI;
-  QS_CUBLAS_CHECK(cublasLtMatmul(ctx.lt(), desc_, alpha, w, a_, xq, b_, beta, d, d_, d, d_, &algo_, ctx.workspace(),
+  QS_CUBLAS_CHECK(cublasLtMatmul(ctx.lt(), desc_, alpha, w, a_, xq, b_, beta, d, d_, d, d_, &algos_[size_t(algo_)], ctx.workspace(),
                                  ctx.workspaceBytes(), ctx.stream()));
 }
 

@@ -13,6 +13,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kernels/cuda/common/cuda_check.h"
 
@@ -59,6 +60,12 @@ class LtMatmul {
                                           int k, int lda, bool outerVecScales);
   ~LtMatmul();
   bool scaled() const { return scaled_; }
+  // The algorithms cuBLASLt's heuristic offered (up to kMaxAlgorithms, its first pick first) and
+  // the one run() uses (0 until an owner that timed them picks another).
+  static constexpr int kMaxAlgorithms = 8;
+  int algorithms() const { return int(algos_.size()); }
+  int algorithm() const { return algo_; }
+  void useAlgorithm(int i) { algo_ = i >= 0 && i < algorithms() ? i : 0; }
   // d: FP16 [m, n] when scaled(), else FP32 / INT32 [m, n].
   void run(const CublasContext& ctx, const void* w, const void* xq, const float* channelScales,
            const float* tokenScales, void* d) const;
@@ -69,7 +76,8 @@ class LtMatmul {
   bool scaled_ = false;
   cublasLtMatmulDesc_t desc_ = nullptr;
   cublasLtMatrixLayout_t a_ = nullptr, b_ = nullptr, d_ = nullptr;
-  cublasLtMatmulAlgo_t algo_{};
+  std::vector<cublasLtMatmulAlgo_t> algos_;
+  int algo_ = 0;
 };
 
 }  // namespace qs::cuda_gemm

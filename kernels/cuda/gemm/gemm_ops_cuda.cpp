@@ -8,11 +8,17 @@
 //                                                  then cublasGemmEx) or, on sm_90, CUTLASS's
 //                                                  wgmma mixed-input GEMM (gemm_hopper.cu) in
 //                                                  two tile shapes: the fastest as timed
-//   W8A8 INT8       quant + skinny-mma (A8)        quant + cuBLASLt INT8 + scale epilogue
+//   W8A8 INT8       quant + skinny-mma (A8)        quant + cuBLASLt INT8 + scale epilogue, or on
+//                                                  sm_90 CUTLASS's 8-bit GEMM with the scales in
+//                                                  its epilogue (gemm_hopper_a8.cu): the fastest
+//                                                  as timed
 //   W8A8 FP8        quant + skinny-mma (A8)        quant + cuBLASLt FP8 with outer-vector scales
-//                                                  (or FP32 out + scale epilogue)
+//                                                  (or FP32 out + scale epilogue), or on sm_90
+//                                                  the CUTLASS kernel: the fastest as timed
 // When cuBLASLt has no algorithm for a W8A8 shape (odd n, say), the skinny kernel runs over
-// slices of 16 tokens instead: slower, never wrong.
+// slices of 16 tokens instead: slower, never wrong. The W8A8 choice is timed like the A16 one
+// below (QS_GEMM_A8=cublaslt or a configuration's name, cutlass-a8-128x128 … see
+// hopperA8TileName, forces one).
 //
 // The A16 wide choice (as torchao's autoquant): at the first eager run() of a (n, k, scheme,
 // m bucket = next power of two >= m) every path runs on the call's own x and y — wide-mma,
@@ -39,6 +45,7 @@
 #include "kernels/cuda/gemm/gemm_cublas.h"
 #include "kernels/cuda/gemm/gemm_dequant.h"
 #include "kernels/cuda/gemm/gemm_hopper.h"
+#include "kernels/cuda/gemm/gemm_hopper_a8.h"
 #include "kernels/cuda/common/device_buffer.h"
 #include "kernels/cuda/gemm/gemm_launch.h"
 #include "kernels/device/device_info.h"
@@ -67,6 +74,7 @@ class CudaGemmWeight final : public GemmWeight {
   // The Hopper paths' copy in CUTLASS's layout, made at first use (hopper.codes null until then);
   // hopperWhyNot: empty where they can run this weight, else the reason.
   std::string hopperWhyNot;
+  std::string hopperA8WhyNot;  // the same for the W8A8 kernel (gemm_hopper_a8.h)
   mutable DeviceBuffer hopperCodes, hopperScales;
   mutable cuda_gemm::HopperWeight hopper;
 };
@@ -116,6 +124,11 @@ class CudaGemmOps final : public GemmOps {
         wideMode_ = WideMode::Hopper;
         forcedHopperTile_ = cuda_gemm::HopperTile(t);
       }
+    // W8A8 at m > 16: cuBLASLt or a CUTLASS configuration, picked by timing (QS_GEMM_A8 forces).
+    const std::string a8 = env("QS_GEMM_A8");
+    if (a8 == "cublaslt") forcedA8Path_ = 0;
+    for (int t = 0; t < cuda_gemm::kHopperA8Tiles; ++t)
+      if (a8 == cuda_gemm::hopperA8TileName(cuda_gemm::HopperA8Tile(t))) forcedA8Path_ = 1 + t;
     // The sliced path's FP16 slice: a third of the L2 (QS_GEMM_DEQUANT_SLICE_KB overrides).
     const std::string slice = env("QS_GEMM_DEQUANT_SLICE_KB");
     sliceBytes_ = slice.empty() ? std::max<size_t>(info_.l2CacheBytes / 3, size_t(1) << 20)
@@ -246,9 +259,11 @@ class CudaGemmOps final : public GemmOps {
 
   void setHopperEligibility(CudaGemmWeight& w) const {
     const auto& d = w.dev;
-    w.hopperWhyNot = !cuda_gemm::hopperKernelsBuilt()
-                          ? "this build has no Hopper kernels (CUTLASS not found at configure time)"
-                          : cuda_gemm::hopperUnsupportedReason(d, info_.computeMajor * 10 + info_.computeMinor);
+    const int cc = info_.computeMajor * 10 + info_.computeMinor;
+    const char* notBuilt = "this build has no Hopper kernels (CUTLASS not found at configure time)";
+    const bool built = cuda_gemm::hopperKernelsBuilt();
+    w.hopperWhyNot = !built ? notBuilt : cuda_gemm::hopperUnsupportedReason(d, cc);
+    w.hopperA8WhyNot = !built ? notBuilt : cuda_gemm::hopperA8UnsupportedReason(d, cc);
   }
 
   std::string kernelName(const GemmWeight& weight, int64_t m) const override {
@@ -263,10 +278,7 @@ class CudaGemmOps final : public GemmOps {
       }
       default: {
         if (m <= 16) return std::string("quant+skinny-mma") + (pdl_ ? (skinnyPlan(w, int(m)).earlyTrigger ? "+pdl-early" : "+pdl") : "");
-        const LtMatmul* lt = ltFor(w, int(m));
-        if (!lt) return "quant+skinny-mma-slices";
-        const bool fp8 = w.scheme.activation == GemmActivationType::Fp8E4M3PerToken;
-        return std::string("quant+cublasLt-") + (fp8 ? "fp8" : "int8") + (lt->scaled() ? "-outervec" : "+epilogue");
+        return std::string("quant+") + a8PathName(w, int(m), a8Path(w, int(m)));
       }
     }
   }
@@ -286,7 +298,7 @@ class CudaGemmOps final : public GemmOps {
           const auto& plan = skinnyPlan(w, m);
           cuda_gemm::launchSkinny(d, x, nullptr, m, y, plan, splitWorkspace(plan), stream_, pdl_);
         } else {
-          const WideChoice* c = pickWide(w, x, m, y);
+          const PathChoice* c = pickWide(w, x, m, y);
           runWide(w, x, m, y, c ? c->path : guessPath(m));
         }
         break;
@@ -295,23 +307,12 @@ class CudaGemmOps final : public GemmOps {
         ensure(actCodes_, size_t(m) * size_t(w.k));
         ensure(tokenScales_, size_t(m) * sizeof(float));
         cuda_gemm::launchQuantizeActivations(x, m, int(w.k), fp8, actCodes_.get(), tokenScalesPtr(), stream_);
-        const LtMatmul* lt = m > 16 ? ltFor(w, m) : nullptr;
-        if (lt && lt->scaled()) {
-          lt->run(*blas_, d.codes, actCodes_.get(), d.channelScales, tokenScalesPtr(), y);
-        } else if (lt) {
-          ensure(ltOut_, size_t(m) * size_t(w.n) * 4);
-          lt->run(*blas_, d.codes, actCodes_.get(), d.channelScales, tokenScalesPtr(), ltOut_.get());
-          cuda_gemm::launchScaleEpilogue(ltOut_.get(), !fp8, m, int(w.n), tokenScalesPtr(), d.channelScales, y,
-                                         stream_);
+        if (m <= 16) {
+          const auto& plan = skinnyPlan(w, m);
+          cuda_gemm::launchSkinny(d, actCodes_.get(), tokenScalesPtr(), m, y, plan, splitWorkspace(plan), stream_, pdl_);
         } else {
-          // Slices of at most 16 tokens through the skinny kernel.
-          for (int m0 = 0; m0 < m; m0 += 16) {
-            const int mm = std::min(16, m - m0);
-            const auto& plan = skinnyPlan(w, mm);
-            cuda_gemm::launchSkinny(d, static_cast<const uint8_t*>(actCodes_.get()) + size_t(m0) * size_t(w.k),
-                                    tokenScalesPtr() + m0, mm, static_cast<uint16_t*>(y) + size_t(m0) * size_t(w.n),
-                                    plan, splitWorkspace(plan), stream_, pdl_);
-          }
+          const PathChoice* c = pickA8(w, m, y);
+          runA8(w, m, y, c ? c->path : a8Path(w, m));
         }
         break;
       }
@@ -392,7 +393,8 @@ class CudaGemmOps final : public GemmOps {
 
   std::string pathChoice(const GemmWeight& weight, int64_t m) const override {
     const auto& w = checkedWeight(weight);
-    if (w.scheme.activation != GemmActivationType::F16 || w.scheme.weight == GemmWeightType::F16 || m <= 16) return {};
+    if (w.scheme.weight == GemmWeightType::F16 || m <= 16) return {};
+    if (w.scheme.activation != GemmActivationType::F16) return a8PathChoice(w, int(m));
     if (forcedPath() >= 0) {
       std::string text = std::string("forced (QS_GEMM_WIDE): ") + pathName(runnablePath(w, forcedPath()));
       if (runnablePath(w, forcedPath()) != forcedPath()) text += " (" + w.hopperWhyNot + ")";
@@ -400,18 +402,22 @@ class CudaGemmOps final : public GemmOps {
     }
     auto it = wideChoices_.find(wideKey(w, int(m)));
     if (it == wideChoices_.end()) return std::string("not picked yet (guess: ") + pathName(guessPath(int(m))) + ")";
-    std::string text = "auto at m=" + std::to_string(it->second.measuredAt) + ":";
-    bool first = true;
-    for (int path = 0; path < kPaths; ++path)
-      if (it->second.us[path] > 0) {
-        char buf[80];
-        std::snprintf(buf, sizeof buf, "%s %s %.1f us", first ? "" : ",", pathName(path), it->second.us[path]);
-        text += buf;
-        first = false;
-      }
+    std::string text = timingsText(it->second, kPaths, [](int path) { return std::string(pathName(path)); });
     if (it->second.us[2] > 0) text += " (" + std::to_string(sliceRows(w)) + " rows/slice)";
     if (!w.hopperWhyNot.empty()) text += "; no wgmma: " + w.hopperWhyNot;
     return text;
+  }
+
+  std::string a8PathChoice(const CudaGemmWeight& w, int m) const {
+    const std::string whyNot = w.hopperA8WhyNot.empty() ? "" : "; no CUTLASS W8A8: " + w.hopperA8WhyNot;
+    if (forcedA8Path_ >= 0) return "forced (QS_GEMM_A8): " + a8PathName(w, m, a8Path(w, m)) + whyNot;
+    auto it = a8Choices_.find(wideKey(w, m));
+    if (it == a8Choices_.end()) return "not picked yet (guess: " + a8PathName(w, m, a8Path(w, m)) + ")" + whyNot;
+    std::string text = timingsText(it->second, kA8Paths, [&](int path) { return a8PathName(w, m, path); });
+    if (const LtMatmul* lt = ltFor(w, m); lt && lt->algorithms() > 1)
+      text += " (cuBLASLt algorithm " + std::to_string(lt->algorithm() + 1) + " of " + std::to_string(lt->algorithms()) +
+              " offered, timed)";
+    return text + whyNot;
   }
 
   std::shared_ptr<void> allocate(size_t bytes) override {
@@ -452,10 +458,12 @@ class CudaGemmOps final : public GemmOps {
       default: return cuda_gemm::hopperTileName(hopperTile(path));
     }
   }
-  struct WideChoice {
+  // A timed choice among a scheme's paths (A16 wide, W8A8): the winner and every median.
+  static constexpr int kMaxPaths = std::max({kPaths, 1 + cuda_gemm::kHopperA8Tiles, LtMatmul::kMaxAlgorithms});
+  struct PathChoice {
     int path = 0;
-    double us[kPaths] = {};  // 0: not timed
-    int measuredAt = 0;      // the m it was timed at
+    double us[kMaxPaths] = {};  // 0: not timed
+    int measuredAt = 0;         // the m it was timed at
   };
   using WideKey = std::tuple<int, int, std::string, int>;  // n, k, scheme, m bucket
   static int mBucket(int m) {
@@ -546,10 +554,10 @@ class CudaGemmOps final : public GemmOps {
 
   // The choice for (w, m): forced, cached, or measured now (an eager call only; null while the
   // stream is being captured and nothing is cached).
-  const WideChoice* pickWide(const CudaGemmWeight& w, const void* x, int m, void* y) {
+  const PathChoice* pickWide(const CudaGemmWeight& w, const void* x, int m, void* y) {
     if (forcedPath() >= 0) {
       static const auto kForced = [] {
-        std::array<WideChoice, kPaths> all{};
+        std::array<PathChoice, kPaths> all{};
         for (int path = 0; path < kPaths; ++path) all[size_t(path)].path = path;
         return all;
       }();
@@ -566,35 +574,139 @@ class CudaGemmOps final : public GemmOps {
     if (sliceRows(w) < w.dev.n) paths.push_back(2);
     if (w.hopperWhyNot.empty())
       for (int path = kHopperPath0; path < kPaths; ++path) paths.push_back(path);
-    // Warm-up of each (workspaces, cuBLAS heuristics), then 3 interleaved timed calls each, the
-    // L2 flushed (a memset of 2 x L2) before each so that none finds the weight cached.
+    return &wideChoices_.emplace(key, timePaths(paths, m, [&](int path) { runWide(w, x, m, y, path); })).first->second;
+  }
+
+  // Warm-up of each path (workspaces, cuBLAS heuristics), then 3 interleaved timed calls each,
+  // the L2 flushed (a memset of 2 x L2) before each so that none finds the weight cached; the
+  // fastest median wins.
+  template <class Run>
+  PathChoice timePaths(const std::vector<int>& paths, int m, Run run) {
     if (!timing_[0]) {
       QS_CUDA_CHECK(cudaEventCreate(&timing_[0]));
       QS_CUDA_CHECK(cudaEventCreate(&timing_[1]));
     }
     const size_t flushBytes = std::max<size_t>(size_t(2) * info_.l2CacheBytes, size_t(8) << 20);
     ensure(l2Flush_, flushBytes);
-    for (int path : paths) runWide(w, x, m, y, path);
-    std::vector<double> us[kPaths];
+    for (int path : paths) run(path);
+    std::vector<double> us[kMaxPaths];
     for (int rep = 0; rep < 3; ++rep)
       for (int path : paths) {
         QS_CUDA_CHECK(cudaMemsetAsync(l2Flush_.get(), rep, flushBytes, stream_));
         QS_CUDA_CHECK(cudaEventRecord(timing_[0], stream_));
-        runWide(w, x, m, y, path);
+        run(path);
         QS_CUDA_CHECK(cudaEventRecord(timing_[1], stream_));
         QS_CUDA_CHECK(cudaEventSynchronize(timing_[1]));
         float ms = 0;
         QS_CUDA_CHECK(cudaEventElapsedTime(&ms, timing_[0], timing_[1]));
         us[path].push_back(double(ms) * 1e3);
       }
-    WideChoice c;
+    PathChoice c;
     c.measuredAt = m;
+    c.path = paths.front();
     for (int path : paths) {
       std::sort(us[path].begin(), us[path].end());
       c.us[path] = us[path][1];
       if (c.us[path] < c.us[c.path]) c.path = path;
     }
-    return &wideChoices_.emplace(key, c).first->second;
+    return c;
+  }
+
+  // Lists a choice's timings: " name1 12.3 us, name2 …".
+  template <class Name>
+  static std::string timingsText(const PathChoice& c, int paths, Name name) {
+    std::string text = "auto at m=" + std::to_string(c.measuredAt) + ":";
+    bool first = true;
+    for (int path = 0; path < paths; ++path)
+      if (c.us[path] > 0) {
+        char buf[96];
+        std::snprintf(buf, sizeof buf, "%s %s %.1f us", first ? "" : ",", name(path).c_str(), c.us[path]);
+        text += buf;
+        first = false;
+      }
+    return text;
+  }
+
+  // ---- W8A8 at m > 16: cuBLASLt (path 0) or the CUTLASS kernel (1 + HopperA8Tile) -----------
+  // Path 0 is cuBLASLt with its scales (FP8 outer vectors) or + the scale epilogue, or, where
+  // cuBLASLt has no algorithm, the skinny kernel over 16-token slices. A cuBLASLt-less shape
+  // where the CUTLASS kernel runs is guessed onto the CUTLASS kernel.
+  static constexpr int kA8Paths = 1 + cuda_gemm::kHopperA8Tiles;
+  static cuda_gemm::HopperA8Tile a8Tile(int path) { return cuda_gemm::HopperA8Tile(path - 1); }
+  std::string a8PathName(const CudaGemmWeight& w, int m, int path) const {
+    if (path > 0) return cuda_gemm::hopperA8TileName(a8Tile(path));
+    const LtMatmul* lt = ltFor(w, m);
+    if (!lt) return "skinny-mma-slices";
+    const bool fp8 = w.scheme.activation == GemmActivationType::Fp8E4M3PerToken;
+    return std::string("cublasLt-") + (fp8 ? "fp8" : "int8") + (lt->scaled() ? "-outervec" : "+epilogue");
+  }
+  int a8Path(const CudaGemmWeight& w, int m) const {
+    if (forcedA8Path_ >= 0) return w.hopperA8WhyNot.empty() ? forcedA8Path_ : 0;
+    auto it = a8Choices_.find(wideKey(w, m));
+    if (it != a8Choices_.end()) return it->second.path;
+    return w.hopperA8WhyNot.empty() && !ltFor(w, m) ? 1 : 0;
+  }
+  // The choice for (w, m) at an eager call: cached, or measured now (cuBLASLt's algorithms first,
+  // then the cores); null when forced, when there is nothing to choose, or while the stream is
+  // being captured and nothing is cached (a8Path guesses).
+  const PathChoice* pickA8(const CudaGemmWeight& w, int m, void* y) {
+    if (forcedA8Path_ >= 0) return nullptr;
+    const WideKey key = wideKey(w, m);
+    auto it = a8Choices_.find(key);
+    if (it != a8Choices_.end()) return &it->second;
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    QS_CUDA_CHECK(cudaStreamIsCapturing(stream_, &capture));
+    if (capture != cudaStreamCaptureStatusNone) return nullptr;
+    std::vector<int> paths;
+    if (LtMatmul* lt = ltFor(w, m)) {
+      paths.push_back(0);
+      // cuBLASLt's heuristic offers several algorithms; its first is not always the fastest.
+      if (lt->algorithms() > 1) {
+        std::vector<int> algos(size_t(lt->algorithms()));
+        for (int i = 0; i < lt->algorithms(); ++i) algos[size_t(i)] = i;
+        const PathChoice best = timePaths(algos, m, [&](int i) {
+          lt->useAlgorithm(i);
+          runA8(w, m, y, 0);
+        });
+        lt->useAlgorithm(best.path);
+      }
+    }
+    // The 128 x 256 tile is not timed for FP8: with CUTLASS's FP32 promotion each consumer
+    // warpgroup holds two 64 x 256 accumulators and spills (2-3x slower; still forceable).
+    const bool fp8 = w.scheme.activation == GemmActivationType::Fp8E4M3PerToken;
+    for (int path = 1; path < kA8Paths && w.hopperA8WhyNot.empty(); ++path)
+      if (!(fp8 && a8Tile(path) == cuda_gemm::HopperA8Tile::Rows128Tokens256)) paths.push_back(path);
+    if (paths.empty()) return nullptr;  // the skinny slices: nothing to choose
+    return &a8Choices_.emplace(key, timePaths(paths, m, [&](int path) { runA8(w, m, y, path); })).first->second;
+  }
+  // The GEMM behind the activation quantization (actCodes_, tokenScales_ hold m tokens).
+  void runA8(const CudaGemmWeight& w, int m, void* y, int path) {
+    const auto& d = w.dev;
+    if (path > 0 && w.hopperA8WhyNot.empty()) {
+      const auto tile = a8Tile(path);
+      ensure(hopperWorkspace_, std::max<size_t>(16, cuda_gemm::hopperA8WorkspaceBytes(d, m, tile, info_.multiprocessors)));
+      cuda_gemm::launchHopperA8(d, actCodes_.get(), tokenScalesPtr(), m, y, tile, hopperWorkspace_.get(),
+                                hopperWorkspace_.bytes(), info_.multiprocessors, stream_);
+      return;
+    }
+    const LtMatmul* lt = ltFor(w, m);
+    if (lt && lt->scaled()) {
+      lt->run(*blas_, d.codes, actCodes_.get(), d.channelScales, tokenScalesPtr(), y);
+    } else if (lt) {
+      ensure(ltOut_, size_t(m) * size_t(w.n) * 4);
+      lt->run(*blas_, d.codes, actCodes_.get(), d.channelScales, tokenScalesPtr(), ltOut_.get());
+      cuda_gemm::launchScaleEpilogue(ltOut_.get(), w.scheme.activation != GemmActivationType::Fp8E4M3PerToken, m,
+                                     int(w.n), tokenScalesPtr(), d.channelScales, y, stream_);
+    } else {
+      // Slices of at most 16 tokens through the skinny kernel.
+      for (int m0 = 0; m0 < m; m0 += 16) {
+        const int mm = std::min(16, m - m0);
+        const auto& plan = skinnyPlan(w, mm);
+        cuda_gemm::launchSkinny(d, static_cast<const uint8_t*>(actCodes_.get()) + size_t(m0) * size_t(w.k),
+                                tokenScalesPtr() + m0, mm, static_cast<uint16_t*>(y) + size_t(m0) * size_t(w.n), plan,
+                                splitWorkspace(plan), stream_, pdl_);
+      }
+    }
   }
 
   static const CudaGemmWeight& checkedWeight(const GemmWeight& weight) {
@@ -644,7 +756,7 @@ class CudaGemmOps final : public GemmOps {
 
   float* tokenScalesPtr() const { return static_cast<float*>(tokenScales_.get()); }
 
-  const LtMatmul* ltFor(const CudaGemmWeight& w, int m) const {
+  LtMatmul* ltFor(const CudaGemmWeight& w, int m) const {
     const bool fp8 = w.scheme.activation == GemmActivationType::Fp8E4M3PerToken;
     const bool e5m2 = w.scheme.weight == GemmWeightType::Fp8E5M2;
     const auto key = std::make_tuple(fp8, e5m2, int(w.n), m, int(w.k), w.dev.kPad);
@@ -667,7 +779,8 @@ class CudaGemmOps final : public GemmOps {
   WideMode wideMode_ = WideMode::Auto;
   cuda_gemm::HopperTile forcedHopperTile_ = cuda_gemm::HopperTile::Tokens128;
   size_t sliceBytes_ = size_t(16) << 20;
-  std::map<WideKey, WideChoice> wideChoices_;
+  std::map<WideKey, PathChoice> wideChoices_, a8Choices_;
+  int forcedA8Path_ = -1;  // QS_GEMM_A8
   cudaEvent_t timing_[2] = {nullptr, nullptr};
   mutable std::map<std::tuple<bool, bool, int, int, int, int>, std::unique_ptr<LtMatmul>> lt_;
 };
