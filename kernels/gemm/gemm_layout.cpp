@@ -142,14 +142,19 @@ PackedGemmWeight packWeightForKernel(const QuantizedTensor& q, GemmActivationTyp
     switch (s.weight) {
       case GemmWeightType::Int4:
         if (s.asymmetric) return real ? c : zeroOf(row, groupOf(col));
-        return c + 8;
+        return a8 ? (c & 0xF) : c + 8;  // W4A8: two's complement nibbles
       case GemmWeightType::Int8: return a8 ? (c & 0xFF) : c + 128;
       default: return c;  // FP8 bits; +0 for padding
     }
   };
 
   const int64_t rowTiles = p.rowTiles(), chunks = p.chunks();
-  if (a8) {  // plain row-major [nPad][kPad]
+  if (a8 && int4) {  // W4A8: row-major [nPad][kPad / 2], low nibble first
+    p.codes.assign(size_t(p.nPad * p.kPad / 2), 0);
+    for (int64_t row = 0; row < p.nPad; ++row)
+      for (int64_t col = 0; col < p.kPad; ++col)
+        p.codes[size_t((row * p.kPad + col) / 2)] |= uint8_t(storedCode(row, col) << (4 * (col % 2)));
+  } else if (a8) {  // plain row-major [nPad][kPad]
     p.codes.assign(size_t(p.nPad * p.kPad), 0);
     for (int64_t row = 0; row < p.nPad; ++row)
       for (int64_t col = 0; col < p.kPad; ++col) p.codes[size_t(row * p.kPad + col)] = uint8_t(storedCode(row, col));
@@ -218,10 +223,16 @@ QuantizedTensor unpackWeightFromKernel(const PackedGemmWeight& p) {
   const bool grouped = s.groupSize > 0;
   const int64_t groups = grouped ? p.k / s.groupSize : 1;
   const int64_t rowTiles = p.rowTiles(), chunks = p.chunks();
-  if (p.codes.size() != (a8 ? size_t(p.nPad * p.kPad) : size_t(rowTiles * chunks * 512)))
+  if (p.codes.size() != (a8 ? size_t(p.nPad * p.kPad) / (int4 ? 2 : 1) : size_t(rowTiles * chunks * 512)))
     throw Error(ErrorKind::Internal, "packed GEMM weight: codes array has the wrong size");
 
-  if (a8) {
+  if (a8 && int4) {
+    for (int64_t row = 0; row < p.n; ++row)
+      for (int64_t col = 0; col < p.k; ++col) {
+        const int nib = (p.codes[size_t((row * p.kPad + col) / 2)] >> (4 * (col % 2))) & 0xF;
+        q.setCode(row, col, nib >= 8 ? nib - 16 : nib);
+      }
+  } else if (a8) {
     for (int64_t row = 0; row < p.n; ++row)
       for (int64_t col = 0; col < p.k; ++col) {
         const uint8_t b = p.codes[size_t(row * p.kPad + col)];

@@ -30,6 +30,9 @@
 //           weight is enough: the skinny kernel loads 16 contiguous bytes of rows r0 and r1 per
 //           lane (k in [16t, 16t+16) of a 64-wide chunk) and feeds them to m16n8k32 with a
 //           permuted k order, reading the activations in the same permuted order.
+//   INT4, A8 (W4A8, chunkK = 64): row-major nibbles [nPad][kPad / 2] (two's complement, low
+//           nibble = even k). The CUDA op-set widens them to the W8A8 layout (INT8 or E4M3 codes,
+//           exact) in a scratch before each product and runs the W8A8 kernels on that.
 //   groupScales: [rowTile][groupsPad][g 0..7][2] FP16 = (scale(r0), scale(r1)) per lane group,
 //           grouped INT formats only (one 4-byte load per lane per group).
 //   groupZeros:  [rowTile][groupsPad][g 0..7][2] bytes = (zero(r0), zero(r1)), asymmetric INT4;

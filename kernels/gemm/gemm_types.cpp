@@ -39,6 +39,7 @@ std::string GemmScheme::name() const {
   switch (weight) {
     case GemmWeightType::F16: return "fp16";
     case GemmWeightType::Int4:
+      if (a8) return activation == GemmActivationType::Int8PerToken ? "w4a8-int8" : "w4a8-fp8";
       return "w4a16" + groupSuffix(groupSize) + (asymmetric ? "-asym" : "");
     case GemmWeightType::Int8:
       if (a8) return "w8a8-int8";
@@ -59,6 +60,8 @@ std::vector<GemmScheme> GemmScheme::all() {
   all.push_back({});
   for (int g : {32, 64, 128, kGemmPerChannel})
     for (bool asym : {false, true}) all.push_back({GemmWeightType::Int4, GemmActivationType::F16, g, asym});
+  for (GemmActivationType a : {GemmActivationType::Int8PerToken, GemmActivationType::Fp8E4M3PerToken})
+    all.push_back({GemmWeightType::Int4, a, kGemmPerChannel, false});
   for (int g : {32, 64, 128, kGemmPerChannel}) all.push_back({GemmWeightType::Int8, GemmActivationType::F16, g, false});
   all.push_back({GemmWeightType::Int8, GemmActivationType::Int8PerToken, kGemmPerChannel, false});
   for (GemmWeightType t : {GemmWeightType::Fp8E4M3, GemmWeightType::Fp8E5M2})
@@ -75,7 +78,8 @@ GemmScheme GemmScheme::parse(const std::string& text) {
   throwBadInput("", "gemm scheme",
                 "unknown scheme '" + text +
                     "' (expected e.g. fp16, w4a16-g128, w4a16-g32-asym, w4a16-ch, w8a16-int8, "
-                    "w8a16-int8-g128, w8a16-fp8, w8a16-e5m2, w8a8-int8, w8a8-fp8, w8a8-fp8-tensor)");
+                    "w8a16-int8-g128, w8a16-fp8, w8a16-e5m2, w8a8-int8, w8a8-fp8, w8a8-fp8-tensor, w4a8-int8, "
+                    "w4a8-fp8)");
 }
 
 void GemmScheme::validate() const {
@@ -86,7 +90,8 @@ void GemmScheme::validate() const {
       if (activation != GemmActivationType::F16) bad("FP16 weights take FP16 activations");
       return;
     case GemmWeightType::Int4:
-      if (activation != GemmActivationType::F16) bad("INT4 weights take FP16 activations");
+      if (activation != GemmActivationType::F16 && (groupSize != kGemmPerChannel || asymmetric))
+        bad("INT4 weights with 8-bit activations (W4A8) take symmetric per-channel scales");
       if (groupSize != 32 && groupSize != 64 && groupSize != 128 && groupSize != kGemmPerChannel)
         bad("INT4 group size must be 32, 64, 128 or per channel, not " + std::to_string(groupSize));
       return;

@@ -49,7 +49,8 @@ struct GemmScheme {
 
   // Canonical names: "fp16", "w4a16-g128", "w4a16-g64-asym", "w4a16-ch", "w8a16-int8" (per
   // channel), "w8a16-int8-g128", "w8a16-fp8" (E4M3, per channel), "w8a16-fp8-tensor",
-  // "w8a16-e5m2", "w8a8-int8", "w8a8-fp8", "w8a8-fp8-tensor", "w8a8-e5m2".
+  // "w8a16-e5m2", "w8a8-int8", "w8a8-fp8", "w8a8-fp8-tensor", "w8a8-e5m2", "w4a8-int8" and
+  // "w4a8-fp8" (INT4 per channel, symmetric, with per-token INT8 / FP8 E4M3 activations).
   std::string name() const;
   // Parses a canonical name; throws ErrorKind::BadInput naming the text otherwise.
   static GemmScheme parse(const std::string& text);

@@ -77,6 +77,7 @@ const char* const kFormats[] = {
     "int8-ch-sym", "int8-g128-sym",                                       // W8A16 INT8
     "fp8e4m3-ch", "fp8e4m3-t", "fp8e5m2-ch",                              // W8A16 FP8
     "int8-ch-sym:int8-tok", "fp8e4m3-ch:fp8e4m3-tok", "fp8e4m3-t:fp8e4m3-tok",  // W8A8, per-token
+    "int4-ch-sym:int8-tok", "int4-ch-sym:fp8e4m3-tok",                    // W4A8, per-token
 };
 
 struct WeightShape {

@@ -30,7 +30,8 @@ std::vector<GemmScheme> allSchemes() {
   std::vector<GemmScheme> s;
   for (const char* name : {"w4a16-g32", "w4a16-g64", "w4a16-g128", "w4a16-ch", "w4a16-g32-asym", "w4a16-g128-asym",
                            "w4a16-ch-asym", "w8a16-int8", "w8a16-int8-g32", "w8a16-int8-g128", "w8a16-fp8",
-                           "w8a16-fp8-tensor", "w8a16-e5m2", "w8a8-int8", "w8a8-fp8", "w8a8-fp8-tensor", "w8a8-e5m2"})
+                           "w8a16-fp8-tensor", "w8a16-e5m2", "w8a8-int8", "w8a8-fp8", "w8a8-fp8-tensor", "w8a8-e5m2",
+                           "w4a8-int8", "w4a8-fp8"})
     s.push_back(GemmScheme::parse(name));
   return s;
 }

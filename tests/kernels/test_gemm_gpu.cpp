@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <QtTest>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstdlib>
@@ -18,8 +19,10 @@
 #include "kernels/cuda/gemm/gemm_hopper_a8.h"
 #include "kernels/cuda/gemm/gemm_launch.h"
 #include "kernels/gemm/gemm_ops.h"
+#include "kernels/gemm/gemm_layout.h"
 #include "kernels/gemm/gemm_reference.h"
 #include "kernels/ops/transformer_ops.h"
+#include "kernels/quant/fp8.h"
 
 using namespace qs;
 
@@ -38,7 +41,8 @@ bool hopperHere() {
     return false;
   return cuda_gemm::hopperKernelsBuilt() && major * 10 + minor == 90;
 }
-// Whether the CUTLASS W8A8 kernel takes a weight of this scheme and shape (gemm_hopper_a8.h).
+// Whether the CUTLASS W8A8 kernel takes a weight of this scheme and shape (gemm_hopper_a8.h;
+// W4A8 runs it on its widened codes).
 bool hopperA8Takes(const GemmScheme& s, int64_t n, int64_t k) {
   return s.weight != GemmWeightType::Fp8E5M2 && n % 8 == 0 && k % 16 == 0;
 }
@@ -83,7 +87,7 @@ class Harness {
 
   // Runs one comparison; returns an empty string or the failure. kernel: what ran; out: y.
   QString compare(const GemmScheme& s, const Case& c, bool outliers, uint64_t seed, std::string* kernel = nullptr,
-                  std::vector<uint16_t>* out = nullptr) {
+                  std::vector<uint16_t>* out = nullptr, double* relError = nullptr) {
     const QuantizedTensor w = makeRandomQuantWeight(c.n, c.k, s, seed, outliers);
     const std::vector<uint16_t> xh = makeRandomActivations(c.m, c.k, seed ^ 0x9E3779B97F4A7C15ull, outliers);
     const QString what = QString("%1 n=%2 k=%3 m=%4%5 seed=%6")
@@ -128,6 +132,7 @@ class Harness {
       den += r * r;
     }
     const double err = std::sqrt(num / std::max(den, 1e-30));
+    if (relError) *relError = err;
     if (!(err <= tolerance(s, c.m)))
       return what + QString(": relative error %1 > %2 (%3)")
                         .arg(err)
@@ -195,6 +200,56 @@ class TestGemmGpu : public QObject {
   void w8a16Fp8() { h_->sweep({"w8a16-fp8", "w8a16-fp8-tensor", "w8a16-e5m2"}); }
   void w8a8Int8() { h_->sweep({"w8a8-int8"}); }
   void w8a8Fp8() { h_->sweep({"w8a8-fp8", "w8a8-fp8-tensor", "w8a8-e5m2"}); }
+  void w4a8() { h_->sweep({"w4a8-int8", "w4a8-fp8"}); }
+
+  // W4A8 runs the W8A8 kernels on its codes widened to 8 bits, so with the same codes and scales
+  // (INT4 code c as INT8 c, or as the E4M3 value c) it gives W8A8's output bit for bit, on every
+  // path (m = 1 and 9: the skinny kernel, which widens in registers; 130, 600: a widening pass and
+  // the large-m cores, forced to cuBLASLt and to CUTLASS).
+  void w4a8EqualsW8A8OnTheSameCodes() {
+    const uint64_t seed = freshSeed();
+    for (const char* mode : {"cublaslt", "cutlass-a8-128x128"}) {
+      auto h = Harness::withEnv("QS_GEMM_A8", mode);
+      GemmOps& ops = h->gpu();
+      for (const char* name : {"w4a8-int8", "w4a8-fp8"}) {
+        const GemmScheme s4 = GemmScheme::parse(name);
+        const bool fp8 = s4.activation == GemmActivationType::Fp8E4M3PerToken;
+        const GemmScheme s8 = GemmScheme::parse(fp8 ? "w8a8-fp8" : "w8a8-int8");
+        for (const Case& c : std::vector<Case>{{200, 512, 1}, {208, 384, 9}, {1040, 2048, 130}, {256, 1024, 600}}) {
+          const QuantizedTensor w4 = makeRandomQuantWeight(c.n, c.k, s4, seed + uint64_t(c.m), true);
+          QuantizedTensor w8 = blankQuantizedTensor(weightSpecOf(s8), c.n, c.k);
+          QCOMPARE(w8.scales.size(), w4.scales.size());
+          w8.scales = w4.scales;
+          for (int64_t r = 0; r < c.n; ++r)
+            for (int64_t col = 0; col < c.k; ++col) {
+              const int code = w4.code(r, col);
+              w8.setCode(r, col, fp8 ? int(floatToFp8E4M3(float(code))) : code);
+            }
+          const std::vector<uint16_t> xh = makeRandomActivations(c.m, c.k, seed ^ uint64_t(c.n), true);
+          auto x = ops.allocate(xh.size() * 2);
+          ops.upload(x.get(), xh.data(), xh.size() * 2);
+          std::vector<uint16_t> got[2];
+          std::string kernels[2];
+          int i = 0;
+          for (const QuantizedTensor* w : std::array<const QuantizedTensor*, 2>{&w4, &w8}) {
+            const auto wg = ops.prepare(*w, s4.activation);
+            auto y = ops.allocate(size_t(c.m * c.n) * 2);
+            ops.run(*wg, x.get(), c.m, y.get());
+            got[i].resize(size_t(c.m * c.n));
+            ops.download(got[i].data(), y.get(), got[i].size() * 2);
+            kernels[i++] = ops.kernelName(*wg, c.m);
+          }
+          QVERIFY2(got[0] == got[1], qPrintable(QString("%1 m=%2 (%3): differs from %4 (%5)")
+                                                    .arg(name).arg(c.m).arg(QString::fromStdString(kernels[0]))
+                                                    .arg(QString::fromStdString(s8.name())).arg(QString::fromStdString(kernels[1]))));
+          // m <= 16: the skinny kernel widens in registers; larger m: a widening pass, then the same core.
+          const std::string expect = c.m <= 16 ? "quant+skinny-mma-int4" + kernels[1].substr(16)
+                                               : "quant+widen-int4+" + kernels[1].substr(6);
+          QVERIFY2(kernels[0] == expect, (kernels[0] + " vs " + kernels[1]).c_str());
+        }
+      }
+    }
+  }
   void fp16Cublas() { h_->sweep({"fp16"}); }
 
   // The skinny kernel has two ways to move the weight (sm_90: bulk-copy rings in shared memory,
@@ -248,20 +303,25 @@ class TestGemmGpu : public QObject {
     const uint64_t seed0 = freshSeed();
     int failures = 0, i = 0, cutlassRuns = 0;
     QStringList report;
-    for (const char* name : {"w8a8-int8", "w8a8-fp8", "w8a8-fp8-tensor", "w8a8-e5m2"}) {
+    for (const char* name : {"w8a8-int8", "w8a8-fp8", "w8a8-fp8-tensor", "w8a8-e5m2", "w4a8-int8", "w4a8-fp8"}) {
       const GemmScheme s = GemmScheme::parse(name);
+      double worst = 0;
       for (const Case& c : std::vector<Case>{{208, 384, 17}, {200, 512, 130}, {203, 384, 33}, {128, 96, 257},
                                              {1040, 4096, 130}, {256, 1024, 1030}, {384, 4096, 77}, {136, 2048, 64}}) {
         ++i;
         const bool cutlass = cutlassMode && hopperHere() && hopperA8Takes(s, c.n, c.k);
         cutlassRuns += cutlass;
         std::string kernel;
-        QString err = forced->compare(s, c, i % 2 == 0, seed0 + uint64_t(i) * 7919, &kernel);
-        const bool ranCutlass = kernel.rfind("quant+cutlass-a8-", 0) == 0;
-        if (err.isEmpty() && (cutlass ? kernel != "quant+" + mode.toStdString() : ranCutlass))
+        double relError = 0;
+        QString err = forced->compare(s, c, i % 2 == 0, seed0 + uint64_t(i) * 7919, &kernel, nullptr, &relError);
+        worst = std::max(worst, relError);
+        const bool ranCutlass = kernel.find("cutlass-a8-") != std::string::npos;
+        const std::string quant = s.weight == GemmWeightType::Int4 ? "quant+widen-int4+" : "quant+";
+        if (err.isEmpty() && (cutlass ? kernel != quant + mode.toStdString() : ranCutlass))
           err = QString("%1 n=%2 m=%3: ran %4").arg(name).arg(c.n).arg(c.m).arg(QString::fromStdString(kernel));
         if (!err.isEmpty() && failures++ < 12) report << err;
       }
+      qInfo("%s: largest relative error %.2e (bound %.0e)", name, worst, tolerance(s, 64));
     }
     if (cutlassMode) qInfo("%d products on the Hopper W8A8 kernel (CUTLASS)%s", cutlassRuns, hopperHere() ? "" : " (none: not sm_90 or not built)");
     QVERIFY2(failures == 0, qPrintable(QString::number(failures) + " failures:\n" + report.join('\n')));

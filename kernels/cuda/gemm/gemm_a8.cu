@@ -138,7 +138,35 @@ __global__ void scaleEpilogueKernel(const void* acc, int m, int n, const float* 
   }
 }
 
+// Eight bytes of nibbles (16 codes) per thread → 16 bytes of 8-bit codes; the arrays are
+// contiguous, so byte i of the input is bytes 2i and 2i + 1 of the output.
+template <bool kFp8>
+__global__ void widenInt4Kernel(const uint2* nibbles, size_t pieces, uint4* codes) {
+  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= pieces) return;
+  const uint2 in = __ldcs(nibbles + i);
+  uint32_t out[4] = {0, 0, 0, 0};
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    const uint32_t nib = ((j < 8 ? in.x : in.y) >> (4 * (j % 8))) & 0xFu;
+    const int v = int(nib ^ 8u) - 8;  // two's complement nibble → -8..7
+    const uint32_t byte = kFp8 ? uint32_t(__nv_cvt_float_to_fp8(float(v), __NV_SATFINITE, __NV_E4M3))
+                               : uint32_t(v) & 0xFFu;
+    out[j / 4] |= byte << (8 * (j % 4));
+  }
+  codes[i] = make_uint4(out[0], out[1], out[2], out[3]);
+}
+
 }  // namespace
+
+void launchWidenInt4(const void* nibbles, int rows, int k, bool fp8, void* codes, cudaStream_t stream) {
+  const size_t pieces = size_t(rows) * size_t(k) / 16;  // k % 16 == 0
+  const unsigned blocks = unsigned((pieces + 255) / 256);
+  if (pieces == 0) return;
+  if (fp8) widenInt4Kernel<true><<<blocks, 256, 0, stream>>>(static_cast<const uint2*>(nibbles), pieces, static_cast<uint4*>(codes));
+  else widenInt4Kernel<false><<<blocks, 256, 0, stream>>>(static_cast<const uint2*>(nibbles), pieces, static_cast<uint4*>(codes));
+  QS_CUDA_LAUNCHED("widenInt4Kernel");
+}
 
 void launchQuantizeActivations(const void* x, int m, int k, bool fp8, void* codes, float* scales,
                                cudaStream_t stream) {

@@ -27,6 +27,14 @@ __device__ __forceinline__ uint4 loadWeightOnce(const uint4* p, uint64_t policy)
   return r;
 }
 
+__device__ __forceinline__ uint2 loadWeightOnce(const uint2* p, uint64_t policy) {
+  uint2 r;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v2.u32 {%0, %1}, [%2], %3;\n"
+               : "=r"(r.x), "=r"(r.y)
+               : "l"(p), "l"(policy));
+  return r;
+}
+
 __device__ __forceinline__ uint32_t smemAddress(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }

@@ -16,6 +16,8 @@ struct DeviceQuantWeight {
   const float* channelScales = nullptr;     // [nPad], per-channel / per-tensor only
   int kind = 0;                             // WKind: 0 INT4, 1 INT8, 2 E4M3, 3 E5M2
   bool a8 = false;                          // W8A8 layout (m16n8k32 fragments)
+  bool nibbles = false;                     // W4A8: codes are INT4 nibbles [nPad][kPad / 2] (two's
+                                            // complement, low first), kind the mma's 8-bit type
   int groupSize = 0;                        // 32 / 64 / 128, 0 = per channel (or tensor)
   int n = 0, k = 0, nPad = 0, kPad = 0, chunkK = 0, groupsPad = 0;
 };
@@ -120,6 +122,10 @@ void launchQuantizeActivations(const void* x, int m, int k, bool fp8, void* code
 // y[m, n] = FP16(acc[m, n] * tokenScales[m] * channelScales[n]); acc INT32 or FP32 row-major.
 void launchScaleEpilogue(const void* acc, bool accIsInt32, int m, int n, const float* tokenScales,
                          const float* channelScales, void* y, cudaStream_t stream);
+// W4A8: the INT4 nibbles [rows][k / 2] (two's complement, low nibble first; k a multiple of 32)
+// widened to the W8A8 layout [rows][k]: INT8 codes, or E4M3 codes (fp8) — exact, as every
+// value in -8..7 is an E4M3 value.
+void launchWidenInt4(const void* nibbles, int rows, int k, bool fp8, void* codes, cudaStream_t stream);
 
 // Raises the dynamic shared-memory limit of every kernel once (call before the first launch).
 void configureKernels();

@@ -75,6 +75,11 @@ class CudaGemmWeight final : public GemmWeight {
   // hopperWhyNot: empty where they can run this weight, else the reason.
   std::string hopperWhyNot;
   std::string hopperA8WhyNot;  // the same for the W8A8 kernel (gemm_hopper_a8.h)
+  // W4A8: dev describes the weight as the W8A8 kernels see it once widened (INT8 or E4M3 codes,
+  // [nPad][kPad]); nibbles holds the stored INT4 codes ([nPad][kPad / 2]). m <= 16: the skinny
+  // kernel widens them in registers; m > 16: they are widened into the op-set's scratch before
+  // each product (the large-m cores read 8-bit codes).
+  const void* nibbles = nullptr;
   mutable DeviceBuffer hopperCodes, hopperScales;
   mutable cuda_gemm::HopperWeight hopper;
 };
@@ -178,6 +183,11 @@ class CudaGemmOps final : public GemmOps {
     d.channelScales = static_cast<const float*>(st.channelScales.get());
     d.kind = weightKind(p.scheme.weight);
     d.a8 = p.scheme.activation != GemmActivationType::F16;
+    if (d.a8 && d.kind == 0) {  // W4A8: the kernels see the widened 8-bit weight
+      w->nibbles = d.codes;
+      d.codes = nullptr;
+      d.kind = p.scheme.activation == GemmActivationType::Fp8E4M3PerToken ? 2 : 1;
+    }
     d.groupSize = std::max(0, p.scheme.groupSize);
     d.n = int(p.n);
     d.k = int(p.k);
@@ -194,7 +204,7 @@ class CudaGemmOps final : public GemmOps {
     std::vector<CudaGemmWeight*> ps;
     for (GemmWeight* g : parts) {
       auto* p = dynamic_cast<CudaGemmWeight*>(g);
-      if (!p || !(p->scheme == parts[0]->scheme) || p->k != parts[0]->k || p->n % 16 != 0) return nullptr;
+      if (!p || !(p->scheme == parts[0]->scheme) || p->k != parts[0]->k || p->n % 16 != 0 || p->nibbles) return nullptr;
       ps.push_back(p);
     }
     auto f = std::make_unique<CudaGemmWeight>();
@@ -277,8 +287,10 @@ class CudaGemmOps final : public GemmOps {
                (pdl_ ? (plan.earlyTrigger ? "+pdl-early" : "+pdl") : "");
       }
       default: {
-        if (m <= 16) return std::string("quant+skinny-mma") + (pdl_ ? (skinnyPlan(w, int(m)).earlyTrigger ? "+pdl-early" : "+pdl") : "");
-        return std::string("quant+") + a8PathName(w, int(m), a8Path(w, int(m)));
+        if (m <= 16)
+          return std::string("quant+skinny-mma") + (w.nibbles ? "-int4" : "") +
+                 (pdl_ ? (skinnyPlan(w, int(m)).earlyTrigger ? "+pdl-early" : "+pdl") : "");
+        return std::string(w.nibbles ? "quant+widen-int4+" : "quant+") + a8PathName(w, int(m), a8Path(w, int(m)));
       }
     }
   }
@@ -307,12 +319,15 @@ class CudaGemmOps final : public GemmOps {
         ensure(actCodes_, size_t(m) * size_t(w.k));
         ensure(tokenScales_, size_t(m) * sizeof(float));
         cuda_gemm::launchQuantizeActivations(x, m, int(w.k), fp8, actCodes_.get(), tokenScalesPtr(), stream_);
-        if (m <= 16) {
+        if (m <= 16) {  // W4A8: the skinny kernel widens the nibbles in registers
+          cuda_gemm::DeviceQuantWeight dm = w.dev;
+          if (w.nibbles) dm.codes = w.nibbles, dm.nibbles = true;
           const auto& plan = skinnyPlan(w, m);
-          cuda_gemm::launchSkinny(d, actCodes_.get(), tokenScalesPtr(), m, y, plan, splitWorkspace(plan), stream_, pdl_);
+          cuda_gemm::launchSkinny(dm, actCodes_.get(), tokenScalesPtr(), m, y, plan, splitWorkspace(plan), stream_, pdl_);
         } else {
-          const PathChoice* c = pickA8(w, m, y);
-          runA8(w, m, y, c ? c->path : a8Path(w, m));
+          const cuda_gemm::DeviceQuantWeight d8 = widened(w);
+          const PathChoice* c = pickA8(w, d8, m, y);
+          runA8(w, d8, m, y, c ? c->path : a8Path(w, m));
         }
         break;
       }
@@ -649,7 +664,7 @@ class CudaGemmOps final : public GemmOps {
   // The choice for (w, m) at an eager call: cached, or measured now (cuBLASLt's algorithms first,
   // then the cores); null when forced, when there is nothing to choose, or while the stream is
   // being captured and nothing is cached (a8Path guesses).
-  const PathChoice* pickA8(const CudaGemmWeight& w, int m, void* y) {
+  const PathChoice* pickA8(const CudaGemmWeight& w, const cuda_gemm::DeviceQuantWeight& d, int m, void* y) {
     if (forcedA8Path_ >= 0) return nullptr;
     const WideKey key = wideKey(w, m);
     auto it = a8Choices_.find(key);
@@ -666,7 +681,7 @@ class CudaGemmOps final : public GemmOps {
         for (int i = 0; i < lt->algorithms(); ++i) algos[size_t(i)] = i;
         const PathChoice best = timePaths(algos, m, [&](int i) {
           lt->useAlgorithm(i);
-          runA8(w, m, y, 0);
+          runA8(w, d, m, y, 0);
         });
         lt->useAlgorithm(best.path);
       }
@@ -677,11 +692,11 @@ class CudaGemmOps final : public GemmOps {
     for (int path = 1; path < kA8Paths && w.hopperA8WhyNot.empty(); ++path)
       if (!(fp8 && a8Tile(path) == cuda_gemm::HopperA8Tile::Rows128Tokens256)) paths.push_back(path);
     if (paths.empty()) return nullptr;  // the skinny slices: nothing to choose
-    return &a8Choices_.emplace(key, timePaths(paths, m, [&](int path) { runA8(w, m, y, path); })).first->second;
+    return &a8Choices_.emplace(key, timePaths(paths, m, [&](int path) { runA8(w, d, m, y, path); })).first->second;
   }
-  // The GEMM behind the activation quantization (actCodes_, tokenScales_ hold m tokens).
-  void runA8(const CudaGemmWeight& w, int m, void* y, int path) {
-    const auto& d = w.dev;
+  // The GEMM behind the activation quantization (actCodes_, tokenScales_ hold m tokens); d is
+  // w's 8-bit weight (widened, for W4A8).
+  void runA8(const CudaGemmWeight& w, const cuda_gemm::DeviceQuantWeight& d, int m, void* y, int path) {
     if (path > 0 && w.hopperA8WhyNot.empty()) {
       const auto tile = a8Tile(path);
       ensure(hopperWorkspace_, std::max<size_t>(16, cuda_gemm::hopperA8WorkspaceBytes(d, m, tile, info_.multiprocessors)));
@@ -747,6 +762,17 @@ class CudaGemmOps final : public GemmOps {
     return ws;
   }
 
+  // w.dev, or for W4A8 its codes widened to 8 bits in the op-set's scratch (made now).
+  cuda_gemm::DeviceQuantWeight widened(const CudaGemmWeight& w) {
+    cuda_gemm::DeviceQuantWeight d = w.dev;
+    if (!w.nibbles) return d;
+    const size_t bytes = size_t(d.nPad) * size_t(d.kPad);
+    ensure(widened_, bytes);
+    cuda_gemm::launchWidenInt4(w.nibbles, d.nPad, d.kPad, d.kind == 2, widened_.get(), stream_);
+    d.codes = widened_.get();
+    return d;
+  }
+
   const cuda_gemm::LaunchPlan& skinnyPlan(const CudaGemmWeight& w, int m) const {
     auto it = w.skinnyPlans.find(m);
     if (it == w.skinnyPlans.end())
@@ -775,7 +801,8 @@ class CudaGemmOps final : public GemmOps {
   cudaStream_t stream_ = nullptr;
   uint64_t workspaceGeneration_ = 0;
   std::unique_ptr<cuda_gemm::CublasContext> blas_;
-  DeviceBuffer partials_, counters_, actCodes_, tokenScales_, ltOut_, dequantScratch_, l2Flush_, hopperWorkspace_;
+  DeviceBuffer partials_, counters_, actCodes_, tokenScales_, ltOut_, dequantScratch_, l2Flush_, hopperWorkspace_,
+      widened_;
   WideMode wideMode_ = WideMode::Auto;
   cuda_gemm::HopperTile forcedHopperTile_ = cuda_gemm::HopperTile::Tokens128;
   size_t sliceBytes_ = size_t(16) << 20;

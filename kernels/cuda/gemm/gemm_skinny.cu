@@ -28,7 +28,9 @@
 // FP32 (cheaper and more exact than scaling every weight in FP16). The kernel is bound by
 // instruction issue and latency at this occupancy, not by DRAM (docs/gemm.md).
 // A8 (W8A8): the weight is plain row-major (shared with cuBLASLt); the codes go into INT8/FP8
-// m16n8k32 mma as they are, with per-channel x per-token scales in the epilogue.
+// m16n8k32 mma as they are, with per-channel x per-token scales in the epilogue. W4A8 (kNib):
+// the same with row-major INT4 nibbles, widened in registers to the INT8 or E4M3 codes of the
+// same values (exact) before each mma.
 //
 // Shared memory: a 128-byte zero block (what lanes standing for tokens >= m read), the
 // activations x[0 .. m)[split's K range], row stride padded by 16 bytes (conflict-free
@@ -38,6 +40,7 @@
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/residual_norm.cuh"
@@ -184,9 +187,34 @@ __device__ void stageNormed(const SkinnyArgs& p, uint8_t* smem, int kBegin, int 
   }
 }
 
-template <WKind K, bool A8, int NT, bool kBulk>
+// W4A8: 8 nibbles (k ascending from the low nibble) → the 8 bytes of the same codes as INT8
+// (two's complement) or E4M3 (exact for -8..7), k order kept.
+template <WKind K>
+__device__ __forceinline__ void widenNibbles(uint32_t w, uint32_t& out0, uint32_t& out1) {
+  const uint32_t lo = w & 0x0F0F0F0Fu, hi = (w >> 4) & 0x0F0F0F0Fu;
+  uint32_t b[2] = {__byte_perm(lo, hi, 0x5140), __byte_perm(lo, hi, 0x7362)};  // one nibble per byte
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    if constexpr (K == WKind::Int8) {
+      b[i] = __vsub4(b[i] ^ 0x08080808u, 0x08080808u);  // sign-extend each 4-bit value
+    } else {
+      // E4M3 codes of 0..7 and of -8..-1 (bit 3 set), looked up per byte by PRMT.
+      const uint32_t x = b[i] & 0x07070707u;
+      const uint32_t sel = ((x | (x >> 4)) & 0xFFu) | ((((x >> 16) | (x >> 20)) & 0xFFu) << 8);
+      const uint32_t pos = __byte_perm(0x44403800u, 0x4E4C4A48u, sel);
+      const uint32_t neg = __byte_perm(0xCACCCED0u, 0xB8C0C4C8u, sel);
+      const uint32_t mask = ((b[i] >> 3) & 0x01010101u) * 0xFFu;
+      b[i] = (pos & ~mask) | (neg & mask);
+    }
+  }
+  out0 = b[0];
+  out1 = b[1];
+}
+
+template <WKind K, bool A8, int NT, bool kBulk, bool kNib = false>
 __global__ void __launch_bounds__(kThreads, 3) skinnyKernel(const SkinnyArgs p) {
   static_assert(!(kBulk && A8), "the bulk path streams the packed A16 layout");
+  static_assert(!kNib || (A8 && (K == WKind::Int8 || K == WKind::E4M3)), "W4A8 widens to INT8 or E4M3");
   constexpr int kChunkK = K == WKind::Int4 || A8 ? 64 : 32;
   constexpr int kElemBytes = A8 ? 1 : 2;
   extern __shared__ __align__(16) uint8_t smem[];
@@ -209,9 +237,16 @@ __global__ void __launch_bounds__(kThreads, 3) skinnyKernel(const SkinnyArgs p) 
   constexpr int kLoads = A8 ? 2 : 1;
   constexpr int kDepth = (NT == 1 ? kPrefetch : kPrefetch - 2) / kLoads;
   constexpr int kStride = A8 ? 4 : 32;  // uint4 units from one chunk to the next
-  const uint4* wp;
-  size_t rowStep = 0;  // uint4 units from row r0 to row r1 (A8)
-  if constexpr (A8) {
+  // W4A8: 8 bytes of nibbles per row and lane (the same k range), in uint2 units.
+  using WeightPtr = std::conditional_t<kNib, const uint2*, const uint4*>;
+  WeightPtr wp;
+  size_t rowStep = 0;  // units from row r0 to row r1 (A8): 8 rows of kPad bytes (nibbles: kPad / 2)
+  if constexpr (kNib) {
+    const size_t kPad = size_t(p.chunks) * kChunkK;
+    wp = reinterpret_cast<const uint2*>(reinterpret_cast<const uint8_t*>(p.codes) +
+                                        ((size_t(rowTile) * 16 + g) * kPad + kBegin + 16 * t) / 2);
+    rowStep = kPad / 2;
+  } else if constexpr (A8) {
     const size_t kPad = size_t(p.chunks) * kChunkK;
     wp = reinterpret_cast<const uint4*>(reinterpret_cast<const uint8_t*>(p.codes) +
                                         (size_t(rowTile) * 16 + g) * kPad + kBegin + 16 * t);
@@ -219,9 +254,15 @@ __global__ void __launch_bounds__(kThreads, 3) skinnyKernel(const SkinnyArgs p) 
   } else {
     wp = p.codes + (size_t(rowTile) * p.chunks + chunk0) * 32 + lane;
   }
-  auto loadAt = [&](const uint4* ptr, uint4 (&dst)[kLoads]) {
-    dst[0] = loadWeightOnce(ptr, policy);
-    if constexpr (A8) dst[1] = loadWeightOnce(ptr + rowStep, policy);
+  auto loadAt = [&](WeightPtr ptr, uint4 (&dst)[kLoads]) {
+    if constexpr (kNib) {
+      const uint2 v0 = loadWeightOnce(ptr, policy), v1 = loadWeightOnce(ptr + rowStep, policy);
+      dst[0] = make_uint4(v0.x, v0.y, 0, 0);
+      dst[1] = make_uint4(v1.x, v1.y, 0, 0);
+    } else {
+      dst[0] = loadWeightOnce(ptr, policy);
+      if constexpr (A8) dst[1] = loadWeightOnce(ptr + rowStep, policy);
+    }
   };
   uint4 buf[kBulk ? 1 : kDepth][kLoads];
 #pragma unroll
@@ -381,7 +422,13 @@ __global__ void __launch_bounds__(kThreads, 3) skinnyKernel(const SkinnyArgs p) 
         // Two m16n8k32 steps. Step s gives lane t the real k 16t + 8s + 0..7 of the chunk as
         // its "4t..4t+3" and "16+4t.." fragment columns; the B fragment must use the same k:
         // 8 contiguous activation codes, one 64-bit shared load per n8 tile.
-        const uint32_t r0[4] = {wv.x, wv.y, wv.z, wv.w}, r1[4] = {wv1.x, wv1.y, wv1.z, wv1.w};
+        uint32_t r0[4] = {wv.x, wv.y, wv.z, wv.w}, r1[4] = {wv1.x, wv1.y, wv1.z, wv1.w};
+        if constexpr (kNib) {
+          widenNibbles<K>(wv.y, r0[2], r0[3]);
+          widenNibbles<K>(wv.x, r0[0], r0[1]);
+          widenNibbles<K>(wv1.y, r1[2], r1[3]);
+          widenNibbles<K>(wv1.x, r1[0], r1[1]);
+        }
 #pragma unroll
         for (int s = 0; s < 2; ++s) {
           const uint32_t a[4] = {r0[2 * s], r1[2 * s], r0[2 * s + 1], r1[2 * s + 1]};
@@ -463,7 +510,7 @@ __global__ void __launch_bounds__(kThreads, 3) skinnyKernel(const SkinnyArgs p) 
       }
     } else {
     // Steady state: every prefetch is in range, no bounds checks; then the drain.
-    const uint4* next = wp + kDepth * kStride;
+    WeightPtr next = wp + kDepth * kStride;
     int c = 0;
     for (; c + 2 * kDepth <= nChunks; c += kDepth) {
 #pragma unroll
@@ -592,7 +639,13 @@ KernelFn pick(int nt, bool bulk) {
   else if (bulk) return nt == 1 ? skinnyKernel<K, false, 1, true> : skinnyKernel<K, false, 2, true>;
   else return nt == 1 ? skinnyKernel<K, false, 1, false> : skinnyKernel<K, false, 2, false>;
 }
-KernelFn selectKernel(int kind, bool a8, int nt, bool bulk) {
+KernelFn selectKernel(int kind, bool a8, int nt, bool bulk, bool nibbles = false) {
+  if (nibbles) {  // W4A8, widened to the mma's type
+    if (!a8 || bulk) return nullptr;
+    if (kind == int(WKind::Int8)) return nt == 1 ? skinnyKernel<WKind::Int8, true, 1, false, true> : skinnyKernel<WKind::Int8, true, 2, false, true>;
+    if (kind == int(WKind::E4M3)) return nt == 1 ? skinnyKernel<WKind::E4M3, true, 1, false, true> : skinnyKernel<WKind::E4M3, true, 2, false, true>;
+    return nullptr;
+  }
   switch (kind) {
     case int(WKind::Int4): return a8 ? nullptr : pick<WKind::Int4, false>(nt, bulk);
     case int(WKind::Int8): return a8 ? pick<WKind::Int8, true>(nt, bulk) : pick<WKind::Int8, false>(nt, bulk);
@@ -643,7 +696,7 @@ LaunchPlan planSkinnyWith(const DeviceQuantWeight& w, int m, int multiprocessors
   const int rowTiles = w.nPad / 16;
   const int rowGroups = (rowTiles + kWarps - 1) / kWarps;
   const int chunks = w.kPad / w.chunkK;
-  const KernelFn fn = selectKernel(w.kind, w.a8, nt, bulk);
+  const KernelFn fn = selectKernel(w.kind, w.a8, nt, bulk, w.nibbles);
   // Shared memory of one split: the activation tile plus the scale/zero slots of its groups
   // (the budget), plus the bulk path's fixed rings and barriers.
   auto smemFor = [&](int perSplit) {
@@ -720,7 +773,7 @@ void launchSkinny(const DeviceQuantWeight& w, const void* x, const float* tokenS
                   const LaunchPlan& plan, const SplitWorkspace& ws, cudaStream_t stream, bool pdl,
                   const NormPrologue* prologue, const SwigluPrologue* swiglu, const NormEpilogue* epilogue) {
   const int nt = m <= 8 ? 1 : 2;
-  const KernelFn fn = selectKernel(w.kind, w.a8, nt, plan.bulkStages > 0);
+  const KernelFn fn = selectKernel(w.kind, w.a8, nt, plan.bulkStages > 0, w.nibbles);
   if (!fn) throw std::invalid_argument("skinny GEMM: no kernel for this weight kind");
   if (m < 1 || m > 16) throw std::invalid_argument("skinny GEMM: m must be 1..16, got " + std::to_string(m));
   SkinnyArgs a{};
@@ -803,7 +856,8 @@ void configureSkinnyKernels() {
     for (bool a8 : {false, true})
       for (int nt = 1; nt <= 2; ++nt)
         for (bool bulk : {false, true})
-          if (KernelFn fn = selectKernel(kind, a8, nt, bulk)) {
+          for (bool nibbles : {false, true})
+          if (KernelFn fn = selectKernel(kind, a8, nt, bulk, nibbles)) {
             const size_t limit = kSmemBudget + (bulk ? bulkRingBytes(kMaxStages) : 0);
             QS_CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(limit)));
           }
