@@ -98,24 +98,22 @@ if has e2e-ab; then  # the same bench e2e under each environment of QS_E2E_AB ('
     done
   done
 fi
+# memcheck_row PROGRAM TESTFUNCTION:ROW SECONDS: compute-sanitizer memcheck over one data row.
+memcheck_row() {
+  local log="$out/memcheck-${2//[:\/]/-}.log"
+  step "memcheck $1 $2"
+  timeout "$3" compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 "$B/$1" "$2" >"$log" 2>&1
+  echo "rc=$?" | tee -a "$summary"
+  grep -E "ERROR SUMMARY|Totals|FAIL|products on the Hopper" "$log" | head -8 | tee -a "$summary"
+}
 if has memcheck; then
-  i=0
   for row in ${MEMCHECK_ROWS:-wgmma-128x128 wgmma-128x64-streamk wgmma-128x128-streamk wgmma-128x128-cluster2 wgmma-128x256}; do
-    i=$((i + 1))
-    step "memcheck test_gemm_dequant_gpu forcedWidePaths:$row"
-    timeout 120 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 \
-      "$B/test_gemm_dequant_gpu" "forcedWidePaths:$row" >"$out/memcheck-$i.log" 2>&1
-    echo "rc=$?" | tee -a "$summary"
-    grep -E "ERROR SUMMARY|Totals|FAIL|products on the Hopper" "$out/memcheck-$i.log" | head -8 | tee -a "$summary"
+    memcheck_row test_gemm_dequant_gpu "forcedWidePaths:$row" 120
   done
 fi
 if has memcheck-a8; then  # the W8A8 CUTLASS kernel (gemm_hopper_a8.cu), each configuration forced
   for row in ${MEMCHECK_A8_ROWS:-cutlass-a8-128x128 cutlass-a8-128x256 cutlass-a8-128x128-cluster2 cutlass-a8-64x128-pingpong cutlass-a8-128x128-streamk}; do
-    step "memcheck test_gemm_gpu forcedA8Paths:$row"
-    timeout 150 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 \
-      "$B/test_gemm_gpu" "forcedA8Paths:$row" >"$out/memcheck-$row.log" 2>&1
-    echo "rc=$?" | tee -a "$summary"
-    grep -E "ERROR SUMMARY|Totals|FAIL|products on the Hopper" "$out/memcheck-$row.log" | head -8 | tee -a "$summary"
+    memcheck_row test_gemm_gpu "forcedA8Paths:$row" 150
   done
 fi
 if has memcheck-attn; then  # the transformer op rows (decode attention included), shrunk, under two tools

@@ -22,6 +22,7 @@
 #include "kernels/common/half.h"
 #include "kernels/cuda/gemm/gemm_dequant.h"
 #include "kernels/cuda/gemm/gemm_hopper.h"
+#include "tests/kernels/hopper_test_util.h"
 #include "kernels/gemm/gemm_layout.h"
 #include "kernels/gemm/gemm_ops.h"
 #include "kernels/gemm/gemm_reference.h"
@@ -43,14 +44,7 @@ const std::vector<const char*> kA16Schemes = {
     "w4a16-g64-asym", "w4a16-g128-asym", "w4a16-ch-asym", "w8a16-int8",   "w8a16-int8-g32",
     "w8a16-int8-g64", "w8a16-int8-g128", "w8a16-fp8",  "w8a16-fp8-tensor", "w8a16-e5m2"};
 
-// The Hopper kernels can run here (sm_90 device, a build with CUTLASS).
-bool hopperHere() {
-  int dev = 0, major = 0, minor = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
-    return false;
-  return cuda_gemm::hopperKernelsBuilt() && major * 10 + minor == 90;
-}
+using qs::test::hopperHere;  // tests/kernels/hopper_test_util.h
 // Whether the Hopper kernels take a weight of this scheme and shape (gemm_hopper.h).
 bool hopperTakes(const GemmScheme& s, int64_t n, int64_t k) {
   return !s.asymmetric && (s.groupSize <= 0 || s.groupSize % 64 == 0) && n % (s.weight == GemmWeightType::Int4 ? 128 : 16) == 0 &&

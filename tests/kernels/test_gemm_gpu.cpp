@@ -16,6 +16,7 @@
 #include "kernels/common/error.h"
 #include "kernels/common/half.h"
 #include "kernels/cuda/gemm/gemm_hopper.h"
+#include "tests/kernels/hopper_test_util.h"
 #include "kernels/cuda/gemm/gemm_hopper_a8.h"
 #include "kernels/cuda/gemm/gemm_launch.h"
 #include "kernels/gemm/gemm_ops.h"
@@ -33,14 +34,7 @@ constexpr size_t kGuard = 256;        // halves of guard on each side (keeps 16-
 
 bool quick() { return std::getenv("QS_GEMM_TEST_QUICK") != nullptr; }
 
-// The CUTLASS kernels can run here (sm_90 device, a build with CUTLASS).
-bool hopperHere() {
-  int dev = 0, major = 0, minor = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
-    return false;
-  return cuda_gemm::hopperKernelsBuilt() && major * 10 + minor == 90;
-}
+using qs::test::hopperHere;  // tests/kernels/hopper_test_util.h
 // Whether the CUTLASS W8A8 kernel takes a weight of this scheme and shape (gemm_hopper_a8.h;
 // W4A8 runs it on its widened codes).
 bool hopperA8Takes(const GemmScheme& s, int64_t n, int64_t k) {
