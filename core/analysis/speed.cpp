@@ -10,6 +10,7 @@
 #include "core/plan/layer_names.h"
 #include "kernels/backend/backend.h"
 #include "kernels/common/error.h"
+#include "kernels/gemm/gemm_reference.h"
 #include "kernels/common/half.h"
 #include "kernels/gemm/gemm_layout.h"
 #include "kernels/gemm/gemm_ops.h"
@@ -33,6 +34,7 @@ uint64_t mix(uint64_t x) {
 
 // Random valid codes and scales of a scheme, for timing.
 QuantizedTensor timingWeight(int64_t n, int64_t k, const GemmScheme& s, uint64_t seed) {
+  if (isGgmlWeight(s.weight)) return makeRandomQuantWeight(n, k, s, seed);  // blocks, not codes
   QuantizedTensor w = blankQuantizedTensor(weightSpecOf(s), n, k);
   uint64_t r = 0;
   for (int64_t i = 0; i < n * k; ++i) {
@@ -46,6 +48,7 @@ QuantizedTensor timingWeight(int64_t n, int64_t k, const GemmScheme& s, uint64_t
       case GemmWeightType::Int8: c = c - 128; break;
       case GemmWeightType::Fp8E4M3: c &= 0xF7; break;  // clears a mantissa bit: never 0x7F/0xFF (NaN)
       case GemmWeightType::Fp8E5M2: c &= 0xFB; break;  // exponent never all ones
+      default: break;
     }
     w.setCode(i / k, i % k, c);
   }

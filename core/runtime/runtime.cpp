@@ -604,7 +604,9 @@ void Runtime::prepareLinear(int i) {
   const int64_t n = l.outFeatures, k = l.inFeatures;
   const std::span<const float> w(lw.w(), lw.original.size());
   const bool fixed = lw.fixed && lw.fixed->spec == f.weight;
-  auto quantized = [&] { return fixed ? *lw.fixed : quantizeWeight(f.weight, w, n, k, l.weightName); };
+  auto quantized = [&] {  // ggml kinds: llama-quantize's search, with the layer's importance for -imatrix
+    return fixed ? *lw.fixed : quantizeWeightWithImportance(f.weight, w, n, k, lw.importance, l.weightName);
+  };
   if (lw.mode == LinearMode::Kernel) {
     if (const auto scheme = gemmSchemeFor(f, n, k)) {
       lw.gemm = gemmOps().prepare(quantized(), scheme->activation, l.weightName);

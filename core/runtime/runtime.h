@@ -19,9 +19,12 @@
 //                          GEMM op-set is the fake-quant reference of the same kernels
 //   format, FakeQuant mode FP32 fake-quantized by the formats codecs (on the device on CUDA),
 //                          activations fake-quantized per the format, then the FP32 linear
-//   ggml format (q4_0 … q6_k) always fake-quantized: the weight rounded by the ggml-exact
-//                          quantizer on the host (with the layer's importance for -imatrix),
-//                          dequantized, uploaded; there is no GEMM kernel for the blocks
+//   ggml format (q4_0 … q6_k) the weight rounded by the ggml-exact quantizer on the host (with
+//                          the layer's importance for -imatrix); Kernel mode: those blocks are
+//                          the GEMM op-set's weight (ggml-* schemes: a decode kernel reading the
+//                          blocks, FP16 activations); FakeQuant mode: dequantized and uploaded,
+//                          FP32 activations (what llama.cpp's CPU products compute, the numerics
+//                          the [quality] pipeline measures with)
 // A linear layer's weight can be replaced (e.g. fake-quantized by a caller) and restored; the
 // source file is never touched.
 #include <cstdint>

@@ -1,9 +1,11 @@
 #include "kernels/gemm/gemm_layout.h"
 
+#include <algorithm>
 #include <string>
 
 #include "kernels/common/error.h"
 #include "kernels/common/half.h"
+#include "kernels/gemm/ggml_packing.h"
 
 namespace qs {
 
@@ -73,18 +75,26 @@ std::optional<GemmScheme> gemmWeightSchemeFor(const WeightSpec& spec) {
       else return std::nullopt;
       return s;
     }
-    default: return std::nullopt;  // F32, BF16, ggml blocks
+    default:
+      if (isGgmlKind(spec.kind))  // the blocks as they are, whatever search chose them
+        return GemmScheme{ggmlWeightType(int(spec.kind) - int(QuantKind::Q4_0)), GemmActivationType::F16, 0, false};
+      return std::nullopt;  // F32, BF16
   }
 }
 
 WeightSpec weightSpecOf(const GemmScheme& scheme) {
   WeightSpec spec;
+  if (isGgmlWeight(scheme.weight)) {
+    spec.kind = QuantKind(int(QuantKind::Q4_0) + ggmlWeightIndex(scheme.weight));
+    return spec;
+  }
   switch (scheme.weight) {
     case GemmWeightType::F16: spec.kind = QuantKind::FP16; return spec;
     case GemmWeightType::Int4: spec.kind = QuantKind::INT4; break;
     case GemmWeightType::Int8: spec.kind = QuantKind::INT8; break;
     case GemmWeightType::Fp8E4M3: spec.kind = QuantKind::FP8_E4M3; break;
     case GemmWeightType::Fp8E5M2: spec.kind = QuantKind::FP8_E5M2; break;
+    default: break;
   }
   spec.symmetric = !scheme.asymmetric;
   if (scheme.groupSize > 0) {
@@ -116,6 +126,17 @@ PackedGemmWeight packWeightForKernel(const QuantizedTensor& q, GemmActivationTyp
     p.f16.resize(size_t(p.n * p.k));
     for (int64_t row = 0; row < p.n; ++row)
       for (int64_t col = 0; col < p.k; ++col) p.f16[size_t(row * p.k + col)] = uint16_t(q.code(row, col));
+    return p;
+  }
+  if (isGgmlWeight(s.weight)) {  // the GGUF blocks, each at its padded stride (ggml_packing.h)
+    const GgmlPackedBlock& b = kGgmlPackedBlocks[ggmlWeightIndex(s.weight)];
+    p.nPad = p.n;
+    p.kPad = p.k;
+    p.chunkK = b.values;
+    const int64_t blocks = p.n * (p.k / b.values);
+    p.codes.assign(size_t(blocks * b.deviceBytes), 0);
+    for (int64_t i = 0; i < blocks; ++i)
+      std::copy_n(q.payload.data() + i * b.ggmlBytes, b.ggmlBytes, p.codes.data() + i * b.deviceBytes + b.lead);
     return p;
   }
   const bool a8 = activation != GemmActivationType::F16;
@@ -216,6 +237,15 @@ QuantizedTensor unpackWeightFromKernel(const PackedGemmWeight& p) {
       throw Error(ErrorKind::Internal, "packed GEMM weight: FP16 array has the wrong size");
     for (int64_t row = 0; row < p.n; ++row)
       for (int64_t col = 0; col < p.k; ++col) q.setCode(row, col, p.f16[size_t(row * p.k + col)]);
+    return q;
+  }
+  if (isGgmlWeight(s.weight)) {
+    const GgmlPackedBlock& b = kGgmlPackedBlocks[ggmlWeightIndex(s.weight)];
+    const int64_t blocks = p.n * (p.k / b.values);
+    if (p.codes.size() != size_t(blocks * b.deviceBytes) || q.payload.size() != size_t(blocks * b.ggmlBytes))
+      throw Error(ErrorKind::Internal, "packed GEMM weight: ggml blocks array has the wrong size");
+    for (int64_t i = 0; i < blocks; ++i)
+      std::copy_n(p.codes.data() + i * b.deviceBytes + b.lead, b.ggmlBytes, q.payload.data() + i * b.ggmlBytes);
     return q;
   }
   const bool a8 = s.activation != GemmActivationType::F16;

@@ -8,6 +8,7 @@
 #include "kernels/common/error.h"
 #include "kernels/common/half.h"
 #include "kernels/gemm/gemm_layout.h"
+#include "kernels/ggml/ggml_types.h"
 #include "kernels/quant/fp8.h"
 
 namespace qs {
@@ -80,12 +81,43 @@ void gemmReference(const float* wDeq, int64_t n, int64_t k, GemmActivationType a
 
 // ---- data ----------------------------------------------------------------------------------
 
+namespace {
+
+// ggml blocks of random weights (normal, scale·4 wide like the FP16 case; with outliers a few
+// columns 10..30x larger, which the blocks' own scales then absorb), quantized by ggml's own
+// quantizer (kernels/ggml) as llama-quantize writes them without an importance matrix. Weights of
+// more than 2^22 values (benchmark shapes) repeat the blocks of their first 2^22 values' rows:
+// the quantizer's searches would otherwise take seconds, and the kernels cannot tell.
+QuantizedTensor makeRandomGgmlWeight(QuantizedTensor w, std::mt19937_64& rng, bool outliers, float scale) {
+  const int64_t n = w.rows, k = w.cols;
+  const int64_t rows = std::min<int64_t>(n, std::max<int64_t>(1, (int64_t(1) << 22) / k));
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> v(size_t(rows * k));
+  for (float& x : v) x = normal(rng) * scale * 4.0f;
+  if (outliers) {
+    std::uniform_real_distribution<float> big(10.0f, 30.0f);
+    for (int64_t c = 0; c < k; c += 61) {
+      const float f = big(rng);
+      for (int64_t r = 0; r < rows; ++r) v[size_t(r * k + c)] *= f;
+    }
+  }
+  const DType type = quantKindTraits(w.spec.kind).dtype;
+  const size_t rowBytes = w.payload.size() / size_t(n);
+  ggml::quantizeRows(type, v, std::span<std::byte>(reinterpret_cast<std::byte*>(w.payload.data()), size_t(rows) * rowBytes), k);
+  for (int64_t r = rows; r < n; ++r)
+    std::copy_n(w.payload.data() + size_t(r % rows) * rowBytes, rowBytes, w.payload.data() + size_t(r) * rowBytes);
+  return w;
+}
+
+}  // namespace
+
 QuantizedTensor makeRandomQuantWeight(int64_t n, int64_t k, const GemmScheme& scheme, uint64_t seed,
                                       bool outliers, float scale) {
   scheme.validate();
   std::mt19937_64 rng(seed);
   QuantizedTensor w = blankQuantizedTensor(weightSpecOf(scheme), n, k);
   std::normal_distribution<float> normal(0.0f, 1.0f);
+  if (isGgmlWeight(scheme.weight)) return makeRandomGgmlWeight(std::move(w), rng, outliers, scale);
   // Codes row-major, one draw each.
   auto fillCodes = [&](auto&& draw) {
     for (int64_t r = 0; r < n; ++r)
@@ -115,6 +147,7 @@ QuantizedTensor makeRandomQuantWeight(int64_t n, int64_t k, const GemmScheme& sc
       scale /= sigma / 4.0f;
       break;
     }
+    default: break;  // ggml: above
   }
   const size_t nScales = w.scales.size();
   std::uniform_real_distribution<float> around(0.5f, 1.5f);

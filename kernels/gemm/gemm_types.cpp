@@ -13,6 +13,16 @@ const char* gemmWeightTypeName(GemmWeightType t) {
     case GemmWeightType::Int8: return "int8";
     case GemmWeightType::Fp8E4M3: return "e4m3";
     case GemmWeightType::Fp8E5M2: return "e5m2";
+    case GemmWeightType::GgmlQ4_0: return "q4_0";
+    case GemmWeightType::GgmlQ4_1: return "q4_1";
+    case GemmWeightType::GgmlQ5_0: return "q5_0";
+    case GemmWeightType::GgmlQ5_1: return "q5_1";
+    case GemmWeightType::GgmlQ8_0: return "q8_0";
+    case GemmWeightType::GgmlQ2_K: return "q2_k";
+    case GemmWeightType::GgmlQ3_K: return "q3_k";
+    case GemmWeightType::GgmlQ4_K: return "q4_k";
+    case GemmWeightType::GgmlQ5_K: return "q5_k";
+    case GemmWeightType::GgmlQ6_K: return "q6_k";
   }
   return "?";
 }
@@ -36,6 +46,7 @@ std::string groupSuffix(int g) {
 
 std::string GemmScheme::name() const {
   const bool a8 = activation != GemmActivationType::F16;
+  if (isGgmlWeight(weight)) return std::string("ggml-") + gemmWeightTypeName(weight);
   switch (weight) {
     case GemmWeightType::F16: return "fp16";
     case GemmWeightType::Int4:
@@ -51,6 +62,7 @@ std::string GemmScheme::name() const {
       if (groupSize == kGemmPerTensor) s += "-tensor";
       return s;
     }
+    default: break;  // ggml: above
   }
   return "?";
 }
@@ -68,6 +80,7 @@ std::vector<GemmScheme> GemmScheme::all() {
     for (int g : {kGemmPerChannel, kGemmPerTensor})
       for (GemmActivationType a : {GemmActivationType::F16, GemmActivationType::Fp8E4M3PerToken})
         all.push_back({t, a, g, false});
+  for (int i = 0; i < kGgmlWeightTypes; ++i) all.push_back({ggmlWeightType(i), GemmActivationType::F16, 0, false});
   return all;
 }
 
@@ -79,12 +92,17 @@ GemmScheme GemmScheme::parse(const std::string& text) {
                 "unknown scheme '" + text +
                     "' (expected e.g. fp16, w4a16-g128, w4a16-g32-asym, w4a16-ch, w8a16-int8, "
                     "w8a16-int8-g128, w8a16-fp8, w8a16-e5m2, w8a8-int8, w8a8-fp8, w8a8-fp8-tensor, w4a8-int8, "
-                    "w4a8-fp8)");
+                    "w4a8-fp8, ggml-q4_k)");
 }
 
 void GemmScheme::validate() const {
   const std::string n = name();
   auto bad = [&](const std::string& why) { throwBadInput("", "gemm scheme", n + ": " + why); };
+  if (isGgmlWeight(weight)) {
+    if (activation != GemmActivationType::F16) bad("ggml block weights take FP16 activations");
+    if (groupSize != 0 || asymmetric) bad("ggml block weights carry their own scales (no group size, no asymmetry flag)");
+    return;
+  }
   switch (weight) {
     case GemmWeightType::F16:
       if (activation != GemmActivationType::F16) bad("FP16 weights take FP16 activations");
@@ -110,6 +128,7 @@ void GemmScheme::validate() const {
       if (groupSize != kGemmPerChannel && groupSize != kGemmPerTensor)
         bad("FP8 scales are per channel or per tensor, not group size " + std::to_string(groupSize));
       return;
+    default: break;  // ggml: above
   }
   bad("unknown weight type");
 }

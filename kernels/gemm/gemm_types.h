@@ -26,7 +26,17 @@
 namespace qs {
 
 // Stable numeric values (a plan stores them): never renumber.
-enum class GemmWeightType : uint8_t { F16 = 0, Int4 = 1, Int8 = 2, Fp8E4M3 = 3, Fp8E5M2 = 4 };
+enum class GemmWeightType : uint8_t {
+  F16 = 0, Int4 = 1, Int8 = 2, Fp8E4M3 = 3, Fp8E5M2 = 4,
+  // ggml block types, in QuantKind's order: the weight is the GGUF blocks themselves (their
+  // scales and minimums inside), FP16 activations, no group size (the block is the type's).
+  GgmlQ4_0 = 5, GgmlQ4_1 = 6, GgmlQ5_0 = 7, GgmlQ5_1 = 8, GgmlQ8_0 = 9,
+  GgmlQ2_K = 10, GgmlQ3_K = 11, GgmlQ4_K = 12, GgmlQ5_K = 13, GgmlQ6_K = 14,
+};
+inline bool isGgmlWeight(GemmWeightType t) { return uint8_t(t) >= 5 && uint8_t(t) <= 14; }
+inline constexpr int kGgmlWeightTypes = 10;
+inline GemmWeightType ggmlWeightType(int index) { return GemmWeightType(5 + index); }  // 0 = Q4_0 … 9 = Q6_K
+inline int ggmlWeightIndex(GemmWeightType t) { return int(t) - 5; }
 enum class GemmActivationType : uint8_t {
   F16 = 0,              // activations stay FP16 (W4A16, W8A16, the FP16 baseline)
   Int8PerToken = 1,     // dynamic per-token INT8 (W8A8 INT8)
@@ -37,7 +47,7 @@ enum class GemmActivationType : uint8_t {
 inline constexpr int kGemmPerChannel = 0;  // one scale per output row
 inline constexpr int kGemmPerTensor = -1;  // one scale for the whole weight (FP8 only)
 
-const char* gemmWeightTypeName(GemmWeightType t);          // "f16", "int4", "int8", "e4m3", "e5m2"
+const char* gemmWeightTypeName(GemmWeightType t);          // "f16", "int4", "int8", "e4m3", "e5m2", "q4_k" …
 const char* gemmActivationTypeName(GemmActivationType a);  // "a16", "a8-int8", "a8-fp8"
 
 // A complete GEMM scheme: the weight's quantization and what happens to the activations.
@@ -50,7 +60,8 @@ struct GemmScheme {
   // Canonical names: "fp16", "w4a16-g128", "w4a16-g64-asym", "w4a16-ch", "w8a16-int8" (per
   // channel), "w8a16-int8-g128", "w8a16-fp8" (E4M3, per channel), "w8a16-fp8-tensor",
   // "w8a16-e5m2", "w8a8-int8", "w8a8-fp8", "w8a8-fp8-tensor", "w8a8-e5m2", "w4a8-int8" and
-  // "w4a8-fp8" (INT4 per channel, symmetric, with per-token INT8 / FP8 E4M3 activations).
+  // "w4a8-fp8" (INT4 per channel, symmetric, with per-token INT8 / FP8 E4M3 activations),
+  // "ggml-q4_0" … "ggml-q6_k" (ggml blocks, FP16 activations).
   std::string name() const;
   // Parses a canonical name; throws ErrorKind::BadInput naming the text otherwise.
   static GemmScheme parse(const std::string& text);

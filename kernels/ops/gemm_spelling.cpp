@@ -24,12 +24,14 @@ std::string activationText(GemmActivationType a) {
 
 std::string weightText(const GemmScheme& s) {
   const std::string g = granularityText(s.groupSize);
+  if (isGgmlWeight(s.weight)) return gemmWeightTypeName(s.weight);  // "q4_k"
   switch (s.weight) {
     case GemmWeightType::F16: return "fp16";
     case GemmWeightType::Int4: return "int4-" + g + (s.asymmetric ? "-asym" : "-sym");
     case GemmWeightType::Int8: return "int8-" + g + "-sym";
     case GemmWeightType::Fp8E4M3: return "fp8e4m3-" + g;
     case GemmWeightType::Fp8E5M2: return "fp8e5m2-" + g;
+    default: break;
   }
   return "";
 }

@@ -3,7 +3,7 @@
 # tree packed by scripts/gpu/pack_llamacpp_src.sh (about 5 minutes on 16 cores, sm_90a only), then
 # times its MUL_MAT kernels with `test-backend-ops perf` — the peer beside `bench gemm` and
 # scripts/gpu/peers.py in the same call. Writes $OUT/llamacpp_build.log and
-# $OUT/llamacpp_mul_mat.txt; prints the rows for F16, Q4_0 and Q8_0 weights.
+# $OUT/llamacpp_mul_mat.txt; prints its MUL_MAT rows.
 # Usage: bash scripts/gpu/llamacpp_peer.sh SRC.tar.xz [BUILD_SECONDS]
 set -uo pipefail
 tarball=${1:?usage: llamacpp_peer.sh SRC.tar.xz [BUILD_SECONDS]}
@@ -22,9 +22,16 @@ if [[ ! -x $work/build/bin/test-backend-ops ]]; then
     >>"$out/llamacpp_build.log" 2>&1 || { echo "llama.cpp build failed or ran past $limit s"; tail -5 "$out/llamacpp_build.log"; exit 1; }
   echo "llama.cpp CUDA build: $(( $(date +%s) - start )) s"
 fi
-# Its perf table's one shape of ours: 4096 outputs × 14336 inputs (m=4096, k=14336 in ggml's
-# names), n = tokens; F16 (the baseline) and the weight types of our formats' nearest kin.
-"$work/build/bin/test-backend-ops" perf -o MUL_MAT -b CUDA0 \
-  -p 'type_a=(f16|q4_0|q8_0|q4_K),type_b=f32,m=4096,n=(1|8|512),k=14336,' >"$out/llamacpp_mul_mat.txt" 2>&1
-echo "test-backend-ops perf rc=$?"
-grep -E 'MUL_MAT' "$out/llamacpp_mul_mat.txt" | head -40
+# Its perf table for our shapes (n outputs × k inputs; ggml calls the outputs m and the tokens n)
+# and tokens (LLAMACPP_SHAPES "NxK …", LLAMACPP_TOKENS as a regex alternation), for F16 (the
+# baseline) and the weight types in LLAMACPP_TYPES (default: our formats' nearest kin, and the
+# K-quants our ggml-gemv kernel runs).
+types=${LLAMACPP_TYPES:-f16|q4_0|q8_0|q4_K|q6_K}
+tokens=${LLAMACPP_TOKENS:-1|8|512}
+: >"$out/llamacpp_mul_mat.txt"
+for shape in ${LLAMACPP_SHAPES:-4096x14336}; do
+  "$work/build/bin/test-backend-ops" perf -o MUL_MAT -b CUDA0 \
+    -p "type_a=($types),type_b=f32,m=${shape%x*},n=($tokens),k=${shape#*x}," >>"$out/llamacpp_mul_mat.txt" 2>&1
+  echo "test-backend-ops perf $shape rc=$?"
+done
+grep -E 'MUL_MAT' "$out/llamacpp_mul_mat.txt" | head -80

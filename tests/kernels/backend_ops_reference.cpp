@@ -197,10 +197,62 @@ double bestClipError(const WeightSpec& spec, const std::vector<float>& cell, con
   return best;
 }
 
+namespace {
+
+// ggml's block formats, value by value from their definitions (the GGUF format description:
+// block layouts and formulas), for the table's ggml rows: Q4_0, Q5_1, Q8_0, Q3_K, Q4_K, Q6_K.
+// Exact real products (double); ggml's FP32 products are within 2^-24 of them.
+double ggmlValue(QuantKind kind, const uint8_t* b, int i) {
+  auto f16 = [&](int at) { return double(halfBitsToFloat(uint16_t(b[at] | (b[at + 1] << 8)))); };
+  switch (kind) {
+    case QuantKind::Q4_0: {  // d, 16 bytes: value j in the low nibble of byte j, or high of j − 16
+      const int u = i < 16 ? b[2 + i] & 15 : b[2 + i - 16] >> 4;
+      return (u - 8) * f16(0);
+    }
+    case QuantKind::Q5_1: {  // d, m, 32 fifth bits, 16 bytes of low nibbles
+      const uint32_t qh = uint32_t(b[4]) | uint32_t(b[5]) << 8 | uint32_t(b[6]) << 16 | uint32_t(b[7]) << 24;
+      const int u = (i < 16 ? b[8 + i] & 15 : b[8 + i - 16] >> 4) | int((qh >> i) & 1u) << 4;
+      return u * f16(0) + f16(2);
+    }
+    case QuantKind::Q8_0: return int8_t(b[2 + i]) * f16(0);
+    case QuantKind::Q3_K: {  // hmask[32], qs[64], 12 bytes of 6-bit scales, d
+      const int h = i / 128, j = (i % 128) / 32, l = i % 32, sub = 8 * h + 2 * j + l / 16;
+      const int low = (b[32 + 32 * h + l] >> (2 * j)) & 3, high = (b[l] >> (4 * h + j)) & 1;
+      const int s6 = (sub < 8 ? b[96 + sub] & 15 : b[96 + sub - 8] >> 4) | ((b[104 + sub % 4] >> (2 * (sub / 4))) & 3) << 4;
+      return f16(108) * (s6 - 32) * (low - (high ? 0 : 4));
+    }
+    case QuantKind::Q4_K: {  // d, dmin, 12 bytes of 6-bit scales and mins, qs[128]
+      const int c = i / 64, hi = (i % 64) / 32, l = i % 32, j = 2 * c + hi;
+      const uint8_t* s = b + 4;
+      const int sc = j < 4 ? s[j] & 63 : (s[j + 4] & 15) | (s[j - 4] >> 6) << 4;
+      const int mn = j < 4 ? s[j + 4] & 63 : (s[j + 4] >> 4) | (s[j] >> 6) << 4;
+      return f16(0) * sc * ((b[16 + 32 * c + l] >> (4 * hi)) & 15) - f16(2) * mn;
+    }
+    case QuantKind::Q6_K: {  // ql[128], qh[64], int8 scales[16], d
+      const int h = i / 128, quarter = (i % 128) / 32, l = i % 32;
+      const int ql = b[64 * h + l + 32 * (quarter & 1)], nibble = quarter >= 2 ? ql >> 4 : ql & 15;
+      const int q = (nibble | ((b[128 + 32 * h + l] >> (2 * quarter)) & 3) << 4) - 32;
+      return f16(208) * int8_t(b[192 + 8 * h + l / 16 + 2 * quarter]) * q;
+    }
+    default: throw std::invalid_argument("reference: no ggml definition of this kind here");
+  }
+}
+
+}  // namespace
+
 std::vector<double> dequantize(const QuantizedTensor& q) {
   const int64_t rows = q.rows, cols = q.cols;
   std::vector<double> out(size_t(rows * cols));
   const WeightSpec& spec = q.spec;
+  if (isGgmlKind(spec.kind)) {
+    const auto& tr = quantKindTraits(spec.kind);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) {
+        const uint8_t* block = q.payload.data() + size_t((r * cols + c) / tr.blockElems) * tr.blockBytes;
+        out[size_t(r * cols + c)] = ggmlValue(spec.kind, block, int(c % tr.blockElems));
+      }
+    return out;
+  }
   if (spec.kind == QuantKind::FP16) {
     for (size_t i = 0; i < out.size(); ++i)
       out[i] = halfBitsToFloat(uint16_t(q.payload[2 * i] | (q.payload[2 * i + 1] << 8)));

@@ -1,7 +1,9 @@
 // The GEMM rows of the backend-ops table: y[m, n] = act(x)[m, k] · W[n, k]ᵀ for every weight
 // format the kernels implement, W8A8 with per-token activations, m from 1 to 128, n and k that
 // are not powers of two (k a multiple of 32 and of the group size, as the GPU kernels need).
+#include <iterator>
 #include <string>
+#include <vector>
 
 #include "kernels/common/half.h"
 #include "kernels/ops/linear_formats.h"
@@ -45,6 +47,14 @@ Bound pathBound(const WeightSpec& w, GemmActivationType a, int64_t m) {
   if (w.kind == QuantKind::FP16)
     return {{}, {1e-6}, {1e-6}, "FP16 weights: FP32 accumulation (cuBLAS / Eigen) and the FP16 output rounding "
                                 "(NMSE ≈ 8e-8): relative L2 1e-3, squared"};
+  if (isGgmlKind(w.kind) && m > 8)
+    return {{}, {4e-6}, {4e-6},
+            "ggml blocks, m > 8 (blocks to FP16, then cuBLAS): each weight rounded to FP16 once (≈ 8e-8), FP32 "
+            "accumulation, FP16 output: relative L2 2e-3, squared"};
+  if (isGgmlKind(w.kind))
+    return {{}, {1e-6}, {1e-6},
+            "ggml blocks, m <= 8 (ggml-gemv): ggml's FP32 weights, FP32 sums in another order, FP16 output "
+            "rounding (NMSE ≈ 8e-8): relative L2 1e-3, squared"};
   if (m <= 16)
     return {{}, {1e-6}, {1e-6},
             "A16, skinny path: integer codes exact in FP16, FP32 accumulation, FP32 scales, FP16 output "
@@ -78,6 +88,7 @@ const char* const kFormats[] = {
     "fp8e4m3-ch", "fp8e4m3-t", "fp8e5m2-ch",                              // W8A16 FP8
     "int8-ch-sym:int8-tok", "fp8e4m3-ch:fp8e4m3-tok", "fp8e4m3-t:fp8e4m3-tok",  // W8A8, per-token
     "int4-ch-sym:int8-tok", "int4-ch-sym:fp8e4m3-tok",                    // W4A8, per-token
+    "q4_0", "q5_1", "q8_0", "q3_k", "q4_k", "q6_k",                       // ggml blocks
 };
 
 struct WeightShape {
@@ -85,6 +96,7 @@ struct WeightShape {
 };
 // Odd n; k = 3·128, 9·128 and 3·32 (the last only for groups that divide it).
 const WeightShape kShapes[] = {{203, 384}, {77, 1152}, {45, 96}};
+const WeightShape kGgmlShape = {61, 768};  // ggml formats also: whole K-quant super-blocks
 const int64_t kTokens[] = {1, 7, 16, 33, 128};
 
 }  // namespace
@@ -94,8 +106,11 @@ std::vector<OpCase> gemmCases() {
   for (const char* f : kFormats) {
     const QuantFormat format = parseQuantFormat(f);
     const GemmActivationType act = activationTypeOf(format.act);
-    for (const WeightShape& s : kShapes) {
+    std::vector<WeightShape> shapes(std::begin(kShapes), std::end(kShapes));
+    if (isGgmlKind(format.weight.kind)) shapes.push_back(kGgmlShape);
+    for (const WeightShape& s : shapes) {
       if (format.weight.granularity == Granularity::Group && s.k % int64_t(format.weight.groupSize) != 0) continue;
+      if (isGgmlKind(format.weight.kind) && s.k % int64_t(quantKindTraits(format.weight.kind).blockElems) != 0) continue;
       for (int64_t m : kTokens)
         for (Distribution d : {Distribution::Normal, Distribution::Outliers}) {
           OpCase c;

@@ -118,7 +118,7 @@ class TestFormats : public QObject {
   void gemmSchemesHaveOneSpelling() {
     std::set<std::string> seen;
     const auto all = qs::GemmScheme::all();
-    QCOMPARE(int(all.size()), 24);
+    QCOMPARE(int(all.size()), 34);  // 24 INT/FP8/FP16 schemes and the 10 ggml block types
     for (const qs::GemmScheme& s : all) {
       const std::string text = qs::schemeSpelling(s);
       QVERIFY2(seen.insert(text).second, text.c_str());
@@ -130,7 +130,7 @@ class TestFormats : public QObject {
     QCOMPARE(qs::schemeSpelling(qs::parseSchemeText("w8a8-fp8", "--formats")), std::string("fp8e4m3-ch:fp8e4m3-tok"));
     QCOMPARE(qs::schemeSpelling(qs::parseSchemeText("int4-g64-asym:fp16", "--formats")), std::string("int4-g64-asym"));
     QCOMPARE(qs::schemeSpelling(qs::parseSchemeText("w4a8-fp8", "--formats")), std::string("int4-ch-sym:fp8e4m3-tok"));
-    for (const char* bad : {"q4_k", "int4-g256-sym", "w4a17", ""}) {
+    for (const char* bad : {"q4_k:int8-tok", "int4-g256-sym", "w4a17", ""}) {
       try {
         qs::parseSchemeText(bad, "--formats");
         QFAIL(bad);

@@ -13,6 +13,9 @@
 #include "kernels/gemm/gemm_layout.h"
 #include "kernels/gemm/gemm_ops.h"
 #include "kernels/gemm/gemm_reference.h"
+#include "kernels/gemm/ggml_packing.h"
+#include "kernels/ops/gemm_spelling.h"
+#include "kernels/ops/linear_formats.h"
 #include "kernels/quant/fp8.h"
 #include "kernels/quant/weight_codec.h"
 
@@ -321,6 +324,60 @@ class TestGemm : public QObject {
         for (int64_t c = 0; c < u.cols; ++c)
           if (r >= w.rows || c >= w.cols) QCOMPARE(u.dequantized(r, c), 0.0f);
           else QCOMPARE(u.dequantized(r, c), w.dequantized(r, c));
+    }
+  }
+
+  // ggml block weights: the op-set keeps the GGUF blocks as they are (each at its padded stride,
+  // the padding zero), whatever search made them; the scheme is the format's spelling ("q4_k",
+  // also for "q4_k-imatrix"); the CPU op-set's product is a plain double loop over the blocks'
+  // dequantized values (FP16 output).
+  void ggmlBlocksPackAsTheyAre() {
+    const uint64_t seed = freshSeed();
+    auto backend = createCpuBackend();
+    GemmOps& ops = backend->gemm();
+    for (int t = 0; t < kGgmlWeightTypes; ++t) {
+      const GemmScheme s{ggmlWeightType(t), GemmActivationType::F16, 0, false};
+      const GgmlPackedBlock& b = kGgmlPackedBlocks[t];
+      const std::string name = gemmWeightTypeName(s.weight);
+      QCOMPARE(GemmScheme::parse(s.name()), s);
+      QCOMPARE(s.name(), "ggml-" + name);
+      QCOMPARE(schemeSpelling(s), name);
+      QCOMPARE(parseSchemeText(name, "--formats"), s);
+      QCOMPARE(gemmSchemeFor(parseQuantFormat(name + "-imatrix")), std::optional<GemmScheme>(s));
+      QCOMPARE(gemmSchemeFor(parseQuantFormat(name + ":int8-tok")), std::optional<GemmScheme>());  // no A8 kernel
+      QVERIFY(b.deviceBytes % 4 == 0 && b.deviceBytes - b.lead >= b.ggmlBytes && b.lead % 2 == 0);
+      for (int64_t n : {1, 17})
+        for (int64_t k : {96, 256, 768}) {
+          if (k % b.values) continue;
+          const QuantizedTensor w = makeRandomQuantWeight(n, k, s, seed + uint64_t(n * k + t), true);
+          const PackedGemmWeight p = packWeightForKernel(w, s.activation);
+          const int64_t blocks = n * k / b.values;
+          QCOMPARE(p.codes.size(), size_t(blocks * b.deviceBytes));
+          QCOMPARE(p.bytes(), uint64_t(blocks * b.deviceBytes));
+          for (int64_t i = 0; i < blocks; ++i)
+            for (int j = 0; j < b.deviceBytes; ++j) {
+              const uint8_t got = p.codes[size_t(i * b.deviceBytes + j)];
+              const bool pad = j < b.lead || j >= b.lead + b.ggmlBytes;
+              QCOMPARE(got, pad ? uint8_t(0) : w.payload[size_t(i * b.ggmlBytes + j - b.lead)]);
+            }
+          const QuantizedTensor u = unpackWeightFromKernel(p);
+          QVERIFY(u.spec == weightSpecOf(s));
+          QCOMPARE(u.payload, w.payload);
+          // The CPU op-set against a double loop.
+          const int64_t m = 3;
+          const std::vector<uint16_t> xh = makeRandomActivations(m, k, seed + 1, true);
+          const std::vector<float> wd = dequantizeWeight(w);
+          const auto prepared = ops.prepare(w, s.activation);
+          std::vector<uint16_t> y(size_t(m * n));
+          ops.run(*prepared, xh.data(), m, y.data());
+          std::vector<double> ref(size_t(m * n), 0.0);
+          for (int64_t r = 0; r < m; ++r)
+            for (int64_t o = 0; o < n; ++o)
+              for (int64_t c = 0; c < k; ++c)
+                ref[size_t(r * n + o)] += double(halfBitsToFloat(xh[size_t(r * k + c)])) * double(wd[size_t(o * k + c)]);
+          const double err = relError(y, ref);
+          QVERIFY2(err < 1e-3, qPrintable(QString("%1 n=%2 k=%3: rel error %4").arg(name.c_str()).arg(n).arg(k).arg(err)));
+        }
     }
   }
 

@@ -18,10 +18,12 @@
 #include "kernels/cuda/gemm/gemm_hopper.h"
 #include "tests/kernels/hopper_test_util.h"
 #include "kernels/cuda/gemm/gemm_hopper_a8.h"
+#include "kernels/cuda/gemm/gemm_ggml.h"
 #include "kernels/cuda/gemm/gemm_launch.h"
 #include "kernels/gemm/gemm_ops.h"
 #include "kernels/gemm/gemm_layout.h"
 #include "kernels/gemm/gemm_reference.h"
+#include "kernels/gemm/ggml_packing.h"
 #include "kernels/ops/transformer_ops.h"
 #include "kernels/quant/fp8.h"
 
@@ -53,7 +55,10 @@ uint64_t freshSeed() {
 //  - W8A8 INT8: exact integer products and sums → 1e-3. FP8 (our mma or cuBLASLt): FP32-ish
 //    accumulation inside the tensor cores → 3e-3.
 //  - cuBLAS FP16: 1e-3.
+//  - ggml blocks: m <= 8 (ggml-gemv) FP32 weights and sums → 1e-3; larger m each weight rounded
+//    to FP16 (dequant+cublas) → 2e-3, as wide A16.
 double tolerance(const GemmScheme& s, int64_t m) {
+  if (isGgmlWeight(s.weight)) return m <= cuda_gemm::kGgmlGemvMaxTokens ? 1e-3 : 2e-3;
   if (s.activation == GemmActivationType::Fp8E4M3PerToken) return 3e-3;
   if (s.activation == GemmActivationType::Int8PerToken) return 1e-3;
   if (s.weight == GemmWeightType::F16) return 1e-3;
@@ -147,6 +152,7 @@ class Harness {
       for (int64_t m : ms) {
         cases.push_back({203, 384, m});                    // odd n, k a multiple of 128
         if (!quick()) cases.push_back({96, 96, m});        // k = 96: not a multiple of 64 (padding)
+        if (isGgmlWeight(s.weight)) cases.push_back({203, 768, m});  // whole K-quant super-blocks
       }
       // Many row tiles and a long k: each warp of the skinny kernel streams 18 chunks, so the
       // bulk path's ring of shared-memory slots wraps and ends on a partial slot.
@@ -161,8 +167,10 @@ class Harness {
         if (largeM) cases.push_back({203, 384, 4096});
       }
       int i = 0;
+      // k must be whole groups, or whole blocks of a ggml type (32 or 256 values).
+      const int64_t unit = isGgmlWeight(s.weight) ? kGgmlPackedBlocks[ggmlWeightIndex(s.weight)].values : s.groupSize;
       for (const Case& c : cases) {
-        if (s.groupSize > 0 && c.k % s.groupSize) continue;
+        if (unit > 0 && c.k % unit) continue;
         ++i;
         const QString err = compare(s, c, (i % 2) == 0, seed0 + uint64_t(i) * 7919);
         if (!err.isEmpty()) {
@@ -195,6 +203,94 @@ class TestGemmGpu : public QObject {
   void w8a8Int8() { h_->sweep({"w8a8-int8"}); }
   void w8a8Fp8() { h_->sweep({"w8a8-fp8", "w8a8-fp8-tensor", "w8a8-e5m2"}); }
   void w4a8() { h_->sweep({"w4a8-int8", "w4a8-fp8"}); }
+  // ggml blocks as the GGUF holds them (llama-quantize's own quantizer writes them): the decode
+  // kernel for m <= 8, the blocks to FP16 + cuBLAS above; 32-value types also on rows that end
+  // inside a 256-value unit (k = 96, 384).
+  void ggmlBlocks() {
+    h_->sweep({"ggml-q4_0", "ggml-q4_1", "ggml-q5_0", "ggml-q5_1", "ggml-q8_0", "ggml-q2_k", "ggml-q3_k", "ggml-q4_k",
+               "ggml-q5_k", "ggml-q6_k"});
+  }
+  // Fused ggml weights (q, k, v or gate, up in one launch): the blocks of the parts one after the
+  // other; each output row is the part's own row bit for bit (the same per-row arithmetic), and
+  // the parts, now reading the fused storage, still give their outputs.
+  void ggmlFusedRowsEqualParts() {
+    const uint64_t seed = freshSeed();
+    GemmOps& ops = h_->gpu();
+    for (const char* name : {"ggml-q4_k", "ggml-q6_k", "ggml-q4_0"}) {
+      const GemmScheme s = GemmScheme::parse(name);
+      const int64_t k = 512, ns[] = {48, 16, 32};
+      std::vector<std::unique_ptr<GemmWeight>> parts;
+      for (int i = 0; i < 3; ++i) parts.push_back(ops.prepare(makeRandomQuantWeight(ns[i], k, s, seed + uint64_t(i), i == 1), s.activation));
+      auto runOne = [&](const GemmWeight& w, int64_t m) {
+        const std::vector<uint16_t> xh = makeRandomActivations(m, k, seed + 7, true);
+        auto x = ops.allocate(xh.size() * 2);
+        ops.upload(x.get(), xh.data(), xh.size() * 2);
+        auto y = ops.allocate(size_t(m * w.n) * 2);
+        ops.run(w, x.get(), m, y.get());
+        std::vector<uint16_t> out(size_t(m * w.n));
+        ops.download(out.data(), y.get(), out.size() * 2);
+        return out;
+      };
+      const int64_t ms[] = {1, 5};
+      std::vector<uint16_t> before[2][3];
+      for (int j = 0; j < 2; ++j)
+        for (int i = 0; i < 3; ++i) before[j][i] = runOne(*parts[size_t(i)], ms[j]);
+      std::vector<GemmWeight*> raw;
+      for (const auto& p : parts) raw.push_back(p.get());
+      const auto fused = ops.fuseRows(raw);
+      QVERIFY2(fused, name);
+      QCOMPARE(fused->n, int64_t(96));
+      for (int j = 0; j < 2; ++j) {
+        const int64_t m = ms[j];
+        const std::vector<uint16_t> all = runOne(*fused, m);
+        int64_t row0 = 0;
+        for (int i = 0; i < 3; ++i) {
+          for (int64_t t = 0; t < m; ++t)
+            for (int64_t r = 0; r < ns[i]; ++r)
+              QCOMPARE(all[size_t(t * 96 + row0 + r)], before[j][i][size_t(t * ns[i] + r)]);
+          QCOMPARE(runOne(*parts[size_t(i)], m), before[j][i]);
+          row0 += ns[i];
+        }
+      }
+    }
+  }
+
+  // The dequantize kernel writes FP16 of kernels/ggml's dequantized values bit for bit (the
+  // same two FP32 operations per value, rounded once), and nothing outside the rows it covers.
+  void ggmlDequantIsBitExact() {
+    const uint64_t seed = freshSeed();
+    GemmOps& ops = h_->gpu();
+    for (int t = 0; t < kGgmlWeightTypes; ++t) {
+      const GemmScheme s{ggmlWeightType(t), GemmActivationType::F16, 0, false};
+      const int64_t n = 37, k = kGgmlPackedBlocks[t].values == 32 ? 352 : 1024, ld = k + 4;
+      for (bool outliers : {false, true}) {
+        const QuantizedTensor w = makeRandomQuantWeight(n, k, s, seed + uint64_t(t), outliers);
+        const PackedGemmWeight p = packWeightForKernel(w, GemmActivationType::F16);
+        auto blocks = ops.allocate(p.codes.size());
+        ops.upload(blocks.get(), p.codes.data(), p.codes.size());
+        std::vector<uint16_t> got(size_t(n * ld), kPoison);
+        auto out = ops.allocate(got.size() * 2);
+        ops.upload(out.get(), got.data(), got.size() * 2);
+        cuda_gemm::GgmlDeviceWeight d;
+        d.blocks = static_cast<const uint8_t*>(blocks.get());
+        d.type = cuda_gemm::GgmlBlockType(t);
+        d.n = int(n);
+        d.k = int(k);
+        cuda_gemm::launchGgmlDequantF16(d, out.get(), int(ld), static_cast<cudaStream_t>(ops.stream()));
+        ops.synchronize();
+        ops.download(got.data(), out.get(), got.size() * 2);
+        const std::vector<uint16_t> ref = dequantizeToF16Reference(w);
+        for (int64_t r = 0; r < n; ++r)
+          for (int64_t c = 0; c < ld; ++c) {
+            const uint16_t g = got[size_t(r * ld + c)], e = c < k ? ref[size_t(r * k + c)] : kPoison;
+            if (g != e)
+              QFAIL(qPrintable(QString("%1%2 [%3, %4]: 0x%5, expected 0x%6")
+                                   .arg(QString::fromStdString(s.name())).arg(outliers ? " outliers" : "")
+                                   .arg(r).arg(c).arg(g, 4, 16, QChar('0')).arg(e, 4, 16, QChar('0'))));
+          }
+      }
+    }
+  }
 
   // W4A8 runs the W8A8 kernels on its codes widened to 8 bits, so with the same codes and scales
   // (INT4 code c as INT8 c, or as the E4M3 value c) it gives W8A8's output bit for bit, on every

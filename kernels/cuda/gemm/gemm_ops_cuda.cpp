@@ -15,6 +15,8 @@
 //   W8A8 FP8        quant + skinny-mma (A8)        quant + cuBLASLt FP8 with outer-vector scales
 //                                                  (or FP32 out + scale epilogue), or on sm_90
 //                                                  the CUTLASS kernel: the fastest as timed
+//   ggml blocks     ggml-gemv (m <= 8, gemm_ggml.cu)  ggml-dequant+cublas (the blocks to a scratch
+//                                                  FP16 weight, then cublasGemmEx)
 // When cuBLASLt has no algorithm for a W8A8 shape (odd n, say), the skinny kernel runs over
 // slices of 16 tokens instead: slower, never wrong. The W8A8 choice is timed like the A16 one
 // below (QS_GEMM_A8=cublaslt or a configuration's name, cutlass-a8-128x128 … see
@@ -44,12 +46,14 @@
 #include "kernels/common/error.h"
 #include "kernels/cuda/gemm/gemm_cublas.h"
 #include "kernels/cuda/gemm/gemm_dequant.h"
+#include "kernels/cuda/gemm/gemm_ggml.h"
 #include "kernels/cuda/gemm/gemm_hopper.h"
 #include "kernels/cuda/gemm/gemm_hopper_a8.h"
 #include "kernels/cuda/common/device_buffer.h"
 #include "kernels/cuda/gemm/gemm_launch.h"
 #include "kernels/device/device_info.h"
 #include "kernels/gemm/gemm_ops.h"
+#include "kernels/gemm/ggml_packing.h"
 
 namespace qs {
 
@@ -80,6 +84,8 @@ class CudaGemmWeight final : public GemmWeight {
   // kernel widens them in registers; m > 16: they are widened into the op-set's scratch before
   // each product (the large-m cores read 8-bit codes).
   const void* nibbles = nullptr;
+  // ggml block schemes: the blocks as packed (ggml_packing.h); blocks null for other schemes.
+  cuda_gemm::GgmlDeviceWeight ggml;
   mutable DeviceBuffer hopperCodes, hopperScales;
   mutable cuda_gemm::HopperWeight hopper;
 };
@@ -173,6 +179,14 @@ class CudaGemmOps final : public GemmOps {
     if (p.k % 32 != 0)
       throwBadInput("", "k", "quantized GEMM kernels need k to be a multiple of 32, got " + std::to_string(p.k));
     st.codes.upload(p.codes);
+    if (isGgmlWeight(p.scheme.weight)) {
+      w->ggml.blocks = static_cast<const uint8_t*>(st.codes.get());
+      w->ggml.type = cuda_gemm::GgmlBlockType(ggmlWeightIndex(p.scheme.weight));
+      w->ggml.n = int(p.n);
+      w->ggml.k = int(p.k);
+      w->hopperWhyNot = w->hopperA8WhyNot = "ggml blocks";
+      return w;
+    }
     st.groupScales.upload(p.groupScales);
     st.groupZeros.upload(p.groupZeros);
     st.channelScales.upload(p.channelScales);
@@ -243,6 +257,10 @@ class CudaGemmOps final : public GemmOps {
         w.f16 = static_cast<const uint16_t*>(st.f16.get()) + r0 * size_t(w.k);
         return;
       }
+      if (w.ggml.blocks) {  // ggml blocks: rows one after the other
+        w.ggml.blocks = static_cast<const uint8_t*>(st.codes.get()) + r0 * ggmlRowBytes(w);
+        return;
+      }
       auto& d = w.dev;
       // A16: [rowTile][chunk][32 lanes][16 bytes]; W8A8: row-major [nPad][kPad] bytes.
       d.codes = static_cast<const uint8_t*>(st.codes.get()) +
@@ -256,15 +274,25 @@ class CudaGemmOps final : public GemmOps {
       if (rowTile0 == 0) {  // the fused weight: the first part's layout, all rows
         f->f16 = st.f16.get();
         f->dev = p->dev;
+        f->ggml = p->ggml;
       }
       rowTile0 += size_t(p->n / 16);
       row0 += size_t(p->n);
     }
-    if (f->scheme.weight != GemmWeightType::F16) {
+    if (f->ggml.blocks) {
+      f->ggml.n = int(f->n);
+      f->hopperWhyNot = f->hopperA8WhyNot = "ggml blocks";
+    } else if (f->scheme.weight != GemmWeightType::F16) {
       f->dev.n = f->dev.nPad = int(f->n);
       setHopperEligibility(*f);
     }
     return f;
+  }
+
+  // Bytes of one row of a ggml weight (its padded blocks, ggml_packing.h).
+  static size_t ggmlRowBytes(const CudaGemmWeight& w) {
+    const GgmlPackedBlock& b = kGgmlPackedBlocks[ggmlWeightIndex(w.scheme.weight)];
+    return size_t(w.k / b.values) * size_t(b.deviceBytes);
   }
 
   void setHopperEligibility(CudaGemmWeight& w) const {
@@ -278,6 +306,8 @@ class CudaGemmOps final : public GemmOps {
 
   std::string kernelName(const GemmWeight& weight, int64_t m) const override {
     const auto& w = checkedWeight(weight);
+    if (w.ggml.blocks)
+      return m <= cuda_gemm::kGgmlGemvMaxTokens ? cuda_gemm::ggmlGemvName(w.ggml.type) : "ggml-dequant+cublas";
     switch (w.scheme.activation) {
       case GemmActivationType::F16: {
         if (w.scheme.weight == GemmWeightType::F16) return "cublasGemmEx-f16";
@@ -302,6 +332,10 @@ class CudaGemmOps final : public GemmOps {
       throwBadInput("", "x/y", "device pointers must be non-null and 16-byte aligned");
     const int m = int(m64);
     const auto& d = w.dev;
+    if (w.ggml.blocks) {
+      runGgml(w, x, m, y);
+      return;
+    }
     switch (w.scheme.activation) {
       case GemmActivationType::F16:
         if (w.scheme.weight == GemmWeightType::F16) {
@@ -337,7 +371,7 @@ class CudaGemmOps final : public GemmOps {
 
   bool runNormed(const GemmWeight& weight, const NormPrologue& pro, int64_t m64, void* y) override {
     const auto& w = checkedWeight(weight);
-    if (w.scheme.activation != GemmActivationType::F16 || w.scheme.weight == GemmWeightType::F16 || m64 < 1 ||
+    if (w.scheme.activation != GemmActivationType::F16 || w.scheme.weight == GemmWeightType::F16 || w.ggml.blocks || m64 < 1 ||
         m64 > 16 || !pro.resid || !pro.normW)
       return false;
     if (!y || (reinterpret_cast<uintptr_t>(y) & 15)) throwBadInput("", "y", "device pointer must be non-null and 16-byte aligned");
@@ -357,7 +391,7 @@ class CudaGemmOps final : public GemmOps {
 
   bool runIntoResidual(const GemmWeight& weight, const void* x, int64_t m64, void* y, const NormEpilogue& epi) override {
     const auto& w = checkedWeight(weight);
-    if (w.scheme.activation != GemmActivationType::F16 || w.scheme.weight == GemmWeightType::F16 || m64 < 1 ||
+    if (w.scheme.activation != GemmActivationType::F16 || w.scheme.weight == GemmWeightType::F16 || w.ggml.blocks || m64 < 1 ||
         m64 > 16 || !epi.resid || !epi.squares)
       return false;
     if (!x || (reinterpret_cast<uintptr_t>(x) & 15)) throwBadInput("", "x", "device pointer must be non-null and 16-byte aligned");
@@ -373,7 +407,7 @@ class CudaGemmOps final : public GemmOps {
   bool runSwiglu(const GemmWeight& weight, const SwigluPrologue& pro, int64_t m64, void* y,
                  const NormEpilogue* epi) override {
     const auto& w = checkedWeight(weight);
-    if (w.scheme.activation != GemmActivationType::F16 || w.scheme.weight == GemmWeightType::F16 || m64 < 1 ||
+    if (w.scheme.activation != GemmActivationType::F16 || w.scheme.weight == GemmWeightType::F16 || w.ggml.blocks || m64 < 1 ||
         m64 > 16 || !pro.gate || !pro.up)
       return false;
     if (epi && (!epi->resid || !epi->squares || pro.commitX)) return false;
@@ -408,7 +442,7 @@ class CudaGemmOps final : public GemmOps {
 
   std::string pathChoice(const GemmWeight& weight, int64_t m) const override {
     const auto& w = checkedWeight(weight);
-    if (w.scheme.weight == GemmWeightType::F16 || m <= 16) return {};
+    if (w.scheme.weight == GemmWeightType::F16 || w.ggml.blocks || m <= 16) return {};
     if (w.scheme.activation != GemmActivationType::F16) return a8PathChoice(w, int(m));
     if (forcedPath() >= 0) {
       std::string text = std::string("forced (QS_GEMM_WIDE): ") + pathName(runnablePath(w, forcedPath()));
@@ -530,6 +564,18 @@ class CudaGemmOps final : public GemmOps {
     QS_CUDA_CHECK(cudaStreamSynchronize(stream_));  // before scratch goes
     w.hopper = hw;
     return w.hopper;
+  }
+
+  // ggml blocks: the decode kernel for few tokens, else the blocks to FP16 and cuBLAS.
+  void runGgml(const CudaGemmWeight& w, const void* x, int m, void* y) {
+    if (m <= cuda_gemm::kGgmlGemvMaxTokens) {
+      cuda_gemm::launchGgmlGemv(w.ggml, x, m, y, stream_);
+    } else {
+      ensure(dequantScratch_, size_t(w.n) * size_t(w.k) * 2);
+      cuda_gemm::launchGgmlDequantF16(w.ggml, dequantScratch_.get(), int(w.k), stream_);
+      blas_->gemmF16(dequantScratch_.get(), x, y, m, int(w.n), int(w.k));
+    }
+    QS_CUDA_CHECK(cudaGetLastError());
   }
 
   void runWide(const CudaGemmWeight& w, const void* x, int m, void* y, int path) {
