@@ -93,6 +93,7 @@ void registerBenchGemm(CLI::App& bench, CliContext& ctx) {
                                      "fp8e4m3-ch:fp8e4m3-tok"};
     int repeats = 15;
     bool noLt = false;
+    bool readFloor = false;
     bool json = false;
   };
   auto args = std::make_shared<Args>();
@@ -112,6 +113,9 @@ void registerBenchGemm(CLI::App& bench, CliContext& ctx) {
       ->check(CLI::Range(3, 1000))
       ->capture_default_str();
   cmd->add_flag("--no-cublaslt", args->noLt, "Skip the cuBLASLt FP8/INT8 baselines");
+  cmd->add_flag("--read-floor", args->readFloor,
+                "Also time a kernel that only reads each weight's bytes, the same way: the least any kernel "
+                "reading them can take (its 'x fp16' is the ceiling of that format's speedup)");
   cmd->add_flag("--json", args->json, "Print the results as JSON on stdout");
 
   cmd->callback([args, &ctx] {
@@ -122,6 +126,7 @@ void registerBenchGemm(CLI::App& bench, CliContext& ctx) {
     if (o.shapes.empty() || o.batches.empty()) throwBadInput("", "--shapes/--batch", "need at least one of each");
     o.repeats = args->repeats;
     o.cublasLtBaselines = !args->noLt;
+    o.readFloor = args->readFloor;
     const bool tty = isatty(STDERR_FILENO);
     o.progress = [&ctx, tty](const std::string& line) {
       if (tty) ctx.err << "\r\033[K" << line << std::flush;

@@ -25,6 +25,7 @@ struct GemmBenchOptions {
   bool cublasLtBaselines = true;                    // cuBLASLt FP8 and INT8 cores, alone
   int repeats = 15;
   int minLaunchesPerGraph = 20;
+  bool readFloor = false;  // also time a kernel that only reads each weight's bytes (gemm_read_floor.h)
   std::function<void(const std::string&)> progress;  // one line per step (may be empty)
 };
 

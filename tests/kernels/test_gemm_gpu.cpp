@@ -360,6 +360,34 @@ class TestGemmGpu : public QObject {
     forced.sweep({"w4a16-g128", "w4a16-g32-asym", "w4a16-ch", "w8a16-int8-g64", "w8a16-fp8", "w8a16-e5m2"}, false);
   }
 
+  // INT4 symmetric g128 at m <= 8 runs a kernel specialized for it (register prefetch or bulk
+  // rings); QS_GEMM_SKINNY_G128=0 runs the general one. Both within the reference's bound, on
+  // shapes whose splits hold 2..64 chunks, each way of moving the weight forced, and the kernel
+  // names say which ran.
+  void skinnyG128Kernel() {
+    const uint64_t seed = freshSeed();
+    const GemmScheme s = GemmScheme::parse("w4a16-g128");
+    int i = 0;
+    for (const char* bulk : {"0", "1"})
+      for (const char* g128 : {"1", "0"}) {
+        const QByteArray beforeBulk = qgetenv("QS_GEMM_BULK");
+        qputenv("QS_GEMM_BULK", bulk);
+        auto h = Harness::withEnv("QS_GEMM_SKINNY_G128", g128);
+        if (beforeBulk.isNull()) qunsetenv("QS_GEMM_BULK");
+        else qputenv("QS_GEMM_BULK", beforeBulk);
+        for (const Case& c : std::vector<Case>{{2064, 8192, 1}, {203, 384, 3}, {40, 4096, 8}, {4096, 4096, 1}, {136, 1152, 5}}) {
+          std::string kernel;
+          ++i;
+          const QString err = h->compare(s, c, i % 2 == 0, seed + uint64_t(i) * 7919, &kernel);
+          QVERIFY2(err.isEmpty(), qPrintable(err));
+          const bool specialized = kernel.find("-g128") != std::string::npos;
+          QVERIFY2(specialized == (g128[0] == '1'),
+                   qPrintable(QString("bulk=%1 g128=%2 n=%3 k=%4 m=%5 ran %6")
+                                  .arg(bulk).arg(g128).arg(c.n).arg(c.k).arg(c.m).arg(QString::fromStdString(kernel))));
+        }
+      }
+  }
+
   // cuBLASLt shapes (multiples of 16) so the large-m W8A8 path runs the cuBLASLt core, not the
   // fallback; and a large skinny/wide problem with split-K.
   void w8a8CublasLtShapes() {

@@ -8,6 +8,7 @@
 #include "kernels/common/error.h"
 #include "kernels/common/half.h"
 #include "kernels/cuda/gemm/gemm_cublas.h"
+#include "kernels/cuda/gemm/gemm_read_floor.h"
 #include "kernels/device/device_info.h"
 #include "kernels/gemm/gemm_bench.h"
 #include "kernels/gemm/gemm_layout.h"
@@ -202,6 +203,26 @@ class Bench {
       addRow(res, label, impl, n, k, m, ms, packed.bytes(), copies);
       res.rows.back().path = path;
     }
+    if (opt_.readFloor) benchReadFloor(label, n, k, packed.bytes(), copies, res);
+  }
+
+  // The read floor of a weight of `bytes` (gemm_read_floor.h): the same rotation over copies, the
+  // same graph timing; one row per m (the time does not depend on m).
+  void benchReadFloor(const std::string& label, int64_t n, int64_t k, uint64_t bytes, int copies, GemmBenchResult& res) {
+    say("read floor " + label + " " + std::to_string(n) + "x" + std::to_string(k) + "…");
+    std::vector<std::shared_ptr<void>> bufs;
+    for (int i = 0; i < copies; ++i) {
+      bufs.push_back(ops_->allocate(bytes));
+      QS_CUDA_CHECK(cudaMemsetAsync(bufs.back().get(), 0x5A, bytes, stream_));
+    }
+    auto sink = ops_->allocate(64);
+    auto* sp = static_cast<uint32_t*>(sink.get());
+    const int launches = copies * ((opt_.minLaunchesPerGraph + copies - 1) / copies);
+    auto launch = [&](int i) { cuda_gemm::launchReadFloor(bufs[size_t(i % copies)].get(), bytes, sp, info_.multiprocessors, stream_); };
+    for (int i = 0; i < copies; ++i) launch(i);
+    ops_->synchronize();
+    const double ms = timeGraph(stream_, launches, opt_.repeats, launch);
+    for (int64_t m : opt_.batches) addRow(res, "read-floor:" + label, "reads the weight's bytes only", n, k, m, ms, bytes, copies);
   }
 
   void benchLt(LtMatmul::Kind kind, int64_t n, int64_t k, void* d, GemmBenchResult& res) {

@@ -39,6 +39,7 @@ struct LaunchPlan {
   size_t smemBytes = 0;
   int bulkStages = 0;         // skinny: > 0 streams the weight with bulk copies (sm_90, A16)
   bool earlyTrigger = false;  // skinny: the next PDL kernel may launch once the stream is issued
+  bool g128Sym = false;       // skinny: the kernel specialized for INT4 symmetric g128 at m <= 8
 };
 
 // Choices the device (and tuning runs) make for the skinny path.
@@ -49,6 +50,9 @@ struct SkinnyOptions {
   // Launched with PDL: griddepcontrol.launch_dependents once the weight stream is issued (the
   // next kernel may start while this one finishes): never, with the bulk rings, or always.
   enum class Trigger { Never, WithBulk, Always } trigger = Trigger::Never;
+  // INT4 symmetric, groups of 128, m <= 8: the kernel specialized for it (group ends at compile
+  // time, no zero-point code, no copies of the prefetch buffer), else the general one.
+  bool g128Sym = true;
 };
 
 // The residual step before a GEMM, taken into the skinny kernel's activation staging (A16): the

@@ -123,6 +123,8 @@ class CudaGemmOps final : public GemmOps {
     skinnyOpt_.trigger = !pdl_ || trigger == "0" ? Opt::Trigger::Never
                          : trigger == "1"        ? Opt::Trigger::Always
                                                  : Opt::Trigger::WithBulk;
+    // INT4 symmetric g128 at m <= 8: the specialized kernel (QS_GEMM_SKINNY_G128=0: the general one).
+    skinnyOpt_.g128Sym = env("QS_GEMM_SKINNY_G128") != "0";
     // A16 weights at m > 16: fused wide-mma or dequantize + cuBLAS FP16, picked by timing
     // (QS_GEMM_WIDE=fused / dequant forces one).
     const std::string wide = env("QS_GEMM_WIDE");
@@ -313,7 +315,7 @@ class CudaGemmOps final : public GemmOps {
         if (w.scheme.weight == GemmWeightType::F16) return "cublasGemmEx-f16";
         if (m > 16) return pathName(widePath(w, int(m)));
         const auto& plan = skinnyPlan(w, int(m));
-        return std::string(plan.bulkStages > 0 ? "skinny-bulk" : "skinny-mma") +
+        return std::string(plan.bulkStages > 0 ? "skinny-bulk" : "skinny-mma") + (plan.g128Sym ? "-g128" : "") +
                (pdl_ ? (plan.earlyTrigger ? "+pdl-early" : "+pdl") : "");
       }
       default: {

@@ -211,8 +211,15 @@ __device__ __forceinline__ void widenNibbles(uint32_t w, uint32_t& out0, uint32_
   out1 = b[1];
 }
 
-template <WKind K, bool A8, int NT, bool kBulk, bool kNib = false>
-__global__ void __launch_bounds__(kThreads, 3) skinnyKernel(const SkinnyArgs p) {
+// kDeep > 0: kDeep register-prefetched chunks per lane instead of kPrefetch, with the register
+// budget of 2 blocks per SM (the m <= 8 planner's target) instead of 3.
+// kG128Sym (INT4, symmetric, groups of 128 = two 64-wide chunks, every split starting on a group
+// boundary): the group ends are known at compile time (after every odd chunk of the unrolled
+// loop), there is no zero-point code, and each chunk is consumed before its register slot is
+// refilled (no copies of the prefetch buffer).
+template <WKind K, bool A8, int NT, bool kBulk, bool kNib = false, int kDeep = 0, bool kG128Sym = false>
+__global__ void __launch_bounds__(kThreads, kDeep ? 2 : 3) skinnyKernel(const SkinnyArgs p) {
+  static_assert(!kG128Sym || (K == WKind::Int4 && !A8 && !kNib), "kG128Sym: INT4 A16");
   static_assert(!(kBulk && A8), "the bulk path streams the packed A16 layout");
   static_assert(!kNib || (A8 && (K == WKind::Int8 || K == WKind::E4M3)), "W4A8 widens to INT8 or E4M3");
   constexpr int kChunkK = K == WKind::Int4 || A8 ? 64 : 32;
@@ -235,7 +242,7 @@ __global__ void __launch_bounds__(kThreads, 3) skinnyKernel(const SkinnyArgs p) 
   //    A16: the packed chunk, one 16-byte load per lane. A8: the plain row-major weight, 16
   //    bytes of row r0 and 16 of row r1 per lane and 64-wide chunk (k in [16t, 16t+16)).
   constexpr int kLoads = A8 ? 2 : 1;
-  constexpr int kDepth = (NT == 1 ? kPrefetch : kPrefetch - 2) / kLoads;
+  constexpr int kDepth = kDeep ? kDeep : (NT == 1 ? kPrefetch : kPrefetch - 2) / kLoads;
   constexpr int kStride = A8 ? 4 : 32;  // uint4 units from one chunk to the next
   // W4A8: 8 bytes of nibbles per row and lane (the same k range), in uint2 units.
   using WeightPtr = std::conditional_t<kNib, const uint2*, const uint4*>;
@@ -369,8 +376,8 @@ __global__ void __launch_bounds__(kThreads, 3) skinnyKernel(const SkinnyArgs p) 
     const uint32_t myZs = zs + warp * p.groupSlots * 16 + g * 2;
     const int groupMask = int((1u << p.groupShift) - 1u);
     // INT4 with groups of 32: two groups per 64-wide chunk, a fold after its second k16 step.
-    const bool foldMidChunk = K == WKind::Int4 && p.groupShift == 5;
-    const bool asym = p.groupZeros != nullptr;
+    const bool foldMidChunk = !kG128Sym && K == WKind::Int4 && p.groupShift == 5;
+    const bool asym = !kG128Sym && p.groupZeros != nullptr;
     int gRel = 0;  // group of the current k16 step, relative to gBegin
     Int4Zero zc = int4Zero(8, 8);
     auto loadZero = [&](int gr) {
@@ -417,7 +424,8 @@ __global__ void __launch_bounds__(kThreads, 3) skinnyKernel(const SkinnyArgs p) 
     }
 
     // One chunk: kc = its offset inside the split.
-    auto step = [&](const uint4& wv, const uint4& wv1, int kc, bool more) {
+    // foldAfter (kG128Sym): whether this chunk ends a group, a compile-time constant at every call.
+    auto step = [&](const uint4& wv, const uint4& wv1, int kc, bool more, bool foldAfter = false) {
       if constexpr (A8) {
         // Two m16n8k32 steps. Step s gives lane t the real k 16t + 8s + 0..7 of the chunk as
         // its "4t..4t+3" and "16+4t.." fragment columns; the B fragment must use the same k:
@@ -475,7 +483,9 @@ __global__ void __launch_bounds__(kThreads, 3) skinnyKernel(const SkinnyArgs p) 
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt) mmaF16(tmq[nt], a, b[nt][2], b[nt][3]);
         }
-        if (++sinceFold == chunksPerGroup) {
+        if constexpr (kG128Sym) {
+          if (foldAfter) fold(false);
+        } else if (++sinceFold == chunksPerGroup) {
           sinceFold = 0;
           fold(more);
         }
@@ -496,18 +506,51 @@ __global__ void __launch_bounds__(kThreads, 3) skinnyKernel(const SkinnyArgs p) 
           uint4 wv[kStageChunks];
 #pragma unroll
           for (int i = 0; i < kStageChunks; ++i) wv[i] = lds128(src + i * kChunkBytes);
+          // kG128Sym: a full stage holds an even number of chunks, so chunk c ends a group iff c is odd
+          // (a split of an odd count ends on a partial stage, below).
 #pragma unroll
-          for (int i = 0; i < kStageChunks; ++i) step(wv[i], wv[i], (c0 + i) * kChunkK, c0 + i + 1 < nChunks);
+          for (int i = 0; i < kStageChunks; ++i) step(wv[i], wv[i], (c0 + i) * kChunkK, c0 + i + 1 < nChunks, (i & 1) != 0);
         } else {
           for (int c = c0; c < nChunks; ++c) {
             const uint4 wv = lds128(src + (c - c0) * kChunkBytes);
-            step(wv, wv, c * kChunkK, c + 1 < nChunks);
+            if constexpr (kG128Sym) {
+              if ((c & 1) != 0) step(wv, wv, c * kChunkK, false, true);
+              else step(wv, wv, c * kChunkK, false, false);
+            } else {
+              step(wv, wv, c * kChunkK, c + 1 < nChunks);
+            }
           }
+          if constexpr (kG128Sym)
+            if (nChunks & 1) fold(false);  // the last (short) split ends inside a group
         }
         __syncwarp();
         if (lane == 0 && st + p.stages < nStages) issueStage(slot, st + p.stages);
         if (++slot == p.stages) slot = 0, parity ^= 1u;
       }
+    } else if constexpr (kG128Sym) {
+      // kDepth is even and the split starts a group: chunk c ends one iff c is odd.
+      static_assert(kDepth % 2 == 0, "kG128Sym needs an even prefetch depth");
+      WeightPtr next = wp + kDepth * kStride;
+      int c = 0;
+      for (; c + 2 * kDepth <= nChunks; c += kDepth) {
+#pragma unroll
+        for (int i = 0; i < kDepth; ++i) {
+          step(buf[i][0], buf[i][0], (c + i) * kChunkK, true, (i & 1) != 0);
+          loadAt(next, buf[i]);
+          next += kStride;
+        }
+      }
+      for (; c < nChunks; c += kDepth) {
+#pragma unroll
+        for (int i = 0; i < kDepth; ++i) {
+          if (c + i < nChunks) {
+            step(buf[i][0], buf[i][0], (c + i) * kChunkK, false, (i & 1) != 0);
+            if (c + i + kDepth < nChunks) loadAt(next, buf[i]);
+            next += kStride;
+          }
+        }
+      }
+      if (nChunks & 1) fold(false);  // the last (short) split ends inside a group
     } else {
     // Steady state: every prefetch is in range, no bounds checks; then the drain.
     WeightPtr next = wp + kDepth * kStride;
@@ -533,7 +576,7 @@ __global__ void __launch_bounds__(kThreads, 3) skinnyKernel(const SkinnyArgs p) 
       }
     }
     }  // register path
-    if (!A8 && sinceFold != 0) fold(false);  // the split ends inside a group (or per channel)
+    if (!A8 && !kG128Sym && sinceFold != 0) fold(false);  // the split ends inside a group (or per channel)
     if constexpr (A8 && K == WKind::Int8) {
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
@@ -639,6 +682,15 @@ KernelFn pick(int nt, bool bulk) {
   else if (bulk) return nt == 1 ? skinnyKernel<K, false, 1, true> : skinnyKernel<K, false, 2, true>;
   else return nt == 1 ? skinnyKernel<K, false, 1, false> : skinnyKernel<K, false, 2, false>;
 }
+// The kG128Sym kernels (register prefetch 8 deep, or the bulk rings) for INT4 symmetric g128 at
+// m <= 8 (SkinnyOptions::g128Sym).
+KernelFn g128SymKernel(bool bulk) {
+  return bulk ? skinnyKernel<WKind::Int4, false, 1, true, false, 0, true> : skinnyKernel<WKind::Int4, false, 1, false, false, 8, true>;
+}
+bool g128SymApplies(const DeviceQuantWeight& w, int nt) {
+  return w.kind == int(WKind::Int4) && !w.a8 && !w.nibbles && nt == 1 &&
+         w.groupSize == 128 && !w.groupZeros && w.chunkK == 64;
+}
 KernelFn selectKernel(int kind, bool a8, int nt, bool bulk, bool nibbles = false) {
   if (nibbles) {  // W4A8, widened to the mma's type
     if (!a8 || bulk) return nullptr;
@@ -689,14 +741,16 @@ int log2Exact(int v) {
 
 namespace {
 
-LaunchPlan planSkinnyWith(const DeviceQuantWeight& w, int m, int multiprocessors, bool bulk, bool earlyTrigger) {
+LaunchPlan planSkinnyWith(const DeviceQuantWeight& w, int m, int multiprocessors, bool bulk, bool earlyTrigger,
+                          bool g128Allowed) {
   const int nt = m <= 8 ? 1 : 2;
   const int stages = bulk ? bulkStages() : 0;
   const int elem = w.a8 ? 1 : 2;
   const int rowTiles = w.nPad / 16;
   const int rowGroups = (rowTiles + kWarps - 1) / kWarps;
   const int chunks = w.kPad / w.chunkK;
-  const KernelFn fn = selectKernel(w.kind, w.a8, nt, bulk, w.nibbles);
+  const bool g128 = g128Allowed && g128SymApplies(w, nt);  // splits of whole groups (an even chunk count)
+  const KernelFn fn = g128 ? g128SymKernel(bulk) : selectKernel(w.kind, w.a8, nt, bulk, w.nibbles);
   // Shared memory of one split: the activation tile plus the scale/zero slots of its groups
   // (the budget), plus the bulk path's fixed rings and barriers.
   auto smemFor = [&](int perSplit) {
@@ -712,7 +766,7 @@ LaunchPlan planSkinnyWith(const DeviceQuantWeight& w, int m, int multiprocessors
   const int target = blocksPerSmTarget(nt);
   int best = 1, bestPer = chunks;
   for (int s = std::max(1, chunks / 2); s >= 1; --s) {
-    const int perSplit = (chunks + s - 1) / s;
+    const int perSplit = (chunks + s - 1) / s + (g128 && (chunks + s - 1) / s % 2 ? 1 : 0);
     const int splits = (chunks + perSplit - 1) / perSplit;
     const size_t smem = smemFor(perSplit);
     if (smem > size_t(kSmemBudget)) break;  // fewer splits only need more shared memory
@@ -738,6 +792,7 @@ LaunchPlan planSkinnyWith(const DeviceQuantWeight& w, int m, int multiprocessors
   plan.smemBytes = smemFor(bestPer) + ring;
   plan.bulkStages = stages;
   plan.earlyTrigger = earlyTrigger;
+  plan.g128Sym = g128 && (bestPer % 2 == 0 || best == 1);
   return plan;
 }
 
@@ -758,7 +813,7 @@ LaunchPlan planSkinny(const DeviceQuantWeight& w, int m, int multiprocessors, co
   using Trigger = SkinnyOptions::Trigger;
   auto plan = [&](bool bulk) {
     const bool early = opt.trigger == Trigger::Always || (opt.trigger == Trigger::WithBulk && bulk);
-    return planSkinnyWith(w, m, multiprocessors, bulk, early);
+    return planSkinnyWith(w, m, multiprocessors, bulk, early, opt.g128Sym);
   };
   if (opt.bulk == Bulk::Always && !w.a8) return plan(true);
   if (opt.bulk == Bulk::Auto && !w.a8 && m <= 8) {
@@ -773,7 +828,9 @@ void launchSkinny(const DeviceQuantWeight& w, const void* x, const float* tokenS
                   const LaunchPlan& plan, const SplitWorkspace& ws, cudaStream_t stream, bool pdl,
                   const NormPrologue* prologue, const SwigluPrologue* swiglu, const NormEpilogue* epilogue) {
   const int nt = m <= 8 ? 1 : 2;
-  const KernelFn fn = selectKernel(w.kind, w.a8, nt, plan.bulkStages > 0, w.nibbles);
+  if (plan.g128Sym && !(g128SymApplies(w, nt) && (plan.unitsPerSplit % 2 == 0 || plan.splits == 1)))
+    throw std::invalid_argument("skinny GEMM: the g128 kernel's plan does not fit this weight");
+  const KernelFn fn = plan.g128Sym ? g128SymKernel(plan.bulkStages > 0) : selectKernel(w.kind, w.a8, nt, plan.bulkStages > 0, w.nibbles);
   if (!fn) throw std::invalid_argument("skinny GEMM: no kernel for this weight kind");
   if (m < 1 || m > 16) throw std::invalid_argument("skinny GEMM: m must be 1..16, got " + std::to_string(m));
   SkinnyArgs a{};
@@ -861,6 +918,9 @@ void configureSkinnyKernels() {
             const size_t limit = kSmemBudget + (bulk ? bulkRingBytes(kMaxStages) : 0);
             QS_CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, int(limit)));
           }
+  QS_CUDA_CHECK(cudaFuncSetAttribute(g128SymKernel(false), cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBudget));
+  QS_CUDA_CHECK(cudaFuncSetAttribute(g128SymKernel(true), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     int(kSmemBudget + bulkRingBytes(kMaxStages))));
 }
 
 }  // namespace qs::cuda_gemm
