@@ -65,8 +65,8 @@ std::string headline(const GemmBenchResult& r, const GemmBenchOptions& o) {
   if (!scheme) return "headline: no quantized scheme was measured";
   const std::string name = schemeSpelling(*scheme);
   int64_t m = *std::min_element(o.batches.begin(), o.batches.end());
-  double logSum = 0, minSpeed = 1e30, pctSum = 0, minPct = 1e30;
-  int count = 0;
+  double logSum = 0, minSpeed = 1e30, pctSum = 0, minPct = 1e30, floorSum = 0, minFloor = 1e30;
+  int count = 0, floors = 0;
   for (const auto& row : r.rows)
     if (row.kernel == scheme->name() && row.m == m && row.speedup > 0) {
       logSum += std::log(row.speedup);
@@ -74,11 +74,20 @@ std::string headline(const GemmBenchResult& r, const GemmBenchOptions& o) {
       pctSum += row.pctCopy;
       minPct = std::min(minPct, row.pctCopy);
       ++count;
+      // --read-floor: the share of the read floor's speed (floor time / our time), same shape and m
+      for (const auto& f : r.rows)
+        if (f.kernel == "read-floor:" + scheme->name() && f.n == row.n && f.k == row.k && f.m == m && row.us > 0) {
+          floorSum += 100.0 * f.us / row.us;
+          minFloor = std::min(minFloor, 100.0 * f.us / row.us);
+          ++floors;
+        }
     }
   if (!count) return "headline: " + name + " at m=" + std::to_string(m) + " was not measured";
   return "headline: " + name + " at m=" + std::to_string(m) + ": " + fixed(std::exp(logSum / count), 2) +
          "x over cuBLAS FP16 (geo-mean of " + std::to_string(count) + " shapes, min " + fixed(minSpeed, 2) +
-         "x), " + fixed(pctSum / count, 0) + "% of copy bandwidth (min " + fixed(minPct, 0) + "%)";
+         "x), " + fixed(pctSum / count, 0) + "% of copy bandwidth (min " + fixed(minPct, 0) + "%)" +
+         (floors ? ", " + fixed(floorSum / floors, 0) + "% of the read floor's speed (min " + fixed(minFloor, 0) + "%)"
+                 : std::string());
 }
 
 }  // namespace
