@@ -39,6 +39,7 @@ struct LaunchPlan {
   size_t smemBytes = 0;
   int bulkStages = 0;         // skinny: > 0 streams the weight with bulk copies (sm_90, A16)
   bool earlyTrigger = false;  // skinny: the next PDL kernel may launch once the stream is issued
+  bool lateTrigger = false;   // skinny: … once every block is past its main loop (not with earlyTrigger)
   bool g128Sym = false;       // skinny: the kernel specialized for INT4 symmetric g128 at m <= 8
 };
 
@@ -50,6 +51,10 @@ struct SkinnyOptions {
   // Launched with PDL: griddepcontrol.launch_dependents once the weight stream is issued (the
   // next kernel may start while this one finishes): never, with the bulk rings, or always.
   enum class Trigger { Never, WithBulk, Always } trigger = Trigger::Never;
+  // Launched with PDL and without that early trigger: griddepcontrol.launch_dependents once a
+  // block is past its main loop, so the next kernel's blocks move in and issue their weight
+  // stream during this kernel's split-K reduction and epilogue instead of after its last block.
+  bool lateTrigger = false;
   // INT4 symmetric, groups of 128, m <= 8: the kernel specialized for it (group ends at compile
   // time, no zero-point code, no copies of the prefetch buffer), else the general one.
   bool g128Sym = true;

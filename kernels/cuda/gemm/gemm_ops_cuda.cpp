@@ -125,6 +125,12 @@ class CudaGemmOps final : public GemmOps {
                                                  : Opt::Trigger::WithBulk;
     // INT4 symmetric g128 at m <= 8: the specialized kernel (QS_GEMM_SKINNY_G128=0: the general one).
     skinnyOpt_.g128Sym = env("QS_GEMM_SKINNY_G128") != "0";
+    // Under PDL, kernels without the early trigger let the next kernel launch once their blocks
+    // are past the main loop (QS_GEMM_PDL_LATE=0: not). In the 8B decode step the q/k/v GEMV
+    // then starts 4.7 µs before the down projection ends instead of 0.9 µs after it, and its
+    // weight stream slows that projection's split-K tail by about as much: net within 2 %
+    // (docs/runtime.md, session 23).
+    skinnyOpt_.lateTrigger = pdl_ && env("QS_GEMM_PDL_LATE") != "0";
     // A16 weights at m > 16: fused wide-mma or dequantize + cuBLAS FP16, picked by timing
     // (QS_GEMM_WIDE=fused / dequant forces one).
     const std::string wide = env("QS_GEMM_WIDE");
@@ -316,12 +322,14 @@ class CudaGemmOps final : public GemmOps {
         if (m > 16) return pathName(widePath(w, int(m)));
         const auto& plan = skinnyPlan(w, int(m));
         return std::string(plan.bulkStages > 0 ? "skinny-bulk" : "skinny-mma") + (plan.g128Sym ? "-g128" : "") +
-               (pdl_ ? (plan.earlyTrigger ? "+pdl-early" : "+pdl") : "");
+               (pdl_ ? (plan.earlyTrigger ? "+pdl-early" : plan.lateTrigger ? "+pdl-late" : "+pdl") : "");
       }
       default: {
-        if (m <= 16)
+        if (m <= 16) {
+          const auto& plan = skinnyPlan(w, int(m));
           return std::string("quant+skinny-mma") + (w.nibbles ? "-int4" : "") +
-                 (pdl_ ? (skinnyPlan(w, int(m)).earlyTrigger ? "+pdl-early" : "+pdl") : "");
+                 (pdl_ ? (plan.earlyTrigger ? "+pdl-early" : plan.lateTrigger ? "+pdl-late" : "+pdl") : "");
+        }
         return std::string(w.nibbles ? "quant+widen-int4+" : "quant+") + a8PathName(w, int(m), a8Path(w, int(m)));
       }
     }

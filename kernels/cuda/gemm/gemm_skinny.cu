@@ -42,6 +42,7 @@
 #include <string>
 #include <type_traits>
 
+#include "kernels/cuda/common/block_stamps.cuh"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/residual_norm.cuh"
 #include "kernels/cuda/common/swiglu.cuh"
@@ -83,6 +84,7 @@ struct SkinnyArgs {
   int groupSlots;         // scale/zero slots per warp in shared memory
   int stages;             // bulk path: ring slots per warp
   int earlyTrigger;       // let the next (PDL) kernel launch once the weight stream is issued
+  int lateTrigger;        // … once every block is past its main loop
   // Norm prologue (A16, NormPrologue in gemm_launch.h): x is not read; resid non-null.
   const float* resid;
   const __half* delta;
@@ -105,22 +107,36 @@ struct SkinnyArgs {
   float* epiResid;
   const float* epiBias;
   double* epiSquares;  // [m][ceil(n / 128)]
+  cuda::BlockStampSite stamps;  // block_stamps.h; set by launchSkinny
 };
 
 // The SwiGLU prologue's staging: FP16(silu(gate + gateBias)·(up + upBias)) for the split's K range
 // (zeros past k), swigluHalf's values; then this block's share of the residual add the step
 // left (no block of this kernel reads commitX).
+// kBatch values per thread are loaded before any is converted: one round trip to L2 per batch
+// (the dependent loads one by one cost ~3 µs a block in the 8B decode step: block stamps).
+// kBatch: 8 where the kernel has the 2-blocks-per-SM register budget, else 4 (the prefetched
+// weights are live here).
+template <int kBatch>
 __device__ void stageSwiglu(const SkinnyArgs& p, uint8_t* smem, int kBegin, int kLen) {
   for (int row = 0; row < p.m; ++row) {
-    const __half* gr = p.gate + size_t(row) * p.gateUpLd;
-    const __half* ur = p.up + size_t(row) * p.gateUpLd;
+    const __half* __restrict__ gr = p.gate + size_t(row) * p.gateUpLd;
+    const __half* __restrict__ ur = p.up + size_t(row) * p.gateUpLd;
     __half* dst = reinterpret_cast<__half*>(smem + kZeroBlock + row * p.xStrideBytes);
-#pragma unroll 4
-    for (int j = threadIdx.x; j < kLen; j += kThreads) {
-      const int i = kBegin + j;
-      dst[j] = i < p.k ? cuda::swigluToHalf(__half2float(gr[i]) + (p.gateBias ? p.gateBias[i] : 0.0f),
-                                            __half2float(ur[i]) + (p.upBias ? p.upBias[i] : 0.0f))
-                       : __float2half_rn(0.0f);
+    for (int base = 0; base < kLen; base += kBatch * kThreads) {
+      float gv[kBatch], uv[kBatch];
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const int i = kBegin + base + b * kThreads + threadIdx.x;
+        const bool ok = i < p.k && base + b * kThreads + int(threadIdx.x) < kLen;
+        gv[b] = ok ? __half2float(gr[i]) + (p.gateBias ? p.gateBias[i] : 0.0f) : 0.0f;
+        uv[b] = ok ? __half2float(ur[i]) + (p.upBias ? p.upBias[i] : 0.0f) : 0.0f;
+      }
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const int j = base + b * kThreads + threadIdx.x;
+        if (j < kLen) dst[j] = kBegin + j < p.k ? cuda::swigluToHalf(gv[b], uv[b]) : __float2half_rn(0.0f);
+      }
     }
   }
   if (p.commitX) {
@@ -136,6 +152,7 @@ __device__ void stageSwiglu(const SkinnyArgs& p, uint8_t* smem, int kBegin, int 
 // stream; only the K range is read), or over the whole rows, which every block then reads (L2
 // reads of a few tens of KB; up to 4,096 values per row held in registers, every load issued at
 // once; longer rows are read twice). resid is only read: the caller adds delta + bias to it.
+template <int kBatch>
 __device__ void stageNormed(const SkinnyArgs& p, uint8_t* smem, int kBegin, int kLen) {
   static_assert(kThreads == cuda::kResidualNormThreads, "the norm's summation order needs 256 threads");
   __shared__ cuda::RowSquares rs;
@@ -144,13 +161,40 @@ __device__ void stageNormed(const SkinnyArgs& p, uint8_t* smem, int kBegin, int 
     const __half* dr = p.delta ? p.delta + size_t(row) * p.k : nullptr;
     __half* dst = reinterpret_cast<__half*>(smem + kZeroBlock + row * p.xStrideBytes);
     if (p.squares) {
+      // The parts and the first batch of x and norm weights are all requested before any is
+      // used (one round trip to L2, not one per part), then the parts are added in their order.
+      double* parts = reinterpret_cast<double*>(&rs);
+      static_assert(sizeof(cuda::RowSquares) >= kThreads * sizeof(double), "the parts are staged in rs");
       const double* sq = p.squares + size_t(row) * p.squareChunks;
+      const float* __restrict__ xv = xr;
+      const float* __restrict__ wv = p.normW;
+      float xb[kBatch], wb[kBatch];
+      auto loadBatch = [&](int base) {
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) {
+          const int j = base + b * kThreads + threadIdx.x, i = kBegin + j;
+          const bool ok = j < kLen && i < p.k;
+          xb[b] = ok ? xv[i] : 0.0f;
+          wb[b] = ok ? wv[i] : 0.0f;
+        }
+      };
+      loadBatch(0);
       double total = 0;
-      for (int c = 0; c < p.squareChunks; ++c) total += sq[c];
+      for (int c0 = 0; c0 < p.squareChunks; c0 += kThreads) {  // ⌈k / 128⌉ parts: one pass up to k = 32768
+        __syncthreads();  // the previous pass's (or row's) reads of parts are done
+        if (c0 + int(threadIdx.x) < p.squareChunks) parts[threadIdx.x] = sq[c0 + threadIdx.x];
+        __syncthreads();
+        const int n = min(kThreads, p.squareChunks - c0);
+        for (int c = 0; c < n; ++c) total += parts[c];
+      }
       const float inv = cuda::rmsInverse(total, p.k, p.eps);
-      for (int j = threadIdx.x; j < kLen; j += kThreads) {
-        const int i = kBegin + j;
-        dst[j] = i < p.k ? __float2half_rn(cuda::rmsScaled(xr[i], inv, p.normW[i])) : __float2half_rn(0.0f);
+      for (int base = 0; base < kLen; base += kBatch * kThreads) {
+        if (base > 0) loadBatch(base);
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) {
+          const int j = base + b * kThreads + threadIdx.x;
+          if (j < kLen) dst[j] = kBegin + j < p.k ? __float2half_rn(cuda::rmsScaled(xb[b], inv, wb[b])) : __float2half_rn(0.0f);
+        }
       }
       continue;
     }
@@ -237,6 +281,10 @@ __global__ void __launch_bounds__(kThreads, kDeep ? 2 : 3) skinnyKernel(const Sk
   const int kBegin = chunk0 * kChunkK;
   const int kLen = nChunks * kChunkK;
   const uint64_t policy = evictFirstPolicy();
+  // Stamps (block_stamps.h): 0 entry, 1 stream issued, 2 after the wait, 3 activations staged,
+  // 4 warp 0 past its main loop, 5 exit (detail: n << 32 | k, bit 63 = this block reduced).
+  cuda::blockStamp(p.stamps, 0, cuda::StampKernel::SkinnyGemv,
+                   (static_cast<unsigned long long>(p.n) << 32) | static_cast<unsigned>(p.k));
 
   // 1. Weight stream first: its loads fly while the block stages activations and scales.
   //    A16: the packed chunk, one 16-byte load per lane. A8: the plain row-major weight, 16
@@ -340,13 +388,15 @@ __global__ void __launch_bounds__(kThreads, kDeep ? 2 : 3) skinnyKernel(const Sk
       }
     }
   }
+  cuda::blockStamp(p.stamps, 1);
   waitForPriorGrids();
+  cuda::blockStamp(p.stamps, 2);
   if (!A8 && p.resid) {
     if (threadIdx.x < kZeroBlock / 16) reinterpret_cast<uint4*>(smem)[threadIdx.x] = make_uint4(0, 0, 0, 0);
-    stageNormed(p, smem, kBegin, kLen);
+    stageNormed<kDeep ? 8 : 2>(p, smem, kBegin, kLen);
   } else if (!A8 && p.gate) {
     if (threadIdx.x < kZeroBlock / 16) reinterpret_cast<uint4*>(smem)[threadIdx.x] = make_uint4(0, 0, 0, 0);
-    stageSwiglu(p, smem, kBegin, kLen);
+    stageSwiglu<kDeep ? 8 : 2>(p, smem, kBegin, kLen);
   } else {
     const int pieces = kLen * kElemBytes / 16;
     if (threadIdx.x < kZeroBlock / 16) reinterpret_cast<uint4*>(smem)[threadIdx.x] = make_uint4(0, 0, 0, 0);
@@ -361,6 +411,7 @@ __global__ void __launch_bounds__(kThreads, kDeep ? 2 : 3) skinnyKernel(const Sk
   cpAsyncCommit();
   cpAsyncWait<0>();
   __syncthreads();
+  cuda::blockStamp(p.stamps, 3);
 
   // 3. Main loop. acc: scaled sums; tmp: the current group's raw sums (A16); iacc: INT8 W8A8.
   // tmp / tmq: even / odd k16 steps, two independent mma chains (half the dependent latency).
@@ -585,12 +636,30 @@ __global__ void __launch_bounds__(kThreads, kDeep ? 2 : 3) skinnyKernel(const Sk
     }
   }
 
+  cuda::blockStamp(p.stamps, 4);
+  // What the next kernel reads before its wait (its weights) no kernel writes: it may launch now.
+  if (p.lateTrigger) allowDependentLaunch();
+
   // 4. Epilogue. Fragment element (nt, i): row r0 + 8*(i >= 2), token 8*nt + 2t + (i & 1).
   float committed[NT][4];  // norm epilogue: the stream's new values of this lane's elements
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
     for (int i = 0; i < 4; ++i) committed[nt][i] = 0.0f;
+  // Norm epilogue: this lane's values of the stream, requested now, before the split-K ticket, so
+  // that the block that stores does not wait a round trip for them after it (no kernel writes the
+  // stream while this one runs past its wait). Not in the kernels with 80 registers: there the
+  // compiler spills inside the main loop to make room for them.
+  constexpr bool kEarlyStream = kDeep > 0 || kBulk;
+  float streamIn[NT][4];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int row = rowTile * 16 + g + 8 * (i >> 1), token = nt * 8 + 2 * t + (i & 1);
+      streamIn[nt][i] =
+          kEarlyStream && p.epiResid && row < p.n && token < p.m ? p.epiResid[size_t(token) * p.n + row] : 0.0f;
+    }
   auto store = [&](const float (&v)[NT][4]) {
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
@@ -606,7 +675,8 @@ __global__ void __launch_bounds__(kThreads, kDeep ? 2 : 3) skinnyKernel(const Sk
           const size_t at = size_t(token) * p.n + row;
           p.y[at] = yv;
           if (p.epiResid) {
-            committed[nt][i] = cuda::residualAdd(p.epiResid[at], &yv, p.epiBias ? p.epiBias + row : nullptr, 0);
+            committed[nt][i] = cuda::residualAdd(kEarlyStream ? streamIn[nt][i] : p.epiResid[at], &yv,
+                                                 p.epiBias ? p.epiBias + row : nullptr, 0);
             p.epiResid[at] = committed[nt][i];
           }
         }
@@ -634,6 +704,7 @@ __global__ void __launch_bounds__(kThreads, kDeep ? 2 : 3) skinnyKernel(const Sk
   if (p.splits == 1) {
     if (active) store(acc);
     if (p.epiResid) normEpilogue();
+    cuda::blockStamp(p.stamps, 5);
     return;
   }
   // Split-K: publish this split's partial sums, the last block of the row group adds them all
@@ -652,7 +723,11 @@ __global__ void __launch_bounds__(kThreads, kDeep ? 2 : 3) skinnyKernel(const Sk
     lastBlock = atomicAdd(&p.counters[rowGroup], 1) == p.splits - 1;
   }
   __syncthreads();
-  if (!lastBlock) return;
+  if (!lastBlock) {
+    cuda::blockStamp(p.stamps, 5);
+    return;
+  }
+  cuda::blockStampDetail(p.stamps, 1ull << 63);
   __threadfence();
   if (active) {
     float sum[NT][4];
@@ -660,18 +735,30 @@ __global__ void __launch_bounds__(kThreads, kDeep ? 2 : 3) skinnyKernel(const Sk
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
       for (int i = 0; i < 4; ++i) sum[nt][i] = 0.0f;
-    for (int s = 0; s < p.splits; ++s) {
-      const float* part = p.partials + ((size_t(s) * gridDim.x + rowGroup) * kThreads + threadIdx.x) * (4 * NT);
+    // kBatch splits' partials are requested before any is added (one round trip to L2 per
+    // batch), then added in split order.
+    constexpr int kBatch = kDeep || kBulk || NT == 1 ? 4 : 2;  // (2: the 80-register kernels with two n8 tiles)
+    for (int s0 = 0; s0 < p.splits; s0 += kBatch) {
+      float4 v[kBatch][NT];
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        const float4 v = __ldcg(reinterpret_cast<const float4*>(part + 4 * nt));
-        sum[nt][0] += v.x, sum[nt][1] += v.y, sum[nt][2] += v.z, sum[nt][3] += v.w;
-      }
+      for (int b = 0; b < kBatch; ++b)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          const float* part = p.partials + ((size_t(s0 + b) * gridDim.x + rowGroup) * kThreads + threadIdx.x) * (4 * NT);
+          v[b][nt] = s0 + b < p.splits ? __ldcg(reinterpret_cast<const float4*>(part + 4 * nt)) : make_float4(0, 0, 0, 0);
+        }
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b)
+        if (s0 + b < p.splits)
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt)
+            sum[nt][0] += v[b][nt].x, sum[nt][1] += v[b][nt].y, sum[nt][2] += v[b][nt].z, sum[nt][3] += v[b][nt].w;
     }
     store(sum);
   }
   if (threadIdx.x == 0) p.counters[rowGroup] = 0;  // ready for the next launch
   if (p.epiResid) normEpilogue();
+  cuda::blockStamp(p.stamps, 5);
 }
 
 // The whitelist of instantiations: weight kind x activation kind x n8 tiles (m <= 8 or <= 16).
@@ -813,7 +900,9 @@ LaunchPlan planSkinny(const DeviceQuantWeight& w, int m, int multiprocessors, co
   using Trigger = SkinnyOptions::Trigger;
   auto plan = [&](bool bulk) {
     const bool early = opt.trigger == Trigger::Always || (opt.trigger == Trigger::WithBulk && bulk);
-    return planSkinnyWith(w, m, multiprocessors, bulk, early, opt.g128Sym);
+    LaunchPlan p = planSkinnyWith(w, m, multiprocessors, bulk, early, opt.g128Sym);
+    p.lateTrigger = opt.lateTrigger && !p.earlyTrigger;
+    return p;
   };
   if (opt.bulk == Bulk::Always && !w.a8) return plan(true);
   if (opt.bulk == Bulk::Auto && !w.a8 && m <= 8) {
@@ -856,6 +945,7 @@ void launchSkinny(const DeviceQuantWeight& w, const void* x, const float* tokenS
   a.groupSlots = w.a8 ? 0 : (w.groupSize > 0 ? (plan.unitsPerSplit * w.chunkK + w.groupSize - 1) / w.groupSize + 1 : 1);
   a.stages = plan.bulkStages;
   a.earlyTrigger = plan.earlyTrigger ? 1 : 0;
+  a.lateTrigger = plan.lateTrigger && !plan.earlyTrigger ? 1 : 0;
   if (plan.splits > 1 && (ws.partialFloats < plan.partialFloats || ws.counterCount < plan.counters))
     throw std::invalid_argument("skinny GEMM: split-K workspace too small");
   if (prologue) {
@@ -897,6 +987,7 @@ void launchSkinny(const DeviceQuantWeight& w, const void* x, const float* tokenS
   }
   const int rowGroups = (a.rowTiles + kWarps - 1) / kWarps;
   const dim3 grid(unsigned(rowGroups), unsigned(plan.splits));
+  a.stamps = cuda::reserveBlockStamps(grid.x * grid.y);
   if (!pdl) {
     fn<<<grid, kThreads, plan.smemBytes, stream>>>(a);
     QS_CUDA_LAUNCHED("skinny GEMM kernel");

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/common/block_stamps.h"
+
 namespace qs::cuda_ops {
 
 // The inputs are either q, kNew and vNew (FP32, RoPE applied) or, with qHalf non-null, the q/k/v
@@ -40,6 +42,7 @@ struct DecodeAttentionArgs {
   float softcap = 0.0f;
   float* out = nullptr;          // [nHeads·headDim]
   uint16_t* outHalf = nullptr;   // its FP16 copy, or null
+  cuda::BlockStampSite stamps;   // set by the launch (block_stamps.h)
 };
 
 // Launches it and returns true where it applies: sm_90 or newer (a thread-block cluster per KV

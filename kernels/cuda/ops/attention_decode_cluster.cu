@@ -17,6 +17,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -25,6 +26,7 @@
 #include <mutex>
 #include <tuple>
 
+#include "kernels/cuda/common/block_stamps.cuh"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/pdl.cuh"
 #include "kernels/cuda/common/residual_norm.cuh"
@@ -90,6 +92,9 @@ template <int DPL, bool FromHalf>
 __global__ void __launch_bounds__(kMaxGroup * 32)
     decodeAttentionClusterKernel(const DecodeAttentionArgs a, int stages, int early) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // Stamps (block_stamps.h): 0 entry, 1 after the wait, 2 tiles done, 3 part written, 4 past the
+  // first cluster barrier, 5 exit.
+  cuda::blockStamp(a.stamps, 0, cuda::StampKernel::DecodeAttention);
   if (early) allowDependentLaunch();  // the output projection may start streaming its weights
   extern __shared__ __align__(16) float smem[];
   cg::cluster_group cluster = cg::this_cluster();
@@ -116,6 +121,7 @@ __global__ void __launch_bounds__(kMaxGroup * 32)
     stageTile(kCache, vCache, kvDim, kvh, hd, L.ks, t0 + C, first, pos, smem + L.tileFloats);
   asm volatile("cp.async.commit_group;\n" ::);
   waitForPriorGrids();  // chained launch (pdl.cuh): now q, k and v (and the commit's product) are written
+  cuda::blockStamp(a.stamps, 1);
 
   float* qTile = smem + L.q;
   const cuda::RopeParams rope{a.ropeTheta, a.ropeInvFreq, a.ropeMscale, a.ropeInterleaved};
@@ -189,6 +195,7 @@ __global__ void __launch_bounds__(kMaxGroup * 32)
     asm volatile("cp.async.commit_group;\n" ::);
   }
   asm volatile("cp.async.wait_all;\n" ::: "memory");  // nothing may land after the block exits
+  cuda::blockStamp(a.stamps, 2);
   if constexpr (FromHalf) {
     // The residual add the step left, spread over the whole grid: here, where a block with fewer
     // tiles would otherwise wait at the cluster barrier.
@@ -200,42 +207,64 @@ __global__ void __launch_bounds__(kMaxGroup * 32)
 
   // This block's (m, l, acc) per query head (m = −inf, l = 0, acc = 0 when it had no tile).
   writePartial<DPL>(smem + L.part + warp * (hd + 2), m, l, acc, hd, lane);
+  cuda::blockStamp(a.stamps, 3);
   cluster.sync();  // every block's part is written and visible cluster-wide
+  cuda::blockStamp(a.stamps, 4);
 
-  // The merge: out = Σ_r acc_r·exp(m_r − M) / Σ_r l_r·exp(m_r − M), block `rank` taking a slice
-  // of the group's G·hd outputs, reading the other blocks' parts in their shared memory.
-  // Every rank's three values are loaded before any is used (the loop is unrolled to the largest
-  // cluster), so the remote reads overlap instead of paying their latency one by one.
+  // The merge: out = Σ_r acc_r·exp(m_r − M) / Σ_r l_r·exp(m_r − M). Block `rank` takes a slice
+  // of `per` of the group's G·hd outputs; T consecutive threads share an output, each reading
+  // the parts of ranks j, j + T, … (all its loads issued before any is used), and combine by
+  // xor shuffles. Every block does the same share, so no block waits long at the last barrier
+  // for another's merge.
   float* const mine = smem + L.part;
-  for (int i = rank * int(blockDim.x) + int(threadIdx.x); i < G * hd; i += C * int(blockDim.x)) {
-    const int g = i / hd, c = i - g * hd;
-    float mr[kMaxCluster], lr[kMaxCluster], ar[kMaxCluster];
+  {
+    const int per = (G * hd + C - 1) / C;
+    int T = 1;
+    while (T < C && T < 32 && 2 * T * per <= int(blockDim.x)) T *= 2;
+    const int j = int(threadIdx.x) % T, slots = int(blockDim.x) / T;
+    for (int o0 = 0; o0 < per; o0 += slots) {  // the same trip count in every thread: the shuffles
+      const int oi = o0 + int(threadIdx.x) / T, i = rank * per + oi;
+      const bool owned = oi < per && i < G * hd;  // lanes past the slice still shuffle
+      const int g = owned ? i / hd : 0, c = owned ? i - g * hd : 0;
+      float mr[kMaxCluster], lr[kMaxCluster], ar[kMaxCluster];
 #pragma unroll
-    for (int r = 0; r < kMaxCluster; ++r)
-      if (r < C) {
-        const float* P = cluster.map_shared_rank(mine, r) + g * (hd + 2);
-        mr[r] = P[0];
-        lr[r] = P[1];
-        ar[r] = P[2 + c];
+      for (int q = 0; q < kMaxCluster; ++q) {
+        const int r = j + q * T;
+        if (owned && r < C) {
+          const float* P = cluster.map_shared_rank(mine, r) + g * (hd + 2);
+          mr[q] = P[0];
+          lr[q] = P[1];
+          ar[q] = P[2 + c];
+        } else {
+          mr[q] = -INFINITY, lr[q] = 0.0f, ar[q] = 0.0f;
+        }
       }
-    float M = -INFINITY;
+      float M = -INFINITY;
 #pragma unroll
-    for (int r = 0; r < kMaxCluster; ++r)
-      if (r < C) M = fmaxf(M, mr[r]);
-    float sumL = 0.0f, sumA = 0.0f;
+      for (int q = 0; q < kMaxCluster; ++q) M = fmaxf(M, mr[q]);
+      for (int off = 1; off < T; off <<= 1) M = fmaxf(M, __shfl_xor_sync(0xFFFFFFFFu, M, off));
+      float sumL = 0.0f, sumA = 0.0f;
 #pragma unroll
-    for (int r = 0; r < kMaxCluster; ++r)
-      if (r < C && lr[r] > 0.0f) {  // a rank without tiles has l = 0 (and m = −inf)
-        const float w = expf(mr[r] - M);
-        sumL = fmaf(lr[r], w, sumL);
-        sumA = fmaf(ar[r], w, sumA);
+      for (int q = 0; q < kMaxCluster; ++q)
+        if (lr[q] > 0.0f) {  // a rank without tiles has l = 0 (and m = −inf)
+          const float w = expf(mr[q] - M);
+          sumL = fmaf(lr[q], w, sumL);
+          sumA = fmaf(ar[q], w, sumA);
+        }
+      for (int off = 1; off < T; off <<= 1) {
+        sumL += __shfl_xor_sync(0xFFFFFFFFu, sumL, off);
+        sumA += __shfl_xor_sync(0xFFFFFFFFu, sumA, off);
       }
-    const float o = sumA * (1.0f / sumL);
-    const int64_t at = int64_t(kvh * G + g) * hd + c;
-    a.out[at] = o;
-    if (a.outHalf) reinterpret_cast<__half*>(a.outHalf)[at] = __float2half_rn(o);
+      if (owned && j == 0) {
+        const float o = sumA * (1.0f / sumL);
+        const int64_t at = int64_t(kvh * G + g) * hd + c;
+        a.out[at] = o;
+        if (a.outHalf) reinterpret_cast<__half*>(a.outHalf)[at] = __float2half_rn(o);
+      }
+    }
   }
   cluster.sync();  // no block leaves while another still reads its shared memory
+  cuda::blockStamp(a.stamps, 5);
 #endif
 }
 
@@ -258,6 +287,26 @@ int stagesSetting() {
   static const int s = envInt("QS_ATTN_STAGES", 2, 1, 2);
   return s;
 }
+// The least dynamic shared memory a block asks for: by default just over half an SM's, so that
+// no two blocks of the kernel share an SM. Packed three to an SM (as the cluster scheduler placed
+// them when the blocks asked only for what they use) each block's tiles took three times as
+// long, and the cluster waits for its slowest block (block stamps, docs/runtime.md, session 23).
+// QS_ATTN_MIN_SMEM_KB=N asks for at least N KiB instead (0: only what the block uses).
+size_t minSmemBytes() {
+  static const size_t bytes = [] {
+    const int kb = envInt("QS_ATTN_MIN_SMEM_KB", -1, -1, 227);
+    if (kb >= 0) return size_t(kb) * 1024;
+    int dev = 0, perSm = 0, perBlock = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&perSm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&perBlock, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return size_t(0);
+    }
+    return std::min(size_t(perSm) / 2 + 1024, size_t(perBlock));
+  }();
+  return bytes;
+}
 
 template <int DPL, bool FromHalf>
 int clusterSizeFor(int nKvHeads, int threads, size_t smem) {
@@ -272,6 +321,32 @@ int clusterSizeFor(int nKvHeads, int threads, size_t smem) {
   QS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   int C = kMaxCluster;
   while (C > 1 && (C * nKvHeads > sms || C > maxClusterSetting())) C /= 2;
+  // The largest C whose nKvHeads clusters the device holds at once (one wave); failing that,
+  // the largest it can place at all.
+  auto activeClusters = [&](int c) {
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(unsigned(c), unsigned(nKvHeads));
+    cfg.blockDim = dim3(unsigned(threads));
+    cfg.dynamicSmemBytes = smem;
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = unsigned(c);
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, decodeAttentionClusterKernel<DPL, FromHalf>, &cfg) != cudaSuccess) {
+      (void)cudaGetLastError();  // an unplaceable shape is an answer, not an error
+      return 0;
+    }
+    return clusters;
+  };
+  for (int c = C; c >= 1; c /= 2)
+    if (activeClusters(c) >= nKvHeads) {
+      known[key] = c;
+      return c;
+    }
   for (; C >= 1; C /= 2) {
     cudaLaunchConfig_t cfg{};
     cfg.gridDim = dim3(unsigned(C), unsigned(nKvHeads));
@@ -299,10 +374,11 @@ bool launchCluster(const DecodeAttentionArgs& a, cudaStream_t stream) {
   auto* kernel = decodeAttentionClusterKernel<DPL, FromHalf>;
   const int G = a.nHeads / a.nKvHeads;
   const int stages = stagesSetting();
-  const size_t smem = size_t(layoutFor(a.headDim, G, stages).total) * sizeof(float);
+  const size_t smem = std::max(size_t(layoutFor(a.headDim, G, stages).total) * sizeof(float), minSmemBytes());
   static const bool configured = [kernel] {
-    QS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       int(size_t(layoutFor(32 * DPL, kMaxGroup, 2).total) * sizeof(float))));
+    QS_CUDA_CHECK(cudaFuncSetAttribute(
+        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        int(std::max(size_t(layoutFor(32 * DPL, kMaxGroup, 2).total) * sizeof(float), minSmemBytes()))));
     QS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
     return true;
   }();
@@ -323,7 +399,9 @@ bool launchCluster(const DecodeAttentionArgs& a, cudaStream_t stream) {
   attrs[1].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attrs;
   cfg.numAttrs = cuda::chainedLaunchAvailable() ? 2 : 1;
-  QS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, a, stages, cuda::earlyDependentLaunch() ? 1 : 0));
+  DecodeAttentionArgs args = a;
+  args.stamps = cuda::reserveBlockStamps(unsigned(C) * unsigned(a.nKvHeads));
+  QS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args, stages, cuda::earlyDependentLaunch() ? 1 : 0));
   QS_CUDA_LAUNCHED("decodeAttentionClusterKernel");
   return true;
 }
