@@ -269,8 +269,9 @@ __global__ void __launch_bounds__(kMaxGroup * 32)
 }
 
 // Cluster size for nKvHeads clusters: nKvHeads·C about the SM count (C a power of two ≤ 16),
-// halved until the device can place a cluster of that shape (cudaOccupancyMaxActiveClusters).
-// 0: none can be placed.
+// halved until the device holds all nKvHeads clusters at once (cudaOccupancyMaxActiveClusters;
+// with one block per SM a 16-block cluster needs a GPC of 16 free SMs), else until it can place
+// one. 0: none can be placed.
 // Environment knobs for measurements: QS_ATTN_CLUSTER (the largest cluster, default 16) and
 // QS_ATTN_STAGES (shared-memory stages, 1 or 2; default 2). Read once.
 int envInt(const char* name, int fallback, int lo, int hi) {
@@ -342,31 +343,13 @@ int clusterSizeFor(int nKvHeads, int threads, size_t smem) {
     }
     return clusters;
   };
-  for (int c = C; c >= 1; c /= 2)
-    if (activeClusters(c) >= nKvHeads) {
-      known[key] = c;
-      return c;
-    }
-  for (; C >= 1; C /= 2) {
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(unsigned(C), unsigned(nKvHeads));
-    cfg.blockDim = dim3(unsigned(threads));
-    cfg.dynamicSmemBytes = smem;
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = unsigned(C);
-    attr.val.clusterDim.y = 1;
-    attr.val.clusterDim.z = 1;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
-    int clusters = 0;
-    if (cudaOccupancyMaxActiveClusters(&clusters, decodeAttentionClusterKernel<DPL, FromHalf>, &cfg) == cudaSuccess &&
-        clusters > 0)
-      break;
-    (void)cudaGetLastError();  // an unplaceable shape is an answer, not an error
-  }
-  known[key] = C;
-  return C;
+  int pick = 0;  // 0: no cluster of any size can be placed
+  for (int c = C; c >= 1 && pick == 0; c /= 2)
+    if (activeClusters(c) >= nKvHeads) pick = c;
+  for (int c = C; c >= 1 && pick == 0; c /= 2)
+    if (activeClusters(c) > 0) pick = c;
+  known[key] = pick;
+  return pick;
 }
 
 template <int DPL, bool FromHalf>
