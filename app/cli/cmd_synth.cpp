@@ -1,4 +1,4 @@
-// quantscope-cli synth --arch llama|gpt2 --preset 110m|1b|8b [--dtype f16|bf16|f32] [--seed N]
+// quantscope-cli synth --arch llama|gpt2 --preset 110m|1b|8b [--dtype f16|bf16|f32] [--seed N] [--layers N]
 //                      -o FILE.safetensors
 // Writes a synthetic model (random weights with realistic statistics, marked synthetic) and its
 // config.json beside it. See core/model/synth_model.h for what "realistic" means here.
@@ -23,6 +23,8 @@ void registerSynth(CLI::App& app, CliContext& ctx) {
   cmd->add_option("--dtype", *dtype, "f16 (default), bf16 or f32")->check(CLI::IsMember({"f16", "bf16", "f32"}));
   cmd->add_option("--seed", opt->seed, "Random seed (default 1234); same seed, same file");
   cmd->add_option("--threads", opt->threads, "Worker threads (default: all)");
+  cmd->add_option("--layers", opt->layers, "Blocks (default: the preset's; fewer for quick measurements of its shapes)")
+      ->check(CLI::Range(1, 4096));
   cmd->add_option("-o,--output", *out, "Output .safetensors file (config.json is written beside it)")->required();
   cmd->callback([&ctx, opt, out, dtype] {
     opt->dtype = *dtype == "bf16" ? DType::BF16 : *dtype == "f32" ? DType::F32 : DType::F16;

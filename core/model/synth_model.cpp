@@ -236,7 +236,10 @@ SynthResult writeSynthModel(const SynthOptions& opt, const std::string& outPath,
                             const JobContext& ctx) {
   if (opt.dtype != DType::F16 && opt.dtype != DType::BF16 && opt.dtype != DType::F32)
     throwBadInput("", "--dtype", "must be f16, bf16 or f32");
-  const ModelConfig c = synthPresetConfig(opt.arch, opt.preset);
+  ModelConfig c = synthPresetConfig(opt.arch, opt.preset);
+  if (opt.layers < 0 || opt.layers > 4096)
+    throwBadInput("", "--layers", "must be in 1..4096, got " + std::to_string(opt.layers));
+  if (opt.layers > 0) c.nLayers = opt.layers;
   const bool gpt2 = opt.arch == "gpt2";
   auto tensors = layoutTensors(c, gpt2);
   const uint32_t elemBytes = dtypeTraits(opt.dtype).blockBytes;

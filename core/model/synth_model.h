@@ -30,6 +30,7 @@ struct SynthOptions {
   DType dtype = DType::F16;     // F16, BF16 or F32
   uint64_t seed = 1234;
   int threads = 0;              // 0: every hardware thread
+  int layers = 0;               // > 0: this many blocks instead of the preset's (quick measurements)
 };
 
 struct SynthResult {

@@ -162,6 +162,25 @@ class TestCliModels : public QObject {
     r = cli({"synth", "--arch", "llama", "--preset", "70b", "-o", out});
     QCOMPARE(r.code, 2);
     QCOMPARE(lines(r.err), 1);
+    // --layers: the preset's shapes with fewer blocks.
+    const std::string one = tmp_.filePath("one-block/synth.safetensors").toStdString();
+    QVERIFY(QDir().mkpath(tmp_.filePath("one-block")));
+    r = cli({"synth", "--arch", "llama", "--preset", "tiny", "--layers", "1", "-o", one});
+    QCOMPARE(r.code, 0);
+    r = cli({"inspect", one, "--json"});
+    QCOMPARE(r.code, 0);
+    int block0 = 0, block1 = 0;
+    const auto oneDoc = nlohmann::json::parse(r.out);
+    for (const auto& t : oneDoc["tensors"]) {
+      const std::string name = t["name"].get<std::string>();
+      block0 += name.rfind("model.layers.0.", 0) == 0;
+      block1 += name.rfind("model.layers.1.", 0) == 0;
+    }
+    QVERIFY(block0 > 0);
+    QCOMPARE(block1, 0);
+    r = cli({"synth", "--arch", "llama", "--preset", "tiny", "--layers", "0", "-o", one});
+    QCOMPARE(r.code, 2);
+    QCOMPARE(lines(r.err), 1);
     r = cli({"synth", "--arch", "llama", "--preset", "tiny", "-o", "/nonexistent-dir/x.safetensors"});
     QCOMPARE(r.code, 2);
     QCOMPARE(lines(r.err), 1);
