@@ -3,12 +3,13 @@
 // The split kernel of attention.cu needs a second kernel to merge its splits, and its grid covers
 // the caches' whole capacity; in a decode step those two launches cost ~16 µs a block, ten times
 // their bytes. Here a cluster of C blocks (C ≤ 16, sized so nKvHeads·C ≈ the SM count) owns one
-// KV head and its query group (warp g = query head kvh·G + g). Block r of the cluster walks the
-// 32-key tiles r, r + C, r + 2C, … of the visible range with an online softmax (running max m,
-// sum l, output rescaled by exp(m_old − m_new)), its tiles staged in shared memory by cp.async,
-// double-buffered. The first two tiles are requested before the wait for the previous kernel
-// (they hold only cache rows before the position, which no kernel of this step writes). Then each
-// block leaves its (m, l, acc) per query head in shared memory, the cluster synchronises, and
+// KV head and its query group. A block holds W warp groups of G warps (warp (u, g): query head
+// kvh·G + g); group u of block r walks the 32-key tiles r + C·u, r + C·u + C·W, … of the visible
+// range with an online softmax (running max m, sum l, output rescaled by exp(m_old − m_new)), its
+// tiles staged in its own shared memory by cp.async, double-buffered where there is room. The
+// first tiles are requested before the wait for the previous kernel (they hold only cache rows
+// before the position, which no kernel of this step writes). Then each warp leaves its
+// (m, l, acc) in shared memory, group 0 merges the groups' parts, the cluster synchronises, and
 // the blocks merge them across the cluster through distributed shared memory, each block a slice
 // of the group's outputs. The grid is the same at every position, so a captured decode step
 // replays anywhere. Scores, softmax and sums are FP32, as the CPU reference; only the summation
@@ -45,31 +46,34 @@ using cuda::waitForPriorGrids;
 constexpr int kTile = 32;         // keys per tile: lane j scores key j
 constexpr int kMaxGroup = 16;     // query heads per KV head: one warp each (≤ 512 threads: 128 registers)
 constexpr int kMaxCluster = 16;   // the largest (non-portable) cluster on sm_90
+constexpr int kMaxWarpGroups = 4; // warp groups per block (each a warp per query head, its own tiles)
 
 struct Layout {  // shared memory, in floats
   int ks, tileFloats, q, part, total;
 };
 
-__host__ __device__ inline Layout layoutFor(int hd, int group, int stages) {
+// W warp groups, each with its own `stages` tile stages: [W][stages] stages, then q, then the
+// parts [W][G][hd + 2] (group 0's slots end up holding the block's merged parts).
+__host__ __device__ inline Layout layoutFor(int hd, int group, int stages, int groups) {
   Layout l{};
   l.ks = hd + 4;                                   // K row stride: lane j reads row j as float4, no bank conflicts
   l.tileFloats = kTile * l.ks + kTile * hd;        // one stage: keys then values
-  l.q = stages * l.tileFloats;                     // [G][hd]
-  l.part = l.q + group * hd;                       // [G][hd + 2]: m, l, acc
-  l.total = l.part + group * (hd + 2);
+  l.q = groups * stages * l.tileFloats;            // [G][hd]
+  l.part = l.q + group * hd;                       // [W][G][hd + 2]: m, l, acc
+  l.total = l.part + groups * group * (hd + 2);
   return l;
 }
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 // Requests the cache rows of tile t that lie in [first, pos) (row pos is the new key: written
-// after the wait) into one stage.
+// after the wait) into one stage; thread tid of the `threads` that share the work.
 __device__ inline void stageTile(const float* __restrict__ kCache, const float* __restrict__ vCache, int64_t kvDim,
-                                 int kvh, int hd, int ks, int t, int first, int pos, float* stage) {
+                                 int kvh, int hd, int ks, int t, int first, int pos, float* stage, int tid, int threads) {
   const int rowChunks = hd / 4;
   const int k0 = t * kTile;
   float* kTileS = stage;
   float* vTileS = stage + kTile * ks;
-  for (int i = threadIdx.x; i < 2 * kTile * rowChunks; i += blockDim.x) {
+  for (int i = tid; i < 2 * kTile * rowChunks; i += threads) {
     const int isV = i >= kTile * rowChunks;
     const int r = i - isV * kTile * rowChunks;
     const int j = r / rowChunks, c4 = r - j * rowChunks;
@@ -82,12 +86,17 @@ __device__ inline void stageTile(const float* __restrict__ kCache, const float* 
     }
   }
 }
+
+// The barrier of one warp group (named barrier 1 + u; 0 is __syncthreads).
+__device__ __forceinline__ void groupBarrier(int u, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(u + 1), "r"(threads) : "memory");
+}
 #endif
 
 // DPL = output dims per lane (hd ≤ 32·DPL); FromHalf: the inputs are the q/k/v GEMM's FP16
 // product (+ bias), roped here (ropePair: fromHalfRope's values bit for bit), and the kernel
 // commits the residual add the step left it (args.commit). Grid (C, nKvHeads), cluster (C, 1, 1),
-// 32·G threads.
+// 32·G·W threads: W warp groups of one warp per query head.
 template <int DPL, bool FromHalf>
 __global__ void __launch_bounds__(kMaxGroup * 32)
     decodeAttentionClusterKernel(const DecodeAttentionArgs a, int stages, int early) {
@@ -102,23 +111,31 @@ __global__ void __launch_bounds__(kMaxGroup * 32)
   const int rank = int(cluster.block_rank());
   const int hd = a.headDim;
   const int G = a.nHeads / a.nKvHeads;
-  const Layout L = layoutFor(hd, G, stages);
+  // W warp groups of G warps: warp (u, g) scores query head g over group u's tiles.
+  const int groupThreads = 32 * G;
+  const int W = int(blockDim.x) / groupThreads;
+  const Layout L = layoutFor(hd, G, stages, W);
   const int kvh = blockIdx.y;
   const int64_t kvDim = int64_t(a.nKvHeads) * hd;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int u = warp / G, gw = warp - u * G;  // warp group, query head within the KV head's group
+  const int gtid = int(threadIdx.x) - u * groupThreads;
   const int pos = a.positions[0];
   const int first = a.window > 0 ? max(0, pos - a.window + 1) : 0;
   const int tFirst = first / kTile, tLast = pos / kTile;
   float* __restrict__ kCache = a.kCache;
   float* __restrict__ vCache = a.vCache;
 
-  // Before the wait: this block's first tile or two (one per stage; cache rows before pos:
+  // Group u of rank r takes the tiles tFirst + r + C·u + C·W·j (a cluster of C·W virtual ranks).
+  // Before the wait: each group's first tile or two (one per stage; cache rows before pos:
   // earlier steps wrote them).
-  const int t0 = tFirst + rank;
-  if (t0 <= tLast) stageTile(kCache, vCache, kvDim, kvh, hd, L.ks, t0, first, pos, smem);
+  const int tStep = C * W;
+  const int t0 = tFirst + rank + C * u;
+  float* const myStages = smem + u * stages * L.tileFloats;
+  if (t0 <= tLast) stageTile(kCache, vCache, kvDim, kvh, hd, L.ks, t0, first, pos, myStages, gtid, groupThreads);
   asm volatile("cp.async.commit_group;\n" ::);
-  if (stages == 2 && t0 + C <= tLast)
-    stageTile(kCache, vCache, kvDim, kvh, hd, L.ks, t0 + C, first, pos, smem + L.tileFloats);
+  if (stages == 2 && t0 + tStep <= tLast)
+    stageTile(kCache, vCache, kvDim, kvh, hd, L.ks, t0 + tStep, first, pos, myStages + L.tileFloats, gtid, groupThreads);
   asm volatile("cp.async.commit_group;\n" ::);
   waitForPriorGrids();  // chained launch (pdl.cuh): now q, k and v (and the commit's product) are written
   cuda::blockStamp(a.stamps, 1);
@@ -138,14 +155,15 @@ __global__ void __launch_bounds__(kMaxGroup * 32)
   } else {
     for (int i = threadIdx.x; i < G * hd; i += blockDim.x) qTile[i] = a.q[int64_t(kvh) * G * hd + i];  // heads kvh·G …
   }
+  __syncthreads();  // the queries are staged for every group
   const int rowChunks = hd / 4;
   float m = -INFINITY, l = 0.0f, acc[DPL];
 #pragma unroll
   for (int d = 0; d < DPL; ++d) acc[d] = 0.0f;
 
   int stage = 0;
-  for (int t = t0; t <= tLast; t += C, stage ^= stages - 1) {
-    float* kTileS = smem + stage * L.tileFloats;
+  for (int t = t0; t <= tLast; t += tStep, stage ^= stages - 1) {
+    float* kTileS = myStages + stage * L.tileFloats;
     float* vTileS = kTileS + kTile * L.ks;
     const int k0 = t * kTile;
     if (stages == 2)
@@ -160,27 +178,27 @@ __global__ void __launch_bounds__(kMaxGroup * 32)
       float* vDst = vCache + int64_t(pos) * kvDim + int64_t(kvh) * hd;
       const int64_t col0 = int64_t(kvh) * hd;
       if constexpr (FromHalf) {
-        for (int pi = threadIdx.x; pi < hd / 2; pi += blockDim.x) {
+        for (int pi = gtid; pi < hd / 2; pi += groupThreads) {
           const cuda::RotatedPair r = cuda::ropePair(reinterpret_cast<const __half*>(a.kHalf) + col0,
                                                      a.kBias ? a.kBias + col0 : nullptr, pi, hd, pos, rope);
           kRow[r.a] = kDst[r.a] = r.va;
           kRow[r.b] = kDst[r.b] = r.vb;
         }
         const __half* vh = reinterpret_cast<const __half*>(a.vHalf) + col0;
-        for (int c = threadIdx.x; c < hd; c += blockDim.x)
+        for (int c = gtid; c < hd; c += groupThreads)
           vRow[c] = vDst[c] = __half2float(vh[c]) + (a.vBias ? a.vBias[col0 + c] : 0.0f);
       } else {
-        for (int c = threadIdx.x; c < hd; c += blockDim.x) {
+        for (int c = gtid; c < hd; c += groupThreads) {
           kRow[c] = kDst[c] = a.kNew[col0 + c];
           vRow[c] = vDst[c] = a.vNew[col0 + c];
         }
       }
     }
-    __syncthreads();
+    groupBarrier(u, groupThreads);  // the group's tile (and the new row) are in shared memory
     // Every tile of [tFirst, tLast] holds a visible key, a contiguous run jlo..jhi.
     const int jlo = max(first - k0, 0), jhi = min(pos - k0, kTile - 1);
     const bool valid = lane >= jlo && lane <= jhi;
-    const float sc = valid ? keyScore<DPL>(kTileS + lane * L.ks, qTile + warp * hd, rowChunks, a.scale, a.softcap)
+    const float sc = valid ? keyScore<DPL>(kTileS + lane * L.ks, qTile + gw * hd, rowChunks, a.scale, a.softcap)
                            : -INFINITY;
     const float mNew = fmaxf(m, warpMax(sc));  // finite: the tile holds a visible key
     const float corr = expf(m - mNew);         // 0 on the block's first tile (m = −inf)
@@ -190,8 +208,9 @@ __global__ void __launch_bounds__(kMaxGroup * 32)
 #pragma unroll
     for (int d = 0; d < DPL; ++d) acc[d] *= corr;
     accumulatePV<DPL>(acc, p, vTileS, jlo, jhi, hd, lane);
-    __syncthreads();  // the stage is no longer read
-    if (t + stages * C <= tLast) stageTile(kCache, vCache, kvDim, kvh, hd, L.ks, t + stages * C, first, pos, kTileS);
+    groupBarrier(u, groupThreads);  // the stage is no longer read
+    if (t + stages * tStep <= tLast)
+      stageTile(kCache, vCache, kvDim, kvh, hd, L.ks, t + stages * tStep, first, pos, kTileS, gtid, groupThreads);
     asm volatile("cp.async.commit_group;\n" ::);
   }
   asm volatile("cp.async.wait_all;\n" ::: "memory");  // nothing may land after the block exits
@@ -205,8 +224,41 @@ __global__ void __launch_bounds__(kMaxGroup * 32)
                               a.commitD, block * blockDim.x + threadIdx.x, blocks * blockDim.x);
   }
 
-  // This block's (m, l, acc) per query head (m = −inf, l = 0, acc = 0 when it had no tile).
+  // This block's (m, l, acc) per query head (m = −inf, l = 0, acc = 0 when it had no tile): each
+  // warp's part, then group 0's warps merge the W groups' parts of their head into group 0's
+  // slot, in group order (the cluster merge's formula).
   writePartial<DPL>(smem + L.part + warp * (hd + 2), m, l, acc, hd, lane);
+  if (W > 1) {
+    __syncthreads();
+    if (u == 0) {
+      float mu[kMaxWarpGroups], lu[kMaxWarpGroups], M = -INFINITY;
+#pragma unroll
+      for (int v = 0; v < kMaxWarpGroups; ++v) {
+        const float* P = smem + L.part + (v * G + gw) * (hd + 2);
+        mu[v] = v < W ? P[0] : -INFINITY;
+        lu[v] = v < W ? P[1] : 0.0f;
+        M = fmaxf(M, mu[v]);
+      }
+      float wv[kMaxWarpGroups], sumL = 0.0f;
+#pragma unroll
+      for (int v = 0; v < kMaxWarpGroups; ++v) {
+        wv[v] = lu[v] > 0.0f ? expf(mu[v] - M) : 0.0f;  // a group without tiles has l = 0 (m = −inf)
+        if (lu[v] > 0.0f) sumL = fmaf(lu[v], wv[v], sumL);
+      }
+      float merged[DPL];
+#pragma unroll
+      for (int d = 0; d < DPL; ++d) {
+        const int c = lane + 32 * d;
+        merged[d] = 0.0f;
+        if (c < hd)
+#pragma unroll
+          for (int v = 0; v < kMaxWarpGroups; ++v)
+            if (lu[v] > 0.0f) merged[d] = fmaf(smem[L.part + (v * G + gw) * (hd + 2) + 2 + c], wv[v], merged[d]);
+      }
+      __syncwarp();  // every lane has read slot (0, gw) before it is overwritten
+      writePartial<DPL>(smem + L.part + gw * (hd + 2), sumL > 0.0f ? M : -INFINITY, sumL, merged, hd, lane);
+    }
+  }
   cuda::blockStamp(a.stamps, 3);
   cluster.sync();  // every block's part is written and visible cluster-wide
   cuda::blockStamp(a.stamps, 4);
@@ -272,8 +324,9 @@ __global__ void __launch_bounds__(kMaxGroup * 32)
 // halved until the device holds all nKvHeads clusters at once (cudaOccupancyMaxActiveClusters;
 // with one block per SM a 16-block cluster needs a GPC of 16 free SMs), else until it can place
 // one. 0: none can be placed.
-// Environment knobs for measurements: QS_ATTN_CLUSTER (the largest cluster, default 16) and
-// QS_ATTN_STAGES (shared-memory stages, 1 or 2; default 2). Read once.
+// Environment knobs for measurements: QS_ATTN_CLUSTER (the largest cluster, default 16),
+// QS_ATTN_STAGES (shared-memory stages per warp group, 1 or 2; default 2 where they fit) and
+// QS_ATTN_WARP_GROUPS (warp groups per block, 1 … 4; default as many as fit). Read once.
 int envInt(const char* name, int fallback, int lo, int hi) {
   const char* v = std::getenv(name);
   if (!v || !*v) return fallback;
@@ -287,6 +340,10 @@ int maxClusterSetting() {
 int stagesSetting() {
   static const int s = envInt("QS_ATTN_STAGES", 2, 1, 2);
   return s;
+}
+int warpGroupsSetting() {
+  static const int w = envInt("QS_ATTN_WARP_GROUPS", kMaxWarpGroups, 1, kMaxWarpGroups);
+  return w;
 }
 // The least dynamic shared memory a block asks for: by default just over half an SM's, so that
 // no two blocks of the kernel share an SM. Packed three to an SM (as the cluster scheduler placed
@@ -356,21 +413,32 @@ template <int DPL, bool FromHalf>
 bool launchCluster(const DecodeAttentionArgs& a, cudaStream_t stream) {
   auto* kernel = decodeAttentionClusterKernel<DPL, FromHalf>;
   const int G = a.nHeads / a.nKvHeads;
-  const int stages = stagesSetting();
-  const size_t smem = std::max(size_t(layoutFor(a.headDim, G, stages).total) * sizeof(float), minSmemBytes());
-  static const bool configured = [kernel] {
-    QS_CUDA_CHECK(cudaFuncSetAttribute(
-        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-        int(std::max(size_t(layoutFor(32 * DPL, kMaxGroup, 2).total) * sizeof(float), minSmemBytes()))));
+  static const int maxSmem = [kernel] {
+    int dev = 0, perBlock = 0;
+    QS_CUDA_CHECK(cudaGetDevice(&dev));
+    QS_CUDA_CHECK(cudaDeviceGetAttribute(&perBlock, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    QS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, perBlock));
     QS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-    return true;
+    return perBlock;
   }();
-  (void)configured;
-  const int C = clusterSizeFor<DPL, FromHalf>(a.nKvHeads, 32 * G, smem);
+  // Warp groups: as many as the setting, the 512-thread block and the shared memory allow (each
+  // group its own tile stages), dropping the second stage before a group: with one block per SM,
+  // the SM's idle warps take the block's tiles in parallel instead of one warp per query head
+  // walking them all in turn (a tile is ~2.3 µs of arithmetic and shuffles: block stamps).
+  const auto bytesFor = [&](int w, int st) { return size_t(layoutFor(a.headDim, G, st, w).total) * sizeof(float); };
+  int groups = std::min(warpGroupsSetting(), kMaxGroup / G), stages = stagesSetting();
+  while (bytesFor(groups, stages) > size_t(maxSmem) && (groups > 1 || stages > 1)) {
+    if (stages > 1) stages = 1;
+    else --groups;
+  }
+  if (bytesFor(groups, stages) > size_t(maxSmem)) return false;
+  const size_t smem = std::max(bytesFor(groups, stages), minSmemBytes());
+  const int threads = 32 * G * groups;
+  const int C = clusterSizeFor<DPL, FromHalf>(a.nKvHeads, threads, smem);
   if (C < 1) return false;
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(unsigned(C), unsigned(a.nKvHeads));
-  cfg.blockDim = dim3(unsigned(32 * G));
+  cfg.blockDim = dim3(unsigned(threads));
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
   cudaLaunchAttribute attrs[2]{};
