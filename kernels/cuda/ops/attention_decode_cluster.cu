@@ -421,13 +421,16 @@ bool launchCluster(const DecodeAttentionArgs& a, cudaStream_t stream) {
     QS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
     return perBlock;
   }();
-  // Warp groups: as many as the setting, the 512-thread block and the shared memory allow (each
-  // group its own tile stages), dropping the second stage before a group: with one block per SM,
-  // the SM's idle warps take the block's tiles in parallel instead of one warp per query head
-  // walking them all in turn (a tile is ~2.3 µs of arithmetic and shuffles: block stamps).
+  // Warp groups: as many as the setting and the 512-thread block allow within the shared memory
+  // the block reserves anyway (just over half an SM, minSmemBytes(): the next GEMV's blocks still
+  // fit beside it), each group with its own tile stages; a group's second stage goes first. With
+  // one block per SM the SM's idle warps then take the block's tiles in parallel instead of one
+  // warp per query head walking them all in turn (a tile is ~2.3 µs of arithmetic and shuffles:
+  // block stamps, docs/runtime.md).
   const auto bytesFor = [&](int w, int st) { return size_t(layoutFor(a.headDim, G, st, w).total) * sizeof(float); };
+  const size_t budget = std::min(size_t(maxSmem), std::max(minSmemBytes(), bytesFor(1, stagesSetting())));
   int groups = std::min(warpGroupsSetting(), kMaxGroup / G), stages = stagesSetting();
-  while (bytesFor(groups, stages) > size_t(maxSmem) && (groups > 1 || stages > 1)) {
+  while ((groups > 1 || stages > 1) && bytesFor(groups, stages) > budget) {
     if (stages > 1) stages = 1;
     else --groups;
   }
