@@ -16,7 +16,9 @@ each kernel's times, in µs:
   waited    first block past its wait − end of the previous launch
   then the kernel's phases (medians over blocks): GEMV  issue (entry → stream issued),
   stage (wait → activations staged), loop (→ warp 0 past its main loop), tail (→ exit, the
-  reducing blocks' tail separately); attention  tiles (wait → tiles done), part, sync1, merge.
+  reducing blocks' tail separately); attention  qStaged (wait → queries staged), lastKeyTile
+  (wait → the tile with the new key done, in the block that owns it), tiles (wait → tiles done),
+  part, sync1, merge.
 
 Usage: block_stamps.py FILE [--gap 200] [--all] [--json]
 """
@@ -81,7 +83,10 @@ def phases(L):
             "reduce": us([x["t5"] - x["t4"] for x in red if x["t4"] and x["t5"]]),
             "lastLoop": (max(x["t4"] for x in b if x["t4"]) - L["waited"]) / 1000.0,
         }
+    last = [x["detail"] >> 32 for x in b if x["detail"] >> 32]
     return {
+        "qStaged": us([x["detail"] & 0xFFFFFFFF for x in b]),
+        "lastKeyTile": max(last) / 1000.0 if last else float("nan"),
         "tiles": us([x["t2"] - x["t1"] for x in b]),
         "part": us([x["t3"] - x["t2"] for x in b]),
         "sync1": us([x["t4"] - x["t3"] for x in b]),

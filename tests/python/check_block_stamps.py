@@ -23,6 +23,8 @@ def main():
         nonlocal base
         for b in range(blocks):
             detail = (n << 32) | k
+            if site == ATTN:  # queries staged 400 + 100·b ns after the wait; block 2 owns the new key (2.5 µs)
+                detail = (400 + 100 * b) | ((2500 << 32) if b == 2 else 0)
             red = site == GEMV and reducer_tail and b == blocks - 1
             if red:
                 detail |= 1 << 63
@@ -66,6 +68,8 @@ def main():
     expect("attention", "merge", 2.0)
     expect("attention", "entry", -4.0)
     expect("attention", "waited", 0.5)
+    expect("attention", "qStaged", 0.55)
+    expect("attention", "lastKeyTile", 2.5)
     # GEMV 4096x4096 (no reducer): phases as built; enters 0.9 µs after the attention's end.
     expect("gemv 4096x4096", "stage", 0.6)
     expect("gemv 4096x4096", "loop", 1.9)

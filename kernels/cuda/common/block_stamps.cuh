@@ -43,4 +43,18 @@ __device__ __forceinline__ void blockStampDetail(const BlockStampSite& s, unsign
   stampRecord(s)[1] |= bits;
 }
 
+// The global timer when recording, else 0 (one parameter test): a start for a duration that a
+// kernel reports in its detail field.
+__device__ __forceinline__ unsigned long long stampClock(const BlockStampSite& s) {
+  return s.ring ? globalTimerNs() : 0;
+}
+
+// Ns since `since` (stampClock) ORed into the detail field at bit `shift` (32 bits), from any
+// thread of the block (the entry stamp, which zeroes the field, must be ordered before it).
+__device__ __forceinline__ void blockStampDuration(const BlockStampSite& s, unsigned long long since, int shift) {
+  if (s.ring == nullptr) return;
+  const unsigned long long ns = globalTimerNs() - since;
+  atomicOr(stampRecord(s) + 1, (ns < 0xFFFFFFFFull ? ns : 0xFFFFFFFFull) << shift);
+}
+
 }  // namespace qs::cuda

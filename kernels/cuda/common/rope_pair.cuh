@@ -22,13 +22,31 @@ struct RotatedPair {
   float va, vb;    // their rotated values
 };
 
-// The pair i of the head whose FP16 values start at x (+ bias, the head's, may be null) at
-// position pos.
-__device__ __forceinline__ RotatedPair ropePair(const __half* x, const float* bias, int i, int hd, int pos,
-                                                const RopeParams& r) {
+// The raw inputs of pair i (FP16 values, bias), loaded apart from the rotation so that a kernel
+// can have every load of a round trip in flight before it does any arithmetic.
+struct PairInput {
+  int a, b;        // the dims
+  __half h0, h1;   // x[a], x[b]
+  float b0, b1;    // bias[a], bias[b] (0 without a bias)
+  float invFreq;   // r.invFreq[i] (scaled RoPE), else unused
+};
+__device__ __forceinline__ PairInput loadPair(const __half* x, const float* bias, int i, int hd, const RopeParams& r) {
+  PairInput p;
+  p.a = r.interleaved ? 2 * i : i;
+  p.b = r.interleaved ? 2 * i + 1 : i + hd / 2;
+  p.invFreq = r.invFreq ? r.invFreq[i] : 0.0f;
+  p.h0 = x[p.a];
+  p.h1 = x[p.b];
+  p.b0 = bias ? bias[p.a] : 0.0f;
+  p.b1 = bias ? bias[p.b] : 0.0f;
+  return p;
+}
+
+// Pair i rotated to position pos.
+__device__ __forceinline__ RotatedPair rotatePair(const PairInput& in, int i, int hd, int pos, const RopeParams& r) {
   float s, c;
   if (r.invFreq) {
-    const float angle = __fmul_rn(float(pos), r.invFreq[i]);
+    const float angle = __fmul_rn(float(pos), in.invFreq);
     sincosf(angle, &s, &c);
     c = __fmul_rn(c, r.mscale);
     s = __fmul_rn(s, r.mscale);
@@ -37,14 +55,20 @@ __device__ __forceinline__ RotatedPair ropePair(const __half* x, const float* bi
     const float angle = float(pos) * freq;
     sincosf(angle, &s, &c);
   }
+  const float x0 = __half2float(in.h0) + in.b0, x1 = __half2float(in.h1) + in.b1;
   RotatedPair p;
-  p.a = r.interleaved ? 2 * i : i;
-  p.b = r.interleaved ? 2 * i + 1 : i + hd / 2;
-  const float x0 = __half2float(x[p.a]) + (bias ? bias[p.a] : 0.0f);
-  const float x1 = __half2float(x[p.b]) + (bias ? bias[p.b] : 0.0f);
+  p.a = in.a;
+  p.b = in.b;
   p.va = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
   p.vb = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
   return p;
+}
+
+// The pair i of the head whose FP16 values start at x (+ bias, the head's, may be null) at
+// position pos.
+__device__ __forceinline__ RotatedPair ropePair(const __half* x, const float* bias, int i, int hd, int pos,
+                                                const RopeParams& r) {
+  return rotatePair(loadPair(x, bias, i, hd, r), i, hd, pos, r);
 }
 
 }  // namespace qs::cuda

@@ -102,7 +102,8 @@ __global__ void __launch_bounds__(kMaxGroup * 32)
     decodeAttentionClusterKernel(const DecodeAttentionArgs a, int stages, int early) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   // Stamps (block_stamps.h): 0 entry, 1 after the wait, 2 tiles done, 3 part written, 4 past the
-  // first cluster barrier, 5 exit.
+  // first cluster barrier, 5 exit; detail: ns from the wait to the queries staged (bits 0-31)
+  // and, in the block that owns the last tile, to that tile done (bits 32-63).
   cuda::blockStamp(a.stamps, 0, cuda::StampKernel::DecodeAttention);
   if (early) allowDependentLaunch();  // the output projection may start streaming its weights
   extern __shared__ __align__(16) float smem[];
@@ -139,23 +140,84 @@ __global__ void __launch_bounds__(kMaxGroup * 32)
   asm volatile("cp.async.commit_group;\n" ::);
   waitForPriorGrids();  // chained launch (pdl.cuh): now q, k and v (and the commit's product) are written
   cuda::blockStamp(a.stamps, 1);
+  const unsigned long long waited = cuda::stampClock(a.stamps);
 
   float* qTile = smem + L.q;
   const cuda::RopeParams rope{a.ropeTheta, a.ropeInvFreq, a.ropeMscale, a.ropeInterleaved};
+  // The group that owns the last tile appends the new key and value (row pos).
+  const bool ownsLast = t0 <= tLast && (tLast - t0) % tStep == 0;
+  const int64_t col0 = int64_t(kvh) * hd;
+  // FromHalf: the new row's inputs, rotated before the tiles (a group thread's share: hd/2 pairs
+  // and hd values over 32·G threads).
+  constexpr int kPairsPer = DPL > 1 ? DPL / 2 : 1, kValuesPer = DPL;
+  cuda::RotatedPair kNew[kPairsPer];
+  float vNew[kValuesPer];
   if constexpr (FromHalf) {
-    // The group's queries, roped (the residual add comes after the tiles, off the critical path).
+    // One round trip after the wait: every load this block needs from the previous kernels —
+    // its queries, the new key and value where it owns the last tile, and its share of the
+    // residual add the step left (args.commit) — is in flight before any is used.
     const __half* qh = reinterpret_cast<const __half*>(a.qHalf);
-    for (int i = threadIdx.x; i < G * hd / 2; i += blockDim.x) {
-      const int g = i / (hd / 2), pi = i - g * (hd / 2);
-      const int64_t col0 = int64_t(kvh * G + g) * hd;
-      const cuda::RotatedPair r = cuda::ropePair(qh + col0, a.qBias ? a.qBias + col0 : nullptr, pi, hd, pos, rope);
-      qTile[g * hd + r.a] = r.va;
-      qTile[g * hd + r.b] = r.vb;
+    const __half* kh = reinterpret_cast<const __half*>(a.kHalf) + col0;
+    const __half* vh = reinterpret_cast<const __half*>(a.vHalf) + col0;
+    cuda::PairInput qIn[kPairsPer], kIn[kPairsPer];
+    __half vIn[kValuesPer];
+    float vBias[kValuesPer];
+#pragma unroll
+    for (int s = 0; s < kPairsPer; ++s) {
+      const int i = int(threadIdx.x) + s * int(blockDim.x);
+      if (i < G * hd / 2) {
+        const int g = i / (hd / 2), pi = i - g * (hd / 2);
+        const int64_t c0 = int64_t(kvh * G + g) * hd;
+        qIn[s] = cuda::loadPair(qh + c0, a.qBias ? a.qBias + c0 : nullptr, pi, hd, rope);
+      }
+    }
+    if (ownsLast) {
+#pragma unroll
+      for (int s = 0; s < kPairsPer; ++s) {
+        const int pi = gtid + s * groupThreads;
+        if (pi < hd / 2) kIn[s] = cuda::loadPair(kh, a.kBias ? a.kBias + col0 : nullptr, pi, hd, rope);
+      }
+#pragma unroll
+      for (int s = 0; s < kValuesPer; ++s) {
+        const int c = gtid + s * groupThreads;
+        if (c < hd) {
+          vIn[s] = vh[c];
+          vBias[s] = a.vBias ? a.vBias[col0 + c] : 0.0f;
+        }
+      }
+    }
+    // The residual add, spread over the whole grid (its loads join the round trip; nothing in
+    // this kernel reads the stream).
+    if (a.commitX) {
+      const int64_t blocks = int64_t(gridDim.x) * gridDim.y, block = int64_t(blockIdx.y) * gridDim.x + blockIdx.x;
+      cuda::commitResidualAdd(a.commitX, reinterpret_cast<const __half*>(a.commitDelta), a.commitBias, a.commitN,
+                              a.commitD, block * blockDim.x + threadIdx.x, blocks * blockDim.x);
+    }
+#pragma unroll
+    for (int s = 0; s < kPairsPer; ++s) {
+      const int i = int(threadIdx.x) + s * int(blockDim.x);
+      if (i < G * hd / 2) {
+        const int g = i / (hd / 2), pi = i - g * (hd / 2);
+        const cuda::RotatedPair r = cuda::rotatePair(qIn[s], pi, hd, pos, rope);
+        qTile[g * hd + r.a] = r.va;
+        qTile[g * hd + r.b] = r.vb;
+      }
+    }
+    if (ownsLast) {
+#pragma unroll
+      for (int s = 0; s < kPairsPer; ++s) {
+        const int pi = gtid + s * groupThreads;
+        if (pi < hd / 2) kNew[s] = cuda::rotatePair(kIn[s], pi, hd, pos, rope);
+      }
+#pragma unroll
+      for (int s = 0; s < kValuesPer; ++s)
+        if (gtid + s * groupThreads < hd) vNew[s] = __half2float(vIn[s]) + vBias[s];
     }
   } else {
     for (int i = threadIdx.x; i < G * hd; i += blockDim.x) qTile[i] = a.q[int64_t(kvh) * G * hd + i];  // heads kvh·G …
   }
   __syncthreads();  // the queries are staged for every group
+  if (threadIdx.x == 0) cuda::blockStampDuration(a.stamps, waited, 0);  // detail bits 0-31: queries staged
   const int rowChunks = hd / 4;
   float m = -INFINITY, l = 0.0f, acc[DPL];
 #pragma unroll
@@ -174,19 +236,20 @@ __global__ void __launch_bounds__(kMaxGroup * 32)
     {
       float* kRow = kTileS + (pos - k0) * L.ks;
       float* vRow = vTileS + (pos - k0) * hd;
-      float* kDst = kCache + int64_t(pos) * kvDim + int64_t(kvh) * hd;
-      float* vDst = vCache + int64_t(pos) * kvDim + int64_t(kvh) * hd;
-      const int64_t col0 = int64_t(kvh) * hd;
+      float* kDst = kCache + int64_t(pos) * kvDim + col0;
+      float* vDst = vCache + int64_t(pos) * kvDim + col0;
       if constexpr (FromHalf) {
-        for (int pi = gtid; pi < hd / 2; pi += groupThreads) {
-          const cuda::RotatedPair r = cuda::ropePair(reinterpret_cast<const __half*>(a.kHalf) + col0,
-                                                     a.kBias ? a.kBias + col0 : nullptr, pi, hd, pos, rope);
-          kRow[r.a] = kDst[r.a] = r.va;
-          kRow[r.b] = kDst[r.b] = r.vb;
+#pragma unroll
+        for (int s = 0; s < kPairsPer; ++s)
+          if (gtid + s * groupThreads < hd / 2) {
+            kRow[kNew[s].a] = kDst[kNew[s].a] = kNew[s].va;
+            kRow[kNew[s].b] = kDst[kNew[s].b] = kNew[s].vb;
+          }
+#pragma unroll
+        for (int s = 0; s < kValuesPer; ++s) {
+          const int c = gtid + s * groupThreads;
+          if (c < hd) vRow[c] = vDst[c] = vNew[s];
         }
-        const __half* vh = reinterpret_cast<const __half*>(a.vHalf) + col0;
-        for (int c = gtid; c < hd; c += groupThreads)
-          vRow[c] = vDst[c] = __half2float(vh[c]) + (a.vBias ? a.vBias[col0 + c] : 0.0f);
       } else {
         for (int c = gtid; c < hd; c += groupThreads) {
           kRow[c] = kDst[c] = a.kNew[col0 + c];
@@ -208,6 +271,7 @@ __global__ void __launch_bounds__(kMaxGroup * 32)
 #pragma unroll
     for (int d = 0; d < DPL; ++d) acc[d] *= corr;
     accumulatePV<DPL>(acc, p, vTileS, jlo, jhi, hd, lane);
+    if (t == tLast && gtid == 0) cuda::blockStampDuration(a.stamps, waited, 32);  // bits 32-63: last tile done
     groupBarrier(u, groupThreads);  // the stage is no longer read
     if (t + stages * tStep <= tLast)
       stageTile(kCache, vCache, kvDim, kvh, hd, L.ks, t + stages * tStep, first, pos, kTileS, gtid, groupThreads);
@@ -215,14 +279,6 @@ __global__ void __launch_bounds__(kMaxGroup * 32)
   }
   asm volatile("cp.async.wait_all;\n" ::: "memory");  // nothing may land after the block exits
   cuda::blockStamp(a.stamps, 2);
-  if constexpr (FromHalf) {
-    // The residual add the step left, spread over the whole grid: here, where a block with fewer
-    // tiles would otherwise wait at the cluster barrier.
-    const int64_t blocks = int64_t(gridDim.x) * gridDim.y, block = int64_t(blockIdx.y) * gridDim.x + blockIdx.x;
-    if (a.commitX)
-      cuda::commitResidualAdd(a.commitX, reinterpret_cast<const __half*>(a.commitDelta), a.commitBias, a.commitN,
-                              a.commitD, block * blockDim.x + threadIdx.x, blocks * blockDim.x);
-  }
 
   // This block's (m, l, acc) per query head (m = −inf, l = 0, acc = 0 when it had no tile): each
   // warp's part, then group 0's warps merge the W groups' parts of their head into group 0's
