@@ -28,13 +28,11 @@ struct PairInput {
   int a, b;        // the dims
   __half h0, h1;   // x[a], x[b]
   float b0, b1;    // bias[a], bias[b] (0 without a bias)
-  float invFreq;   // r.invFreq[i] (scaled RoPE), else unused
 };
 __device__ __forceinline__ PairInput loadPair(const __half* x, const float* bias, int i, int hd, const RopeParams& r) {
   PairInput p;
   p.a = r.interleaved ? 2 * i : i;
   p.b = r.interleaved ? 2 * i + 1 : i + hd / 2;
-  p.invFreq = r.invFreq ? r.invFreq[i] : 0.0f;
   p.h0 = x[p.a];
   p.h1 = x[p.b];
   p.b0 = bias ? bias[p.a] : 0.0f;
@@ -42,25 +40,34 @@ __device__ __forceinline__ PairInput loadPair(const __half* x, const float* bias
   return p;
 }
 
-// Pair i rotated to position pos.
-__device__ __forceinline__ RotatedPair rotatePair(const PairInput& in, int i, int hd, int pos, const RopeParams& r) {
+// The rotation of pair i at position pos: (sin, cos), times mscale with invFreq. A kernel that
+// knows the position before its inputs are ready computes it first.
+struct PairAngle {
   float s, c;
+};
+__device__ __forceinline__ PairAngle pairAngle(int i, int hd, int pos, const RopeParams& r) {
+  PairAngle a;
   if (r.invFreq) {
-    const float angle = __fmul_rn(float(pos), in.invFreq);
-    sincosf(angle, &s, &c);
-    c = __fmul_rn(c, r.mscale);
-    s = __fmul_rn(s, r.mscale);
+    const float angle = __fmul_rn(float(pos), r.invFreq[i]);
+    sincosf(angle, &a.s, &a.c);
+    a.c = __fmul_rn(a.c, r.mscale);
+    a.s = __fmul_rn(a.s, r.mscale);
   } else {
     const float freq = 1.0f / powf(r.theta, float(2 * i) / float(hd));
     const float angle = float(pos) * freq;
-    sincosf(angle, &s, &c);
+    sincosf(angle, &a.s, &a.c);
   }
+  return a;
+}
+
+// Pair `in` rotated by `a`.
+__device__ __forceinline__ RotatedPair rotatePair(const PairInput& in, const PairAngle& a) {
   const float x0 = __half2float(in.h0) + in.b0, x1 = __half2float(in.h1) + in.b1;
   RotatedPair p;
   p.a = in.a;
   p.b = in.b;
-  p.va = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
-  p.vb = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+  p.va = __fsub_rn(__fmul_rn(x0, a.c), __fmul_rn(x1, a.s));
+  p.vb = __fadd_rn(__fmul_rn(x0, a.s), __fmul_rn(x1, a.c));
   return p;
 }
 
@@ -68,7 +75,7 @@ __device__ __forceinline__ RotatedPair rotatePair(const PairInput& in, int i, in
 // position pos.
 __device__ __forceinline__ RotatedPair ropePair(const __half* x, const float* bias, int i, int hd, int pos,
                                                 const RopeParams& r) {
-  return rotatePair(loadPair(x, bias, i, hd, r), i, hd, pos, r);
+  return rotatePair(loadPair(x, bias, i, hd, r), pairAngle(i, hd, pos, r));
 }
 
 }  // namespace qs::cuda

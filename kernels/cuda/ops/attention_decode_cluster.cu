@@ -138,18 +138,29 @@ __global__ void __launch_bounds__(kMaxGroup * 32)
   if (stages == 2 && t0 + tStep <= tLast)
     stageTile(kCache, vCache, kvDim, kvh, hd, L.ks, t0 + tStep, first, pos, myStages + L.tileFloats, gtid, groupThreads);
   asm volatile("cp.async.commit_group;\n" ::);
+  const cuda::RopeParams rope{a.ropeTheta, a.ropeInvFreq, a.ropeMscale, a.ropeInterleaved};
+  // The group that owns the last tile appends the new key and value (row pos).
+  const bool ownsLast = t0 <= tLast && (tLast - t0) % tStep == 0;
+  const int64_t col0 = int64_t(kvh) * hd;
+  // FromHalf: a thread's share of the queries' pairs (G·hd/2 over the block) and, in the group
+  // that owns the last tile, of the new key's pairs and value dims (hd/2 and hd over 32·G).
+  // The rotations depend only on the position: computed while the previous kernel finishes.
+  constexpr int kPairsPer = DPL > 1 ? DPL / 2 : 1, kValuesPer = DPL;
+  cuda::PairAngle qAngle[kPairsPer], kAngle[kPairsPer];
+  if constexpr (FromHalf) {
+#pragma unroll
+    for (int s = 0; s < kPairsPer; ++s) {
+      const int i = int(threadIdx.x) + s * int(blockDim.x);
+      if (i < G * hd / 2) qAngle[s] = cuda::pairAngle(i % (hd / 2), hd, pos, rope);
+      const int pi = gtid + s * groupThreads;
+      if (ownsLast && pi < hd / 2) kAngle[s] = cuda::pairAngle(pi, hd, pos, rope);
+    }
+  }
   waitForPriorGrids();  // chained launch (pdl.cuh): now q, k and v (and the commit's product) are written
   cuda::blockStamp(a.stamps, 1);
   const unsigned long long waited = cuda::stampClock(a.stamps);
 
   float* qTile = smem + L.q;
-  const cuda::RopeParams rope{a.ropeTheta, a.ropeInvFreq, a.ropeMscale, a.ropeInterleaved};
-  // The group that owns the last tile appends the new key and value (row pos).
-  const bool ownsLast = t0 <= tLast && (tLast - t0) % tStep == 0;
-  const int64_t col0 = int64_t(kvh) * hd;
-  // FromHalf: the new row's inputs, rotated before the tiles (a group thread's share: hd/2 pairs
-  // and hd values over 32·G threads).
-  constexpr int kPairsPer = DPL > 1 ? DPL / 2 : 1, kValuesPer = DPL;
   cuda::RotatedPair kNew[kPairsPer];
   float vNew[kValuesPer];
   if constexpr (FromHalf) {
@@ -197,8 +208,8 @@ __global__ void __launch_bounds__(kMaxGroup * 32)
     for (int s = 0; s < kPairsPer; ++s) {
       const int i = int(threadIdx.x) + s * int(blockDim.x);
       if (i < G * hd / 2) {
-        const int g = i / (hd / 2), pi = i - g * (hd / 2);
-        const cuda::RotatedPair r = cuda::rotatePair(qIn[s], pi, hd, pos, rope);
+        const int g = i / (hd / 2);
+        const cuda::RotatedPair r = cuda::rotatePair(qIn[s], qAngle[s]);
         qTile[g * hd + r.a] = r.va;
         qTile[g * hd + r.b] = r.vb;
       }
@@ -207,7 +218,7 @@ __global__ void __launch_bounds__(kMaxGroup * 32)
 #pragma unroll
       for (int s = 0; s < kPairsPer; ++s) {
         const int pi = gtid + s * groupThreads;
-        if (pi < hd / 2) kNew[s] = cuda::rotatePair(kIn[s], pi, hd, pos, rope);
+        if (pi < hd / 2) kNew[s] = cuda::rotatePair(kIn[s], kAngle[s]);
       }
 #pragma unroll
       for (int s = 0; s < kValuesPer; ++s)
