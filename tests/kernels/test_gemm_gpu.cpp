@@ -812,7 +812,9 @@ class TestGemmGpu : public QObject {
   // the parts (against the order of residual_norm.cuh, computed here) and the next GEMM's product
   // must all be equal bit for bit. n = 203 ends inside a row tile (no next GEMM: K % 32); k = 384
   // runs one split (every block a reducer), the long k several; n = 5120 and 8192 make
-  // residualRmsNorm's sums longer than one of its rounds. Random and outlier-heavy rows, m = 1, 2, 3, 13, 16, with
+  // residualRmsNorm's sums longer than one of its rounds; a next GEMM of 17,024 rows runs one
+  // split, so its norm prologue stages K ranges of 4,096–8,192 values in one or several batches.
+  // Random and outlier-heavy rows, m = 1, 2, 3, 13, 16, with
   // and without bias, bulk rings and register prefetch; every launch three times.
   void normEpilogueMatchesTheResidualStep_data() { addWeightPathRows(); }
   void normEpilogueMatchesTheResidualStep() {
@@ -823,19 +825,28 @@ class TestGemmGpu : public QObject {
       const char* scheme;
       int64_t n, k, m;
       bool swiglu, bias, outliers;
+      int64_t nextN = 96;  // rows of the next GEMM
     };
     const std::vector<EpiCase> all = {
         {"w4a16-g128", 4096, 4096, 1, false, false, false},   {"w4a16-g128", 4096, 14336, 1, true, true, true},
         {"w4a16-g128", 203, 4096, 3, false, true, true},      {"w4a16-g128", 5120, 2048, 1, false, false, true},
         {"w4a16-g128", 2048, 384, 16, true, false, false},    {"w4a16-g32-asym", 512, 4224, 1, true, true, false},
         {"w4a16-ch", 2048, 8192, 13, false, false, true},     {"w8a16-int8-g64", 384, 1024, 1, true, false, true},
-        {"w8a16-fp8", 1024, 4096, 2, false, true, false},     {"w8a16-e5m2", 8192, 1024, 16, true, false, false}};
+        {"w8a16-fp8", 1024, 4096, 2, false, true, false},     {"w8a16-e5m2", 8192, 1024, 16, true, false, false},
+        // A next GEMM of 17,024 rows (133 row groups: one split on a 132-SM device), so its
+        // blocks stage long K ranges from the parts: 4,096 values (the 8B gate/up split: one
+        // batch of 16 per thread in the g128 register kernel, four of 4 with the bulk rings),
+        // 8,192 (two batches), and 4,160 in the general kernel (five batches of 4, the last
+        // ragged).
+        {"w4a16-g128", 4096, 4096, 1, false, false, true, 17024},
+        {"w4a16-g128", 8192, 2048, 2, false, true, false, 17024},
+        {"w4a16-g32-asym", 4160, 4096, 1, true, false, true, 17024}};
     for (const EpiCase& c : all) {
       const GemmScheme s = GemmScheme::parse(c.scheme);
       const uint64_t seed = t.seed0 + uint64_t(++cases) * 7919;
       const auto w = t.ops.prepare(makeRandomQuantWeight(c.n, c.k, s, seed, c.outliers), s.activation);
       // The next GEMM (reads the normed stream: k = n), where the kernels take that K.
-      const int64_t nextN = 96;
+      const int64_t nextN = c.nextN;
       const bool withNext = c.n % 32 == 0;
       const auto next = withNext ? t.ops.prepare(makeRandomQuantWeight(nextN, c.n, s, seed + 1, c.outliers), s.activation)
                                  : nullptr;
@@ -863,7 +874,8 @@ class TestGemmGpu : public QObject {
       const QString what = QString("%1 n=%2 k=%3 m=%4%5%6%7 seed=%8")
                                .arg(c.scheme).arg(c.n).arg(c.k).arg(c.m)
                                .arg(c.swiglu ? " runSwiglu" : " runIntoResidual").arg(c.bias ? " +bias" : "")
-                               .arg(c.outliers ? " outliers" : "").arg(seed);
+                               .arg(c.outliers ? " outliers" : "").arg(seed) +
+                           QString(" next=%1x%2").arg(nextN).arg(c.n);
       // Reference: the GEMM (after swigluHalf), the residual step as its own kernel, the next GEMM.
       if (c.swiglu) {
         t.tops.swigluHalf(a, nullptr, a + c.k, nullptr, c.m, c.k, 2 * c.k, sf, sf + c.m * c.k,
