@@ -51,11 +51,9 @@ constexpr bool kShuffled = cutlass::sizeof_bits<Quant>::value == 4;
 
 template <class Quant, HopperTile kTile>
 struct HopperGemm {
-  static constexpr int kTokens = kTile == HopperTile::Tokens64StreamK || kTile == HopperTile::Rows64Tokens64 ? 64
-                                 : kTile == HopperTile::Tokens256 || kTile == HopperTile::Tokens256StreamK  ? 256
-                                                                                                           : 128;
-  static constexpr bool kStreamK = kTile == HopperTile::Tokens64StreamK || kTile == HopperTile::Tokens128StreamK ||
-                                   kTile == HopperTile::Tokens256StreamK;
+  static constexpr int kTokens =
+      kTile == HopperTile::Tokens64StreamK || kTile == HopperTile::Rows64Tokens64 ? 64 : kTile == HopperTile::Tokens256 ? 256 : 128;
+  static constexpr bool kStreamK = kTile == HopperTile::Tokens64StreamK || kTile == HopperTile::Tokens128StreamK;
   static constexpr bool kPingpong = kTile == HopperTile::Rows64Tokens64 || kTile == HopperTile::Rows64Tokens128;
   using TileShape = Shape<Int<kPingpong ? 64 : 128>, Int<kTokens>, _64>;
   using MainloopSchedule = std::conditional_t<kPingpong, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
@@ -144,7 +142,6 @@ decltype(auto) withTile(HopperTile tile, F&& f) {
     case T::Tokens128Cluster2: return f(std::integral_constant<T, T::Tokens128Cluster2>{});
     case T::Tokens256: return f(std::integral_constant<T, T::Tokens256>{});
     case T::Rows64Tokens64: return f(std::integral_constant<T, T::Rows64Tokens64>{});
-    case T::Tokens256StreamK: return f(std::integral_constant<T, T::Tokens256StreamK>{});
     default: return f(std::integral_constant<T, T::Rows64Tokens128>{});
   }
 }

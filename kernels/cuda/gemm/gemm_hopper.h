@@ -34,14 +34,12 @@ namespace qs::cuda_gemm {
 //   Tokens128Cluster2:  T = 128, persistent, clusters of 2 CTAs along the weight rows that share
 //                       each token tile by TMA multicast (half the activation reads from L2).
 //   Tokens256:          T = 256, persistent: the most products per converted weight (large m).
-//   Tokens256StreamK:   T = 256, stream-K: the same tile for shapes with few row tiles (4,096
-//                       rows: 32 x m/256 tiles, under one wave of 132 SMs at m = 512).
 //   Rows64Tokens64 / Rows64Tokens128: tiles of 64 weight rows, ping-pong schedule (two consumer
 //                       warpgroups on alternate tiles, one's epilogue under the other's math):
 //                       twice the tiles of the 128-row configurations for shapes with few rows.
 enum class HopperTile { Tokens128, Tokens64StreamK, Tokens128StreamK, Tokens128Cluster2, Tokens256, Rows64Tokens64,
-                        Rows64Tokens128, Tokens256StreamK };
-constexpr int kHopperTiles = 8;
+                        Rows64Tokens128 };
+constexpr int kHopperTiles = 7;
 inline const char* hopperTileName(HopperTile tile) {
   switch (tile) {
     case HopperTile::Tokens128: return "wgmma-128x128";
@@ -50,7 +48,6 @@ inline const char* hopperTileName(HopperTile tile) {
     case HopperTile::Tokens128Cluster2: return "wgmma-128x128-cluster2";
     case HopperTile::Tokens256: return "wgmma-128x256";
     case HopperTile::Rows64Tokens64: return "wgmma-64x64-pingpong";
-    case HopperTile::Tokens256StreamK: return "wgmma-128x256-streamk";
     default: return "wgmma-64x128-pingpong";
   }
 }

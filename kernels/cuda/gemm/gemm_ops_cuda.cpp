@@ -502,7 +502,7 @@ class CudaGemmOps final : public GemmOps {
   // Paths: 0 wide-mma; 1 dequant+cublas (the whole weight into a scratch FP16 weight, one
   // cublasGemmEx); 2 dequant+cublas-sliced (slices of sliceRows rows, each dequantized into an
   // L2-sized scratch and multiplied at once, writing its columns of y: the FP16 slice is read
-  // back from L2 instead of device memory); 3 … 10 the Hopper kernel (gemm_hopper.h) in its
+  // back from L2 instead of device memory); 3 … 7 the Hopper kernel (gemm_hopper.h) in its
   // configurations, in HopperTile order.
   enum class WideMode { Auto, Fused, Dequant, Sliced, Hopper };
   static constexpr int kHopperPath0 = 3;
