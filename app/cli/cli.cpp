@@ -1,6 +1,7 @@
 #include "app/cli/cli.h"
 
 #include <CLI/CLI.hpp>
+#include <cstdlib>
 #include <ostream>
 
 #include "app/cli/commands.h"
@@ -35,6 +36,13 @@ int runCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
                  "Compute backend: auto (CUDA when a device works, else CPU), cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
+  // The CUDA op-set reads its kernel choices from the environment once, when it is created
+  // (after parsing): this flag is QS_GEMM_FP8_ACCUM.
+  app.add_option_function<std::string>(
+         "--fp8-accum", [](const std::string& mode) { setenv("QS_GEMM_FP8_ACCUM", mode.c_str(), 1); },
+         "FP8 W8A8 / W4A8 at more than 16 tokens on sm_90: promoted (FP32 promotion of the tensor cores' "
+         "sums, the default) or fast (also time CUTLASS's fast-accumulation kernels, vLLM's FP8 arithmetic)")
+      ->check(CLI::IsMember({"promoted", "fast"}));
   app.fallthrough();  // --backend also after the subcommand: `bench calib --backend cpu`
   registerInspect(app, ctx);
   registerPlan(app, ctx);

@@ -10,6 +10,8 @@ Peers (y[m, n] = x[m, k] . W[n, k]^T):
                    (torch._convert_weight_to_int4pack, inner_k_tiles 8), BF16 activations
   scaled_mm-fp8    torch._scaled_mm, E4M3 x and W, row-wise FP32 scales (per token x per
                    channel), BF16 out. Activation quantization not included.
+  scaled_mm-fp8-fa the same with use_fast_accum=True (no FP32 promotion of the tensor cores' sums;
+                   compare with `quantscope-cli --fp8-accum fast`).
   int_mm-int8      torch._int_mm, INT8 x and W, INT32 out, unscaled. Not included: activation
                    quantization and the scale epilogue.
 Where a peer rejects m (torch._int_mm needs m > 16; torch._scaled_mm wants dimensions that are
@@ -135,6 +137,11 @@ def main():
                 lambda ws: (lambda i: torch._scaled_mm(xf8[:mf], ws[i % len(ws)].t(), scale_a=sa[:mf], scale_b=sb,
                                                        out_dtype=torch.bfloat16)),
                 note="rowwise scales, bf16 out" + (f", m padded to {mf}" if mf != m else ""))
+            run("scaled_mm-fp8-fa", n, k, m, n * k + n * 4,
+                lambda: (torch.randn(n, k, device=dev) * 0.5).to(torch.float8_e4m3fn),
+                lambda ws: (lambda i: torch._scaled_mm(xf8[:mf], ws[i % len(ws)].t(), scale_a=sa[:mf], scale_b=sb,
+                                                       out_dtype=torch.bfloat16, use_fast_accum=True)),
+                note="as scaled_mm-fp8, use_fast_accum=True" + (f", m padded to {mf}" if mf != m else ""))
             mi = m if m > 16 else 32
             run("int_mm-int8", n, k, m, n * k,
                 lambda: torch.randint(-127, 128, (n, k), device=dev, dtype=torch.int8),
@@ -144,13 +151,13 @@ def main():
 
     base = {(r["shape"], r["m"]): r["us"] for r in rows if r["peer"] == "torch-fp16"}
     print()
-    print(f"{'shape NxK':<12}{'m':>6}  {'peer':<15}{'us':>10}{'x fp16':>8}{'copies':>7}  note")
+    print(f"{'shape NxK':<12}{'m':>6}  {'peer':<17}{'us':>10}{'x fp16':>8}{'copies':>7}  note")
     for r in rows:
         b = base.get((r["shape"], r["m"]))
         r["speedup_vs_torch_fp16"] = (b / r["us"]) if (b and r["us"]) else None
         us = f"{r['us']:.1f}" if r["us"] else "-"
         ratio = f"{r['speedup_vs_torch_fp16']:.2f}" if r["speedup_vs_torch_fp16"] else "-"
-        print(f"{r['shape']:<12}{r['m']:>6}  {r['peer']:<15}{us:>10}{ratio:>8}{r['copies']:>7}  {r['note']}")
+        print(f"{r['shape']:<12}{r['m']:>6}  {r['peer']:<17}{us:>10}{ratio:>8}{r['copies']:>7}  {r['note']}")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(dict(device=props.name, torch=torch.__version__, rows=rows), f, indent=1)

@@ -104,6 +104,21 @@ class TestCli : public QObject {
     QCOMPARE(r.code, 2);
     r = runBinary({"inspect", "a", "--no-such-flag"});
     QCOMPARE(r.code, 2);
+    r = runBinary({"--fp8-accum", "sloppy", "inspect", qs::test::stories260K()});
+    QCOMPARE(r.code, 2);
+    QCOMPARE(lineCount(r.err), 1);
+    QVERIFY2(QString::fromStdString(r.err).contains("--fp8-accum"), r.err.c_str());
+  }
+
+  // --fp8-accum is the CUDA op-set's QS_GEMM_FP8_ACCUM, set before any command creates the op-set.
+  void fp8AccumFlagSetsTheOpSetChoice() {
+    const QByteArray before = qgetenv("QS_GEMM_FP8_ACCUM");
+    qunsetenv("QS_GEMM_FP8_ACCUM");
+    const Run r = runInProcess({"--fp8-accum", "fast", "inspect", qs::test::stories260K().toStdString()});
+    QCOMPARE(r.code, 0);
+    QCOMPARE(qgetenv("QS_GEMM_FP8_ACCUM"), QByteArray("fast"));
+    if (before.isNull()) qunsetenv("QS_GEMM_FP8_ACCUM");
+    else qputenv("QS_GEMM_FP8_ACCUM", before);
   }
 
   // Issue 24: Ctrl-C during a sweep keeps what it measured (session and --table, exit 130), and

@@ -1,5 +1,6 @@
 // The Hopper W8A8 core (see gemm_hopper_a8.h): CUTLASS's sm_90 8-bit GEMM with the per-token x
-// per-channel scales in an epilogue visitor tree, a few tile configurations.
+// per-channel scales in an epilogue visitor tree, a few tile configurations (for E4M3 also three
+// with fast accumulation).
 //
 // Compiled for sm_90a only, and only when CUTLASS's headers were found (kernels/gemm/
 // CMakeLists.txt); gemm_hopper_none.cpp stands in otherwise.
@@ -37,13 +38,21 @@ using LayoutY = cutlass::layout::ColumnMajor;
 template <class Code, HopperA8Tile kTile>
 struct HopperA8Gemm {
   using T = HopperA8Tile;
-  static constexpr bool kPingpong = kTile == T::Rows64Tokens128;
+  static constexpr bool kFast = hopperA8FastAccum(kTile);
+  static_assert(!kFast || !std::is_same_v<Code, int8_t>, "fast accumulation is an FP8 schedule");
+  static constexpr bool kPingpong =
+      kTile == T::Rows64Tokens128 || kTile == T::FastAccum128x128Pingpong || kTile == T::FastAccum64x128Pingpong;
   static constexpr bool kStreamK = kTile == T::Rows128Tokens128StreamK;
+  static constexpr int kRows = kTile == T::Rows64Tokens128 || kTile == T::FastAccum64x128Pingpong ? 64 : 128;
+  static constexpr int kTokens = kTile == T::Rows128Tokens256 || kTile == T::FastAccum128x256 ? 256 : 128;
   using Accumulator = std::conditional_t<std::is_same_v<Code, int8_t>, int32_t, float>;
-  using TileShape = Shape<Int<kPingpong ? 64 : 128>, Int<kTile == T::Rows128Tokens256 ? 256 : 128>, _128>;
+  using TileShape = Shape<Int<kRows>, Int<kTokens>, _128>;
   using ClusterShape = std::conditional_t<kTile == T::Rows128Tokens128Cluster2, Shape<_2, _1, _1>, Shape<_1, _1, _1>>;
-  using MainloopSchedule = std::conditional_t<kPingpong, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
+  using PromotedSchedule = std::conditional_t<kPingpong, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
                                               cutlass::gemm::KernelTmaWarpSpecializedCooperative>;
+  using FastSchedule = std::conditional_t<kPingpong, cutlass::gemm::KernelTmaWarpSpecializedPingpongFP8FastAccum,
+                                          cutlass::gemm::KernelTmaWarpSpecializedCooperativeFP8FastAccum>;
+  using MainloopSchedule = std::conditional_t<kFast, FastSchedule, PromotedSchedule>;
   using EpilogueSchedule = std::conditional_t<kPingpong, cutlass::epilogue::TmaWarpSpecialized,
                                               cutlass::epilogue::TmaWarpSpecializedCooperative>;
   using Scheduler = std::conditional_t<kStreamK, cutlass::gemm::StreamKScheduler, void>;
@@ -113,21 +122,28 @@ struct HopperA8Gemm {
   }
 };
 
-// kind: WKind 1 INT8, 2 E4M3 (hopperA8UnsupportedReason keeps the others away).
-template <class F>
-decltype(auto) withCodeType(int kind, F&& f) {
-  if (kind == 1) return f(int8_t{});
-  return f(cutlass::float_e4m3_t{});
-}
-template <class F>
-decltype(auto) withTile(HopperA8Tile tile, F&& f) {
+// f(code, tile) for the (code type, tile) pairs that exist — kind: WKind 1 INT8, 2 E4M3
+// (hopperA8UnsupportedReason keeps the others away); the fast-accumulation tiles with E4M3 only.
+template <class R, class F>
+R withKernel(int kind, HopperA8Tile tile, F&& f) {
   using T = HopperA8Tile;
+  using E4M3 = cutlass::float_e4m3_t;
+  auto promoted = [&](auto c) -> R {
+    switch (tile) {
+      case T::Rows128Tokens128: return f(c, std::integral_constant<T, T::Rows128Tokens128>{});
+      case T::Rows128Tokens256: return f(c, std::integral_constant<T, T::Rows128Tokens256>{});
+      case T::Rows128Tokens128Cluster2: return f(c, std::integral_constant<T, T::Rows128Tokens128Cluster2>{});
+      case T::Rows64Tokens128: return f(c, std::integral_constant<T, T::Rows64Tokens128>{});
+      case T::Rows128Tokens128StreamK: return f(c, std::integral_constant<T, T::Rows128Tokens128StreamK>{});
+      default: throw Error(ErrorKind::Internal, std::string(hopperA8TileName(tile)) + " runs E4M3 codes only");
+    }
+  };
+  if (kind == 1) return promoted(int8_t{});
   switch (tile) {
-    case T::Rows128Tokens128: return f(std::integral_constant<T, T::Rows128Tokens128>{});
-    case T::Rows128Tokens256: return f(std::integral_constant<T, T::Rows128Tokens256>{});
-    case T::Rows128Tokens128Cluster2: return f(std::integral_constant<T, T::Rows128Tokens128Cluster2>{});
-    case T::Rows64Tokens128: return f(std::integral_constant<T, T::Rows64Tokens128>{});
-    default: return f(std::integral_constant<T, T::Rows128Tokens128StreamK>{});
+    case T::FastAccum128x256: return f(E4M3{}, std::integral_constant<T, T::FastAccum128x256>{});
+    case T::FastAccum128x128Pingpong: return f(E4M3{}, std::integral_constant<T, T::FastAccum128x128Pingpong>{});
+    case T::FastAccum64x128Pingpong: return f(E4M3{}, std::integral_constant<T, T::FastAccum64x128Pingpong>{});
+    default: return promoted(E4M3{});
   }
 }
 
@@ -144,19 +160,17 @@ std::string hopperA8UnsupportedReason(const DeviceQuantWeight& w, int cc) {
 }
 
 size_t hopperA8WorkspaceBytes(const DeviceQuantWeight& w, int m, HopperA8Tile tile, int multiprocessors) {
-  return withCodeType(w.kind, [&](auto c) {
-    return withTile(tile, [&](auto t) { return HopperA8Gemm<decltype(c), t.value>::workspace(w, m, multiprocessors); });
+  return withKernel<size_t>(w.kind, tile, [&](auto c, auto t) {
+    return HopperA8Gemm<decltype(c), t.value>::workspace(w, m, multiprocessors);
   });
 }
 
 void launchHopperA8(const DeviceQuantWeight& w, const void* xq, const float* tokenScales, int m, void* y,
                     HopperA8Tile tile, void* workspace, size_t workspaceBytes, int multiprocessors,
                     cudaStream_t stream) {
-  withCodeType(w.kind, [&](auto c) {
-    withTile(tile, [&](auto t) {
-      HopperA8Gemm<decltype(c), t.value>::run(w, xq, tokenScales, m, y, workspace, workspaceBytes, multiprocessors,
-                                              stream);
-    });
+  withKernel<void>(w.kind, tile, [&](auto c, auto t) {
+    HopperA8Gemm<decltype(c), t.value>::run(w, xq, tokenScales, m, y, workspace, workspaceBytes, multiprocessors,
+                                            stream);
   });
 }
 

@@ -20,7 +20,9 @@
 // When cuBLASLt has no algorithm for a W8A8 shape (odd n, say), the skinny kernel runs over
 // slices of 16 tokens instead: slower, never wrong. The W8A8 choice is timed like the A16 one
 // below (QS_GEMM_A8=cublaslt or a configuration's name, cutlass-a8-128x128 … see
-// hopperA8TileName, forces one).
+// hopperA8TileName, forces one). FP8 keeps FP32 promotion of the tensor cores' sums unless
+// QS_GEMM_FP8_ACCUM=fast (`quantscope-cli --fp8-accum fast`) adds CUTLASS's fast-accumulation
+// configurations — vLLM's FP8 arithmetic on sm_90 — to that pick.
 //
 // The A16 wide choice (as torchao's autoquant): at the first eager run() of a (n, k, scheme,
 // m bucket = next power of two >= m) every path runs on the call's own x and y — wide-mma,
@@ -148,6 +150,12 @@ class CudaGemmOps final : public GemmOps {
     if (a8 == "cublaslt") forcedA8Path_ = 0;
     for (int t = 0; t < cuda_gemm::kHopperA8Tiles; ++t)
       if (a8 == cuda_gemm::hopperA8TileName(cuda_gemm::HopperA8Tile(t))) forcedA8Path_ = 1 + t;
+    // FP8 W8A8 / W4A8 at m > 16: QS_GEMM_FP8_ACCUM=fast adds the fast-accumulation configurations
+    // (vLLM's arithmetic on sm_90) to the timed pick; unset or "promoted": FP32 promotion only.
+    const std::string accum = env("QS_GEMM_FP8_ACCUM");
+    if (!accum.empty() && accum != "fast" && accum != "promoted")
+      throwBadInput("", "QS_GEMM_FP8_ACCUM", "is '" + accum + "'; expected fast or promoted");
+    fp8FastAccum_ = accum == "fast";
     // The sliced path's FP16 slice: a third of the L2 (QS_GEMM_DEQUANT_SLICE_KB overrides).
     const std::string slice = env("QS_GEMM_DEQUANT_SLICE_KB");
     sliceBytes_ = slice.empty() ? std::max<size_t>(info_.l2CacheBytes / 3, size_t(1) << 20)
@@ -711,8 +719,13 @@ class CudaGemmOps final : public GemmOps {
     const bool fp8 = w.scheme.activation == GemmActivationType::Fp8E4M3PerToken;
     return std::string("cublasLt-") + (fp8 ? "fp8" : "int8") + (lt->scaled() ? "-outervec" : "+epilogue");
   }
+  // Whether CUTLASS path `path` runs w's codes: the fast-accumulation tiles take E4M3 only.
+  static bool a8TileTakes(const CudaGemmWeight& w, int path) {
+    return w.hopperA8WhyNot.empty() &&
+           !(cuda_gemm::hopperA8FastAccum(a8Tile(path)) && w.scheme.activation != GemmActivationType::Fp8E4M3PerToken);
+  }
   int a8Path(const CudaGemmWeight& w, int m) const {
-    if (forcedA8Path_ >= 0) return w.hopperA8WhyNot.empty() ? forcedA8Path_ : 0;
+    if (forcedA8Path_ >= 0) return forcedA8Path_ > 0 && a8TileTakes(w, forcedA8Path_) ? forcedA8Path_ : 0;
     auto it = a8Choices_.find(wideKey(w, m));
     if (it != a8Choices_.end()) return it->second.path;
     return w.hopperA8WhyNot.empty() && !ltFor(w, m) ? 1 : 0;
@@ -743,17 +756,22 @@ class CudaGemmOps final : public GemmOps {
       }
     }
     // The 128 x 256 tile is not timed for FP8: with CUTLASS's FP32 promotion each consumer
-    // warpgroup holds two 64 x 256 accumulators and spills (2-3x slower; still forceable).
+    // warpgroup holds two 64 x 256 accumulators and spills (2-3x slower; still forceable). The
+    // fast-accumulation tiles are timed only when the op-set was asked for them.
     const bool fp8 = w.scheme.activation == GemmActivationType::Fp8E4M3PerToken;
-    for (int path = 1; path < kA8Paths && w.hopperA8WhyNot.empty(); ++path)
-      if (!(fp8 && a8Tile(path) == cuda_gemm::HopperA8Tile::Rows128Tokens256)) paths.push_back(path);
+    for (int path = 1; path < kA8Paths; ++path) {
+      const bool fast = cuda_gemm::hopperA8FastAccum(a8Tile(path));
+      if (a8TileTakes(w, path) && !(fp8 && a8Tile(path) == cuda_gemm::HopperA8Tile::Rows128Tokens256) &&
+          (!fast || fp8FastAccum_))
+        paths.push_back(path);
+    }
     if (paths.empty()) return nullptr;  // the skinny slices: nothing to choose
     return &a8Choices_.emplace(key, timePaths(paths, m, [&](int path) { runA8(w, d, m, y, path); })).first->second;
   }
   // The GEMM behind the activation quantization (actCodes_, tokenScales_ hold m tokens); d is
   // w's 8-bit weight (widened, for W4A8).
   void runA8(const CudaGemmWeight& w, const cuda_gemm::DeviceQuantWeight& d, int m, void* y, int path) {
-    if (path > 0 && w.hopperA8WhyNot.empty()) {
+    if (path > 0 && a8TileTakes(w, path)) {
       const auto tile = a8Tile(path);
       ensure(hopperWorkspace_, std::max<size_t>(16, cuda_gemm::hopperA8WorkspaceBytes(d, m, tile, info_.multiprocessors)));
       cuda_gemm::launchHopperA8(d, actCodes_.get(), tokenScalesPtr(), m, y, tile, hopperWorkspace_.get(),
@@ -863,7 +881,8 @@ class CudaGemmOps final : public GemmOps {
   cuda_gemm::HopperTile forcedHopperTile_ = cuda_gemm::HopperTile::Tokens128;
   size_t sliceBytes_ = size_t(16) << 20;
   std::map<WideKey, PathChoice> wideChoices_, a8Choices_;
-  int forcedA8Path_ = -1;  // QS_GEMM_A8
+  int forcedA8Path_ = -1;      // QS_GEMM_A8
+  bool fp8FastAccum_ = false;  // QS_GEMM_FP8_ACCUM=fast
   cudaEvent_t timing_[2] = {nullptr, nullptr};
   mutable std::map<std::tuple<bool, bool, int, int, int, int>, std::unique_ptr<LtMatmul>> lt_;
 };
