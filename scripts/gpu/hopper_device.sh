@@ -112,7 +112,7 @@ if has memcheck; then
   done
 fi
 if has memcheck-a8; then  # the W8A8 CUTLASS kernel (gemm_hopper_a8.cu), each configuration forced
-  for row in ${MEMCHECK_A8_ROWS:-cutlass-a8-128x128 cutlass-a8-128x256 cutlass-a8-128x128-cluster2 cutlass-a8-64x128-pingpong cutlass-a8-128x128-streamk}; do
+  for row in ${MEMCHECK_A8_ROWS:-cutlass-a8-128x128 cutlass-a8-128x256 cutlass-a8-128x128-cluster2 cutlass-a8-64x128-pingpong cutlass-a8-128x128-streamk cutlass-a8-fastacc-128x256 cutlass-a8-fastacc-128x128-pingpong cutlass-a8-fastacc-64x128-pingpong}; do
     memcheck_row test_gemm_gpu "forcedA8Paths:$row" 150
   done
 fi
