@@ -141,12 +141,15 @@ class TestRuntimeGpu : public QObject {
         // itself differs from the CPU's FP16 reference by up to 36 % of max |logit| on the
         // synthetic 110M model on the H200 (mean 1.7 %), from FP16 output-rounding flips.
         tol *= std::max(1.0, noise->meanRel() / 1e-5);
-        // FP8 E4M3 weights (3 mantissa bits) amplify those flips most: on the H200 the mean
-        // error is 4.7 % (CPU reference built for AVX2+FMA) and 5.2 % (x86-64 baseline) of mean
-        // |logit|, while the perturbation sample behind `noise` varies with the CPU build (it
-        // scaled the bound to 2.5 % in the first and past 5.2 % in the second). A wrong kernel
-        // still gives errors of the order of the logits.
-        if (f.weight.kind == QuantKind::FP8_E4M3) tol = std::max(tol, 8e-2);
+        // FP8 weights (3 or 2 mantissa bits) amplify those flips most: on the H200 the mean
+        // error of E4M3 was 4.7 % (CPU reference built for AVX2+FMA) and 5.2 % (x86-64 baseline)
+        // of mean |logit|, while the perturbation sample behind `noise` varies with the CPU build
+        // (it scaled the bound to 2.5 % in the first and past 5.2 % in the second). Which FP8
+        // kind the flips hit hardest moves with the kernel's arithmetic: with the per-channel
+        // scales in the Hopper epilogue (session 30) E4M3 fell to 1.3 % and E5M2 rose from 0.9 %
+        // to 2.8 %, and cuBLAS FP16 itself is at 1.7 % on this model. A wrong kernel still gives
+        // errors of the order of the logits.
+        if (f.weight.kind == QuantKind::FP8_E4M3 || f.weight.kind == QuantKind::FP8_E5M2) tol = std::max(tol, 8e-2);
         maxTol = INFINITY;
       }
       const Agreement a = compare(c, g, tokens,

@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <random>
 
+#include "kernels/common/error.h"
 #include "kernels/common/half.h"
 #include "kernels/cuda/gemm/gemm_dequant.h"
 #include "kernels/cuda/gemm/gemm_hopper.h"
@@ -212,26 +213,38 @@ class TestGemmDequantGpu : public QObject {
   }
 
   // Both wide paths forced, on every A16 kind, odd m and n, split-K shapes.
+  // channel: QS_GEMM_HOPPER_CHANNEL for the op-set (empty: the default, the per-channel scales
+  // in the Hopper kernels' epilogue; "mainloop": scaled per weight as group scales are).
   void forcedWidePaths_data() {
     QTest::addColumn<QByteArray>("mode");
-    QTest::newRow("dequant+cublas everywhere") << QByteArray("dequant");
-    QTest::newRow("dequant+cublas-sliced everywhere") << QByteArray("sliced");
-    QTest::newRow("wide-mma everywhere") << QByteArray("fused");
+    QTest::addColumn<QByteArray>("channel");
+    QTest::newRow("dequant+cublas everywhere") << QByteArray("dequant") << QByteArray();
+    QTest::newRow("dequant+cublas-sliced everywhere") << QByteArray("sliced") << QByteArray();
+    QTest::newRow("wide-mma everywhere") << QByteArray("fused") << QByteArray();
     for (int t = 0; t < cuda_gemm::kHopperTiles; ++t) {  // where it runs; dequant+cublas elsewhere
       const char* name = cuda_gemm::hopperTileName(cuda_gemm::HopperTile(t));
-      QTest::newRow(name) << QByteArray(name);
+      QTest::newRow(name) << QByteArray(name) << QByteArray();
     }
+    for (const char* name : {"wgmma-128x128", "wgmma-64x64-pingpong", "wgmma-128x64-streamk"})
+      QTest::newRow(qPrintable(QString(name) + ", channel scales in the main loop")) << QByteArray(name)
+                                                                                      << QByteArray("mainloop");
   }
   void forcedWidePaths() {
     QFETCH(QByteArray, mode);
-    const QByteArray before = qgetenv("QS_GEMM_WIDE"), beforeSlice = qgetenv("QS_GEMM_DEQUANT_SLICE_KB");
+    QFETCH(QByteArray, channel);
+    const QByteArray before = qgetenv("QS_GEMM_WIDE"), beforeSlice = qgetenv("QS_GEMM_DEQUANT_SLICE_KB"),
+                     beforeChannel = qgetenv("QS_GEMM_HOPPER_CHANNEL");
     qputenv("QS_GEMM_WIDE", mode);
     qputenv("QS_GEMM_DEQUANT_SLICE_KB", "24");
+    if (channel.isEmpty()) qunsetenv("QS_GEMM_HOPPER_CHANNEL");
+    else qputenv("QS_GEMM_HOPPER_CHANNEL", channel);
     auto gpu = createCudaGemmOps();
     if (before.isNull()) qunsetenv("QS_GEMM_WIDE");
     else qputenv("QS_GEMM_WIDE", before);
     if (beforeSlice.isNull()) qunsetenv("QS_GEMM_DEQUANT_SLICE_KB");
     else qputenv("QS_GEMM_DEQUANT_SLICE_KB", beforeSlice);
+    if (beforeChannel.isNull()) qunsetenv("QS_GEMM_HOPPER_CHANNEL");
+    else qputenv("QS_GEMM_HOPPER_CHANNEL", beforeChannel);
     const bool hopperMode = mode.startsWith("wgmma");
     const std::string named = mode == "dequant" ? "dequant+cublas"
                               : mode == "sliced" ? "dequant+cublas-sliced"
@@ -263,6 +276,24 @@ class TestGemmDequantGpu : public QObject {
     }
     if (hopperMode) qInfo("%d products on the Hopper kernel%s", hopperRuns, hopperHere() ? "" : " (none: not sm_90 or not built)");
     QVERIFY2(failures == 0, qPrintable(QString::number(failures) + " failures:\n" + report.join('\n')));
+  }
+
+  // A value of QS_GEMM_HOPPER_CHANNEL that is neither choice is bad input naming the variable.
+  void channelChoiceRejectsBadValue() {
+    const QByteArray before = qgetenv("QS_GEMM_HOPPER_CHANNEL");
+    qputenv("QS_GEMM_HOPPER_CHANNEL", "both");
+    QString what;
+    ErrorKind kind = ErrorKind::Internal;
+    try {
+      createCudaGemmOps();
+    } catch (const Error& e) {
+      what = QString::fromStdString(e.what());
+      kind = e.kind();
+    }
+    if (before.isNull()) qunsetenv("QS_GEMM_HOPPER_CHANNEL");
+    else qputenv("QS_GEMM_HOPPER_CHANNEL", before);
+    QCOMPARE(kind, ErrorKind::BadInput);
+    QVERIFY2(what.contains("QS_GEMM_HOPPER_CHANNEL"), qPrintable(what));
   }
 
   // Picked by timing: the first call measures both, says so, and the result is right either way.

@@ -1,5 +1,6 @@
-// The Hopper wide path (see gemm_hopper.h): CUTLASS's sm_90 mixed-input collective, a few
-// instantiations, and the conversion of our packed kernel layout into CUTLASS's.
+// The Hopper wide path (see gemm_hopper.h): the conversion of our packed kernel layout into
+// CUTLASS's, and the instantiations for weights with group scales (gemm_hopper_kernel.cuh;
+// per-channel weights: gemm_hopper_channel.cu).
 //
 // Compiled for sm_90a only, and only when CUTLASS's headers were found (kernels/gemm/
 // CMakeLists.txt); gemm_hopper_none.cpp stands in otherwise.
@@ -8,143 +9,14 @@
 #include <algorithm>
 #include <string>
 
-#include "cute/tensor.hpp"
-#include "cutlass/cutlass.h"
-#include "cutlass/epilogue/collective/collective_builder.hpp"
-#include "cutlass/gemm/collective/collective_builder.hpp"
-#include "cutlass/gemm/device/gemm_universal_adapter.h"
-#include "cutlass/gemm/dispatch_policy.hpp"
-#include "cutlass/gemm/kernel/gemm_universal.hpp"
-#include "cutlass/util/mixed_dtype_utils.hpp"
-#include "cutlass/util/packed_stride.hpp"
-
-#include "kernels/common/error.h"
-#include "kernels/cuda/common/cuda_check.h"
-#include "kernels/cuda/gemm/gemm_hopper.h"
+#include "kernels/cuda/gemm/gemm_hopper_kernel.cuh"
 
 namespace qs::cuda_gemm {
 
 namespace {
 
 using namespace cute;
-
-// ---- the instantiations ---------------------------------------------------------------------
-
-using Half = cutlass::half_t;
-// The weight operand: [n, k] K-major (CUTLASS's A, row-major). The tokens x [m, k] row-major
-// are its B operand (n x k in CUTLASS's naming: column-major), y [m, n] row-major its D
-// (n x m: column-major).
-using LayoutW = cutlass::layout::RowMajor;
-using LayoutX = cutlass::layout::ColumnMajor;
-using LayoutY = cutlass::layout::ColumnMajor;
-using StrideW = cutlass::detail::TagToStrideA_t<LayoutW>;
-
-// INT4 weights are shuffled so that the 8 values a thread converts at once are contiguous and in
-// the order [0, 2, 4, 6, 1, 3, 5, 7], which the INT4 → FP16 conversion wants (CUTLASS's
-// compute_memory_reordering_atom, as in its example 55).
-using Int4ValueOrder = Layout<Shape<_2, _4>, Stride<_4, _1>>;
-using Int4Atom = decltype(cutlass::compute_memory_reordering_atom<Half, Layout<Shape<_1, _1>>, Int4ValueOrder>());
-using LayoutInt4Shuffled = decltype(cute::tile_to_shape(Int4Atom{}, Layout<Shape<int, int, int>, StrideW>{}));
-
-template <class Quant>
-constexpr bool kShuffled = cutlass::sizeof_bits<Quant>::value == 4;
-
-template <class Quant, HopperTile kTile>
-struct HopperGemm {
-  static constexpr int kTokens =
-      kTile == HopperTile::Tokens64StreamK || kTile == HopperTile::Rows64Tokens64 ? 64 : kTile == HopperTile::Tokens256 ? 256 : 128;
-  static constexpr bool kStreamK = kTile == HopperTile::Tokens64StreamK || kTile == HopperTile::Tokens128StreamK;
-  static constexpr bool kPingpong = kTile == HopperTile::Rows64Tokens64 || kTile == HopperTile::Rows64Tokens128;
-  using TileShape = Shape<Int<kPingpong ? 64 : 128>, Int<kTokens>, _64>;
-  using MainloopSchedule = std::conditional_t<kPingpong, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
-                                              cutlass::gemm::KernelTmaWarpSpecializedCooperative>;
-  using EpilogueSchedule = std::conditional_t<kPingpong, cutlass::epilogue::TmaWarpSpecialized,
-                                              cutlass::epilogue::TmaWarpSpecializedCooperative>;
-  using ClusterShape = std::conditional_t<kTile == HopperTile::Tokens128Cluster2, Shape<_2, _1, _1>, Shape<_1, _1, _1>>;
-  using Scheduler = std::conditional_t<kStreamK, cutlass::gemm::StreamKScheduler, void>;
-  using WeightLayout = std::conditional_t<kShuffled<Quant>, LayoutInt4Shuffled, LayoutW>;
-
-  // No C operand (beta = 0): the builder gives it no shared memory.
-  using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutY, 8, Half, LayoutY, 8,
-      EpilogueSchedule>::CollectiveOp;
-  using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, cute::tuple<Quant, Half>, WeightLayout,
-      128 / cutlass::sizeof_bits<Quant>::value, Half, LayoutX, 8, float, TileShape, ClusterShape,
-      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
-      MainloopSchedule>::CollectiveOp;
-  using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue, Scheduler>;
-  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
-
-  static typename Gemm::Arguments arguments(const HopperWeight& w, const void* x, int m, void* y, int sms) {
-    using StrideX = typename Kernel::StrideB;
-    using StrideY = typename Kernel::StrideD;
-    using StrideScale = typename Mainloop::StrideScale;
-    const int groups = w.k / w.groupSize;
-    auto weightLayout = [&] {
-      if constexpr (kShuffled<Quant>)
-        return cute::tile_to_shape(Int4Atom{}, make_shape(w.n, w.k, 1));
-      else
-        return cutlass::make_cute_packed_stride(StrideW{}, make_shape(w.n, w.k, 1));
-    }();
-    typename Gemm::Arguments args{
-        cutlass::gemm::GemmUniversalMode::kGemm,
-        {w.n, m, w.k, 1},
-        {static_cast<const Quant*>(w.codes), weightLayout, static_cast<const Half*>(x),
-         cutlass::make_cute_packed_stride(StrideX{}, make_shape(m, w.k, 1)), static_cast<const Half*>(w.scales),
-         cutlass::make_cute_packed_stride(StrideScale{}, make_shape(w.n, groups, 1)), w.groupSize},
-        {{1.0f, 0.0f}, nullptr, StrideY{}, static_cast<Half*>(y),
-         cutlass::make_cute_packed_stride(StrideY{}, make_shape(w.n, m, 1))}};
-    args.hw_info.sm_count = sms;
-    cudaGetDevice(&args.hw_info.device_id);
-    return args;
-  }
-
-  static size_t workspace(const HopperWeight& w, int m, int sms) {
-    return Gemm::get_workspace_size(arguments(w, reinterpret_cast<const void*>(16), m, reinterpret_cast<void*>(16), sms));
-  }
-
-  static void run(const HopperWeight& w, const void* x, int m, void* y, void* ws, size_t wsBytes, int sms,
-                  cudaStream_t stream) {
-    const auto args = arguments(w, x, m, y, sms);
-    if (Gemm::get_workspace_size(args) > wsBytes)
-      throw Error(ErrorKind::Internal, "Hopper GEMM: workspace too small");
-    Gemm gemm;
-    cutlass::Status st = gemm.can_implement(args);
-    if (st == cutlass::Status::kSuccess) st = gemm.initialize(args, ws, stream);
-    if (st == cutlass::Status::kSuccess) st = gemm.run(stream);
-    if (st != cutlass::Status::kSuccess)
-      throw Error(ErrorKind::Device, std::string("Hopper GEMM (CUTLASS) failed: ") + cutlassGetStatusString(st) +
-                                         " (n=" + std::to_string(w.n) + ", m=" + std::to_string(m) +
-                                         ", k=" + std::to_string(w.k) + ")");
-    QS_CUDA_LAUNCHED("Hopper GEMM (CUTLASS)");
-  }
-};
-
-// kind: WKind 0 INT4, 1 INT8, 2 E4M3, 3 E5M2 (gemm_launch.h).
-template <class F>
-decltype(auto) withQuantType(int kind, F&& f) {
-  switch (kind) {
-    case 0: return f(cutlass::int4b_t{});
-    case 1: return f(int8_t{});
-    case 2: return f(cutlass::float_e4m3_t{});
-    default: return f(cutlass::float_e5m2_t{});
-  }
-}
-template <class F>
-decltype(auto) withTile(HopperTile tile, F&& f) {
-  using T = HopperTile;
-  switch (tile) {
-    case T::Tokens128: return f(std::integral_constant<T, T::Tokens128>{});
-    case T::Tokens64StreamK: return f(std::integral_constant<T, T::Tokens64StreamK>{});
-    case T::Tokens128StreamK: return f(std::integral_constant<T, T::Tokens128StreamK>{});
-    case T::Tokens128Cluster2: return f(std::integral_constant<T, T::Tokens128Cluster2>{});
-    case T::Tokens256: return f(std::integral_constant<T, T::Tokens256>{});
-    case T::Rows64Tokens64: return f(std::integral_constant<T, T::Rows64Tokens64>{});
-    default: return f(std::integral_constant<T, T::Rows64Tokens128>{});
-  }
-}
+using namespace hopper_detail;
 
 // ---- packed kernel layout → CUTLASS's layout ------------------------------------------------
 
@@ -221,11 +93,13 @@ size_t hopperScaleBytes(const DeviceQuantWeight& w) {
 }
 size_t hopperBuildScratchBytes(const DeviceQuantWeight& w) { return w.kind == 0 ? hopperCodeBytes(w) : 0; }
 
-void buildHopperWeight(const DeviceQuantWeight& w, HopperWeight& out, void* scratch, cudaStream_t stream) {
+void buildHopperWeight(const DeviceQuantWeight& w, HopperWeight& out, void* scratch, cudaStream_t stream,
+                       bool channelInEpilogue) {
   out.kind = w.kind;
   out.n = w.n;
   out.k = w.k;
   out.groupSize = w.groupSize ? w.groupSize : w.k;
+  out.channelScaled = channelInEpilogue && out.groupSize == w.k;
   const int chunks = w.kPad / w.chunkK, threads = 256;
   const auto* codes = static_cast<const uint8_t*>(w.codes);
   if (w.kind == 0) {
@@ -262,18 +136,16 @@ void buildHopperWeight(const DeviceQuantWeight& w, HopperWeight& out, void* scra
 }
 
 size_t hopperWorkspaceBytes(const HopperWeight& w, int m, HopperTile tile, int multiprocessors) {
-  return withQuantType(w.kind, [&](auto q) {
-    return withTile(tile, [&](auto t) { return HopperGemm<decltype(q), t.value>::workspace(w, m, multiprocessors); });
-  });
+  return w.channelScaled ? channelWorkspaceBytes(w, m, tile, multiprocessors)
+                         : workspaceBytes<false>(w, m, tile, multiprocessors);
 }
 
 void launchHopper(const HopperWeight& w, const void* x, int m, void* y, HopperTile tile, void* workspace,
                   size_t workspaceBytes, int multiprocessors, cudaStream_t stream) {
-  withQuantType(w.kind, [&](auto q) {
-    withTile(tile, [&](auto t) {
-      HopperGemm<decltype(q), t.value>::run(w, x, m, y, workspace, workspaceBytes, multiprocessors, stream);
-    });
-  });
+  if (w.channelScaled)
+    launchChannel(w, x, m, y, tile, workspace, workspaceBytes, multiprocessors, stream);
+  else
+    launch<false>(w, x, m, y, tile, workspace, workspaceBytes, multiprocessors, stream);
 }
 
 }  // namespace qs::cuda_gemm

@@ -14,8 +14,11 @@
 // kernel layout by buildHopperWeight): codes [n][k] K-major (signed INT4 two per byte, low
 // nibble first, then shuffled so that each thread's values are contiguous; INT8 two's
 // complement; FP8 raw), and FP16 scales [groups][n] (n fastest; per-channel = one group of k).
-// Dequantization is FP16(code) × FP16(scale) in FP16 — the same single rounding of
-// (value × scale) as the dequantize+cuBLAS path (gemm_dequant.h).
+// With group scales, dequantization is FP16(code) × FP16(scale) in FP16 — the same single
+// rounding of (value × scale) as the dequantize+cuBLAS path (gemm_dequant.h). With one scale
+// per row (per channel or per tensor; `channelScaled`), the main loop only converts the codes
+// (exact in FP16) and the epilogue multiplies each FP32 row sum by its scale: no scale tile or
+// multiply per weight in the main loop, and no rounding of value × scale.
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -64,14 +67,17 @@ struct HopperWeight {
   void* codes = nullptr;          // hopperCodeBytes(w)
   void* scales = nullptr;         // hopperScaleBytes(w): FP16 [groups][n]
   int kind = 0, n = 0, k = 0, groupSize = 0;  // groupSize = k when per channel / tensor
+  bool channelScaled = false;     // groupSize == k and the scales are applied in the epilogue
 };
 size_t hopperCodeBytes(const DeviceQuantWeight& w);
 size_t hopperScaleBytes(const DeviceQuantWeight& w);
 // Scratch buildHopperWeight needs (INT4: the unshuffled codes; 0 otherwise).
 size_t hopperBuildScratchBytes(const DeviceQuantWeight& w);
 // Writes w in CUTLASS's layout into out.codes / out.scales (allocated by the caller with the
-// sizes above) on `stream`. Fills out's sizes.
-void buildHopperWeight(const DeviceQuantWeight& w, HopperWeight& out, void* scratch, cudaStream_t stream);
+// sizes above) on `stream`. Fills out's sizes. channelInEpilogue: a weight with one scale per row
+// runs with the scales in the epilogue (else in the main loop, as group scales are).
+void buildHopperWeight(const DeviceQuantWeight& w, HopperWeight& out, void* scratch, cudaStream_t stream,
+                       bool channelInEpilogue);
 
 // Workspace a launch needs (stream-K partials), in bytes.
 size_t hopperWorkspaceBytes(const HopperWeight& w, int m, HopperTile tile, int multiprocessors);

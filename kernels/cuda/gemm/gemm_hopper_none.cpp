@@ -17,7 +17,7 @@ std::string hopperUnsupportedReason(const DeviceQuantWeight&, int) { return "not
 size_t hopperCodeBytes(const DeviceQuantWeight&) { return 0; }
 size_t hopperScaleBytes(const DeviceQuantWeight&) { return 0; }
 size_t hopperBuildScratchBytes(const DeviceQuantWeight&) { return 0; }
-void buildHopperWeight(const DeviceQuantWeight&, HopperWeight&, void*, cudaStream_t) { notBuilt(); }
+void buildHopperWeight(const DeviceQuantWeight&, HopperWeight&, void*, cudaStream_t, bool) { notBuilt(); }
 size_t hopperWorkspaceBytes(const HopperWeight&, int, HopperTile, int) { notBuilt(); }
 void launchHopper(const HopperWeight&, const void*, int, void*, HopperTile, void*, size_t, int, cudaStream_t) {
   notBuilt();

@@ -156,6 +156,13 @@ class CudaGemmOps final : public GemmOps {
     if (!accum.empty() && accum != "fast" && accum != "promoted")
       throwBadInput("", "QS_GEMM_FP8_ACCUM", "is '" + accum + "'; expected fast or promoted");
     fp8FastAccum_ = accum == "fast";
+    // Per-channel / per-tensor weights on the Hopper wide path: the scales in the epilogue
+    // (default) or, as group scales, in the main loop (QS_GEMM_HOPPER_CHANNEL=mainloop; the
+    // arithmetic of dequantize + cuBLAS, kept to compare).
+    const std::string channel = env("QS_GEMM_HOPPER_CHANNEL");
+    if (!channel.empty() && channel != "epilogue" && channel != "mainloop")
+      throwBadInput("", "QS_GEMM_HOPPER_CHANNEL", "is '" + channel + "'; expected epilogue or mainloop");
+    hopperChannelEpilogue_ = channel != "mainloop";
     // The sliced path's FP16 slice: a third of the L2 (QS_GEMM_DEQUANT_SLICE_KB overrides).
     const std::string slice = env("QS_GEMM_DEQUANT_SLICE_KB");
     sliceBytes_ = slice.empty() ? std::max<size_t>(info_.l2CacheBytes / 3, size_t(1) << 20)
@@ -578,7 +585,7 @@ class CudaGemmOps final : public GemmOps {
     cuda_gemm::HopperWeight hw;
     hw.codes = w.hopperCodes.get();
     hw.scales = w.hopperScales.get();
-    cuda_gemm::buildHopperWeight(w.dev, hw, scratch.get(), stream_);
+    cuda_gemm::buildHopperWeight(w.dev, hw, scratch.get(), stream_, hopperChannelEpilogue_);
     QS_CUDA_CHECK(cudaStreamSynchronize(stream_));  // before scratch goes
     w.hopper = hw;
     return w.hopper;
@@ -883,6 +890,7 @@ class CudaGemmOps final : public GemmOps {
   std::map<WideKey, PathChoice> wideChoices_, a8Choices_;
   int forcedA8Path_ = -1;      // QS_GEMM_A8
   bool fp8FastAccum_ = false;  // QS_GEMM_FP8_ACCUM=fast
+  bool hopperChannelEpilogue_ = true;  // QS_GEMM_HOPPER_CHANNEL
   cudaEvent_t timing_[2] = {nullptr, nullptr};
   mutable std::map<std::tuple<bool, bool, int, int, int, int>, std::unique_ptr<LtMatmul>> lt_;
 };
