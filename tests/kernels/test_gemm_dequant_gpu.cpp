@@ -278,10 +278,18 @@ class TestGemmDequantGpu : public QObject {
     QVERIFY2(failures == 0, qPrintable(QString::number(failures) + " failures:\n" + report.join('\n')));
   }
 
-  // A value of QS_GEMM_HOPPER_CHANNEL that is neither choice is bad input naming the variable.
-  void channelChoiceRejectsBadValue() {
-    const QByteArray before = qgetenv("QS_GEMM_HOPPER_CHANNEL");
-    qputenv("QS_GEMM_HOPPER_CHANNEL", "both");
+  // A value of an op-set choice variable that is none of its choices is bad input naming the
+  // variable (QS_GEMM_HOPPER_CHANNEL: where per-channel scales go; QS_GEMM_FP8_ACCUM: FP8
+  // accumulation).
+  void choiceVariablesRejectBadValues_data() {
+    QTest::addColumn<QByteArray>("variable");
+    QTest::newRow("QS_GEMM_HOPPER_CHANNEL") << QByteArray("QS_GEMM_HOPPER_CHANNEL");
+    QTest::newRow("QS_GEMM_FP8_ACCUM") << QByteArray("QS_GEMM_FP8_ACCUM");
+  }
+  void choiceVariablesRejectBadValues() {
+    QFETCH(QByteArray, variable);
+    const QByteArray before = qgetenv(variable.constData());
+    qputenv(variable.constData(), "both");
     QString what;
     ErrorKind kind = ErrorKind::Internal;
     try {
@@ -290,10 +298,10 @@ class TestGemmDequantGpu : public QObject {
       what = QString::fromStdString(e.what());
       kind = e.kind();
     }
-    if (before.isNull()) qunsetenv("QS_GEMM_HOPPER_CHANNEL");
-    else qputenv("QS_GEMM_HOPPER_CHANNEL", before);
+    if (before.isNull()) qunsetenv(variable.constData());
+    else qputenv(variable.constData(), before);
     QCOMPARE(kind, ErrorKind::BadInput);
-    QVERIFY2(what.contains("QS_GEMM_HOPPER_CHANNEL"), qPrintable(what));
+    QVERIFY2(what.contains(QString::fromLatin1(variable)), qPrintable(what));
   }
 
   // Picked by timing: the first call measures both, says so, and the result is right either way.

@@ -590,34 +590,46 @@ class TestGemmGpu : public QObject {
     }
   }
 
-  // The activation quantization kernel is bit-exact with the CPU reference (codes and scales).
+  // The activation quantization kernel is bit-exact with the CPU reference (codes and scales):
+  // k = 32 … 16,384 (the row in registers) and 20,000 (the two-pass loop), one to 2,500 rows.
   void activationQuantizationIsBitExact() {
-    const uint64_t seed = freshSeed();
-    const int m = 37, k = 4096 + 64;
-    std::vector<uint16_t> xh = makeRandomActivations(m, k, seed, true);
-    for (int c = 0; c < k; ++c) xh[size_t(5 * k + c)] = 0;                   // zero token
-    for (int c = 0; c < k; ++c) xh[size_t(6 * k + c)] = floatToHalfBits(1e-7f);  // subnormal-ish token
-    void *x = nullptr, *codes = nullptr, *scales = nullptr;
-    QCOMPARE(cudaMalloc(&x, xh.size() * 2), cudaSuccess);
-    QCOMPARE(cudaMalloc(&codes, xh.size()), cudaSuccess);
-    QCOMPARE(cudaMalloc(&scales, size_t(m) * 4), cudaSuccess);
-    QCOMPARE(cudaMemcpy(x, xh.data(), xh.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
-    for (bool fp8 : {false, true}) {
-      cuda_gemm::launchQuantizeActivations(x, m, k, fp8, codes, static_cast<float*>(scales), nullptr);
-      QCOMPARE(cudaDeviceSynchronize(), cudaSuccess);
-      std::vector<int8_t> gotCodes(xh.size());
-      std::vector<float> gotScales(static_cast<size_t>(m));
-      QCOMPARE(cudaMemcpy(gotCodes.data(), codes, gotCodes.size(), cudaMemcpyDeviceToHost), cudaSuccess);
-      QCOMPARE(cudaMemcpy(gotScales.data(), scales, size_t(m) * 4, cudaMemcpyDeviceToHost), cudaSuccess);
-      const GemmQuantizedActivations want = quantizeActivationsReference(
-          xh.data(), m, k, fp8 ? GemmActivationType::Fp8E4M3PerToken : GemmActivationType::Int8PerToken);
-      QVERIFY2(gotCodes == want.codes, fp8 ? "fp8 codes differ" : "int8 codes differ");
-      for (int r = 0; r < m; ++r)
-        QCOMPARE(std::bit_cast<uint32_t>(gotScales[size_t(r)]), std::bit_cast<uint32_t>(want.scales[size_t(r)]));
+    const uint64_t seed0 = freshSeed();
+    int cases = 0;
+    for (const auto& [m, k] : std::vector<std::pair<int, int>>{{37, 4096 + 64}, {2500, 4096}, {700, 14336},
+                                                               {1, 32}, {1201, 1000}, {9, 20000}}) {
+      const uint64_t seed = seed0 + uint64_t(++cases) * 7919;
+      std::vector<uint16_t> xh = makeRandomActivations(m, k, seed, true);
+      if (m > 6) {
+        for (int c = 0; c < k; ++c) xh[size_t(5 * k + c)] = 0;                   // zero token
+        for (int c = 0; c < k; ++c) xh[size_t(6 * k + c)] = floatToHalfBits(1e-7f);  // subnormal-ish token
+      }
+      void *x = nullptr, *codes = nullptr, *scales = nullptr;
+      QCOMPARE(cudaMalloc(&x, xh.size() * 2), cudaSuccess);
+      QCOMPARE(cudaMalloc(&codes, xh.size()), cudaSuccess);
+      QCOMPARE(cudaMalloc(&scales, size_t(m) * 4), cudaSuccess);
+      QCOMPARE(cudaMemcpy(x, xh.data(), xh.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+      for (bool fp8 : {false, true}) {
+        const GemmQuantizedActivations want = quantizeActivationsReference(
+            xh.data(), m, k, fp8 ? GemmActivationType::Fp8E4M3PerToken : GemmActivationType::Int8PerToken);
+        {
+          QCOMPARE(cudaMemset(codes, 0xA5, xh.size()), cudaSuccess);
+          cuda_gemm::launchQuantizeActivations(x, m, k, fp8, codes, static_cast<float*>(scales), nullptr);
+          QCOMPARE(cudaDeviceSynchronize(), cudaSuccess);
+          std::vector<int8_t> gotCodes(xh.size());
+          std::vector<float> gotScales(static_cast<size_t>(m));
+          QCOMPARE(cudaMemcpy(gotCodes.data(), codes, gotCodes.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+          QCOMPARE(cudaMemcpy(gotScales.data(), scales, size_t(m) * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+          const QString what = QString("m=%1 k=%2 %3").arg(m).arg(k).arg(fp8 ? "fp8" : "int8");
+          QVERIFY2(gotCodes == want.codes, qPrintable(what + ": codes differ"));
+          for (int r = 0; r < m; ++r)
+            QVERIFY2(std::bit_cast<uint32_t>(gotScales[size_t(r)]) == std::bit_cast<uint32_t>(want.scales[size_t(r)]),
+                     qPrintable(what + QString(": scale of row %1 differs").arg(r)));
+        }
+      }
+      cudaFree(x);
+      cudaFree(codes);
+      cudaFree(scales);
     }
-    cudaFree(x);
-    cudaFree(codes);
-    cudaFree(scales);
   }
 
   // The skinny kernel's two weight paths as data rows: the device's pick, bulk rings
