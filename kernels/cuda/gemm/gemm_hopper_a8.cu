@@ -20,20 +20,14 @@
 #include "kernels/common/error.h"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/gemm/gemm_hopper_a8.h"
+#include "kernels/cuda/gemm/gemm_hopper_common.cuh"
 
 namespace qs::cuda_gemm {
 
 namespace {
 
 using namespace cute;
-namespace fusion = cutlass::epilogue::fusion;
-
-using Half = cutlass::half_t;
-// Weight [n, k] K-major = CUTLASS's A (row-major); the token codes [m, k] row-major = B
-// (column-major n x k in CUTLASS's naming); y [m, n] row-major = D (column-major n x m).
-using LayoutW = cutlass::layout::RowMajor;
-using LayoutX = cutlass::layout::ColumnMajor;
-using LayoutY = cutlass::layout::ColumnMajor;
+using namespace hopper_common;  // Half, the layouts of the transposed problem, the epilogue pieces
 
 template <class Code, HopperA8Tile kTile>
 struct HopperA8Gemm {
@@ -59,14 +53,8 @@ struct HopperA8Gemm {
 
   // y = channelScale[row] * (tokenScale[token] * float(acc)), rounded once to FP16. Rows are
   // CUTLASS's M (a column vector broadcast along the tokens), tokens its N (a row vector).
-  using ChannelScale = fusion::Sm90ColBroadcast<0, TileShape, float, float, Stride<_1, _0, _0>, 1>;
-  using TokenScale = fusion::Sm90RowBroadcast<0, TileShape, float, float, Stride<_0, _1, _0>, 1>;
-  using TokenScaled = fusion::Sm90EVT<
-      fusion::Sm90Compute<cutlass::multiplies, float, float, cutlass::FloatRoundStyle::round_to_nearest>, TokenScale,
-      fusion::Sm90AccFetch>;
-  using Scaled = fusion::Sm90EVT<
-      fusion::Sm90Compute<cutlass::multiplies, Half, float, cutlass::FloatRoundStyle::round_to_nearest>, ChannelScale,
-      TokenScaled>;
+  using TokenScaled = Product<float, TokenVector<TileShape>, cutlass::epilogue::fusion::Sm90AccFetch>;
+  using Scaled = Product<Half, RowVector<TileShape, float>, TokenScaled>;
 
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,

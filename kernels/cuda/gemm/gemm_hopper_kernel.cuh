@@ -2,8 +2,8 @@
 // The Hopper wide path's CUTLASS instantiations (gemm_hopper.h), shared by the two translation
 // units that compile them: gemm_hopper.cu (weights with group scales, applied in the main loop)
 // and gemm_hopper_channel.cu (per-channel / per-tensor weights, whose one scale per row is
-// applied in the epilogue). Two files so that a 2-core build compiles them side by side.
-// Internal to those two files; CUTLASS's headers must be on the include path.
+// applied in the epilogue). Two files so that each compiles in ~10 GB (kernels/gemm/
+// CMakeLists.txt). Internal to those two files; CUTLASS's headers must be on the include path.
 #include <cuda_fp16.h>
 
 #include <string>
@@ -23,19 +23,13 @@
 #include "kernels/common/error.h"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/gemm/gemm_hopper.h"
+#include "kernels/cuda/gemm/gemm_hopper_common.cuh"
 
 namespace qs::cuda_gemm::hopper_detail {
 
 using namespace cute;
-namespace fusion = cutlass::epilogue::fusion;
+using namespace hopper_common;  // Half, the layouts of the transposed problem, the epilogue pieces
 
-using Half = cutlass::half_t;
-// The weight operand: [n, k] K-major (CUTLASS's A, row-major). The tokens x [m, k] row-major
-// are its B operand (n x k in CUTLASS's naming: column-major), y [m, n] row-major its D
-// (n x m: column-major).
-using LayoutW = cutlass::layout::RowMajor;
-using LayoutX = cutlass::layout::ColumnMajor;
-using LayoutY = cutlass::layout::ColumnMajor;
 using StrideW = cutlass::detail::TagToStrideA_t<LayoutW>;
 
 // INT4 weights are shuffled so that the 8 values a thread converts at once are contiguous and in
@@ -70,10 +64,7 @@ struct HopperGemm {
 
   // y = scale[row] * float(acc), rounded once to FP16; rows are CUTLASS's M (a column vector
   // broadcast along the tokens). The scales are the FP16 [1][n] of HopperWeight.
-  using ChannelScale = fusion::Sm90ColBroadcast<0, TileShape, Half, float, Stride<_1, _0, _0>, 1>;
-  using ChannelScaled = fusion::Sm90EVT<
-      fusion::Sm90Compute<cutlass::multiplies, Half, float, cutlass::FloatRoundStyle::round_to_nearest>, ChannelScale,
-      fusion::Sm90AccFetch>;
+  using ChannelScaled = Product<Half, RowVector<TileShape, Half>, cutlass::epilogue::fusion::Sm90AccFetch>;
   // No C operand (beta = 0): the builder gives it no shared memory.
   using PlainEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
