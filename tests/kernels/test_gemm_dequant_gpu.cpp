@@ -12,6 +12,10 @@
 //    2e-3 (each weight rounded to FP16 once, FP32 accumulation; the same bound as the fused wide
 //    kernel in test_gemm_gpu). On an sm_90 device with a build that has the Hopper kernels, the
 //    test fails if they did not run where they should.
+//  - Chained launches (programmatic dependent launch on sm_90): three products launched back to
+//    back, each reading the one before's output (W8A8: each GEMM chained to the activation
+//    quantization before it), with each CUTLASS configuration forced: bit for bit the products of
+//    the same three launches with a synchronization between them.
 #include <cuda_runtime.h>
 
 #include <QtTest>
@@ -23,6 +27,7 @@
 #include "kernels/common/half.h"
 #include "kernels/cuda/gemm/gemm_dequant.h"
 #include "kernels/cuda/gemm/gemm_hopper.h"
+#include "kernels/cuda/gemm/gemm_hopper_a8.h"
 #include "tests/kernels/hopper_test_util.h"
 #include "kernels/gemm/gemm_layout.h"
 #include "kernels/gemm/gemm_ops.h"
@@ -276,6 +281,83 @@ class TestGemmDequantGpu : public QObject {
     }
     if (hopperMode) qInfo("%d products on the Hopper kernel%s", hopperRuns, hopperHere() ? "" : " (none: not sm_90 or not built)");
     QVERIFY2(failures == 0, qPrintable(QString::number(failures) + " failures:\n" + report.join('\n')));
+  }
+
+  // Chained launches: with PDL a CUTLASS GEMM's blocks start while the kernel before it finishes
+  // (the previous GEMM, or a W8A8 GEMM's activation quantization), and only its producer and
+  // epilogue-load warps wait for that kernel. A missing or misplaced wait would read the previous
+  // product, or the codes and token scales, half-written, so x → y1 → y2 → y3 (n = k), launched
+  // back to back, must equal the same launches with a synchronization after each.
+  void chainedProductsMatchSynchronized_data() {
+    QTest::addColumn<QByteArray>("variable");
+    QTest::addColumn<QByteArray>("mode");
+    for (int t = 0; t < cuda_gemm::kHopperTiles; ++t) {
+      const char* name = cuda_gemm::hopperTileName(cuda_gemm::HopperTile(t));
+      QTest::newRow(name) << QByteArray("QS_GEMM_WIDE") << QByteArray(name);
+    }
+    for (int t = 0; t < cuda_gemm::kHopperA8Tiles; ++t) {
+      const char* name = cuda_gemm::hopperA8TileName(cuda_gemm::HopperA8Tile(t));
+      QTest::newRow(name) << QByteArray("QS_GEMM_A8") << QByteArray(name);
+    }
+  }
+  void chainedProductsMatchSynchronized() {
+    QFETCH(QByteArray, variable);
+    QFETCH(QByteArray, mode);
+    if (!hopperHere()) QSKIP("no CUTLASS Hopper kernels here (needs sm_90 and a build with CUTLASS)");
+    const QByteArray before = qgetenv(variable.constData());
+    qputenv(variable.constData(), mode);
+    auto gpu = createCudaGemmOps();
+    if (before.isNull()) qunsetenv(variable.constData());
+    else qputenv(variable.constData(), before);
+    const bool a8 = variable == "QS_GEMM_A8", fast = mode.contains("-fastacc-");
+    const std::vector<const char*> schemes = a8 ? (fast ? std::vector<const char*>{"w8a8-fp8"}
+                                                        : std::vector<const char*>{"w8a8-fp8", "w8a8-int8"})
+                                                : std::vector<const char*>{"w4a16-g128", "w8a16-int8", "w8a16-fp8"};
+    const int64_t n = 1024, m = 130;  // a partial token tile; weights of gain ~1.5 per product
+    const uint64_t seed = freshSeed();
+    for (const char* name : schemes) {
+      const GemmScheme s = GemmScheme::parse(name);
+      const auto w = gpu->prepare(makeRandomQuantWeight(n, n, s, seed), s.activation);
+      const size_t elems = size_t(m * n);
+      const std::vector<uint16_t> x0 = makeRandomActivations(m, n, seed ^ 0x5DEECE66Dull);
+      const std::vector<uint16_t> poison(elems, kPoison);
+      std::vector<std::shared_ptr<void>> buf;
+      for (int i = 0; i < 4; ++i) buf.push_back(gpu->allocate(elems * 2));
+      auto pass = [&](bool sync) {
+        gpu->upload(buf[0].get(), x0.data(), elems * 2);
+        for (int i = 1; i < 4; ++i) gpu->upload(buf[size_t(i)].get(), poison.data(), elems * 2);
+        gpu->synchronize();
+        for (int i = 1; i < 4; ++i) {
+          gpu->run(*w, buf[size_t(i - 1)].get(), m, buf[size_t(i)].get());
+          if (sync) gpu->synchronize();
+        }
+        gpu->synchronize();
+        std::vector<uint16_t> out(3 * elems);
+        for (int i = 1; i < 4; ++i) gpu->download(out.data() + size_t(i - 1) * elems, buf[size_t(i)].get(), elems * 2);
+        return out;
+      };
+      const std::vector<uint16_t> want = pass(true), got = pass(false);
+      const std::string kernel = gpu->kernelName(*w, m);
+      QVERIFY2(kernel.find(mode.toStdString()) != std::string::npos,
+               qPrintable(QString("%1: ran %2, not %3").arg(name).arg(QString::fromStdString(kernel)).arg(QString(mode))));
+      size_t finite = 0, differ = 0;
+      for (size_t i = 0; i < want.size(); ++i) {
+        finite += (want[i] & 0x7C00) != 0x7C00 && (want[i] & 0x7FFF) != 0;
+        differ += want[i] != got[i];
+      }
+      // The third product must still hold finite, non-zero values, or the chain proves nothing.
+      size_t finiteLast = 0;
+      for (size_t i = 2 * elems; i < want.size(); ++i) finiteLast += (want[i] & 0x7C00) != 0x7C00 && (want[i] & 0x7FFF) != 0;
+      QVERIFY2(finiteLast > elems * 9 / 10,
+               qPrintable(QString("%1: only %2 of %3 finite non-zero values in the third product").arg(name).arg(finiteLast).arg(elems)));
+      QVERIFY2(differ == 0, qPrintable(QString("%1 (%2): %3 of %4 values of the chained products differ from the "
+                                               "synchronized ones")
+                                           .arg(name)
+                                           .arg(QString::fromStdString(kernel))
+                                           .arg(differ)
+                                           .arg(want.size())));
+      qInfo("%s on %s: %zu values equal, %zu finite", name, kernel.c_str(), want.size(), finite);
+    }
   }
 
   // A value of an op-set choice variable that is none of its choices is bad input naming the

@@ -141,11 +141,11 @@ size_t hopperWorkspaceBytes(const HopperWeight& w, int m, HopperTile tile, int m
 }
 
 void launchHopper(const HopperWeight& w, const void* x, int m, void* y, HopperTile tile, void* workspace,
-                  size_t workspaceBytes, int multiprocessors, cudaStream_t stream) {
+                  size_t workspaceBytes, int multiprocessors, cudaStream_t stream, bool pdl) {
   if (w.channelScaled)
-    launchChannel(w, x, m, y, tile, workspace, workspaceBytes, multiprocessors, stream);
+    launchChannel(w, x, m, y, tile, workspace, workspaceBytes, multiprocessors, stream, pdl);
   else
-    launch<false>(w, x, m, y, tile, workspace, workspaceBytes, multiprocessors, stream);
+    launch<false>(w, x, m, y, tile, workspace, workspaceBytes, multiprocessors, stream, pdl);
 }
 
 }  // namespace qs::cuda_gemm

@@ -82,8 +82,10 @@ void buildHopperWeight(const DeviceQuantWeight& w, HopperWeight& out, void* scra
 // Workspace a launch needs (stream-K partials), in bytes.
 size_t hopperWorkspaceBytes(const HopperWeight& w, int m, HopperTile tile, int multiprocessors);
 // y[m, n] (FP16, row-major) = x[m, k] (FP16, row-major) · Wᵀ. Throws ErrorKind::Device when
-// CUTLASS refuses the problem or the launch fails.
+// CUTLASS refuses the problem or the launch fails. pdl: launched as a programmatic dependent
+// (kernels/cuda/common/pdl.cuh): its blocks may start while the previous kernel finishes; its
+// producer warps wait for that kernel before they load anything.
 void launchHopper(const HopperWeight& w, const void* x, int m, void* y, HopperTile tile, void* workspace,
-                  size_t workspaceBytes, int multiprocessors, cudaStream_t stream);
+                  size_t workspaceBytes, int multiprocessors, cudaStream_t stream, bool pdl);
 
 }  // namespace qs::cuda_gemm

@@ -95,13 +95,13 @@ struct HopperA8Gemm {
   }
 
   static void run(const DeviceQuantWeight& w, const void* xq, const float* tokenScales, int m, void* y, void* ws,
-                  size_t wsBytes, int sms, cudaStream_t stream) {
+                  size_t wsBytes, int sms, cudaStream_t stream, bool pdl) {
     const auto args = arguments(w, xq, tokenScales, m, y, sms);
     if (Gemm::get_workspace_size(args) > wsBytes) throw Error(ErrorKind::Internal, "Hopper W8A8 GEMM: workspace too small");
     Gemm gemm;
     cutlass::Status st = gemm.can_implement(args);
     if (st == cutlass::Status::kSuccess) st = gemm.initialize(args, ws, stream);
-    if (st == cutlass::Status::kSuccess) st = gemm.run(stream);
+    if (st == cutlass::Status::kSuccess) st = gemm.run(stream, nullptr, pdl);
     if (st != cutlass::Status::kSuccess)
       throw Error(ErrorKind::Device, std::string("Hopper W8A8 GEMM (CUTLASS) failed: ") + cutlassGetStatusString(st) +
                                          " (n=" + std::to_string(w.n) + ", m=" + std::to_string(m) +
@@ -155,10 +155,10 @@ size_t hopperA8WorkspaceBytes(const DeviceQuantWeight& w, int m, HopperA8Tile ti
 
 void launchHopperA8(const DeviceQuantWeight& w, const void* xq, const float* tokenScales, int m, void* y,
                     HopperA8Tile tile, void* workspace, size_t workspaceBytes, int multiprocessors,
-                    cudaStream_t stream) {
+                    cudaStream_t stream, bool pdl) {
   withKernel<void>(w.kind, tile, [&](auto c, auto t) {
     HopperA8Gemm<decltype(c), t.value>::run(w, xq, tokenScales, m, y, workspace, workspaceBytes, multiprocessors,
-                                            stream);
+                                            stream, pdl);
   });
 }
 

@@ -74,8 +74,9 @@ size_t hopperA8WorkspaceBytes(const DeviceQuantWeight& w, int m, HopperA8Tile ti
 // y[m, n] (FP16 row-major) from the per-token codes xq [m, k] (INT8 or E4M3, row-major) and
 // tokenScales [m]. Throws ErrorKind::Device when CUTLASS refuses the problem or the launch fails,
 // ErrorKind::Internal for a fast-accumulation tile on INT8 codes (the op-set never asks).
+// pdl: as launchHopper's (gemm_hopper.h).
 void launchHopperA8(const DeviceQuantWeight& w, const void* xq, const float* tokenScales, int m, void* y,
                     HopperA8Tile tile, void* workspace, size_t workspaceBytes, int multiprocessors,
-                    cudaStream_t stream);
+                    cudaStream_t stream, bool pdl);
 
 }  // namespace qs::cuda_gemm

@@ -11,8 +11,8 @@ size_t channelWorkspaceBytes(const HopperWeight& w, int m, HopperTile tile, int 
 }
 
 void launchChannel(const HopperWeight& w, const void* x, int m, void* y, HopperTile tile, void* ws, size_t wsBytes,
-                   int sms, cudaStream_t stream) {
-  launch<true>(w, x, m, y, tile, ws, wsBytes, sms, stream);
+                   int sms, cudaStream_t stream, bool pdl) {
+  launch<true>(w, x, m, y, tile, ws, wsBytes, sms, stream, pdl);
 }
 
 }  // namespace qs::cuda_gemm::hopper_detail

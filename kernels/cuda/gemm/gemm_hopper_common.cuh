@@ -7,6 +7,7 @@
 #include "cutlass/cutlass.h"
 #include "cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp"
 #include "cutlass/layout/matrix.h"
+#include "kernels/cuda/gemm/gemm_hopper_streamk_pdl.cuh"
 
 namespace qs::cuda_gemm::hopper_common {
 

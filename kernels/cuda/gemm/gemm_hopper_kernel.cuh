@@ -122,14 +122,14 @@ struct HopperGemm {
   }
 
   static void run(const HopperWeight& w, const void* x, int m, void* y, void* ws, size_t wsBytes, int sms,
-                  cudaStream_t stream) {
+                  cudaStream_t stream, bool pdl) {
     const auto args = arguments(w, x, m, y, sms);
     if (Gemm::get_workspace_size(args) > wsBytes)
       throw Error(ErrorKind::Internal, "Hopper GEMM: workspace too small");
     Gemm gemm;
     cutlass::Status st = gemm.can_implement(args);
     if (st == cutlass::Status::kSuccess) st = gemm.initialize(args, ws, stream);
-    if (st == cutlass::Status::kSuccess) st = gemm.run(stream);
+    if (st == cutlass::Status::kSuccess) st = gemm.run(stream, nullptr, pdl);
     if (st != cutlass::Status::kSuccess)
       throw Error(ErrorKind::Device, std::string("Hopper GEMM (CUTLASS) failed: ") + cutlassGetStatusString(st) +
                                          " (n=" + std::to_string(w.n) + ", m=" + std::to_string(m) +
@@ -171,15 +171,15 @@ size_t workspaceBytes(const HopperWeight& w, int m, HopperTile tile, int sms) {
 }
 template <bool kChannel>
 void launch(const HopperWeight& w, const void* x, int m, void* y, HopperTile tile, void* ws, size_t wsBytes, int sms,
-            cudaStream_t stream) {
+            cudaStream_t stream, bool pdl) {
   withQuantType(w.kind, [&](auto q) {
-    withTile(tile, [&](auto t) { HopperGemm<decltype(q), t.value, kChannel>::run(w, x, m, y, ws, wsBytes, sms, stream); });
+    withTile(tile, [&](auto t) { HopperGemm<decltype(q), t.value, kChannel>::run(w, x, m, y, ws, wsBytes, sms, stream, pdl); });
   });
 }
 
 // Defined in gemm_hopper_channel.cu: the kChannel = true instantiations.
 size_t channelWorkspaceBytes(const HopperWeight& w, int m, HopperTile tile, int sms);
 void launchChannel(const HopperWeight& w, const void* x, int m, void* y, HopperTile tile, void* ws, size_t wsBytes,
-                   int sms, cudaStream_t stream);
+                   int sms, cudaStream_t stream, bool pdl);
 
 }  // namespace qs::cuda_gemm::hopper_detail

@@ -19,13 +19,13 @@ size_t hopperScaleBytes(const DeviceQuantWeight&) { return 0; }
 size_t hopperBuildScratchBytes(const DeviceQuantWeight&) { return 0; }
 void buildHopperWeight(const DeviceQuantWeight&, HopperWeight&, void*, cudaStream_t, bool) { notBuilt(); }
 size_t hopperWorkspaceBytes(const HopperWeight&, int, HopperTile, int) { notBuilt(); }
-void launchHopper(const HopperWeight&, const void*, int, void*, HopperTile, void*, size_t, int, cudaStream_t) {
+void launchHopper(const HopperWeight&, const void*, int, void*, HopperTile, void*, size_t, int, cudaStream_t, bool) {
   notBuilt();
 }
 std::string hopperA8UnsupportedReason(const DeviceQuantWeight&, int) { return "not built"; }
 size_t hopperA8WorkspaceBytes(const DeviceQuantWeight&, int, HopperA8Tile, int) { notBuilt(); }
 void launchHopperA8(const DeviceQuantWeight&, const void*, const float*, int, void*, HopperA8Tile, void*, size_t, int,
-                    cudaStream_t) {
+                    cudaStream_t, bool) {
   notBuilt();
 }
 

@@ -617,7 +617,7 @@ class CudaGemmOps final : public GemmOps {
       const auto tile = hopperTile(path);
       ensure(hopperWorkspace_, std::max<size_t>(16, cuda_gemm::hopperWorkspaceBytes(hw, m, tile, info_.multiprocessors)));
       cuda_gemm::launchHopper(hw, x, m, y, tile, hopperWorkspace_.get(), hopperWorkspace_.bytes(), info_.multiprocessors,
-                              stream_);
+                              stream_, pdl_);
       return;
     }
     const int rows = path == 2 ? std::min(sliceRows(w), d.nPad) : d.nPad;
@@ -782,7 +782,7 @@ class CudaGemmOps final : public GemmOps {
       const auto tile = a8Tile(path);
       ensure(hopperWorkspace_, std::max<size_t>(16, cuda_gemm::hopperA8WorkspaceBytes(d, m, tile, info_.multiprocessors)));
       cuda_gemm::launchHopperA8(d, actCodes_.get(), tokenScalesPtr(), m, y, tile, hopperWorkspace_.get(),
-                                hopperWorkspace_.bytes(), info_.multiprocessors, stream_);
+                                hopperWorkspace_.bytes(), info_.multiprocessors, stream_, pdl_);
       return;
     }
     const LtMatmul* lt = ltFor(w, m);
