@@ -109,7 +109,8 @@ class CudaGemmOps final : public GemmOps {
     QS_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     blas_ = std::make_unique<cuda_gemm::CublasContext>(stream_);
     cuda_gemm::configureKernels();
-    // Programmatic dependent launch for the skinny kernels on sm_90+ (QS_GEMM_PDL=0 turns it off).
+    // Programmatic dependent launch for the skinny kernels and CUTLASS's Hopper kernels (A16 wide
+    // path, W8A8) on sm_90+ (QS_GEMM_PDL=0 turns it off).
     const char* pdl = std::getenv("QS_GEMM_PDL");
     pdl_ = info_.computeMajor >= 9 && !(pdl && std::string(pdl) == "0");
     // sm_90+: the A16 skinny kernels stream weights with bulk copies where that is faster
