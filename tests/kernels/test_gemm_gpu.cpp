@@ -567,6 +567,94 @@ class TestGemmGpu : public QObject {
     }
   }
 
+  // Blocks of fewer than 8 row tiles (planSkinny, SkinnyOptions::balanceRows) where that evens
+  // out the weight each SM streams. The planner: K split as with blocks of 8, every block
+  // resident in one wave, the busiest SM streaming no more row tiles than with blocks of 8, and
+  // on a 132-SM device (H100, H200) the 8B gate/up shape 28672 x 4096 at m = 1 in blocks of 7
+  // (224 blocks of 8 put two on 92 SMs and one on 40). The kernels: every weight path within the
+  // reference's bound with blocks of 8 (QS_GEMM_SKINNY_BALANCE=0) and balanced everywhere (=2),
+  // and equal bit for bit (the same split of K: each row is the same arithmetic) — which is what
+  // lets the op-set run a norm epilogue's call with blocks of 8 and run() balanced.
+  void balancedRowTiles() {
+    int dev = 0, sms = 0;
+    QCOMPARE(cudaGetDevice(&dev), cudaSuccess);
+    QCOMPARE(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), cudaSuccess);
+    auto whole = Harness::withEnv("QS_GEMM_SKINNY_BALANCE", "0");
+    auto balanced = Harness::withEnv("QS_GEMM_SKINNY_BALANCE", "2");
+    using Opt = cuda_gemm::SkinnyOptions;
+    // INT4 symmetric g128 as the op-set lays it out (n a multiple of 16, k of 128: no padding).
+    auto int4Plan = [&](int n, int k, int m, bool bulk, Opt::Balance balance) {
+      cuda_gemm::DeviceQuantWeight d;
+      d.kind = 0;
+      d.groupSize = 128;
+      d.n = d.nPad = n;
+      d.k = d.kPad = k;
+      d.chunkK = 64;
+      d.groupsPad = k / 128;
+      Opt opt;
+      opt.bulk = bulk ? Opt::Bulk::Always : Opt::Bulk::Off;
+      opt.balanceRows = balance;
+      return cuda_gemm::planSkinny(d, m, sms, opt);
+    };
+    auto busiestSm = [&](const cuda_gemm::LaunchPlan& p, int n) {
+      const int64_t blocks = int64_t((n / 16 + p.tilesPerBlock - 1) / p.tilesPerBlock) * p.splits;
+      return (blocks + sms - 1) / sms * p.tilesPerBlock * p.unitsPerSplit;
+    };
+    struct Shape {
+      int n, k, m;
+    };
+    for (const Shape& c : std::vector<Shape>{{28672, 4096, 1}, {2064, 8192, 1}, {6144, 4096, 1}, {4096, 14336, 1},
+                                             {4096, 4096, 1}, {2064, 8192, 16}, {40, 4096, 13}})
+      for (bool bulk : {false, true}) {
+        const auto p0 = int4Plan(c.n, c.k, c.m, bulk, Opt::Balance::Off);
+        const auto p1 = int4Plan(c.n, c.k, c.m, bulk, Opt::Balance::All);
+        const QString what = QString("n=%1 k=%2 m=%3 bulk=%4: tiles %5 splits %6 x %7 chunks (whole groups: %8 x %9)")
+                                 .arg(c.n).arg(c.k).arg(c.m).arg(bulk).arg(p1.tilesPerBlock).arg(p1.splits)
+                                 .arg(p1.unitsPerSplit).arg(p0.splits).arg(p0.unitsPerSplit);
+        QVERIFY2(p0.tilesPerBlock == 8, qPrintable(what));
+        QVERIFY2(p1.tilesPerBlock >= 4 && p1.tilesPerBlock <= 8, qPrintable(what));
+        QVERIFY2(p1.splits == p0.splits && p1.unitsPerSplit == p0.unitsPerSplit, qPrintable(what));
+        QVERIFY2(busiestSm(p1, c.n) <= busiestSm(p0, c.n), qPrintable(what));
+        if (p1.tilesPerBlock < 8) {  // balanced only within one wave (2 blocks per SM for m <= 8, 3 above)
+          const int64_t blocks = int64_t((c.n / 16 + p1.tilesPerBlock - 1) / p1.tilesPerBlock) * p1.splits;
+          QVERIFY2(blocks <= int64_t(c.m <= 8 ? 2 : 3) * sms, qPrintable(what));
+        }
+        if (sms == 132 && c.n == 28672 && !bulk) QVERIFY2(p1.tilesPerBlock == 7, qPrintable(what));
+      }
+    // Through the op-sets: INT4 g128 (register prefetch or bulk rings, as the device picks), then
+    // the other weight paths, against the reference and each other.
+    const uint64_t seed = freshSeed();
+    int i = 0;
+    for (const Shape& c : std::vector<Shape>{{28672, 4096, 1}, {2064, 8192, 1}, {2064, 8192, 16}, {40, 4096, 13}}) {
+      const GemmScheme s = GemmScheme::parse("w4a16-g128");
+      const Case cs{c.n, c.k, c.m};
+      std::vector<uint16_t> y0, y1;
+      std::string k0, k1;
+      ++i;
+      const uint64_t sd = seed + uint64_t(i) * 7919;
+      QString err = whole->compare(s, cs, i % 2 == 0, sd, &k0, &y0);
+      QVERIFY2(err.isEmpty(), qPrintable(err));
+      err = balanced->compare(s, cs, i % 2 == 0, sd, &k1, &y1);
+      QVERIFY2(err.isEmpty(), qPrintable(err));
+      QVERIFY2(k1 == k0, qPrintable(QString::fromStdString(k0 + " vs " + k1)));
+      const auto p1 = int4Plan(c.n, c.k, c.m, k0.find("bulk") != std::string::npos, Opt::Balance::All);
+      QVERIFY2(y0 == y1, qPrintable(QString("n=%1 k=%2 m=%3 (%4): blocks of %5 row tiles and of 8 differ")
+                                        .arg(c.n).arg(c.k).arg(c.m).arg(QString::fromStdString(k1)).arg(p1.tilesPerBlock)));
+    }
+    for (const char* name : {"w4a16-g32-asym", "w4a16-ch", "w8a16-int8", "w8a16-fp8", "w8a8-int8", "w8a8-fp8", "w4a8-int8"})
+      for (const Case& c : std::vector<Case>{{2064, 8192, 1}, {2064, 4096, 5}, {28672, 1024, 1}, {1000, 2048, 16}}) {
+        const GemmScheme s = GemmScheme::parse(name);
+        ++i;
+        std::vector<uint16_t> y[2];
+        for (int b = 0; b < 2; ++b) {
+          const QString err = (b ? balanced : whole)->compare(s, c, i % 2 == 0, seed + uint64_t(i) * 7919, nullptr, &y[b]);
+          QVERIFY2(err.isEmpty(), qPrintable(err));
+        }
+        QVERIFY2(y[0] == y[1], qPrintable(QString("%1 n=%2 k=%3 m=%4: balanced and blocks of 8 differ")
+                                              .arg(name).arg(c.n).arg(c.k).arg(c.m)));
+      }
+  }
+
   void splitKIsDeterministic() {
     GemmOps& ops = h_->gpu();
     const uint64_t seed = freshSeed();

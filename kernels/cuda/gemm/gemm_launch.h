@@ -41,6 +41,7 @@ struct LaunchPlan {
   bool earlyTrigger = false;  // skinny: the next PDL kernel may launch once the stream is issued
   bool lateTrigger = false;   // skinny: … once every block is past its main loop (not with earlyTrigger)
   bool g128Sym = false;       // skinny: the kernel specialized for INT4 symmetric g128 at m <= 8
+  int tilesPerBlock = 8;      // skinny: row tiles (16 rows) per block, 1..8 (planSkinny: SkinnyOptions::balanceRows)
 };
 
 // Choices the device (and tuning runs) make for the skinny path.
@@ -58,6 +59,13 @@ struct SkinnyOptions {
   // INT4 symmetric, groups of 128, m <= 8: the kernel specialized for it (group ends at compile
   // time, no zero-point code, no copies of the prefetch buffer), else the general one.
   bool g128Sym = true;
+  // Fewer than 8 row tiles per block where that evens out the row tiles each SM streams (all
+  // blocks resident in one wave): 28672 rows in blocks of 8 tiles are 224 blocks, two on 92 SMs
+  // and one on 40, and the step waits for the SMs with two. Registers: FP16 activations at m <= 8
+  // on the register-prefetch path (where it was measured faster: docs/gemm.md); All: every
+  // skinny plan (bulk rings, W8A8, m > 8 too); Off: blocks of 8. A norm epilogue needs blocks of 8
+  // (its parts of the sum of squares are per 128 rows): the op-set plans those calls with Off.
+  enum class Balance { Off, Registers, All } balanceRows = Balance::Registers;
 };
 
 // The residual step before a GEMM, taken into the skinny kernel's activation staging (A16): the

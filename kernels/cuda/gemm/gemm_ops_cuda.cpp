@@ -76,7 +76,7 @@ class CudaGemmWeight final : public GemmWeight {
   std::shared_ptr<WeightStorage> storage = std::make_shared<WeightStorage>();
   const void* f16 = nullptr;  // FP16 scheme: the [n, k] weight in storage
   cuda_gemm::DeviceQuantWeight dev;
-  mutable std::map<int, cuda_gemm::LaunchPlan> skinnyPlans, widePlans;  // per m
+  mutable std::map<int, cuda_gemm::LaunchPlan> skinnyPlans, widePlans;  // per m (skinny −m: whole row groups)
   // The Hopper paths' copy in CUTLASS's layout, made at first use (hopper.codes null until then);
   // hopperWhyNot: empty where they can run this weight, else the reason.
   std::string hopperWhyNot;
@@ -134,6 +134,15 @@ class CudaGemmOps final : public GemmOps {
     // weight stream slows that projection's split-K tail by about as much: net within 2 %
     // (docs/runtime.md, session 23).
     skinnyOpt_.lateTrigger = pdl_ && env("QS_GEMM_PDL_LATE") != "0";
+    // Blocks of fewer than 8 row tiles where that evens out the SMs' shares (planSkinny):
+    // QS_GEMM_SKINNY_BALANCE=0 never, =1 FP16 activations at m <= 8 on the register path (the
+    // default, measured), =2 every skinny plan (bulk rings, W8A8, m > 8: tests).
+    const std::string balance = env("QS_GEMM_SKINNY_BALANCE");
+    if (!balance.empty() && balance != "0" && balance != "1" && balance != "2")
+      throwBadInput("", "QS_GEMM_SKINNY_BALANCE", "is '" + balance + "'; expected 0, 1 or 2");
+    skinnyOpt_.balanceRows = balance == "0"   ? Opt::Balance::Off
+                             : balance == "2" ? Opt::Balance::All
+                                              : Opt::Balance::Registers;
     // A16 weights at m > 16: fused wide-mma or dequantize + cuBLAS FP16, picked by timing
     // (QS_GEMM_WIDE=fused / dequant forces one).
     const std::string wide = env("QS_GEMM_WIDE");
@@ -423,7 +432,7 @@ class CudaGemmOps final : public GemmOps {
     if (!x || (reinterpret_cast<uintptr_t>(x) & 15)) throwBadInput("", "x", "device pointer must be non-null and 16-byte aligned");
     if (!y || (reinterpret_cast<uintptr_t>(y) & 15)) throwBadInput("", "y", "device pointer must be non-null and 16-byte aligned");
     const int m = int(m64);
-    const auto& plan = skinnyPlan(w, m);
+    const auto& plan = skinnyPlan(w, m, true);
     const cuda_gemm::NormEpilogue e = epilogueFor(epi);
     cuda_gemm::launchSkinny(w.dev, x, nullptr, m, y, plan, splitWorkspace(plan), stream_, pdl_, nullptr, nullptr, &e);
     QS_CUDA_CHECK(cudaGetLastError());
@@ -439,7 +448,7 @@ class CudaGemmOps final : public GemmOps {
     if (epi && (!epi->resid || !epi->squares || pro.commitX)) return false;
     if (!y || (reinterpret_cast<uintptr_t>(y) & 15)) throwBadInput("", "y", "device pointer must be non-null and 16-byte aligned");
     const int m = int(m64);
-    const auto& plan = skinnyPlan(w, m);
+    const auto& plan = skinnyPlan(w, m, epi != nullptr);
     cuda_gemm::SwigluPrologue p;
     p.gate = pro.gate;
     p.up = pro.up;
@@ -855,10 +864,15 @@ class CudaGemmOps final : public GemmOps {
     return d;
   }
 
-  const cuda_gemm::LaunchPlan& skinnyPlan(const CudaGemmWeight& w, int m) const {
-    auto it = w.skinnyPlans.find(m);
-    if (it == w.skinnyPlans.end())
-      it = w.skinnyPlans.emplace(m, cuda_gemm::planSkinny(w.dev, m, info_.multiprocessors, skinnyOpt_)).first;
+  // wholeRowGroups: blocks of 8 row tiles, as a norm epilogue needs (cached under -m).
+  const cuda_gemm::LaunchPlan& skinnyPlan(const CudaGemmWeight& w, int m, bool wholeRowGroups = false) const {
+    const int key = wholeRowGroups ? -m : m;
+    auto it = w.skinnyPlans.find(key);
+    if (it == w.skinnyPlans.end()) {
+      cuda_gemm::SkinnyOptions opt = skinnyOpt_;
+      if (wholeRowGroups) opt.balanceRows = cuda_gemm::SkinnyOptions::Balance::Off;
+      it = w.skinnyPlans.emplace(key, cuda_gemm::planSkinny(w.dev, m, info_.multiprocessors, opt)).first;
+    }
     return it->second;
   }
 

@@ -3,12 +3,15 @@
 // bandwidth and doing the dequantization in registers, out of the way.
 //
 // Work split
-//   block  = 8 warps = 8 row tiles of 16 output rows (128 rows) x one K range ("split")
+//   block  = 8 warps = T <= 8 row tiles of 16 output rows (T = 8: 128 rows) x one K range
+//            ("split"); warps past T idle
 //   warp   = 1 row tile x the block's K range; lane = 4g + t holds rows g and g + 8
-//   grid   = (ceil(rowTiles / 8), splits): planSkinny() splits K as finely as keeps every block
-//            resident at once with 2 (m <= 8) or 3 (m <= 16) blocks per SM; the splits are
-//            reduced deterministically by the last-arriving block of a row group (arrival
-//            counter per row group, fixed summation order).
+//   grid   = (ceil(rowTiles / T), splits): planSkinny() splits K as finely as keeps every block
+//            resident at once with 2 (m <= 8) or 3 (m <= 16) blocks per SM, then takes T < 8
+//            where the same split still fits one wave and evens the row tiles per SM (28672
+//            rows: 256 blocks of 7 instead of 224 of 8, two on 92 SMs and one on 40); the
+//            splits are reduced deterministically by the last-arriving block of a row group
+//            (arrival counter per row group, fixed summation order).
 //
 //        K →  split 0          split 1          ...
 //   N  ┌────────────────┬────────────────┬──
@@ -78,6 +81,7 @@ struct SkinnyArgs {
   int* counters;
   int m, n, k;
   int rowTiles, chunks, groupsPad;
+  int tilesPerBlock;  // row tiles of a block (warps past it idle): 8, fewer to even the SMs' shares
   int groupShift;  // log2(group size), 31 for per channel (a group never ends inside K)
   int chunksPerSplit, splits;
   int xStrideBytes;       // shared-memory row stride of the activation tile
@@ -314,8 +318,8 @@ __global__ void __launch_bounds__(kThreads, kDeep ? 2 : 3) skinnyKernel(const Sk
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
   const int rowGroup = blockIdx.x, split = blockIdx.y;
-  const int rowTile = rowGroup * kWarps + warp;
-  const bool active = rowTile < p.rowTiles;
+  const int rowTile = rowGroup * p.tilesPerBlock + warp;
+  const bool active = warp < p.tilesPerBlock && rowTile < p.rowTiles;
   const int chunk0 = split * p.chunksPerSplit;
   const int nChunks = min(p.chunksPerSplit, p.chunks - chunk0);
   const int kBegin = chunk0 * kChunkK;
@@ -404,9 +408,9 @@ __global__ void __launch_bounds__(kThreads, kDeep ? 2 : 3) skinnyKernel(const Sk
     // Scales: 32 bytes per (row tile, group), contiguous over groups → 2 pieces each.
     for (int i = threadIdx.x; i < kWarps * nGroups * 2; i += kThreads) {
       const int w = i / (nGroups * 2), piece = i - w * nGroups * 2;
-      const int rt = rowGroup * kWarps + w;
+      const int rt = rowGroup * p.tilesPerBlock + w;
       if (p.groupScales) {
-        const bool ok = rt < p.rowTiles;
+        const bool ok = w < p.tilesPerBlock && rt < p.rowTiles;
         cpAsync16(ss + (w * p.groupSlots * 8 + piece * 4) * 4,
                   ok ? p.groupScales + (size_t(rt) * p.groupsPad + gBegin) * 8 + piece * 4 : p.groupScales, ok ? 16 : 0);
       } else {
@@ -417,9 +421,9 @@ __global__ void __launch_bounds__(kThreads, kDeep ? 2 : 3) skinnyKernel(const Sk
     // Zero points: 16 bytes per (row tile, group).
     for (int i = threadIdx.x; i < kWarps * nGroups; i += kThreads) {
       const int w = i / nGroups, grp = i - w * nGroups;
-      const int rt = rowGroup * kWarps + w;
+      const int rt = rowGroup * p.tilesPerBlock + w;
       if (p.groupZeros) {
-        const bool ok = rt < p.rowTiles;
+        const bool ok = w < p.tilesPerBlock && rt < p.rowTiles;
         cpAsync16(zs + (w * p.groupSlots + grp) * 16,
                   ok ? p.groupZeros + (size_t(rt) * p.groupsPad + gBegin + grp) * 8 : p.groupZeros, ok ? 16 : 0);
       } else {
@@ -872,12 +876,11 @@ int log2Exact(int v) {
 namespace {
 
 LaunchPlan planSkinnyWith(const DeviceQuantWeight& w, int m, int multiprocessors, bool bulk, bool earlyTrigger,
-                          bool g128Allowed) {
+                          bool g128Allowed, bool balanceRows) {
   const int nt = m <= 8 ? 1 : 2;
   const int stages = bulk ? bulkStages() : 0;
   const int elem = w.a8 ? 1 : 2;
   const int rowTiles = w.nPad / 16;
-  const int rowGroups = (rowTiles + kWarps - 1) / kWarps;
   const int chunks = w.kPad / w.chunkK;
   const bool g128 = g128Allowed && g128SymApplies(w, nt);  // splits of whole groups (an even chunk count)
   const KernelFn fn = g128 ? g128SymKernel(bulk) : selectKernel(w.kind, w.a8, nt, bulk, w.nibbles);
@@ -888,13 +891,14 @@ LaunchPlan planSkinnyWith(const DeviceQuantWeight& w, int m, int multiprocessors
     return kZeroBlock + size_t(m) * (perSplit * w.chunkK * elem + 16) + size_t(kWarps) * groupSlots * 8 * (4 + 2);
   };
   const size_t ring = bulk ? bulkRingBytes(stages) : 0;
+  const int target = blocksPerSmTarget(nt);
   // The kernel is bound by instruction issue and latency, not by one block's work: an SM runs
   // its resident blocks at nearly the speed of one until its warps saturate the schedulers.
   // So split K as finely as keeps every block resident at once (one wave, no tail) and the
   // blocks per SM even: the largest split count s with ceil(rowGroups * s / SMs) <= blocks
   // an SM holds. At least two chunks per split.
-  const int target = blocksPerSmTarget(nt);
-  int best = 1, bestPer = chunks;
+  const int rowGroups8 = (rowTiles + kWarps - 1) / kWarps;
+  int best = 1, bestPer = chunks, bestResident = 0;
   for (int s = std::max(1, chunks / 2); s >= 1; --s) {
     const int perSplit = (chunks + s - 1) / s + (g128 && (chunks + s - 1) / s % 2 ? 1 : 0);
     const int splits = (chunks + perSplit - 1) / perSplit;
@@ -902,19 +906,34 @@ LaunchPlan planSkinnyWith(const DeviceQuantWeight& w, int m, int multiprocessors
     if (smem > size_t(kSmemBudget)) break;  // fewer splits only need more shared memory
     int resident = 0;
     if (fn) QS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, fn, kThreads, smem + ring));
-    const int perSm = (rowGroups * splits + multiprocessors - 1) / multiprocessors;
+    const int perSm = (rowGroups8 * splits + multiprocessors - 1) / multiprocessors;
     if (resident > 0 && perSm <= std::min(resident, target)) {
-      best = splits, bestPer = perSplit;
+      best = splits, bestPer = perSplit, bestResident = std::min(resident, target);
       break;
     }
   }
   // Very long k with few rows: the activation tile must still fit.
   while (bestPer > 1 && smemFor(bestPer) > size_t(kSmemBudget)) bestPer = (bestPer + 1) / 2;
   best = (chunks + bestPer - 1) / bestPer;
+  // Row tiles per block: 8, or fewer where every block is still resident at once and the busiest
+  // SM then streams fewer row tiles (blocks on it x tiles; ties keep 8). K is split as for 8, so
+  // every row's sum is the same arithmetic whatever the block size (bit for bit: the op-set plans
+  // a norm epilogue's calls with 8, run() the same weight balanced).
+  int tiles = kWarps;
+  if (balanceRows && bestResident > 0) {
+    auto busiest = [&](int t) { return int64_t((rowTiles + t - 1) / t) * best; };
+    int64_t bestLoad = (busiest(kWarps) + multiprocessors - 1) / multiprocessors * kWarps;
+    for (int t = kWarps - 1; t >= kWarps / 2; --t) {
+      const int64_t perSm = (busiest(t) + multiprocessors - 1) / multiprocessors;
+      if (perSm <= bestResident && perSm * t < bestLoad) bestLoad = perSm * t, tiles = t;
+    }
+  }
+  const int rowGroups = (rowTiles + tiles - 1) / tiles;
 
   LaunchPlan plan;
   plan.splits = best;
   plan.unitsPerSplit = bestPer;
+  plan.tilesPerBlock = tiles;
   if (best > 1) {
     plan.partialFloats = size_t(best) * rowGroups * kThreads * 4 * nt;
     plan.counters = size_t(rowGroups);
@@ -943,7 +962,9 @@ LaunchPlan planSkinny(const DeviceQuantWeight& w, int m, int multiprocessors, co
   using Trigger = SkinnyOptions::Trigger;
   auto plan = [&](bool bulk) {
     const bool early = opt.trigger == Trigger::Always || (opt.trigger == Trigger::WithBulk && bulk);
-    LaunchPlan p = planSkinnyWith(w, m, multiprocessors, bulk, early, opt.g128Sym);
+    const bool balance = opt.balanceRows == SkinnyOptions::Balance::All ||
+                         (opt.balanceRows == SkinnyOptions::Balance::Registers && !bulk && !w.a8 && m <= 8);
+    LaunchPlan p = planSkinnyWith(w, m, multiprocessors, bulk, early, opt.g128Sym, balance);
     p.lateTrigger = opt.lateTrigger && !p.earlyTrigger;
     return p;
   };
@@ -965,6 +986,8 @@ void launchSkinny(const DeviceQuantWeight& w, const void* x, const float* tokenS
   const KernelFn fn = plan.g128Sym ? g128SymKernel(plan.bulkStages > 0) : selectKernel(w.kind, w.a8, nt, plan.bulkStages > 0, w.nibbles);
   if (!fn) throw std::invalid_argument("skinny GEMM: no kernel for this weight kind");
   if (m < 1 || m > 16) throw std::invalid_argument("skinny GEMM: m must be 1..16, got " + std::to_string(m));
+  if (plan.tilesPerBlock < 1 || plan.tilesPerBlock > kWarps)
+    throw std::invalid_argument("skinny GEMM: tiles per block must be 1..8, got " + std::to_string(plan.tilesPerBlock));
   SkinnyArgs a{};
   a.codes = static_cast<const uint4*>(w.codes);
   a.groupScales = w.groupScales;
@@ -979,6 +1002,7 @@ void launchSkinny(const DeviceQuantWeight& w, const void* x, const float* tokenS
   a.n = w.n;
   a.k = w.k;
   a.rowTiles = w.nPad / 16;
+  a.tilesPerBlock = plan.tilesPerBlock;
   a.chunks = w.kPad / w.chunkK;
   a.groupsPad = w.groupsPad;
   a.groupShift = w.groupSize > 0 ? log2Exact(w.groupSize) : 31;
@@ -1024,11 +1048,13 @@ void launchSkinny(const DeviceQuantWeight& w, const void* x, const float* tokenS
     if (prologue || (swiglu && swiglu->commitX))
       throw std::invalid_argument("skinny GEMM: the norm epilogue writes resid, which a norm prologue or a "
                                   "SwiGLU commit of the same kernel touches");
+    if (plan.tilesPerBlock != kWarps)
+      throw std::invalid_argument("skinny GEMM: the norm epilogue needs blocks of 8 row tiles (its parts are per 128 rows)");
     a.epiResid = epilogue->resid;
     a.epiBias = epilogue->bias;
     a.epiSquares = epilogue->squares;
   }
-  const int rowGroups = (a.rowTiles + kWarps - 1) / kWarps;
+  const int rowGroups = (a.rowTiles + plan.tilesPerBlock - 1) / plan.tilesPerBlock;
   const dim3 grid(unsigned(rowGroups), unsigned(plan.splits));
   a.stamps = cuda::reserveBlockStamps(grid.x * grid.y);
   if (!pdl) {
