@@ -223,6 +223,7 @@ void Runtime::init(const ModelFile& file, const JobContext* ctx) {
   }
   if (const char* fuse = std::getenv("QS_FUSE_ATTENTION")) fuseAttention_ = std::string(fuse) != "0";
   if (const char* fuse = std::getenv("QS_FUSE_SWIGLU")) fuseSwiglu_ = std::string(fuse) != "0";
+  if (const char* fuse = std::getenv("QS_FUSE_HEAD_NORM")) fuseHeadNorm_ = std::string(fuse) != "0";
 
   auto loadNorm = [&](const NormLayer& n, Norm& out) {
     if (n.weight >= 0) out.w = loadTensor(file, n.weight);
@@ -901,6 +902,7 @@ void Runtime::runBlocksChained(float* x, int64_t T, int32_t startPos) {
       rt.pendingNorm_ = {};
     }
   } chain(*this);
+  headNormed_ = {};
   for (int b = 0; b < int(graph_.blocks.size()); ++b) runBlockImpl(b, x, T, startPos);
 }
 
@@ -919,6 +921,15 @@ const float* Runtime::nextBlockNorm(int b) const {
   if (!chainBlocks_ || !taps_.empty() || graph_.family == GraphFamily::Gpt2 || b + 1 >= int(graph_.blocks.size()))
     return nullptr;
   return attnNorms_[size_t(b) + 1].dw.f();
+}
+
+// The final norm when block b is the last of a chain and its residual step may take it: the head
+// runs next (headImpl), nothing sees the stream in between, and the final norm is an RMSNorm.
+const float* Runtime::finalNormForLastBlock(int b) const {
+  if (!fuseHeadNorm_ || !chainBlocks_ || !taps_.empty() || graph_.family == GraphFamily::Gpt2 ||
+      b + 1 != int(graph_.blocks.size()) || graph_.finalNorm.kind == NormKind::LayerNorm)
+    return nullptr;
+  return finalNorm_.dw.f();
 }
 
 void Runtime::runLlamaBlock(int b, float* x, int64_t T, int32_t startPos) {
@@ -1138,9 +1149,11 @@ void Runtime::runLlamaBlock(int b, float* x, int64_t T, int32_t startPos) {
       pendingNorm_ = {b + 1, x, T, dh, weights_[size_t(id)].devBias.f(), next};
       return;
     }
-    residualNorm(x, dh, weights_[size_t(id)].devBias.f(), next, T, h);
+    const float* finalNorm = next ? nullptr : finalNormForLastBlock(b);
+    residualNorm(x, dh, weights_[size_t(id)].devBias.f(), next ? next : finalNorm, T, h);
     mark(StepPart::Residual);
     if (next) prenormed_ = {b + 1, x, T, stateVersion_};
+    if (finalNorm) headNormed_ = {x, h, T, stateVersion_};
     return;
   }
   if (igu >= 0) {  // Phi-3: one projection, output columns [gate | up]
@@ -1230,13 +1243,19 @@ void Runtime::runGpt2Block(int b, float* x, int64_t T, int32_t startPos) {
 }
 
 void Runtime::headImpl(const float* x, int64_t T, float* logits) {
-  float* h = scratch(kHeadH, size_t(T * dim_));
-  if (graph_.finalNorm.kind == NormKind::LayerNorm)
-    ops_.layerNorm(x, finalNorm_.dw.f(), finalNorm_.db.f(), T, dim_, normEps_, h);
-  else
-    ops_.rmsNorm(x, finalNorm_.dw.f(), T, dim_, normEps_, h);
+  const HeadNormed pre = std::exchange(headNormed_, HeadNormed{});
+  const bool normed = pre.h && pre.x == x && pre.T == T && pre.version == stateVersion_;  // by the last block
+  const float* h = pre.h;
+  if (!normed) {
+    float* hn = scratch(kHeadH, size_t(T * dim_));
+    if (graph_.finalNorm.kind == NormKind::LayerNorm)
+      ops_.layerNorm(x, finalNorm_.dw.f(), finalNorm_.db.f(), T, dim_, normEps_, hn);
+    else
+      ops_.rmsNorm(x, finalNorm_.dw.f(), T, dim_, normEps_, hn);
+    h = hn;
+  }
   mark(StepPart::FinalNorm);
-  linear(headLinear_, h, T, logits, -1);
+  linear(headLinear_, h, T, logits, -1, normed);  // normed: kXHalf holds h's FP16 copy
   if (finalSoftcap_ > 0) ops_.softcap(logits, T * vocab_, finalSoftcap_);
   mark(StepPart::Head);
   fireTap(TapKind::Logits, -1, -1, logits, T, vocab_);

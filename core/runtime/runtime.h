@@ -408,6 +408,19 @@ class Runtime {
   bool chainBlocks_ = false;
   Prenormed prenormed_;
   const float* nextBlockNorm(int b) const;
+  // Likewise the last block's residual step takes the final norm (RMSNorm) when the head follows
+  // it (forward, decode steps): one kernel (residualRmsNorm: add, norm, FP16 copy) instead of
+  // three before the head's GEMM. headNormed_ says where that norm is (h; its FP16 copy in
+  // kXHalf). QS_FUSE_HEAD_NORM=0: never.
+  struct HeadNormed {
+    const float* x = nullptr;  // the stream it was taken from
+    const float* h = nullptr;  // the norm [T, dim]
+    int64_t T = 0;
+    uint64_t version = 0;
+  };
+  HeadNormed headNormed_;
+  bool fuseHeadNorm_ = true;
+  const float* finalNormForLastBlock(int b) const;
   // A residual step left for the next GEMM to take into its kernel (GemmOps::runNormed): x +=
   // delta + bias, then rmsNorm(x)·normW as that GEMM's input. Made by a block's down projection
   // for block `block`'s fused q/k/v GEMM (which flushes it as a plain residual step if it cannot

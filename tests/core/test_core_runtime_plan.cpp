@@ -14,6 +14,7 @@
 #include "core/analysis/speed.h"
 #include "core/model/model_file.h"
 #include "core/model/model_graph.h"
+#include "core/model/synth_model.h"
 #include "core/plan/plan.h"
 #include "core/runtime/runtime.h"
 #include "kernels/backend/backend.h"
@@ -255,6 +256,46 @@ class TestCoreRuntimePlan : public QObject {
     QCOMPARE(rt.linearWeightBytes(0), uint64_t(64 * 64 * 4));
     rt.forward(kTokens, 0, back, true);
     QVERIFY(back == base);
+  }
+
+  // With a plan whose layers run on the GEMM op-set, blocks chained (forward, decode steps) fold
+  // the final norm into the last block's residual step (residualRmsNorm) and the head reads it
+  // there. The logits are those of the three ops it replaces, bit for bit: prefill (every row) and
+  // step-by-step decoding, against a runtime made with QS_FUSE_HEAD_NORM=0. (That the fold runs is
+  // what the device's A/B of it measures: docs/runtime.md, session 33.)
+  void finalNormFoldedIntoTheLastBlock() {
+    // A Llama whose every linear layer has K % 32 == 0 (stories260K's FFN of 172 is not on the GEMM
+    // op-set, and its blocks do not chain their residual steps).
+    SynthOptions o;
+    o.preset = "tiny";
+    o.dtype = DType::F32;
+    const std::string path = tmp_.filePath("tiny-llama/model.safetensors").toStdString();
+    QVERIFY(QDir().mkpath(tmp_.filePath("tiny-llama")));
+    writeSynthModel(o, path);
+    struct {
+      std::unique_ptr<ModelFile> file;
+      ModelGraph graph;
+    } m;
+    m.file = openModel(path);
+    m.graph = buildModelGraph(*m.file);
+    Runtime folded(*m.file, m.graph, *cpu_);
+    qputenv("QS_FUSE_HEAD_NORM", "0");
+    Runtime apart(*m.file, m.graph, *cpu_);
+    qunsetenv("QS_FUSE_HEAD_NORM");
+    for (const char* f : {"int4-g32-sym", "int8-ch-sym"}) {
+      std::vector<float> a, b;
+      folded.reset();
+      apart.reset();
+      for (Runtime* rt : {&folded, &apart}) rt->setPlan(uniformQuants(rt->linears(), parseQuantFormat(f), "format"));
+      folded.forward(kTokens, 0, a, true);
+      apart.forward(kTokens, 0, b, true);
+      QVERIFY2(bitEqual(a, b), f);
+      for (size_t t = 0; t < kTokens.size(); ++t) {
+        folded.forward(std::span<const int32_t>(&kTokens[t], 1), int32_t(t), a, false);
+        apart.forward(std::span<const int32_t>(&kTokens[t], 1), int32_t(t), b, false);
+        QVERIFY2(bitEqual(a, b), qPrintable(QString("%1, step %2").arg(f).arg(t)));
+      }
+    }
   }
 
   void badPlansAreRefusedAndLeaveTheLayerAlone() {

@@ -655,6 +655,56 @@ class TestGemmGpu : public QObject {
       }
   }
 
+  // The split-K reducer requests up to 8 splits' partials per round trip (SkinnyOptions::
+  // reduceBatch; the kernels with two n8 tiles cap it at 4 or 2). It adds them in split order
+  // whatever the batch, so the products of batches of 1, 3 and the default are equal bit for bit,
+  // each within the reference's bound, on plans with 5 and 8 splits and on both weight paths.
+  void reduceBatchesAgree() {
+    int dev = 0, sms = 0;
+    QCOMPARE(cudaGetDevice(&dev), cudaSuccess);
+    QCOMPARE(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), cudaSuccess);
+    std::unique_ptr<Harness> h[3] = {Harness::withEnv("QS_GEMM_REDUCE_BATCH", "1"),
+                                     Harness::withEnv("QS_GEMM_REDUCE_BATCH", "3"), std::make_unique<Harness>()};
+    {  // the decode shapes the default exists for are split (so the reducer runs)
+      cuda_gemm::DeviceQuantWeight d;
+      d.kind = 0;
+      d.groupSize = 128;
+      d.chunkK = 64;
+      for (const auto& [n, k] : std::vector<std::pair<int, int>>{{4096, 14336}, {6144, 4096}, {4096, 4096}}) {
+        d.n = d.nPad = n;
+        d.k = d.kPad = k;
+        d.groupsPad = k / 128;
+        const auto p = cuda_gemm::planSkinny(d, 1, sms, cuda_gemm::SkinnyOptions{});
+        QVERIFY2(p.splits >= 4 && p.reduceBatch == 8, qPrintable(QString("n=%1 k=%2: %3 splits").arg(n).arg(k).arg(p.splits)));
+      }
+    }
+    const uint64_t seed = freshSeed();
+    int i = 0;
+    // The decode shapes with INT4 g128 (both weight paths: 6144x4096 and 4096x4096 take the bulk
+    // rings), then every weight path on smaller split plans (40 rows: 32 splits, several batches).
+    std::vector<std::pair<const char*, Case>> cases;
+    for (const Case& c : std::vector<Case>{{4096, 14336, 1}, {6144, 4096, 1}, {4096, 4096, 1}})
+      cases.push_back({"w4a16-g128", c});
+    for (const char* name : {"w4a16-g128", "w4a16-g32-asym", "w4a16-ch", "w8a16-int8", "w8a16-fp8", "w8a8-int8",
+                             "w8a8-fp8", "w4a8-int8"})
+      for (const Case& c : std::vector<Case>{{2064, 8192, 1}, {2064, 2048, 13}, {1000, 2048, 16}, {40, 4096, 5}})
+        cases.push_back({name, c});
+    for (const auto& [name, c] : cases) {
+      const GemmScheme s = GemmScheme::parse(name);
+      ++i;
+      std::vector<uint16_t> y[3];
+      std::string kernel[3];
+      for (int b = 0; b < 3; ++b) {
+        const QString err = h[b]->compare(s, c, i % 2 == 0, seed + uint64_t(i) * 7919, &kernel[b], &y[b]);
+        QVERIFY2(err.isEmpty(), qPrintable(err));
+      }
+      for (int b = 0; b < 2; ++b)
+        QVERIFY2(kernel[b] == kernel[2] && y[b] == y[2],
+                 qPrintable(QString("%1 n=%2 k=%3 m=%4 (%5): reducer batch %6 and the default differ")
+                                .arg(name).arg(c.n).arg(c.k).arg(c.m).arg(QString::fromStdString(kernel[2])).arg(b ? 3 : 1)));
+    }
+  }
+
   void splitKIsDeterministic() {
     GemmOps& ops = h_->gpu();
     const uint64_t seed = freshSeed();

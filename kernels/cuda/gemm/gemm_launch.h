@@ -40,8 +40,10 @@ struct LaunchPlan {
   int bulkStages = 0;         // skinny: > 0 streams the weight with bulk copies (sm_90, A16)
   bool earlyTrigger = false;  // skinny: the next PDL kernel may launch once the stream is issued
   bool lateTrigger = false;   // skinny: … once every block is past its main loop (not with earlyTrigger)
+  bool lateAfterReduce = false;  // skinny, lateTrigger with splits: … once the reducing blocks hold their partials
   bool g128Sym = false;       // skinny: the kernel specialized for INT4 symmetric g128 at m <= 8
   int tilesPerBlock = 8;      // skinny: row tiles (16 rows) per block, 1..8 (planSkinny: SkinnyOptions::balanceRows)
+  int reduceBatch = 8;        // skinny split-K: splits' partials the reducer requests per round trip (the kernel caps it)
 };
 
 // Choices the device (and tuning runs) make for the skinny path.
@@ -56,6 +58,10 @@ struct SkinnyOptions {
   // block is past its main loop, so the next kernel's blocks move in and issue their weight
   // stream during this kernel's split-K reduction and epilogue instead of after its last block.
   bool lateTrigger = false;
+  // With lateTrigger, split plans: the block that reduces the splits triggers only once it has
+  // its partial sums in registers (the others before they exit), so that the next kernel's
+  // weight stream does not queue ahead of those L2 reads (the reducer is the step's critical path).
+  bool lateAfterReduce = false;
   // INT4 symmetric, groups of 128, m <= 8: the kernel specialized for it (group ends at compile
   // time, no zero-point code, no copies of the prefetch buffer), else the general one.
   bool g128Sym = true;
@@ -66,6 +72,11 @@ struct SkinnyOptions {
   // skinny plan (bulk rings, W8A8, m > 8 too); Off: blocks of 8. A norm epilogue needs blocks of 8
   // (its parts of the sum of squares are per 128 rows): the op-set plans those calls with Off.
   enum class Balance { Off, Registers, All } balanceRows = Balance::Registers;
+  // Split-K: how many splits' partial sums the reducing block requests before it adds any (one
+  // round trip to L2 per batch). The kernel caps it by what its registers hold: 8 with one n8
+  // tile (every decode plan's splits in one round trip), 4 or 2 with two. The sum is taken in
+  // split order whatever the batch: the products are the same bit for bit.
+  int reduceBatch = 8;
 };
 
 // The residual step before a GEMM, taken into the skinny kernel's activation staging (A16): the

@@ -133,7 +133,9 @@ class CudaGemmOps final : public GemmOps {
     // then starts 4.7 µs before the down projection ends instead of 0.9 µs after it, and its
     // weight stream slows that projection's split-K tail by about as much: net within 2 %
     // (docs/runtime.md, session 23).
+    // QS_GEMM_PDL_LATE=2: split plans trigger once the reducing blocks hold their partials.
     skinnyOpt_.lateTrigger = pdl_ && env("QS_GEMM_PDL_LATE") != "0";
+    skinnyOpt_.lateAfterReduce = env("QS_GEMM_PDL_LATE") == "2";
     // Blocks of fewer than 8 row tiles where that evens out the SMs' shares (planSkinny):
     // QS_GEMM_SKINNY_BALANCE=0 never, =1 FP16 activations at m <= 8 on the register path (the
     // default, measured), =2 every skinny plan (bulk rings, W8A8, m > 8: tests).
@@ -143,6 +145,14 @@ class CudaGemmOps final : public GemmOps {
     skinnyOpt_.balanceRows = balance == "0"   ? Opt::Balance::Off
                              : balance == "2" ? Opt::Balance::All
                                               : Opt::Balance::Registers;
+    // Split-K partials the reducing block requests per round trip (SkinnyOptions::reduceBatch):
+    // QS_GEMM_REDUCE_BATCH=1..8, default 8 (the kernel caps it; 4 was the batch before session 33).
+    const std::string batch = env("QS_GEMM_REDUCE_BATCH");
+    if (!batch.empty()) {
+      if (batch.size() != 1 || batch[0] < '1' || batch[0] > '8')
+        throwBadInput("", "QS_GEMM_REDUCE_BATCH", "is '" + batch + "'; expected 1 to 8");
+      skinnyOpt_.reduceBatch = batch[0] - '0';
+    }
     // A16 weights at m > 16: fused wide-mma or dequantize + cuBLAS FP16, picked by timing
     // (QS_GEMM_WIDE=fused / dequant forces one).
     const std::string wide = env("QS_GEMM_WIDE");

@@ -88,7 +88,9 @@ struct SkinnyArgs {
   int groupSlots;         // scale/zero slots per warp in shared memory
   int stages;             // bulk path: ring slots per warp
   int earlyTrigger;       // let the next (PDL) kernel launch once the weight stream is issued
-  int lateTrigger;        // … once every block is past its main loop
+  int lateTrigger;        // … once every block is past its main loop; 2: once the reducing blocks
+                          // hold their partials (the others exit: that counts as the trigger)
+  int reduceBatch;        // split-K: partials requested per round trip (capped by the kernel)
   // Norm prologue (A16, NormPrologue in gemm_launch.h): x is not read; resid non-null.
   const float* resid;
   const __half* delta;
@@ -685,7 +687,7 @@ __global__ void __launch_bounds__(kThreads, kDeep ? 2 : 3) skinnyKernel(const Sk
 
   cuda::blockStamp(p.stamps, 4);
   // What the next kernel reads before its wait (its weights) no kernel writes: it may launch now.
-  if (p.lateTrigger) allowDependentLaunch();
+  if (p.lateTrigger == 1 || (p.lateTrigger == 2 && p.splits == 1)) allowDependentLaunch();
 
   // 4. Epilogue. Fragment element (nt, i): row r0 + 8*(i >= 2), token 8*nt + 2t + (i & 1).
   float committed[NT][4];  // norm epilogue: the stream's new values of this lane's elements
@@ -776,33 +778,37 @@ __global__ void __launch_bounds__(kThreads, kDeep ? 2 : 3) skinnyKernel(const Sk
   }
   cuda::blockStampDetail(p.stamps, 1ull << 63);
   __threadfence();
+  float sum[NT][4];
   if (active) {
-    float sum[NT][4];
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
       for (int i = 0; i < 4; ++i) sum[nt][i] = 0.0f;
-    // kBatch splits' partials are requested before any is added (one round trip to L2 per
-    // batch), then added in split order.
-    constexpr int kBatch = kDeep || kBulk || NT == 1 ? 4 : 2;  // (2: the 80-register kernels with two n8 tiles)
-    for (int s0 = 0; s0 < p.splits; s0 += kBatch) {
-      float4 v[kBatch][NT];
+    // batch splits' partials are requested before any is added (one round trip to L2 per
+    // batch), then added in split order. kMaxBatch float4 per n8 tile stay in registers: 8 with
+    // one tile (no stack frame in any instantiation: cuobjdump -res-usage), 4 / 2 with two (2: the
+    // 80-register kernels).
+    constexpr int kMaxBatch = NT == 1 ? 8 : kDeep || kBulk ? 4 : 2;
+    const int batch = min(kMaxBatch, max(1, p.reduceBatch));
+    for (int s0 = 0; s0 < p.splits; s0 += batch) {
+      float4 v[kMaxBatch][NT];
 #pragma unroll
-      for (int b = 0; b < kBatch; ++b)
+      for (int b = 0; b < kMaxBatch; ++b)
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
           const float* part = p.partials + ((size_t(s0 + b) * gridDim.x + rowGroup) * kThreads + threadIdx.x) * (4 * NT);
-          v[b][nt] = s0 + b < p.splits ? __ldcg(reinterpret_cast<const float4*>(part + 4 * nt)) : make_float4(0, 0, 0, 0);
+          v[b][nt] = b < batch && s0 + b < p.splits ? __ldcg(reinterpret_cast<const float4*>(part + 4 * nt)) : make_float4(0, 0, 0, 0);
         }
 #pragma unroll
-      for (int b = 0; b < kBatch; ++b)
-        if (s0 + b < p.splits)
+      for (int b = 0; b < kMaxBatch; ++b)
+        if (b < batch && s0 + b < p.splits)
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt)
             sum[nt][0] += v[b][nt].x, sum[nt][1] += v[b][nt].y, sum[nt][2] += v[b][nt].z, sum[nt][3] += v[b][nt].w;
     }
-    store(sum);
   }
+  if (p.lateTrigger == 2) allowDependentLaunch();  // the partials are in registers
+  if (active) store(sum);
   if (threadIdx.x == 0) p.counters[rowGroup] = 0;  // ready for the next launch
   if (p.epiResid) normEpilogue();
   cuda::blockStamp(p.stamps, 5);
@@ -876,7 +882,7 @@ int log2Exact(int v) {
 namespace {
 
 LaunchPlan planSkinnyWith(const DeviceQuantWeight& w, int m, int multiprocessors, bool bulk, bool earlyTrigger,
-                          bool g128Allowed, bool balanceRows) {
+                          bool g128Allowed, bool balanceRows, int reduceBatch) {
   const int nt = m <= 8 ? 1 : 2;
   const int stages = bulk ? bulkStages() : 0;
   const int elem = w.a8 ? 1 : 2;
@@ -934,6 +940,7 @@ LaunchPlan planSkinnyWith(const DeviceQuantWeight& w, int m, int multiprocessors
   plan.splits = best;
   plan.unitsPerSplit = bestPer;
   plan.tilesPerBlock = tiles;
+  plan.reduceBatch = reduceBatch;
   if (best > 1) {
     plan.partialFloats = size_t(best) * rowGroups * kThreads * 4 * nt;
     plan.counters = size_t(rowGroups);
@@ -964,8 +971,9 @@ LaunchPlan planSkinny(const DeviceQuantWeight& w, int m, int multiprocessors, co
     const bool early = opt.trigger == Trigger::Always || (opt.trigger == Trigger::WithBulk && bulk);
     const bool balance = opt.balanceRows == SkinnyOptions::Balance::All ||
                          (opt.balanceRows == SkinnyOptions::Balance::Registers && !bulk && !w.a8 && m <= 8);
-    LaunchPlan p = planSkinnyWith(w, m, multiprocessors, bulk, early, opt.g128Sym, balance);
+    LaunchPlan p = planSkinnyWith(w, m, multiprocessors, bulk, early, opt.g128Sym, balance, opt.reduceBatch);
     p.lateTrigger = opt.lateTrigger && !p.earlyTrigger;
+    p.lateAfterReduce = p.lateTrigger && opt.lateAfterReduce;
     return p;
   };
   if (opt.bulk == Bulk::Always && !w.a8) return plan(true);
@@ -1012,7 +1020,8 @@ void launchSkinny(const DeviceQuantWeight& w, const void* x, const float* tokenS
   a.groupSlots = w.a8 ? 0 : (w.groupSize > 0 ? (plan.unitsPerSplit * w.chunkK + w.groupSize - 1) / w.groupSize + 1 : 1);
   a.stages = plan.bulkStages;
   a.earlyTrigger = plan.earlyTrigger ? 1 : 0;
-  a.lateTrigger = plan.lateTrigger && !plan.earlyTrigger ? 1 : 0;
+  a.lateTrigger = plan.lateTrigger && !plan.earlyTrigger ? (plan.lateAfterReduce ? 2 : 1) : 0;
+  a.reduceBatch = plan.reduceBatch;
   if (plan.splits > 1 && (ws.partialFloats < plan.partialFloats || ws.counterCount < plan.counters))
     throw std::invalid_argument("skinny GEMM: split-K workspace too small");
   if (prologue) {
