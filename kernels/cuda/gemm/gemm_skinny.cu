@@ -91,6 +91,7 @@ struct SkinnyArgs {
   int lateTrigger;        // … once every block is past its main loop; 2: once the reducing blocks
                           // hold their partials (the others exit: that counts as the trigger)
   int reduceBatch;        // split-K: partials requested per round trip (capped by the kernel)
+  int preWaitStages;      // bulk path: ring stages issued before the wait (0: all), the rest after it
   // Norm prologue (A16, NormPrologue in gemm_launch.h): x is not read; resid non-null.
   const float* resid;
   const __half* delta;
@@ -389,7 +390,8 @@ __global__ void __launch_bounds__(kThreads, kDeep ? 2 : 3) skinnyKernel(const Sk
     if (active && lane == 0) {
       for (int s = 0; s < p.stages; ++s) mbarInit(myBars + 8 * s, 1);
       fenceBarrierInit();
-      for (int s = 0; s < min(p.stages, nStages); ++s) issueStage(s, s);
+      const int pre = p.preWaitStages > 0 ? min(p.preWaitStages, p.stages) : p.stages;
+      for (int s = 0; s < min(pre, nStages); ++s) issueStage(s, s);
     }
     __syncwarp();
   }
@@ -436,6 +438,10 @@ __global__ void __launch_bounds__(kThreads, kDeep ? 2 : 3) skinnyKernel(const Sk
   }
   cuda::blockStamp(p.stamps, 1);
   waitForPriorGrids();
+  if constexpr (kBulk) {  // the stages held back until the previous kernel is done (preWaitStages)
+    if (active && lane == 0 && p.preWaitStages > 0)
+      for (int s = p.preWaitStages; s < min(p.stages, nStages); ++s) issueStage(s, s);
+  }
   cuda::blockStamp(p.stamps, 2);
   if (!A8 && p.resid) {
     if (threadIdx.x < kZeroBlock / 16) reinterpret_cast<uint4*>(smem)[threadIdx.x] = make_uint4(0, 0, 0, 0);
@@ -858,6 +864,24 @@ int bulkStages() {
 }
 size_t bulkRingBytes(int stages) { return size_t(kWarps) * stages * (kStageBytes + 8); }
 
+// Bulk path: ring stages a block issues before its wait for the previous kernel (0: all); the
+// rest follow the wait. A decode step's bulk GEMVs (q/k/v, output) launch early as dependents of
+// the kernel before them, and a whole ring ahead of the wait (6 stages, 96 KB a block: more than
+// the whole output weight over 256 blocks) queues in front of that kernel's last latency-bound
+// reads (the down projection's split-K reducers, the attention's key tiles). With two stages the
+// INT4 g128 decode ran 0.2-0.5 % faster (4 of 4 alternating pairs, H200, docs/gemm.md session
+// 34), though the same GEMV alone, back to back with itself, lost 0.6 us at 6144x4096. The other
+// bulk kernels (W8A16, other INT4 formats) were not measured in a decode: they keep the whole ring.
+// QS_GEMM_BULK_PREWAIT=N (1..kMaxStages; N >= the ring: all) sets every bulk kernel.
+int bulkPreWaitStages(bool g128Sym) {
+  static const int forced = [] {
+    const char* v = std::getenv("QS_GEMM_BULK_PREWAIT");
+    const int s = v ? std::atoi(v) : 0;
+    return s >= 1 && s <= kMaxStages ? s : 0;
+  }();
+  return forced ? forced : g128Sym ? 2 : 0;
+}
+
 // Blocks per multiprocessor the split-K planner aims for (capped by what is resident), measured
 // on H200 with `bench gemm` (docs/gemm.md): 2 for m <= 8 (fewer splits: less staging and
 // reduction per byte), 3 for m <= 16 (more warps hide the longer mma chains).
@@ -1022,6 +1046,7 @@ void launchSkinny(const DeviceQuantWeight& w, const void* x, const float* tokenS
   a.earlyTrigger = plan.earlyTrigger ? 1 : 0;
   a.lateTrigger = plan.lateTrigger && !plan.earlyTrigger ? (plan.lateAfterReduce ? 2 : 1) : 0;
   a.reduceBatch = plan.reduceBatch;
+  a.preWaitStages = bulkPreWaitStages(plan.g128Sym);
   if (plan.splits > 1 && (ws.partialFloats < plan.partialFloats || ws.counterCount < plan.counters))
     throw std::invalid_argument("skinny GEMM: split-K workspace too small");
   if (prologue) {
