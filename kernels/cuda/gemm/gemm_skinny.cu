@@ -92,6 +92,7 @@ struct SkinnyArgs {
                           // hold their partials (the others exit: that counts as the trigger)
   int reduceBatch;        // split-K: partials requested per round trip (capped by the kernel)
   int preWaitStages;      // bulk path: ring stages issued before the wait (0: all), the rest after it
+  int ticketAcqRel;       // split-K ticket: one acq_rel atomic (1) or fence.sc + relaxed atomic, fence.sc after (0)
   // Norm prologue (A16, NormPrologue in gemm_launch.h): x is not read; resid non-null.
   const float* resid;
   const __half* delta;
@@ -770,12 +771,22 @@ __global__ void __launch_bounds__(kThreads, kDeep ? 2 : 3) skinnyKernel(const Sk
     for (int nt = 0; nt < NT; ++nt)
       *reinterpret_cast<float4*>(myPartial + 4 * nt) = make_float4(acc[nt][0], acc[nt][1], acc[nt][2], acc[nt][3]);
   }
-  // Release: the barrier orders every thread's partial stores before thread 0's fence, which
-  // orders them before its arrival (the pattern of CUTLASS's semaphore).
+  // Release: the barrier orders every thread's partial stores before thread 0's arrival, and
+  // the arrival releases them (cumulatively, PTX's causality order); the last block's arrival
+  // also acquires every other block's, and its barrier orders that before any thread's loads of
+  // the partials. So one acq_rel atomic on thread 0, no fence on any other thread (CUTLASS's
+  // GenericBarrier: barrier, then a release by one thread; an acquire by one thread, then a
+  // barrier). ticketAcqRel = 0: the sequentially consistent fences before and after instead.
   __syncthreads();
   if (threadIdx.x == 0) {
-    __threadfence();
-    lastBlock = atomicAdd(&p.counters[rowGroup], 1) == p.splits - 1;
+    int arrived;
+    if (p.ticketAcqRel) {
+      asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;" : "=r"(arrived) : "l"(p.counters + rowGroup) : "memory");
+    } else {
+      __threadfence();
+      arrived = atomicAdd(&p.counters[rowGroup], 1);
+    }
+    lastBlock = arrived == p.splits - 1;
   }
   __syncthreads();
   if (!lastBlock) {
@@ -783,7 +794,7 @@ __global__ void __launch_bounds__(kThreads, kDeep ? 2 : 3) skinnyKernel(const Sk
     return;
   }
   cuda::blockStampDetail(p.stamps, 1ull << 63);
-  __threadfence();
+  if (!p.ticketAcqRel) __threadfence();
   float sum[NT][4];
   if (active) {
 #pragma unroll
@@ -880,6 +891,16 @@ int bulkPreWaitStages(bool g128Sym) {
     return s >= 1 && s <= kMaxStages ? s : 0;
   }();
   return forced ? forced : g128Sym ? 2 : 0;
+}
+
+// The split-K ticket's memory ordering (see the kernel): QS_GEMM_TICKET=acqrel (one acq_rel atomic)
+// or fence (fence.sc before the relaxed atomic on thread 0 and on every thread of the last block).
+bool ticketAcqRel() {
+  static const bool acqRel = [] {
+    const char* v = std::getenv("QS_GEMM_TICKET");
+    return !(v && std::string(v) == "fence");
+  }();
+  return acqRel;
 }
 
 // Blocks per multiprocessor the split-K planner aims for (capped by what is resident), measured
@@ -1047,6 +1068,7 @@ void launchSkinny(const DeviceQuantWeight& w, const void* x, const float* tokenS
   a.lateTrigger = plan.lateTrigger && !plan.earlyTrigger ? (plan.lateAfterReduce ? 2 : 1) : 0;
   a.reduceBatch = plan.reduceBatch;
   a.preWaitStages = bulkPreWaitStages(plan.g128Sym);
+  a.ticketAcqRel = ticketAcqRel() ? 1 : 0;
   if (plan.splits > 1 && (ws.partialFloats < plan.partialFloats || ws.counterCount < plan.counters))
     throw std::invalid_argument("skinny GEMM: split-K workspace too small");
   if (prologue) {
