@@ -5,7 +5,9 @@
 # $OUT/summary.txt and $OUT/logs.tar.xz (every log).
 # Usage on the device machine, in the repository root: bash scripts/gpu/final_device.sh SOURCE_ROOT [TOOL…]
 # Environment: QS_SKIP_FULL=1 skips the full-size runs; QS_SANITIZE_ONLY="test_a test_b" limits
-# the sanitizer runs to those programs; QS_SANITIZE_STEP_S the time limit of each (default 120).
+# the sanitizer runs to those programs; QS_SANITIZE_STEP_S the time limit of each (default 120);
+# QS_FULL_STEP_S the time limit of each full-size run (default 330: test_gemm_gpu alone takes
+# ~250 s on an H200, session 35).
 set -uo pipefail
 src=$1; shift
 tools=("$@")
@@ -25,7 +27,7 @@ cd /tmp/pack/bin
 for t in test_*; do
   [[ ${QS_SKIP_FULL:-0} == 1 ]] && break
   start=$(date +%s)
-  timeout 240 "./$t" >"$logs/$t.log" 2>&1
+  timeout "${QS_FULL_STEP_S:-330}" "./$t" >"$logs/$t.log" 2>&1
   rc=$?
   echo "$t rc=$rc $(grep -E '^Totals' "$logs/$t.log" | tail -1) $(( $(date +%s) - start )) s" | tee -a "$summary"
   grep -E "^FAIL|Loc:" "$logs/$t.log" | head -10 | tee -a "$summary"

@@ -23,7 +23,7 @@ bench() {  # name, env…
 }
 for phase in ${1:-tests full}; do case $phase in
 tests)
-  s=$(date +%s); timeout 240 $B/test_gemm_gpu > "$out/test_default.log" 2>&1; echo "test default rc=$? $(grep Totals "$out/test_default.log") $(( $(date +%s) - s )) s"
+  s=$(date +%s); timeout 330 $B/test_gemm_gpu > "$out/test_default.log" 2>&1; echo "test default rc=$? $(grep Totals "$out/test_default.log") $(( $(date +%s) - s )) s"
   grep -E "^FAIL|Loc:" -A3 "$out/test_default.log" | head -20
   QS_GEMM_BULK=1 QS_GEMM_BULK_STAGES=2 timeout 120 $B/test_gemm_gpu w4a16Symmetric w4a16Asymmetric w8a16Int8 w8a16Fp8 splitKIsDeterministic > "$out/test_stages2.log" 2>&1; echo "test bulk stages=2 rc=$? $(grep Totals "$out/test_stages2.log")"
   grep -E "^FAIL" -A3 "$out/test_stages2.log" | head -10 ;;
