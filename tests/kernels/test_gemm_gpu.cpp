@@ -728,6 +728,46 @@ class TestGemmGpu : public QObject {
     }
   }
 
+  // The split-K ticket's memory ordering (the last block of a row group reads every split's
+  // partials after one acq_rel arrival; QS_GEMM_TICKET=fence, its own ctest entry, the fences).
+  // The partials' buffer is reused by every launch, so a reducer that read before another
+  // block's partials were visible would add the previous launch's values. Launches alternate two
+  // inputs back to back with no synchronisation between them, on plans of many splits (40 and 48
+  // rows: 32 splits and more blocks than rows), each product equal bit for bit to its input's
+  // product computed alone.
+  void splitKTicketOrdersThePartials() {
+    GemmOps& ops = h_->gpu();
+    const uint64_t seed = freshSeed();
+    for (const auto& [name, n, k, m] : std::vector<std::tuple<const char*, int64_t, int64_t, int64_t>>{
+             {"w4a16-g128", 40, 4096, 1}, {"w4a16-g128", 4096, 4096, 1}, {"w8a16-int8", 48, 8192, 3},
+             {"w4a16-g32-asym", 40, 8192, 13}, {"w8a8-fp8", 48, 4096, 5}}) {
+      const GemmScheme s = GemmScheme::parse(name);
+      const auto w = ops.prepare(makeRandomQuantWeight(n, k, s, seed), s.activation);
+      std::shared_ptr<void> x[2], alone[2];
+      std::vector<uint16_t> want[2];
+      for (int i = 0; i < 2; ++i) {
+        const std::vector<uint16_t> xh = makeRandomActivations(m, k, seed + 1 + uint64_t(i), i == 1);
+        x[i] = ops.allocate(xh.size() * 2);
+        ops.upload(x[i].get(), xh.data(), xh.size() * 2);
+        alone[i] = ops.allocate(size_t(m * n) * 2);
+        ops.run(*w, x[i].get(), m, alone[i].get());
+        want[i].resize(size_t(m * n));
+        ops.download(want[i].data(), alone[i].get(), want[i].size() * 2);
+      }
+      QVERIFY2(want[0] != want[1], name);  // the two inputs tell the launches apart
+      constexpr int kLaunches = 64;
+      std::vector<std::shared_ptr<void>> y;
+      for (int r = 0; r < kLaunches; ++r) y.push_back(ops.allocate(size_t(m * n) * 2));
+      for (int r = 0; r < kLaunches; ++r) ops.run(*w, x[r % 2].get(), m, y[size_t(r)].get());
+      std::vector<uint16_t> got(size_t(m * n));
+      for (int r = 0; r < kLaunches; ++r) {
+        ops.download(got.data(), y[size_t(r)].get(), got.size() * 2);
+        QVERIFY2(got == want[r % 2], qPrintable(QString("%1 n=%2 k=%3 m=%4: launch %5 differs from its input's product")
+                                                      .arg(name).arg(n).arg(k).arg(m).arg(r)));
+      }
+    }
+  }
+
   // The activation quantization kernel is bit-exact with the CPU reference (codes and scales):
   // k = 32 … 16,384 (the row in registers) and 20,000 (the two-pass loop), one to 2,500 rows.
   void activationQuantizationIsBitExact() {
