@@ -222,6 +222,7 @@ void Runtime::init(const ModelFile& file, const JobContext* ctx) {
     normEpilogue_ = std::string(fuse) != "prologue";
   }
   if (const char* fuse = std::getenv("QS_FUSE_ATTENTION")) fuseAttention_ = std::string(fuse) != "0";
+  if (const char* fuse = std::getenv("QS_FUSE_ATTENTION_OPROJ")) oProjInAttention_ = std::string(fuse) == "1";
   if (const char* fuse = std::getenv("QS_FUSE_SWIGLU")) fuseSwiglu_ = std::string(fuse) != "0";
   if (const char* fuse = std::getenv("QS_FUSE_HEAD_NORM")) fuseHeadNorm_ = std::string(fuse) != "0";
 
@@ -1046,14 +1047,38 @@ void Runtime::runLlamaBlock(int b, float* x, int64_t T, int32_t startPos) {
     mark(StepPart::Rope);
   }
   const uint16_t* attHalf = nullptr;  // att's FP16 copy for the output projection, written with att
+  const float* ffnNorm = ffnNorms_[size_t(b)].dw.f();
+  const bool ffnFusable = igu < 0 && act_ == Activation::Silu && postFfnNorms_[size_t(b)].w.empty() &&
+                          residualFusable(ig) && residualFusable(iu) && residualFusable(id);
+  const GemmWeight* gateUpFused = ffnFusable ? fusedWeight(fusedGateUp_[size_t(b)], {ig, iu}) : nullptr;
+  const double* ffnSquares = nullptr;  // the parts of the FFN norm's sum, the stream committed
   if (oFusable && attentionRuns) {
     auto* ah = reinterpret_cast<uint16_t*>(scratch(kXHalf, size_t(T * qDim_ + 1) / 2));
-    if (deferredToAttention)
-      ops_.attentionFromHalfRope(deferred, pos, shape, blockTheta_[size_t(b)],
-                                 blockScaledRope_[size_t(b)] ? scaledInvFreq_.data() : nullptr, ropeMscale_, ropeMode_,
-                                 commit, kCache_[size_t(b)].f(), vCache_[size_t(b)].f(), att, ah);
-    else
-      ops_.attentionToHalf(q, k, v, pos, T, shape, kCache_[size_t(b)].f(), vCache_[size_t(b)].f(), att, ah);
+    const float* invFreq = blockScaledRope_[size_t(b)] ? scaledInvFreq_.data() : nullptr;
+    if (deferredToAttention && oProjInAttention_ && gateUpFused && fuseNorms_ && normEpilogue_ && T == 1) {
+      // The output projection and its residual step inside the decode attention's kernel, which
+      // leaves the FFN norm's sum in parts for the gate/up GEMM (as runIntoResidual below).
+      TransformerOps::OutputProjection p;
+      if (gemm_->deviceInt4G128(*weights_[size_t(io)].gemm, shape.nKvHeads, &p.weight)) {
+        p.bias = weights_[size_t(io)].devBias.f();
+        p.resid = x;
+        p.squares = residualSquares(T);
+        p.y = reinterpret_cast<uint16_t*>(scratch(kYHalf, size_t(T * dim_ + 1) / 2));
+        if (ops_.attentionFromHalfRopeProjected(deferred, pos, shape, blockTheta_[size_t(b)], invFreq, ropeMscale_,
+                                                ropeMode_, commit, kCache_[size_t(b)].f(), vCache_[size_t(b)].f(), att,
+                                                ah, p)) {
+          ffnSquares = p.squares;
+          ++oProjInAttentionRuns_;
+        }
+      }
+    }
+    if (!ffnSquares) {
+      if (deferredToAttention)
+        ops_.attentionFromHalfRope(deferred, pos, shape, blockTheta_[size_t(b)], invFreq, ropeMscale_, ropeMode_, commit,
+                                   kCache_[size_t(b)].f(), vCache_[size_t(b)].f(), att, ah);
+      else
+        ops_.attentionToHalf(q, k, v, pos, T, shape, kCache_[size_t(b)].f(), vCache_[size_t(b)].f(), att, ah);
+    }
     halfOf_ = att;
     halfCount_ = T * qDim_;
     attHalf = ah;
@@ -1063,13 +1088,8 @@ void Runtime::runLlamaBlock(int b, float* x, int64_t T, int32_t startPos) {
     ops_.attentionReference(q, k, v, pos, T, shape, kCache_[size_t(b)].f(), vCache_[size_t(b)].f(), att);
   }
   mark(StepPart::Attention);
-  const float* ffnNorm = ffnNorms_[size_t(b)].dw.f();
-  const bool ffnFusable = igu < 0 && act_ == Activation::Silu && postFfnNorms_[size_t(b)].w.empty() &&
-                          residualFusable(ig) && residualFusable(iu) && residualFusable(id);
-  const GemmWeight* gateUpFused = ffnFusable ? fusedWeight(fusedGateUp_[size_t(b)], {ig, iu}) : nullptr;
   const uint16_t* ffnDelta = nullptr;  // the output projection's product, left to the gate/up GEMM
-  const double* ffnSquares = nullptr;  // or the parts of the FFN norm's sum, the stream committed
-  if (oFusable && attHalf && gateUpFused && fuseNorms_ && normEpilogue_) {
+  if (!ffnSquares && oFusable && attHalf && gateUpFused && fuseNorms_ && normEpilogue_) {
     // The output projection and the residual add in one kernel, which leaves the FFN norm's sum
     // in parts for the gate/up GEMM (runIntoResidual).
     auto* oh = reinterpret_cast<uint16_t*>(scratch(kYHalf, size_t(T * dim_ + 1) / 2));

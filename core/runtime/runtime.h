@@ -201,6 +201,9 @@ class Runtime {
   // that is what runs. BadInput when the steps do not fit the context.
   std::vector<int32_t> decodeGreedy(int32_t token, int32_t startPos, int steps);
   int64_t decodeReplays() const { return decodeReplays_; }  // decode steps replayed so far
+  // Blocks whose output projection ran inside the decode attention's kernel so far (eager runs and
+  // recorded steps; a replay does not count again).
+  int64_t outputProjectionsInAttention() const { return oProjInAttentionRuns_; }
 
   // ---- decode timeline ---------------------------------------------------------------------
   // Where a decode step's time goes, measured on the device (`bench e2e --timeline`). While on,
@@ -449,6 +452,13 @@ class Runtime {
   // projection takes the conversion + RoPE and the attention as one op (attentionFromHalfRope:
   // on CUDA, one kernel for a decode step). QS_FUSE_ATTENTION=0: two ops.
   bool fuseAttention_ = true;
+  // QS_FUSE_ATTENTION_OPROJ=1: where the output projection is INT4 symmetric g128 and its
+  // residual step would go into its GEMM's epilogue anyway (one query), that projection and
+  // residual step inside the same kernel (TransformerOps::attentionFromHalfRopeProjected; the
+  // step timeline then counts it as attention). Off by default: measured slower on the H200
+  // (docs/runtime.md, session 37).
+  bool oProjInAttention_ = false;
+  int64_t oProjInAttentionRuns_ = 0;
   // The FP16 product of w (inFeatures = dim_) on rmsNorm(x + delta + bias)·normW, into outSlot:
   // one kernel where the op-set can (GemmOps::runNormed), else residualNorm (marked as normPart)
   // and the GEMM. `commit`: what the caller still owes x — set where the GEMM took the step (x

@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kernels/gemm/device_int4_weight.h"
 #include "kernels/gemm/gemm_layout.h"
 #include "kernels/gemm/gemm_types.h"
 
@@ -109,6 +110,15 @@ class GemmOps {
                          const NormEpilogue* /*epilogue*/ = nullptr) {
     return false;
   }
+  // The device form of an INT4 symmetric weight in groups of 128 (the skinny kernels' packing,
+  // gemm_layout.h) and a split-K workspace of `splits`·nPad partial floats and at least 16
+  // zeroed arrival counters (left zero by each use), for a kernel outside this op-set that
+  // multiplies by it on this op-set's stream: the decode attention with the output projection
+  // inside (TransformerOps::attentionFromHalfRopeProjected). The workspace is the one this
+  // op-set's split-K kernels use: the two never run at once. False where the weight has another
+  // format or the op-set has no such form (the default). Not while a graph is being captured
+  // if the workspace must grow (ErrorKind::Internal then: run once before capturing).
+  virtual bool deviceInt4G128(const GemmWeight& /*w*/, int /*splits*/, DeviceInt4G128Weight* /*out*/) { return false; }
 
   // What run() uses for (w, m), e.g. "skinny-mma", "wide-mma", "dequant+cublas",
   // "cublasLt-fp8+quant", "cublas", "eigen". Where run() picks its path by measurement (see

@@ -18,6 +18,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kernels/gemm/device_int4_weight.h"
 #include "kernels/quant/quant_format.h"
 
 namespace qs {
@@ -163,6 +164,29 @@ class TransformerOps {
                                      float theta, const float* invFreq, float mscale, RopeMode mode,
                                      const ResidualCommit& commit, float* kCache, float* vCache, float* out,
                                      uint16_t* outHalf);
+  // attentionFromHalfRope, then the output projection of its FP16 output added to the residual
+  // stream, as one op: what GemmOps::runIntoResidual(w, outHalf, 1, y, {resid, bias, squares})
+  // does after it (y = FP16 product, resid += y + bias, the next norm's parts of the sum of
+  // squares), with `commit` (if any: resid, one token) done before that add. The weight and its
+  // split-K workspace come from the GEMM op-set (GemmOps::deviceInt4G128), which shares this
+  // op-set's stream. out, outHalf and the caches are attentionFromHalfRope's bit for bit; y, resid
+  // and squares differ from the two ops only by the product's FP32 summation order. Returns
+  // false having done nothing where the op-set cannot (the default; CUDA: one query on sm_90, the
+  // shapes attention_decode.h lists): the caller then runs the two ops.
+  struct OutputProjection {
+    DeviceInt4G128Weight weight;  // from GemmOps::deviceInt4G128, splits = nKvHeads
+    const float* bias = nullptr;  // [n] or null
+    float* resid = nullptr;       // [n]
+    double* squares = nullptr;    // GemmOps::residualSquareCount(1, n)
+    uint16_t* y = nullptr;        // [n] FP16
+  };
+  virtual bool attentionFromHalfRopeProjected(const HalfToFloat* /*qkv*/, const int32_t* /*positions*/,
+                                              const AttentionShape& /*s*/, float /*theta*/, const float* /*invFreq*/,
+                                              float /*mscale*/, RopeMode /*mode*/, const ResidualCommit& /*commit*/,
+                                              float* /*kCache*/, float* /*vCache*/, float* /*out*/,
+                                              uint16_t* /*outHalf*/, const OutputProjection& /*projection*/) {
+    return false;
+  }
   // The SwiGLU step between GEMMs with FP16 outputs and inputs, as one op: gh and uh [rows, cols]
   // with row pitch ld (0: cols; the halves of a fused [gate | up] product) (+ gbias, ubias when not
   // null) → outHalf [rows, cols] = FP16 of swiglu(gate, up). g and u [rows, cols] are scratch (the

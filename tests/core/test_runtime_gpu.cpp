@@ -92,13 +92,14 @@ class TestRuntimeGpu : public QObject {
   std::unique_ptr<Backend> cpu_, gpu_;
   std::string synth110m_;
 
-  std::string synth(const std::string& arch, const std::string& preset) {
-    const QString dir = tmp_.filePath(QString::fromStdString(arch + "-" + preset));
+  std::string synth(const std::string& arch, const std::string& preset, int layers = 0) {
+    const QString dir = tmp_.filePath(QString::fromStdString(arch + "-" + preset + "-" + std::to_string(layers)));
     QDir().mkpath(dir);
     const std::string path = (dir + QStringLiteral("/model.safetensors")).toStdString();
     SynthOptions o;
     o.arch = arch;
     o.preset = preset;
+    o.layers = layers;
     o.dtype = DType::F16;
     writeSynthModel(o, path);
     return path;
@@ -437,6 +438,62 @@ class TestRuntimeGpu : public QObject {
     if (before.isNull()) qunsetenv("QS_FUSE_NORM");
     else qputenv("QS_FUSE_NORM", before);
     QVERIFY(compared >= 30);
+  }
+
+  // The output projection inside the decode attention's kernel (QS_FUSE_ATTENTION_OPROJ=1; off by
+  // default) against the output projection's own kernel (unset), on TinyLlama's shapes (2 blocks of
+  // the synthetic 1b model: 32 / 4 heads × 64, dim 2048) with INT4 g128 everywhere: a 9-token
+  // prompt, then 6 decode steps (eager, recorded, replayed). Only the FP32 summation order of the
+  // output projection's product differs, so an FP16 rounding of it may flip. Bounds on every
+  // step's logits: mean |Δ| ≤ 5e-3 of mean |logit| and max |Δ| ≤ 0.1 of max |logit| (a wrong
+  // product gives errors of the order of the logits); the fused path ran in every decode step
+  // of each block and never with the switch off, nor with a g32 plan (no such kernel).
+  void outputProjectionInsideAttentionKeepsTheLogits() {
+    const std::string path = synth("llama", "1b", 2);
+    Model m(path);
+    const QByteArray before = qgetenv("QS_FUSE_ATTENTION_OPROJ");
+    std::vector<std::vector<float>> logits[2];
+    int64_t fusedRuns[2] = {0, 0};
+    for (int off = 0; off < 2; ++off) {
+      if (off) qunsetenv("QS_FUSE_ATTENTION_OPROJ");
+      else qputenv("QS_FUSE_ATTENTION_OPROJ", "1");
+      Runtime g(*m.file, m.graph, *gpu_);  // reads the switch here
+      g.setPlan(planFor(g, parseQuantFormat("int4-g128-sym")));
+      g.setDecodeRecording(true);
+      const auto prompt = randomTokens(9, g.vocabSize(), 23);
+      logits[off].emplace_back();
+      g.forward(prompt, 0, logits[off].back(), false);
+      for (int s = 0; s < 6; ++s) {
+        const int32_t t = int32_t((prompt[size_t(s)] + 7 * s) % g.vocabSize());
+        logits[off].emplace_back();
+        g.forward(std::span(&t, 1), 9 + s, logits[off].back(), false);
+      }
+      fusedRuns[off] = g.outputProjectionsInAttention();
+      if (off == 0) {  // a g32 plan has no such kernel (the switch still on)
+        Runtime g32(*m.file, m.graph, *gpu_);
+        g32.setPlan(planFor(g32, parseQuantFormat("int4-g32-sym")));
+        std::vector<float> l;
+        g32.forward(prompt, 0, l, false);
+        const int32_t t = prompt[0];
+        g32.forward(std::span(&t, 1), 9, l, false);
+        QCOMPARE(g32.outputProjectionsInAttention(), int64_t(0));
+      }
+    }
+    if (before.isNull()) qunsetenv("QS_FUSE_ATTENTION_OPROJ");
+    else qputenv("QS_FUSE_ATTENTION_OPROJ", before);
+    qInfo("output projections inside the attention: %lld with the switch on, %lld off", (long long)fusedRuns[0],
+          (long long)fusedRuns[1]);
+    QVERIFY(fusedRuns[0] >= 2 * 2);  // both blocks, in the eager step and the recording at least
+    QCOMPARE(fusedRuns[1], int64_t(0));
+    QCOMPARE(logits[0].size(), logits[1].size());
+    QVERIFY(logits[0][0] == logits[1][0]);  // the prompt (9 tokens) never takes the fused path
+    for (size_t s = 1; s < logits[0].size(); ++s) {
+      const Agreement a = agree(logits[0][s], logits[1][s]);
+      qInfo("decode step %zu: max |dlogit| %.3g (%.3g of max |logit|), mean %.3g of mean |logit|", s, a.maxAbs, a.rel(),
+            a.meanRel());
+      QVERIFY2(a.meanRel() <= 5e-3, qPrintable(QString("step %1: mean %2").arg(s).arg(a.meanRel())));
+      QVERIFY2(a.rel() <= 0.1, qPrintable(QString("step %1: max %2").arg(s).arg(a.rel())));
+    }
   }
 
   // Greedy decoding with the argmax on the device (Runtime::decodeGreedy: recorded steps back

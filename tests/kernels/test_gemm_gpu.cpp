@@ -10,6 +10,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 
 #include "kernels/backend/backend.h"
@@ -1206,6 +1207,188 @@ class TestGemmGpu : public QObject {
     committing.commitN = 16;
     committing.commitD = 16;
     QVERIFY(!t.ops.runSwiglu(*wq, committing, 1, hb + 3072, &epi));
+    QVERIFY2(t.failures.isEmpty(), qPrintable(t.failures.join('\n')));
+  }
+
+  // TransformerOps::attentionFromHalfRopeProjected (the decode attention with the output
+  // projection inside, attention_decode_cluster.cu) against its two ops on the same backend:
+  // attentionFromHalfRope, then runIntoResidual of the INT4 g128 weight on its FP16 output.
+  // Bounds: the attention's output, its FP16 copy and both caches equal bit for bit (the same
+  // attention code); the product within one FP16 ulp of the two ops' (only the FP32 summation
+  // order of the product differs) and within FP16 rounding + 1e-5 of sum |w·x| of a double
+  // reference on the dequantized weight; the stream within that product difference + 1e-6; the
+  // parts of the next norm's sum of squares equal, bit for bit, residual_norm.cuh's order on the
+  // stream it left; a second launch equal bit for bit (deterministic; counters left zero). The
+  // 8B's heads (32 / 8 × 128, n = 4096) deep and at the first position; a single KV head with
+  // n = 320 (ranks that own no rows, a row chunk cut short), 3 KV heads of 2 query heads with
+  // n = 200 (a row tile cut short), head size 256 (n = 1000), 16 heads without sharing, TinyLlama's
+  // 32 / 4 × 64; with and
+  // without the residual commit and the bias, random and outlier-heavy weights and activations.
+  // Shapes it does not take are declined with nothing done (a g32 weight; a query group of 192
+  // values).
+  void outputProjectionInsideDecodeAttention() {
+    StepBench t(QByteArray{});
+    struct Case {
+      int H, KVH, hd;
+      int64_t n;
+      int pos;
+      bool commit, bias, outliers;
+    };
+    const std::vector<Case> all = {{32, 8, 128, 4096, 575, true, false, false}, {32, 8, 128, 4096, 0, false, true, true},
+                                   {4, 1, 128, 320, 37, true, true, true},     {6, 3, 128, 200, 100, false, true, false},
+                                   {8, 2, 256, 1000, 700, true, false, true},  {16, 16, 128, 2048, 50, false, false, true},
+                                   {32, 4, 64, 2048, 300, true, true, true}};
+    const GemmScheme q4 = GemmScheme::parse("w4a16-g128");
+    int cases = 0;
+    auto halfUlp = [](double v) {
+      const double a = std::fabs(v);
+      return a < std::ldexp(1.0, -14) ? std::ldexp(1.0, -24) : std::ldexp(1.0, int(std::floor(std::log2(a))) - 10);
+    };
+    for (const Case& c : all) {
+      const uint64_t seed = t.seed0 + uint64_t(++cases) * 104729;
+      const int64_t qd = int64_t(c.H) * c.hd, kd = int64_t(c.KVH) * c.hd, ld = qd + 2 * kd;
+      const int maxSeq = c.pos + 4;
+      const QuantizedTensor qw = makeRandomQuantWeight(c.n, qd, q4, seed, c.outliers);
+      const auto w = t.ops.prepare(qw, q4.activation);
+      const std::vector<float> wd = dequantizeWeight(qw);
+      auto value = [&](float sigma, float big) { return t.normal(t.rng) * (c.outliers && t.rng() % 64 == 0 ? big : sigma); };
+      std::vector<uint16_t> qkv(static_cast<size_t>(ld)), delta(static_cast<size_t>(c.n));
+      std::vector<float> kc(size_t(maxSeq * kd)), vc(kc.size()), x(size_t(c.n)), bias(size_t(c.n)), dbias(size_t(c.n));
+      for (uint16_t& v : qkv) v = floatToHalfBits(value(1.0f, 20.0f));
+      for (uint16_t& v : delta) v = floatToHalfBits(value(0.5f, 30.0f));
+      for (float& v : kc) v = value(1.0f, 20.0f);
+      for (float& v : vc) v = value(1.0f, 20.0f);
+      for (float& v : x) v = value(1.0f, 40.0f);
+      for (float& v : bias) v = 0.1f * t.normal(t.rng);
+      for (float& v : dbias) v = 0.1f * t.normal(t.rng);
+      const int32_t pos = c.pos;
+      auto dQkv = t.upload(qkv.data(), qkv.size() * 2), dDelta = t.upload(delta.data(), delta.size() * 2);
+      auto dBias = t.upload(bias.data(), bias.size() * 4), dDbias = t.upload(dbias.data(), dbias.size() * 4);
+      auto dPos = t.upload(&pos, 4);
+      auto scratch = t.ops.allocate(size_t(ld + c.n) * 4);
+      const AttentionShape shape{c.H, c.KVH, c.hd, maxSeq};
+      const QString what = QString("heads %1/%2 x %3, n=%4, pos %5%6%7%8 seed=%9")
+                               .arg(c.H).arg(c.KVH).arg(c.hd).arg(c.n).arg(c.pos).arg(c.commit ? " commit" : "")
+                               .arg(c.bias ? " +bias" : "").arg(c.outliers ? " outliers" : "").arg(seed);
+      struct Result {
+        std::vector<float> out, kc, vc, x;
+        std::vector<uint16_t> outHalf, y;
+        std::vector<double> squares;
+      };
+      // fused: the one op; else the two. The inputs are uploaded afresh for every run.
+      auto run = [&](bool fused, bool* declined) {
+        auto dk = t.upload(kc.data(), kc.size() * 4), dv = t.upload(vc.data(), vc.size() * 4);
+        auto dx = t.upload(x.data(), x.size() * 4);
+        auto out = t.ops.allocate(size_t(qd) * 4), outHalf = t.ops.allocate(size_t(qd) * 2);
+        auto y = t.ops.allocate(size_t(c.n) * 2), sq = t.ops.allocate(size_t(GemmOps::residualSquareCount(1, c.n)) * 8);
+        const auto* h = static_cast<const uint16_t*>(dQkv.get());
+        auto* sf = static_cast<float*>(scratch.get());
+        const TransformerOps::HalfToFloat items[3] = {
+            {h, 1, qd, nullptr, sf, ld}, {h + qd, 1, kd, nullptr, sf + qd, ld}, {h + qd + kd, 1, kd, nullptr, sf + qd + kd, ld}};
+        TransformerOps::ResidualCommit commit;
+        if (c.commit)
+          commit = {static_cast<float*>(dx.get()), static_cast<const uint16_t*>(dDelta.get()),
+                    static_cast<const float*>(dDbias.get()), 1, c.n, sf + ld};
+        const float* b = c.bias ? static_cast<const float*>(dBias.get()) : nullptr;
+        auto* kcp = static_cast<float*>(dk.get());
+        auto* vcp = static_cast<float*>(dv.get());
+        auto* op = static_cast<float*>(out.get());
+        auto* ohp = static_cast<uint16_t*>(outHalf.get());
+        if (fused) {
+          TransformerOps::OutputProjection p;
+          if (!t.ops.deviceInt4G128(*w, c.KVH, &p.weight)) {
+            *declined = true;
+            return Result{};
+          }
+          p.bias = b;
+          p.resid = static_cast<float*>(dx.get());
+          p.squares = static_cast<double*>(sq.get());
+          p.y = static_cast<uint16_t*>(y.get());
+          if (!t.tops.attentionFromHalfRopeProjected(items, static_cast<const int32_t*>(dPos.get()), shape, 10000.0f,
+                                                     nullptr, 1.0f, RopeMode::HalfSplit, commit, kcp, vcp, op, ohp, p)) {
+            *declined = true;
+            return Result{};
+          }
+        } else {
+          t.tops.attentionFromHalfRope(items, static_cast<const int32_t*>(dPos.get()), shape, 10000.0f, nullptr, 1.0f,
+                                       RopeMode::HalfSplit, commit, kcp, vcp, op, ohp);
+          const GemmOps::NormEpilogue epi{static_cast<float*>(dx.get()), b, static_cast<double*>(sq.get())};
+          if (!t.ops.runIntoResidual(*w, ohp, 1, y.get(), epi)) {
+            *declined = true;
+            return Result{};
+          }
+        }
+        Result r{std::vector<float>(size_t(qd)), std::vector<float>(kc.size()), std::vector<float>(vc.size()),
+                 std::vector<float>(x.size()), std::vector<uint16_t>(size_t(qd)), std::vector<uint16_t>(size_t(c.n)),
+                 std::vector<double>(size_t(GemmOps::residualSquareCount(1, c.n)))};
+        t.ops.download(r.out.data(), op, r.out.size() * 4);
+        t.ops.download(r.kc.data(), kcp, r.kc.size() * 4);
+        t.ops.download(r.vc.data(), vcp, r.vc.size() * 4);
+        t.ops.download(r.x.data(), dx.get(), r.x.size() * 4);
+        t.ops.download(r.outHalf.data(), ohp, r.outHalf.size() * 2);
+        t.ops.download(r.y.data(), y.get(), r.y.size() * 2);
+        t.ops.download(r.squares.data(), sq.get(), r.squares.size() * 8);
+        return r;
+      };
+      bool declined = false;
+      const Result two = run(false, &declined);
+      const Result one = run(true, &declined), again = run(true, &declined);
+      if (declined) {
+        t.failures << what + ": declined";
+        continue;
+      }
+      auto sameBits = [](const auto& a, const auto& b) { return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(a[0])) == 0; };
+      if (!sameBits(one.out, two.out) || !sameBits(one.outHalf, two.outHalf))
+        t.failures << what + ": the attention output differs from attentionFromHalfRope's";
+      if (!sameBits(one.kc, two.kc) || !sameBits(one.vc, two.vc)) t.failures << what + ": the caches differ";
+      if (!sameBits(one.y, again.y) || !sameBits(one.x, again.x) || !sameBits(one.squares, again.squares))
+        t.failures << what + ": a second launch differs";
+      double worstTwo = 0, worstRef = 0, worstX = 0;
+      for (int64_t r = 0; r < c.n; ++r) {
+        const double yo = halfBitsToFloat(one.y[size_t(r)]), yt = halfBitsToFloat(two.y[size_t(r)]);
+        double ref = 0, mag = 0;
+        for (int64_t k = 0; k < qd; ++k) {
+          const double term = double(wd[size_t(r * qd + k)]) * double(halfBitsToFloat(two.outHalf[size_t(k)]));
+          ref += term;
+          mag += std::fabs(term);
+        }
+        const double dTwo = std::fabs(yo - yt), bTwo = halfUlp(yt);
+        const double dRef = std::fabs(yo - ref), bRef = halfUlp(ref) / 2 + 1e-5 * mag + 1e-7;
+        const double dX = std::fabs(double(one.x[size_t(r)]) - double(two.x[size_t(r)]));
+        const double bX = dTwo + 1e-6 * std::fabs(double(two.x[size_t(r)])) + 1e-7;
+        worstTwo = std::max(worstTwo, dTwo / bTwo);
+        worstRef = std::max(worstRef, dRef / bRef);
+        worstX = std::max(worstX, dX / bX);
+      }
+      qInfo("%s: product vs two ops %.3g of its bound, vs reference %.3g, stream %.3g", qPrintable(what), worstTwo, worstRef,
+            worstX);
+      if (worstTwo > 1) t.failures << what + QString(": product off the two ops' by %1 of one FP16 ulp").arg(worstTwo);
+      if (worstRef > 1) t.failures << what + QString(": product off the reference by %1 of its bound").arg(worstRef);
+      if (worstX > 1) t.failures << what + QString(": stream off by %1 of its bound").arg(worstX);
+      if (!sameBits(one.squares, chunkSquares(one.x.data(), c.n)))
+        t.failures << what + ": the parts of the sum of squares are not residual_norm.cuh's of the stream";
+    }
+    // Declined, nothing done: a g32 weight (no device form), a query group of 192 values.
+    const GemmScheme g32 = GemmScheme::parse("w4a16-g32");
+    TransformerOps::OutputProjection p;
+    QVERIFY(!t.ops.deviceInt4G128(*t.ops.prepare(makeRandomQuantWeight(64, 128, g32, t.seed0), g32.activation), 3,
+                                  &p.weight));
+    const auto w192 = t.ops.prepare(makeRandomQuantWeight(384, 384, q4, t.seed0), q4.activation);  // 6 / 2 heads × 64
+    QVERIFY(t.ops.deviceInt4G128(*w192, 2, &p.weight));
+    auto buf = t.ops.allocate(1 << 20);
+    auto* fb = static_cast<float*>(buf.get());
+    p.resid = fb;
+    p.squares = reinterpret_cast<double*>(fb + 4096);
+    p.y = reinterpret_cast<uint16_t*>(fb + 8192);
+    const int32_t zero = 0;
+    auto dPos = t.upload(&zero, 4);
+    const auto* h = reinterpret_cast<const uint16_t*>(fb + 16384);
+    const TransformerOps::HalfToFloat items[3] = {{h, 1, 384, nullptr, fb + 32768, 640},
+                                                  {h + 384, 1, 128, nullptr, fb + 40960, 640},
+                                                  {h + 512, 1, 128, nullptr, fb + 49152, 640}};
+    QVERIFY(!t.tops.attentionFromHalfRopeProjected(items, static_cast<const int32_t*>(dPos.get()), {6, 2, 64, 8}, 10000.0f,
+                                                   nullptr, 1.0f, RopeMode::HalfSplit, {}, fb + 65536, fb + 98304,
+                                                   fb + 131072, reinterpret_cast<uint16_t*>(fb + 163840), p));
     QVERIFY2(t.failures.isEmpty(), qPrintable(t.failures.join('\n')));
   }
 

@@ -477,6 +477,22 @@ class CudaGemmOps final : public GemmOps {
     return true;
   }
 
+  bool deviceInt4G128(const GemmWeight& weight, int splits, DeviceInt4G128Weight* out) override {
+    const auto& w = checkedWeight(weight);
+    const cuda_gemm::DeviceQuantWeight& d = w.dev;
+    if (w.scheme.activation != GemmActivationType::F16 || w.ggml.blocks || w.nibbles || d.a8 || d.kind != 0 ||
+        d.groupSize != 128 || d.groupZeros || !d.groupScales || d.chunkK != 64 || splits < 1 || !out)
+      return false;
+    cuda_gemm::LaunchPlan plan;  // the workspace of a split-K plan of that size
+    plan.splits = 2;
+    plan.partialFloats = size_t(splits) * size_t(d.nPad);
+    plan.counters = 16;
+    const cuda_gemm::SplitWorkspace ws = splitWorkspace(plan);
+    *out = {d.codes, d.groupScales, d.n, d.k, d.nPad, d.kPad, d.groupsPad, ws.partials, ws.counters, ws.partialFloats,
+            ws.counterCount};
+    return true;
+  }
+
   static cuda_gemm::NormEpilogue epilogueFor(const NormEpilogue& epi) {
     cuda_gemm::NormEpilogue e;
     e.resid = epi.resid;

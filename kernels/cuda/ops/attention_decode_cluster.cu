@@ -14,6 +14,15 @@
 // of the group's outputs. The grid is the same at every position, so a captured decode step
 // replays anywhere. Scores, softmax and sums are FP32, as the CPU reference; only the summation
 // order differs.
+//
+// With the output projection inside (attention_decode.h: DecodeOutputProjection) the step's next
+// kernel, its launch and the attention output's round trip are gone: each cluster's merge also
+// writes its query group's FP16 outputs into every block of the cluster, and each block then
+// multiplies them by its rows of the weight's k slice of that group (asked of L2 before the wait,
+// in registers while the cluster merges), a split of k per KV head that the last block to arrive
+// reduces and adds to the residual stream. On the H200 it is slower than the two kernels (the
+// clusters are 8 blocks there, so 64 SMs do the projection after the merge): the runtime takes
+// it only with QS_FUSE_ATTENTION_OPROJ=1 (docs/runtime.md, session 37).
 #include <cooperative_groups.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -32,6 +41,7 @@
 #include "kernels/cuda/common/pdl.cuh"
 #include "kernels/cuda/common/residual_norm.cuh"
 #include "kernels/cuda/common/rope_pair.cuh"
+#include "kernels/cuda/gemm/gemm_common.cuh"
 #include "kernels/cuda/ops/attention_decode.h"
 #include "kernels/cuda/ops/decode_attention_tile.cuh"
 
@@ -49,19 +59,42 @@ constexpr int kMaxCluster = 16;   // the largest (non-portable) cluster on sm_90
 constexpr int kMaxWarpGroups = 4; // warp groups per block (each a warp per query head, its own tiles)
 
 struct Layout {  // shared memory, in floats
-  int ks, tileFloats, q, part, total;
+  int ks, tileFloats, q, part, xh, total;
 };
 
 // W warp groups, each with its own `stages` tile stages: [W][stages] stages, then q, then the
-// parts [W][G][hd + 2] (group 0's slots end up holding the block's merged parts).
-__host__ __device__ inline Layout layoutFor(int hd, int group, int stages, int groups) {
+// parts [W][G][hd + 2] (group 0's slots end up holding the block's merged parts), then, with
+// the output projection, the group's outputs in FP16 [G·hd] (the projection's activations).
+__host__ __device__ inline Layout layoutFor(int hd, int group, int stages, int groups, bool oproj = false) {
   Layout l{};
   l.ks = hd + 4;                                   // K row stride: lane j reads row j as float4, no bank conflicts
   l.tileFloats = kTile * l.ks + kTile * hd;        // one stage: keys then values
   l.q = groups * stages * l.tileFloats;            // [G][hd]
   l.part = l.q + group * hd;                       // [W][G][hd + 2]: m, l, acc
-  l.total = l.part + groups * group * (hd + 2);
+  l.xh = (l.part + groups * group * (hd + 2) + 3) & ~3;
+  l.total = l.xh + (oproj ? (group * hd / 2 + 3) & ~3 : 0);
   return l;
+}
+
+// The output projection's work split. A block owns the weight's row chunks (8 row tiles of 16
+// rows: one part of the next norm's sum of squares each) rank, rank + C, …; its tile bt is row
+// tile 8·(rank + C·(bt / 8)) + bt % 8. A unit is one row tile × one group of 128 of the KV
+// head's k slice (two 64-wide chunks of the packing); warp w takes units w, w + warps, …, in
+// rounds of R (oprojRound: as many as its slot of the group's stages holds, ≤ kOprojUnits).
+constexpr int kOprojUnits = 8;  // per warp and round, at most
+constexpr int kOprojMaxTiles = 64;  // per block (the reducer's parts in shared memory)
+constexpr int kOprojRowsPerThread = 4;  // the reducer's rows per thread and round trip
+__host__ __device__ inline int oprojBlockTiles(int nPad, int rank, int C) {
+  const int rowChunks = (nPad / 16 + 7) / 8;
+  return rank < rowChunks ? 8 * ((rowChunks - rank + C - 1) / C) : 0;
+}
+__host__ __device__ inline int oprojTile(int bt, int rank, int C) { return 8 * (rank + C * (bt >> 3)) + (bt & 7); }
+// A warp's slot of staged units: two 512-byte code chunks per unit, then 128 bytes of scales per
+// unit; the G warps of a group share its stages (groupBytes).
+__host__ __device__ inline int oprojSlotBytes(int units) { return units * (1024 + 128); }
+__host__ __device__ inline int oprojRound(int groupBytes, int G) {
+  const int r = groupBytes / (G * oprojSlotBytes(1));
+  return r < kOprojUnits ? r : kOprojUnits;
 }
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -91,13 +124,190 @@ __device__ inline void stageTile(const float* __restrict__ kCache, const float* 
 __device__ __forceinline__ void groupBarrier(int u, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(u + 1), "r"(threads) : "memory");
 }
+
+// Asks L2 for the block's share of the output projection's weight (its tiles' codes and scales
+// of k slice [kBegin, kBegin + kLen)): no kernel writes it, so before the wait.
+__device__ inline void prefetchOutputProjection(const DecodeOutputProjection& o, int rank, int C, int kBegin, int kLen) {
+  const int tiles = oprojBlockTiles(o.nPad, rank, C), rowTiles = o.nPad / 16, chunks = o.kPad / 64;
+  const int lines = kLen / 16;  // 128-byte lines of one tile's codes: kLen / 64 chunks of 512 bytes
+  const char* codes = static_cast<const char*>(o.codes);
+  for (int i = int(threadIdx.x); i < tiles * (lines + 1); i += int(blockDim.x)) {
+    const int bt = i / (lines + 1), l = i - bt * (lines + 1);
+    const int tile = oprojTile(bt, rank, C);
+    if (tile >= rowTiles) continue;
+    const void* p = l < lines ? static_cast<const void*>(codes + (size_t(tile) * chunks + kBegin / 64) * 512 + size_t(l) * 128)
+                              : static_cast<const void*>(o.groupScales + (size_t(tile) * o.groupsPad + kBegin / 128) * 8);
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+  }
+}
+
+// Stages units first … first + R − 1 of this warp's (unit i is the block's unit warp + warps·i;
+// those past the block's, or on row tiles past the weight, hold nothing and are skipped by the
+// product) into its slot of its warp group's tile stages, which the group no longer reads: per
+// unit two 512-byte code chunks, then R rows of 128 bytes with the lane groups' scale pairs.
+// Asynchronous copies from L2 (prefetched before the wait), the first round in flight while the
+// cluster merges; no registers held.
+__device__ __forceinline__ void stageOprojUnits(const DecodeOutputProjection& o, char* slot, int first, int R, int warp,
+                                                int warps, int units, int gph, int rank, int C, int kBegin) {
+  const int lane = threadIdx.x & 31, rowTiles = o.nPad / 16, chunks = o.kPad / 64;
+  const uint4* codes = static_cast<const uint4*>(o.codes);
+  for (int j = 0; j < R; ++j) {
+    const int u = warp + warps * (first + j);
+    const int bt = u / gph, q = u - bt * gph;
+    if (u >= units || oprojTile(bt, rank, C) >= rowTiles) continue;
+    const uint4* c = codes + (size_t(oprojTile(bt, rank, C)) * chunks + kBegin / 64 + 2 * q) * 32 + lane;
+    const uint32_t* sc = o.groupScales + (size_t(oprojTile(bt, rank, C)) * o.groupsPad + kBegin / 128 + q) * 8 + (lane >> 2);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(qs::cuda_gemm::smemAddress(slot + (2 * j) * 512 + lane * 16)),
+                 "l"(c) : "memory");
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(qs::cuda_gemm::smemAddress(slot + (2 * j + 1) * 512 + lane * 16)),
+                 "l"(c + 32) : "memory");
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(qs::cuda_gemm::smemAddress(slot + R * 1024 + j * 128 + lane * 4)),
+                 "l"(sc) : "memory");
+  }
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+// The products of this warp's staged units first … first + R − 1 (each lane reads only what it
+// copied itself): per unit the mma of its 16 rows by the group's 128 activations (column 0 of B:
+// lanes 0-3 hold them; the other columns are zero), the group scale applied once in FP32 as the
+// skinny kernel does, into red[(bt·gph + q)·16 + row].
+__device__ __forceinline__ void multiplyOprojUnits(const DecodeOutputProjection& o, const char* slot, int first, int R,
+                                                   int warp, int warps, int units, int gph, int rank, int C,
+                                                   const uint32_t* xs, float* red) {
+  using namespace qs::cuda_gemm;
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, rowTiles = o.nPad / 16;
+  const Int4Zero zero = int4Zero(8, 8);
+#pragma unroll 4  // independent units: their mma chains overlap
+  for (int j = 0; j < R; ++j) {
+    const int u = warp + warps * (first + j);
+    const int bt = u / gph, q = u - bt * gph;
+    if (u >= units || oprojTile(bt, rank, C) >= rowTiles) continue;  // warp-uniform
+    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      const uint4 w = *reinterpret_cast<const uint4*>(slot + (2 * j + c) * 512 + lane * 16);
+      const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        uint32_t a[4];
+        dequantInt4(words[k], zero, a);
+        const int kk = (128 * q + 64 * c + 16 * k + 2 * t) / 2;  // in half2
+        const uint32_t b0 = lane < 4 ? xs[kk] : 0u, b1 = lane < 4 ? xs[kk + 4] : 0u;
+        mmaF16(d, a, b0, b1);
+      }
+    }
+    if (t == 0) {
+      const __half2 s = asHalf2(*reinterpret_cast<const uint32_t*>(slot + R * 1024 + j * 128 + lane * 4));
+      red[(bt * gph + q) * 16 + g] = d[0] * __low2float(s);
+      red[(bt * gph + q) * 16 + g + 8] = d[2] * __high2float(s);
+    }
+  }
+}
+
+// The output projection after the merge (xs: the group's FP16 outputs in this block's shared
+// memory; red: the queries' and parts' space, free now), in rounds of R units per warp through
+// its slot: the block's tiles' partial products over the KV head's k slice to partials[kvh],
+// then the split-K ticket of its rank. The last of the nKvHeads blocks of that rank adds the
+// slices in KV-head order and finishes as the skinny kernel's norm epilogue does
+// (gemm_skinny.cu): y = FP16(sum), resid += y + bias (after the step's own commit of those
+// rows), and each row chunk's part of the sum of squares.
+__device__ __forceinline__ void outputProjection(const DecodeAttentionArgs& a, char* slot, int R, float* red,
+                                                 const uint32_t* xs, int rank, int C, int kvh, int kLen, int warp,
+                                                 int warps, int tiles, int gph) {
+  const DecodeOutputProjection& o = a.oproj;
+  if (tiles == 0) return;  // this rank owns no rows (in every cluster alike: no ticket either)
+  const int unitCount = tiles * gph, perWarp = (unitCount + warps - 1) / warps, rowTiles = o.nPad / 16;
+  for (int first = 0; first < perWarp; first += R) {
+    if (first > 0) stageOprojUnits(o, slot, first, R, warp, warps, unitCount, gph, rank, C, kvh * kLen);
+    asm volatile("cp.async.wait_all;\n" ::: "memory");  // this lane's staged codes and scales
+    multiplyOprojUnits(o, slot, first, R, warp, warps, unitCount, gph, rank, C, xs, red);
+  }
+  __syncthreads();
+  float* part = o.partials + size_t(kvh) * o.nPad;
+  for (int i = int(threadIdx.x); i < tiles * 16; i += int(blockDim.x)) {
+    const int bt = i >> 4, row = i & 15, tile = oprojTile(bt, rank, C);
+    if (tile >= rowTiles) continue;
+    float sum = 0.0f;
+    for (int q = 0; q < gph; ++q) sum += red[(bt * gph + q) * 16 + row];
+    __stcg(part + 16 * tile + row, sum);
+  }
+  // The ticket, as the skinny kernel's split-K (gemm_skinny.cu): the barrier orders every
+  // thread's partial stores before thread 0's acq_rel arrival; the last block's arrival acquires
+  // the others', and its barrier orders that before any thread's loads.
+  __shared__ int last;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int arrived;
+    asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;" : "=r"(arrived) : "l"(o.counters + rank) : "memory");
+    last = arrived == a.nKvHeads - 1;
+  }
+  __syncthreads();
+  if (!last) return;
+  __shared__ double partW[kOprojMaxTiles];  // W(w) of each tile (residual_norm.cuh)
+  // Thread i takes rows i, i + threads, … of the block's tiles, kOprojRowsPerThread at a time:
+  // every load of those (the stream, the commit's delta, the KV heads' partials) in flight
+  // before any is used; the committed stream into red for the squares.
+  const __half* delta = reinterpret_cast<const __half*>(a.commitDelta);
+  for (int base = 0; base < tiles * 16; base += kOprojRowsPerThread * int(blockDim.x)) {
+    float sum[kOprojRowsPerThread], x[kOprojRowsPerThread];
+    __half d[kOprojRowsPerThread];
+    int rowOf[kOprojRowsPerThread];
+#pragma unroll
+    for (int rr = 0; rr < kOprojRowsPerThread; ++rr) {
+      const int i = base + int(threadIdx.x) + rr * int(blockDim.x);
+      const int tile = i < tiles * 16 ? oprojTile(i >> 4, rank, C) : rowTiles;
+      const int r = tile < rowTiles ? 16 * tile + (i & 15) : o.n;
+      rowOf[rr] = r;
+      sum[rr] = 0.0f;
+      x[rr] = r < o.n ? o.resid[r] : 0.0f;
+      d[rr] = r < o.n && a.commitX ? delta[r] : __float2half_rn(0.0f);
+    }
+    for (int k0 = 0; k0 < a.nKvHeads; k0 += 8) {  // 8 heads' partials requested before any is added
+      float v[8][kOprojRowsPerThread];
+#pragma unroll
+      for (int h = 0; h < 8; ++h)
+#pragma unroll
+        for (int rr = 0; rr < kOprojRowsPerThread; ++rr)
+          v[h][rr] = k0 + h < a.nKvHeads && rowOf[rr] < o.n ? __ldcg(o.partials + size_t(k0 + h) * o.nPad + rowOf[rr]) : 0.0f;
+#pragma unroll
+      for (int h = 0; h < 8; ++h)
+#pragma unroll
+        for (int rr = 0; rr < kOprojRowsPerThread; ++rr)
+          if (k0 + h < a.nKvHeads) sum[rr] += v[h][rr];
+    }
+#pragma unroll
+    for (int rr = 0; rr < kOprojRowsPerThread; ++rr) {
+      const int i = base + int(threadIdx.x) + rr * int(blockDim.x), r = rowOf[rr];
+      if (i >= tiles * 16) continue;
+      float committed = 0.0f;  // rows past n (and tiles past the weight): zeros in the squares
+      if (r < o.n) {
+        const __half yv = __float2half_rn(sum[rr]);
+        const float xin = a.commitX ? cuda::residualAdd(x[rr], &d[rr], a.commitBias ? a.commitBias + r : nullptr, 0) : x[rr];
+        committed = cuda::residualAdd(xin, &yv, o.bias ? o.bias + r : nullptr, 0);
+        reinterpret_cast<__half*>(o.y)[r] = yv;
+        o.resid[r] = committed;
+      }
+      red[i] = committed;
+    }
+  }
+  __syncthreads();
+  // W(w) of each tile in the fragment order of residual_norm.cuh (lane 4g + t: rows g, g + 8).
+  const int lane = threadIdx.x & 31, g = lane >> 2;
+  for (int bt = warp; bt < tiles; bt += warps) {
+    const double w = cuda::treeOverG(cuda::pairSquares(red[bt * 16 + g], red[bt * 16 + g + 8]));
+    if (lane == 0) partW[bt] = w;
+  }
+  __syncthreads();
+  for (int c = int(threadIdx.x); c < tiles / 8; c += int(blockDim.x)) o.squares[rank + C * c] = cuda::chunkSum(partW + 8 * c, 1);
+  if (threadIdx.x == 0) o.counters[rank] = 0;  // ready for the next launch
+}
 #endif
 
 // DPL = output dims per lane (hd ≤ 32·DPL); FromHalf: the inputs are the q/k/v GEMM's FP16
 // product (+ bias), roped here (ropePair: fromHalfRope's values bit for bit), and the kernel
 // commits the residual add the step left it (args.commit). Grid (C, nKvHeads), cluster (C, 1, 1),
 // 32·G·W threads: W warp groups of one warp per query head.
-template <int DPL, bool FromHalf>
+template <int DPL, bool FromHalf, bool OProj>
 __global__ void __launch_bounds__(kMaxGroup * 32)
     decodeAttentionClusterKernel(const DecodeAttentionArgs a, int stages, int early) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -115,7 +325,7 @@ __global__ void __launch_bounds__(kMaxGroup * 32)
   // W warp groups of G warps: warp (u, g) scores query head g over group u's tiles.
   const int groupThreads = 32 * G;
   const int W = int(blockDim.x) / groupThreads;
-  const Layout L = layoutFor(hd, G, stages, W);
+  const Layout L = layoutFor(hd, G, stages, W, OProj);
   const int kvh = blockIdx.y;
   const int64_t kvDim = int64_t(a.nKvHeads) * hd;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -156,6 +366,7 @@ __global__ void __launch_bounds__(kMaxGroup * 32)
       if (ownsLast && pi < hd / 2) kAngle[s] = cuda::pairAngle(pi, hd, pos, rope);
     }
   }
+  if constexpr (OProj) prefetchOutputProjection(a.oproj, rank, C, kvh * G * hd, G * hd);
   waitForPriorGrids();  // chained launch (pdl.cuh): now q, k and v (and the commit's product) are written
   cuda::blockStamp(a.stamps, 1);
   const unsigned long long waited = cuda::stampClock(a.stamps);
@@ -198,8 +409,8 @@ __global__ void __launch_bounds__(kMaxGroup * 32)
       }
     }
     // The residual add, spread over the whole grid (its loads join the round trip; nothing in
-    // this kernel reads the stream).
-    if (a.commitX) {
+    // this kernel reads the stream). With the output projection its reducers do it instead.
+    if (a.commitX && !OProj) {
       const int64_t blocks = int64_t(gridDim.x) * gridDim.y, block = int64_t(blockIdx.y) * gridDim.x + blockIdx.x;
       cuda::commitResidualAdd(a.commitX, reinterpret_cast<const __half*>(a.commitDelta), a.commitBias, a.commitN,
                               a.commitD, block * blockDim.x + threadIdx.x, blocks * blockDim.x);
@@ -290,6 +501,13 @@ __global__ void __launch_bounds__(kMaxGroup * 32)
   }
   asm volatile("cp.async.wait_all;\n" ::: "memory");  // nothing may land after the block exits
   cuda::blockStamp(a.stamps, 2);
+  // The output projection's first round of units: from L2 into this warp's slot of its group's
+  // stages while the cluster merges.
+  [[maybe_unused]] const int oGph = G * hd / 128, oTiles = OProj ? oprojBlockTiles(a.oproj.nPad, rank, C) : 0;
+  [[maybe_unused]] const int oWarps = int(blockDim.x) / 32, oUnitCount = oTiles * oGph;
+  [[maybe_unused]] const int oRound = oprojRound(stages * L.tileFloats * int(sizeof(float)), G);
+  [[maybe_unused]] char* const oSlot = reinterpret_cast<char*>(myStages) + gw * oprojSlotBytes(oRound);
+  if constexpr (OProj) stageOprojUnits(a.oproj, oSlot, 0, oRound, warp, oWarps, oUnitCount, oGph, rank, C, kvh * G * hd);
 
   // This block's (m, l, acc) per query head (m = −inf, l = 0, acc = 0 when it had no tile): each
   // warp's part, then group 0's warps merge the W groups' parts of their head into group 0's
@@ -379,10 +597,17 @@ __global__ void __launch_bounds__(kMaxGroup * 32)
         const int64_t at = int64_t(kvh * G + g) * hd + c;
         a.out[at] = o;
         if (a.outHalf) reinterpret_cast<__half*>(a.outHalf)[at] = __float2half_rn(o);
+        if constexpr (OProj) {  // the projection's activations, into every block of the cluster
+          const __half h = __float2half_rn(o);
+          for (int r = 0; r < C; ++r) cluster.map_shared_rank(reinterpret_cast<__half*>(smem + L.xh), r)[i] = h;
+        }
       }
     }
   }
-  cluster.sync();  // no block leaves while another still reads its shared memory
+  cluster.sync();  // no block leaves while another still reads its shared memory (and xh is whole)
+  if constexpr (OProj)
+    outputProjection(a, oSlot, oRound, smem + L.q, reinterpret_cast<const uint32_t*>(smem + L.xh), rank, C, kvh,
+                     G * hd, warp, oWarps, oTiles, oGph);
   cuda::blockStamp(a.stamps, 5);
 #endif
 }
@@ -433,7 +658,7 @@ size_t minSmemBytes() {
   return bytes;
 }
 
-template <int DPL, bool FromHalf>
+template <int DPL, bool FromHalf, bool OProj>
 int clusterSizeFor(int nKvHeads, int threads, size_t smem) {
   static std::mutex mu;
   static std::map<std::tuple<int, int, int, size_t>, int> known;
@@ -461,7 +686,7 @@ int clusterSizeFor(int nKvHeads, int threads, size_t smem) {
     cfg.attrs = &attr;
     cfg.numAttrs = 1;
     int clusters = 0;
-    if (cudaOccupancyMaxActiveClusters(&clusters, decodeAttentionClusterKernel<DPL, FromHalf>, &cfg) != cudaSuccess) {
+    if (cudaOccupancyMaxActiveClusters(&clusters, decodeAttentionClusterKernel<DPL, FromHalf, OProj>, &cfg) != cudaSuccess) {
       (void)cudaGetLastError();  // an unplaceable shape is an answer, not an error
       return 0;
     }
@@ -476,17 +701,20 @@ int clusterSizeFor(int nKvHeads, int threads, size_t smem) {
   return pick;
 }
 
-template <int DPL, bool FromHalf>
+template <int DPL, bool FromHalf, bool OProj = false>
 bool launchCluster(const DecodeAttentionArgs& a, cudaStream_t stream) {
-  auto* kernel = decodeAttentionClusterKernel<DPL, FromHalf>;
+  auto* kernel = decodeAttentionClusterKernel<DPL, FromHalf, OProj>;
   const int G = a.nHeads / a.nKvHeads;
   static const int maxSmem = [kernel] {
     int dev = 0, perBlock = 0;
     QS_CUDA_CHECK(cudaGetDevice(&dev));
     QS_CUDA_CHECK(cudaDeviceGetAttribute(&perBlock, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    QS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, perBlock));
+    cudaFuncAttributes fa{};
+    QS_CUDA_CHECK(cudaFuncGetAttributes(&fa, kernel));
+    const int dynamic = perBlock - int(fa.sharedSizeBytes);  // the output projection's reducer has static parts
+    QS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, dynamic));
     QS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-    return perBlock;
+    return dynamic;
   }();
   // Warp groups: as many as the setting and the 512-thread block allow within the shared memory
   // the block reserves anyway (just over half an SM, minSmemBytes(): the next GEMV's blocks still
@@ -494,7 +722,7 @@ bool launchCluster(const DecodeAttentionArgs& a, cudaStream_t stream) {
   // one block per SM the SM's idle warps then take the block's tiles in parallel instead of one
   // warp per query head walking them all in turn (a tile is ~2.3 µs of arithmetic and shuffles:
   // block stamps, docs/runtime.md).
-  const auto bytesFor = [&](int w, int st) { return size_t(layoutFor(a.headDim, G, st, w).total) * sizeof(float); };
+  const auto bytesFor = [&](int w, int st) { return size_t(layoutFor(a.headDim, G, st, w, OProj).total) * sizeof(float); };
   const size_t budget = std::min(size_t(maxSmem), std::max(minSmemBytes(), bytesFor(1, stagesSetting())));
   int groups = std::min(warpGroupsSetting(), kMaxGroup / G), stages = stagesSetting();
   while ((groups > 1 || stages > 1) && bytesFor(groups, stages) > budget) {
@@ -504,8 +732,18 @@ bool launchCluster(const DecodeAttentionArgs& a, cudaStream_t stream) {
   if (bytesFor(groups, stages) > size_t(maxSmem)) return false;
   const size_t smem = std::max(bytesFor(groups, stages), minSmemBytes());
   const int threads = 32 * G * groups;
-  const int C = clusterSizeFor<DPL, FromHalf>(a.nKvHeads, threads, smem);
+  const int C = clusterSizeFor<DPL, FromHalf, OProj>(a.nKvHeads, threads, smem);
   if (C < 1) return false;
+  if (OProj) {  // the block's share of the projection fits: a round of at least one unit per warp
+    // in each group's stages, its partial products in the queries' and parts' space
+    const Layout L = layoutFor(a.headDim, G, stages, groups, true);
+    const int tiles = oprojBlockTiles(a.oproj.nPad, 0, C);  // rank 0 owns the most
+    const int units = tiles * (G * a.headDim / 128);
+    if (tiles > kOprojMaxTiles ||
+        oprojRound(stages * L.tileFloats * int(sizeof(float)), G) < 1 || units * 16 > L.xh - L.q ||
+        a.oproj.counterCount < size_t(C))
+      return false;
+  }
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(unsigned(C), unsigned(a.nKvHeads));
   cfg.blockDim = dim3(unsigned(threads));
@@ -541,10 +779,27 @@ bool clusterAvailable() {
 
 }  // namespace
 
+// Whether the output projection can run inside (attention_decode.h).
+bool outputProjectionFits(const DecodeAttentionArgs& a) {
+  const DecodeOutputProjection& o = a.oproj;
+  const int64_t group = int64_t(a.nHeads / a.nKvHeads) * a.headDim;
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  return a.qHalf && a.headDim > 32 && group % 128 == 0 && o.k == int64_t(a.nHeads) * a.headDim && o.kPad >= o.k &&
+         o.kPad % 128 == 0 && o.groupsPad >= o.kPad / 128 && o.n > 0 && o.nPad >= o.n && o.nPad % 16 == 0 &&
+         o.groupScales && aligned(o.codes) && o.resid && o.squares && o.y && o.partials && o.counters &&
+         o.partialFloats >= size_t(a.nKvHeads) * size_t(o.nPad) &&
+         (!a.commitX || (a.commitX == o.resid && a.commitN == o.n && a.commitD == o.n));
+}
+
 bool decodeAttentionCluster(const DecodeAttentionArgs& a, cudaStream_t stream) {
   if (a.nKvHeads <= 0 || a.nHeads % a.nKvHeads != 0 || a.nHeads / a.nKvHeads > kMaxGroup || a.headDim % 4 != 0 ||
       a.headDim > 256 || !clusterAvailable())
     return false;
+  if (a.oproj.codes) {
+    if (!outputProjectionFits(a)) return false;
+    if (a.headDim <= 64) return launchCluster<2, true, true>(a, stream);
+    return a.headDim <= 128 ? launchCluster<4, true, true>(a, stream) : launchCluster<8, true, true>(a, stream);
+  }
   const bool half = a.qHalf != nullptr;
   if (a.headDim <= 32) return half ? launchCluster<1, true>(a, stream) : launchCluster<1, false>(a, stream);
   if (a.headDim <= 64) return half ? launchCluster<2, true>(a, stream) : launchCluster<2, false>(a, stream);

@@ -189,40 +189,69 @@ class CudaTransformerOps final : public TransformerOps {
   void attentionFromHalfRope(const HalfToFloat* qkv, const int32_t* positions, const AttentionShape& s, float theta,
                              const float* invFreq, float mscale, RopeMode mode, const ResidualCommit& commit,
                              float* kCache, float* vCache, float* out, uint16_t* outHalf) override {
-    const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-    if (qkv[0].rows == 1 && s.headDim % 4 == 0 && aligned(kCache) && aligned(vCache)) {
-      cuda_ops::DecodeAttentionArgs a;
-      a.qHalf = qkv[0].x;
-      a.kHalf = qkv[1].x;
-      a.vHalf = qkv[2].x;
-      a.qBias = qkv[0].bias;
-      a.kBias = qkv[1].bias;
-      a.vBias = qkv[2].bias;
-      a.ropeTheta = theta;
-      a.ropeInvFreq = invFreq ? deviceFreqs(invFreq, s.headDim / 2) : nullptr;
-      a.ropeMscale = mscale;
-      a.ropeInterleaved = mode == RopeMode::Interleaved ? 1 : 0;
-      const cuda_ops::ResidualCommitItem c = commitItem(commit);
-      a.commitX = c.x;
-      a.commitDelta = c.yh;
-      a.commitBias = c.bias;
-      a.commitN = c.n;
-      a.commitD = c.D;
-      a.kCache = kCache;
-      a.vCache = vCache;
-      a.positions = positions;
-      a.nHeads = s.nHeads;
-      a.nKvHeads = s.nKvHeads;
-      a.headDim = s.headDim;
-      a.scale = s.scale > 0.0f ? s.scale : 1.0f / std::sqrt(float(s.headDim));
-      a.window = s.window;
-      a.softcap = s.softcap;
-      a.out = out;
-      a.outHalf = outHalf;
-      if (cuda_ops::decodeAttentionCluster(a, stream_)) return;
-    }
+    if (decodeCluster(qkv, positions, s, theta, invFreq, mscale, mode, commit, kCache, vCache, out, outHalf, nullptr))
+      return;
     TransformerOps::attentionFromHalfRope(qkv, positions, s, theta, invFreq, mscale, mode, commit, kCache, vCache, out,
                                           outHalf);
+  }
+  bool attentionFromHalfRopeProjected(const HalfToFloat* qkv, const int32_t* positions, const AttentionShape& s,
+                                      float theta, const float* invFreq, float mscale, RopeMode mode,
+                                      const ResidualCommit& commit, float* kCache, float* vCache, float* out,
+                                      uint16_t* outHalf, const OutputProjection& projection) override {
+    return decodeCluster(qkv, positions, s, theta, invFreq, mscale, mode, commit, kCache, vCache, out, outHalf,
+                         &projection);
+  }
+  // The one-kernel decode attention (attention_decode_cluster.cu), with the output projection
+  // inside where `projection` is given; false where it does not apply (nothing launched).
+  bool decodeCluster(const HalfToFloat* qkv, const int32_t* positions, const AttentionShape& s, float theta,
+                     const float* invFreq, float mscale, RopeMode mode, const ResidualCommit& commit, float* kCache,
+                     float* vCache, float* out, uint16_t* outHalf, const OutputProjection* projection) {
+    const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+    if (qkv[0].rows != 1 || s.headDim % 4 != 0 || !aligned(kCache) || !aligned(vCache)) return false;
+    cuda_ops::DecodeAttentionArgs a;
+    a.qHalf = qkv[0].x;
+    a.kHalf = qkv[1].x;
+    a.vHalf = qkv[2].x;
+    a.qBias = qkv[0].bias;
+    a.kBias = qkv[1].bias;
+    a.vBias = qkv[2].bias;
+    a.ropeTheta = theta;
+    a.ropeInvFreq = invFreq ? deviceFreqs(invFreq, s.headDim / 2) : nullptr;
+    a.ropeMscale = mscale;
+    a.ropeInterleaved = mode == RopeMode::Interleaved ? 1 : 0;
+    const cuda_ops::ResidualCommitItem c = commitItem(commit);
+    a.commitX = c.x;
+    a.commitDelta = c.yh;
+    a.commitBias = c.bias;
+    a.commitN = c.n;
+    a.commitD = c.D;
+    a.kCache = kCache;
+    a.vCache = vCache;
+    a.positions = positions;
+    a.nHeads = s.nHeads;
+    a.nKvHeads = s.nKvHeads;
+    a.headDim = s.headDim;
+    a.scale = s.scale > 0.0f ? s.scale : 1.0f / std::sqrt(float(s.headDim));
+    a.window = s.window;
+    a.softcap = s.softcap;
+    a.out = out;
+    a.outHalf = outHalf;
+    if (const OutputProjection* p = projection) {
+      cuda_ops::DecodeOutputProjection& o = a.oproj;
+      const DeviceInt4G128Weight& w = p->weight;
+      o.codes = w.codes;
+      o.groupScales = w.groupScales;
+      o.n = int(w.n), o.k = int(w.k), o.nPad = int(w.nPad), o.kPad = int(w.kPad), o.groupsPad = int(w.groupsPad);
+      o.partials = w.partials;
+      o.counters = w.counters;
+      o.partialFloats = w.partialFloats;
+      o.counterCount = w.counterCount;
+      o.bias = p->bias;
+      o.resid = p->resid;
+      o.squares = p->squares;
+      o.y = p->y;
+    }
+    return cuda_ops::decodeAttentionCluster(a, stream_);
   }
   void swigluHalf(const uint16_t* gh, const float* gbias, const uint16_t* uh, const float* ubias, int64_t rows,
                   int64_t cols, int64_t ld, float* /*g*/, float* /*u*/, uint16_t* outHalf,
