@@ -19,8 +19,8 @@
 // kernel, its launch and the attention output's round trip are gone: each cluster's merge also
 // writes its query group's FP16 outputs into every block of the cluster, and each block then
 // multiplies them by its rows of the weight's k slice of that group (asked of L2 before the wait,
-// in registers while the cluster merges), a split of k per KV head that the last block to arrive
-// reduces and adds to the residual stream. On the H200 it is slower than the two kernels (the
+// copied into its free tile stages while the cluster merges), a split of k per KV head that the
+// last block to arrive reduces and adds to the residual stream. On the H200 it is slower than the two kernels (the
 // clusters are 8 blocks there, so 64 SMs do the projection after the merge): the runtime takes
 // it only with QS_FUSE_ATTENTION_OPROJ=1 (docs/runtime.md, session 37).
 #include <cooperative_groups.h>
