@@ -1214,8 +1214,10 @@ class TestGemmGpu : public QObject {
   // projection inside, attention_decode_cluster.cu) against its two ops on the same backend:
   // attentionFromHalfRope, then runIntoResidual of the INT4 g128 weight on its FP16 output.
   // Bounds: the attention's output, its FP16 copy and both caches equal bit for bit (the same
-  // attention code); the product within one FP16 ulp of the two ops' (only the FP32 summation
-  // order of the product differs) and within FP16 rounding + 1e-5 of sum |w·x| of a double
+  // attention code); the product within one FP16 ulp + 1e-5 of sum |w·x| of the two ops' (only
+  // the FP32 summation order of the product differs: where outliers cancel, sums whose terms are
+  // ~1e3 times the result move it by more than one FP16 ulp of the result; session 38 saw 3-4
+  // ulps on the 8B's first position) and within FP16 rounding + 1e-5 of sum |w·x| of a double
   // reference on the dequantized weight; the stream within that product difference + 1e-6; the
   // parts of the next norm's sum of squares equal, bit for bit, residual_norm.cuh's order on the
   // stream it left; a second launch equal bit for bit (deterministic; counters left zero). The
@@ -1352,7 +1354,7 @@ class TestGemmGpu : public QObject {
           ref += term;
           mag += std::fabs(term);
         }
-        const double dTwo = std::fabs(yo - yt), bTwo = halfUlp(yt);
+        const double dTwo = std::fabs(yo - yt), bTwo = halfUlp(yt) + 1e-5 * mag;
         const double dRef = std::fabs(yo - ref), bRef = halfUlp(ref) / 2 + 1e-5 * mag + 1e-7;
         const double dX = std::fabs(double(one.x[size_t(r)]) - double(two.x[size_t(r)]));
         const double bX = dTwo + 1e-6 * std::fabs(double(two.x[size_t(r)])) + 1e-7;
@@ -1362,7 +1364,7 @@ class TestGemmGpu : public QObject {
       }
       qInfo("%s: product vs two ops %.3g of its bound, vs reference %.3g, stream %.3g", qPrintable(what), worstTwo, worstRef,
             worstX);
-      if (worstTwo > 1) t.failures << what + QString(": product off the two ops' by %1 of one FP16 ulp").arg(worstTwo);
+      if (worstTwo > 1) t.failures << what + QString(": product off the two ops' by %1 of its bound").arg(worstTwo);
       if (worstRef > 1) t.failures << what + QString(": product off the reference by %1 of its bound").arg(worstRef);
       if (worstX > 1) t.failures << what + QString(": stream off by %1 of its bound").arg(worstX);
       if (!sameBits(one.squares, chunkSquares(one.x.data(), c.n)))
