@@ -729,21 +729,31 @@ class TestGemmGpu : public QObject {
     }
   }
 
-  // The split-K ticket's memory ordering (the last block of a row group reads every split's
-  // partials after one acq_rel arrival; QS_GEMM_TICKET=fence, its own ctest entry, the fences).
-  // The partials' buffer is reused by every launch, so a reducer that read before another
-  // block's partials were visible would add the previous launch's values. Launches alternate two
-  // inputs back to back with no synchronisation between them, on plans of many splits (40 and 48
-  // rows: 32 splits and more blocks than rows), each product equal bit for bit to its input's
-  // product computed alone.
+  // The split-K reduction's memory ordering. By default the last split of a row group reads the
+  // others' mailboxes until no word is empty and empties them again (QS_GEMM_TICKET=acqrel and
+  // =fence, their own ctest entries: a ticket, then the partials). The buffers are reused by
+  // every launch, so a reducer that read before another block's partials were visible, or a
+  // mailbox left full, would add another launch's values. Launches alternate two inputs back to
+  // back with no synchronisation between them, on plans of many splits (40 and 48 rows: 32
+  // splits and more blocks than rows), each product equal bit for bit to its input's product
+  // computed alone; then every plan's launches interleave (different row groups and splits use
+  // the same words of the buffers).
   void splitKTicketOrdersThePartials() {
     GemmOps& ops = h_->gpu();
     const uint64_t seed = freshSeed();
+    struct Planned {
+      QString what;
+      int64_t m, n;
+      std::unique_ptr<GemmWeight> w;
+      std::shared_ptr<void> x[2];
+      std::vector<uint16_t> want[2];
+    };
+    std::vector<Planned> planned;
     for (const auto& [name, n, k, m] : std::vector<std::tuple<const char*, int64_t, int64_t, int64_t>>{
              {"w4a16-g128", 40, 4096, 1}, {"w4a16-g128", 4096, 4096, 1}, {"w8a16-int8", 48, 8192, 3},
              {"w4a16-g32-asym", 40, 8192, 13}, {"w8a8-fp8", 48, 4096, 5}}) {
       const GemmScheme s = GemmScheme::parse(name);
-      const auto w = ops.prepare(makeRandomQuantWeight(n, k, s, seed), s.activation);
+      auto w = ops.prepare(makeRandomQuantWeight(n, k, s, seed), s.activation);
       std::shared_ptr<void> x[2], alone[2];
       std::vector<uint16_t> want[2];
       for (int i = 0; i < 2; ++i) {
@@ -766,6 +776,25 @@ class TestGemmGpu : public QObject {
         QVERIFY2(got == want[r % 2], qPrintable(QString("%1 n=%2 k=%3 m=%4: launch %5 differs from its input's product")
                                                       .arg(name).arg(n).arg(k).arg(m).arg(r)));
       }
+      planned.push_back({QString("%1 n=%2 k=%3 m=%4").arg(name).arg(n).arg(k).arg(m), m, n, std::move(w), {x[0], x[1]},
+                         {want[0], want[1]}});
+    }
+    // Every plan after every other, back to back: 3 rounds x plans x 2 inputs.
+    std::vector<std::pair<size_t, int>> order;
+    for (int round = 0; round < 3; ++round)
+      for (size_t c = 0; c < planned.size(); ++c)
+        for (int i = 0; i < 2; ++i) order.push_back({(c * 3 + size_t(round)) % planned.size(), (i + round) % 2});
+    std::vector<std::shared_ptr<void>> y;
+    for (const auto& [c, i] : order) {
+      y.push_back(ops.allocate(size_t(planned[c].m * planned[c].n) * 2));
+      ops.run(*planned[c].w, planned[c].x[i].get(), planned[c].m, y.back().get());
+    }
+    for (size_t r = 0; r < order.size(); ++r) {
+      const Planned& p = planned[order[r].first];
+      std::vector<uint16_t> got(size_t(p.m * p.n));
+      ops.download(got.data(), y[r].get(), got.size() * 2);
+      QVERIFY2(got == p.want[order[r].second],
+               qPrintable(QString("%1: launch %2 of the interleaved plans differs from its input's product").arg(p.what).arg(r)));
     }
   }
 

@@ -23,12 +23,16 @@ struct DeviceQuantWeight {
 };
 
 // Split-K workspace: partial sums and one arrival counter per output tile. The counters must
-// be zero before the first launch; each launch leaves them zero again.
+// be zero before the first launch; each launch leaves them zero again. The skinny kernels'
+// mailboxes (the partials' shape) must hold 0xFFFFFFFF in every word before the first launch;
+// each launch leaves them so again.
 struct SplitWorkspace {
   float* partials = nullptr;
   size_t partialFloats = 0;
   int* counters = nullptr;
   size_t counterCount = 0;
+  float* mailboxes = nullptr;
+  size_t mailboxFloats = 0;
 };
 
 struct LaunchPlan {

@@ -871,7 +871,13 @@ class CudaGemmOps final : public GemmOps {
         QS_CUDA_CHECK(cudaMemset(counters_.get(), 0, counters_.bytes()));
       }
     }
+    if (plan.splits > 1 && mailboxes_.bytes() < plan.partialFloats * sizeof(float)) {
+      ensure(mailboxes_, plan.partialFloats * sizeof(float));
+      QS_CUDA_CHECK(cudaMemsetAsync(mailboxes_.get(), 0xFF, mailboxes_.bytes(), stream_));  // every word empty
+    }
     cuda_gemm::SplitWorkspace ws;
+    ws.mailboxes = static_cast<float*>(mailboxes_.get());
+    ws.mailboxFloats = mailboxes_.bytes() / sizeof(float);
     ws.partials = static_cast<float*>(partials_.get());
     ws.partialFloats = partials_.bytes() / sizeof(float);
     ws.counters = static_cast<int*>(counters_.get());
@@ -923,7 +929,7 @@ class CudaGemmOps final : public GemmOps {
   cudaStream_t stream_ = nullptr;
   uint64_t workspaceGeneration_ = 0;
   std::unique_ptr<cuda_gemm::CublasContext> blas_;
-  DeviceBuffer partials_, counters_, actCodes_, tokenScales_, ltOut_, dequantScratch_, l2Flush_, hopperWorkspace_,
+  DeviceBuffer partials_, counters_, mailboxes_, actCodes_, tokenScales_, ltOut_, dequantScratch_, l2Flush_, hopperWorkspace_,
       widened_;
   WideMode wideMode_ = WideMode::Auto;
   cuda_gemm::HopperTile forcedHopperTile_ = cuda_gemm::HopperTile::Tokens128;

@@ -69,6 +69,15 @@ constexpr int kStageBytes = kStageChunks * kChunkBytes;
 constexpr int kMaxStages = 8;
 constexpr int kZeroBlock = 128;  // zeros that lanes of absent tokens (>= m) read (ldmatrix / lds64)
 
+// Split-K reduction modes (SkinnyArgs::reduceMode, QS_GEMM_TICKET). Fence / AcqRel: every split
+// publishes its partials, then takes a ticket (one atomic on its row group's counter); the last
+// to arrive adds them. Mailbox: the last split of each row group always adds; the others store
+// their partials into mailboxes that hold kEmptyMailbox between launches, and the reducer reads
+// each word until it is no longer empty, so the data is its own flag (NCCL's LL protocol) and no
+// fence, barrier or atomic stands between a split's last product and the reducer's loads.
+constexpr int kReduceFence = 0, kReduceAcqRel = 1, kReduceMailbox = 2;
+constexpr unsigned kEmptyMailbox = 0xFFFFFFFFu;  // a NaN no FP32 arithmetic returns (theirs is 0x7FFFFFFF)
+
 struct SkinnyArgs {
   const uint4* codes;
   const uint32_t* groupScales;  // null: per channel (channelScales in the epilogue)
@@ -92,7 +101,8 @@ struct SkinnyArgs {
                           // hold their partials (the others exit: that counts as the trigger)
   int reduceBatch;        // split-K: partials requested per round trip (capped by the kernel)
   int preWaitStages;      // bulk path: ring stages issued before the wait (0: all), the rest after it
-  int ticketAcqRel;       // split-K ticket: one acq_rel atomic (1) or fence.sc + relaxed atomic, fence.sc after (0)
+  int reduceMode;         // split-K: kReduceFence, kReduceAcqRel (a ticket picks the reducer) or kReduceMailbox
+  float* mailboxes;       // kReduceMailbox: partials' shape, every word kEmptyMailbox between launches
   // Norm prologue (A16, NormPrologue in gemm_launch.h): x is not read; resid non-null.
   const float* resid;
   const __half* delta;
@@ -763,6 +773,99 @@ __global__ void __launch_bounds__(kThreads, kDeep ? 2 : 3) skinnyKernel(const Sk
     cuda::blockStamp(p.stamps, 5);
     return;
   }
+  constexpr int kMaxBatch = NT == 1 ? 8 : kDeep || kBulk ? 4 : 2;  // see the reducer below
+  if (p.reduceMode == kReduceMailbox) {
+    // The data is the flag: a word of a mailbox is either empty or this launch's value (each
+    // 4-byte word is written once, single-copy atomic), so the reducer needs no ordering beyond
+    // reading until no word is empty. The reducer is the row group's last split: blocks start in
+    // index order, so every split it waits for has started before it (no wait on a block that
+    // cannot be placed), and it puts the mailboxes back to empty for the next launch (the kernel
+    // boundary orders that before any later launch's stores).
+    const int reducer = p.splits - 1;
+    auto box = [&](int s) {
+      return p.mailboxes + ((size_t(s) * gridDim.x + rowGroup) * kThreads + threadIdx.x) * (4 * NT);
+    };
+    if (split != reducer) {
+      if (active) {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          float v[4];
+#pragma unroll
+          for (int i = 0; i < 4; ++i)  // a product has an empty word's bits only as a NaN: give it the usual NaN's
+            v[i] = __float_as_uint(acc[nt][i]) == kEmptyMailbox ? __uint_as_float(0x7FFFFFFFu) : acc[nt][i];
+          asm volatile("st.relaxed.gpu.global.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(box(split) + 4 * nt), "f"(v[0]),
+                       "f"(v[1]), "f"(v[2]), "f"(v[3])
+                       : "memory");
+        }
+      }
+      cuda::blockStamp(p.stamps, 5);
+      return;
+    }
+    cuda::blockStampDetail(p.stamps, 1ull << 63);
+    float sum[NT][4];
+    if (active) {
+      auto load = [](const float* at) {
+        float4 v;
+        asm volatile("ld.relaxed.gpu.global.v4.f32 {%0, %1, %2, %3}, [%4];"
+                     : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                     : "l"(at)
+                     : "memory");
+        return v;
+      };
+      auto full = [](const float4& v) {
+        return __float_as_uint(v.x) != kEmptyMailbox && __float_as_uint(v.y) != kEmptyMailbox &&
+               __float_as_uint(v.z) != kEmptyMailbox && __float_as_uint(v.w) != kEmptyMailbox;
+      };
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) sum[nt][i] = 0.0f;
+      const int batch = min(kMaxBatch, max(1, p.reduceBatch));
+      for (int s0 = 0; s0 < reducer; s0 += batch) {
+        // The batch's mailboxes, all requested at once, again until no word is empty (one round
+        // trip to L2 a round, whatever the number of late splits).
+        float4 v[kMaxBatch][NT];
+        unsigned rounds = 0;
+        for (bool pending = true; pending;) {
+          // A word never written would be a bug of this kernel: a device error after ~10 s of
+          // polling rather than a hang.
+          if (++rounds > (1u << 24)) __trap();
+          pending = false;
+#pragma unroll
+          for (int b = 0; b < kMaxBatch; ++b)
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+              const int s = s0 + b;
+              v[b][nt] = b < batch && s < reducer ? load(box(s) + 4 * nt) : make_float4(0, 0, 0, 0);
+            }
+#pragma unroll
+          for (int b = 0; b < kMaxBatch; ++b)
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) pending |= !full(v[b][nt]);
+          if (pending) __nanosleep(20);
+        }
+#pragma unroll
+        for (int b = 0; b < kMaxBatch; ++b)
+          if (b < batch && s0 + b < reducer)
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+              sum[nt][0] += v[b][nt].x, sum[nt][1] += v[b][nt].y, sum[nt][2] += v[b][nt].z, sum[nt][3] += v[b][nt].w;
+      }
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)  // the reducer's own split, the last in split order
+#pragma unroll
+        for (int i = 0; i < 4; ++i) sum[nt][i] += acc[nt][i];
+      const float empty = __uint_as_float(kEmptyMailbox);
+      for (int s = 0; s < reducer; ++s)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) __stcg(reinterpret_cast<float4*>(box(s) + 4 * nt), make_float4(empty, empty, empty, empty));
+    }
+    if (p.lateTrigger == 2) allowDependentLaunch();  // the partials are in registers
+    if (active) store(sum);
+    if (p.epiResid) normEpilogue();
+    cuda::blockStamp(p.stamps, 5);
+    return;
+  }
   // Split-K: publish this split's partial sums, the last block of the row group adds them all
   // in split order (deterministic) and stores.
   float* myPartial = p.partials + ((size_t(split) * gridDim.x + rowGroup) * kThreads + threadIdx.x) * (4 * NT);
@@ -776,11 +879,11 @@ __global__ void __launch_bounds__(kThreads, kDeep ? 2 : 3) skinnyKernel(const Sk
   // also acquires every other block's, and its barrier orders that before any thread's loads of
   // the partials. So one acq_rel atomic on thread 0, no fence on any other thread (CUTLASS's
   // GenericBarrier: barrier, then a release by one thread; an acquire by one thread, then a
-  // barrier). ticketAcqRel = 0: the sequentially consistent fences before and after instead.
+  // barrier). kReduceFence: the sequentially consistent fences before and after instead.
   __syncthreads();
   if (threadIdx.x == 0) {
     int arrived;
-    if (p.ticketAcqRel) {
+    if (p.reduceMode == kReduceAcqRel) {
       asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;" : "=r"(arrived) : "l"(p.counters + rowGroup) : "memory");
     } else {
       __threadfence();
@@ -794,7 +897,7 @@ __global__ void __launch_bounds__(kThreads, kDeep ? 2 : 3) skinnyKernel(const Sk
     return;
   }
   cuda::blockStampDetail(p.stamps, 1ull << 63);
-  if (!p.ticketAcqRel) __threadfence();
+  if (p.reduceMode == kReduceFence) __threadfence();
   float sum[NT][4];
   if (active) {
 #pragma unroll
@@ -803,9 +906,9 @@ __global__ void __launch_bounds__(kThreads, kDeep ? 2 : 3) skinnyKernel(const Sk
       for (int i = 0; i < 4; ++i) sum[nt][i] = 0.0f;
     // batch splits' partials are requested before any is added (one round trip to L2 per
     // batch), then added in split order. kMaxBatch float4 per n8 tile stay in registers: 8 with
-    // one tile (no stack frame in any instantiation: cuobjdump -res-usage), 4 / 2 with two (2: the
-    // 80-register kernels).
-    constexpr int kMaxBatch = NT == 1 ? 8 : kDeep || kBulk ? 4 : 2;
+    // one tile, 4 / 2 with two (2: the 80-register kernels). ptxas -v (session 39): no stack frame
+    // in the g128 and bulk kernels; the other 80-register kernels have frames of 8-16 bytes, as
+    // before the mailboxes.
     const int batch = min(kMaxBatch, max(1, p.reduceBatch));
     for (int s0 = 0; s0 < p.splits; s0 += batch) {
       float4 v[kMaxBatch][NT];
@@ -893,14 +996,16 @@ int bulkPreWaitStages(bool g128Sym) {
   return forced ? forced : g128Sym ? 2 : 0;
 }
 
-// The split-K ticket's memory ordering (see the kernel): QS_GEMM_TICKET=acqrel (one acq_rel atomic)
-// or fence (fence.sc before the relaxed atomic on thread 0 and on every thread of the last block).
-bool ticketAcqRel() {
-  static const bool acqRel = [] {
+// How split-K plans reduce (see the kernel): QS_GEMM_TICKET=mailbox (the default: the last split
+// adds, reading mailboxes whose data is its own flag), acqrel (a ticket, one acq_rel atomic) or
+// fence (a ticket: fence.sc before the relaxed atomic on thread 0 and on every thread of the last block).
+int reduceMode() {
+  static const int mode = [] {
     const char* v = std::getenv("QS_GEMM_TICKET");
-    return !(v && std::string(v) == "fence");
+    const std::string s = v ? v : "";
+    return s == "fence" ? kReduceFence : s == "acqrel" ? kReduceAcqRel : kReduceMailbox;
   }();
-  return acqRel;
+  return mode;
 }
 
 // Blocks per multiprocessor the split-K planner aims for (capped by what is resident), measured
@@ -1068,8 +1173,16 @@ void launchSkinny(const DeviceQuantWeight& w, const void* x, const float* tokenS
   a.lateTrigger = plan.lateTrigger && !plan.earlyTrigger ? (plan.lateAfterReduce ? 2 : 1) : 0;
   a.reduceBatch = plan.reduceBatch;
   a.preWaitStages = bulkPreWaitStages(plan.g128Sym);
-  a.ticketAcqRel = ticketAcqRel() ? 1 : 0;
-  if (plan.splits > 1 && (ws.partialFloats < plan.partialFloats || ws.counterCount < plan.counters))
+  // The mailboxes measured faster with one n8 tile (m <= 8: the reducer requests all 8 splits in
+  // one round trip) and slower with two (m = 9..16, whose reducers take batches of 4 or 2:
+  // 4096x4096 INT4 g128 at m = 16 13.8 us against ~12.0 with the ticket, H200, docs/gemm.md):
+  // those keep the acq_rel ticket.
+  a.reduceMode = reduceMode() == kReduceMailbox && nt == 2 ? kReduceAcqRel : reduceMode();
+  a.mailboxes = ws.mailboxes;
+  if (plan.splits > 1 && a.reduceMode == kReduceMailbox && ws.mailboxFloats < plan.partialFloats)
+    throw std::invalid_argument("skinny GEMM: split-K mailboxes too small");
+  if (plan.splits > 1 && a.reduceMode != kReduceMailbox &&
+      (ws.partialFloats < plan.partialFloats || ws.counterCount < plan.counters))
     throw std::invalid_argument("skinny GEMM: split-K workspace too small");
   if (prologue) {
     if (w.a8 || !prologue->resid || !prologue->normW)
