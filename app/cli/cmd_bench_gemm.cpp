@@ -75,12 +75,12 @@ std::string headline(const GemmBenchResult& r, const GemmBenchOptions& o) {
       minPct = std::min(minPct, row.pctCopy);
       ++count;
       // --read-floor: the share of the read floor's speed (floor time / our time), same shape and m
-      for (const auto& f : r.rows)
-        if (f.kernel == "read-floor:" + scheme->name() && f.n == row.n && f.k == row.k && f.m == m && row.us > 0) {
-          floorSum += 100.0 * f.us / row.us;
-          minFloor = std::min(minFloor, 100.0 * f.us / row.us);
-          ++floors;
-        }
+      const double floorUs = readFloorMicros(r, scheme->name(), row.n, row.k, m);
+      if (floorUs > 0 && row.us > 0) {
+        floorSum += 100.0 * floorUs / row.us;
+        minFloor = std::min(minFloor, 100.0 * floorUs / row.us);
+        ++floors;
+      }
     }
   if (!count) return "headline: " + name + " at m=" + std::to_string(m) + " was not measured";
   return "headline: " + name + " at m=" + std::to_string(m) + ": " + fixed(std::exp(logSum / count), 2) +
@@ -123,8 +123,10 @@ void registerBenchGemm(CLI::App& bench, CliContext& ctx) {
       ->capture_default_str();
   cmd->add_flag("--no-cublaslt", args->noLt, "Skip the cuBLASLt FP8/INT8 baselines");
   cmd->add_flag("--read-floor", args->readFloor,
-                "Also time a kernel that only reads each weight's bytes, the same way: the least any kernel "
-                "reading them can take (its 'x fp16' is the ceiling of that format's speedup)");
+                "Also time two kernels that only read each weight's bytes, the same way: 'read-floor' "
+                "(grid-stride) and 'read-streams' (the skinny GEMVs' own access pattern and occupancy: what "
+                "their weight stream alone costs). The faster of the two is the floor: its 'x fp16' is the "
+                "ceiling of that format's speedup");
   cmd->add_flag("--json", args->json, "Print the results as JSON on stdout");
 
   cmd->callback([args, &ctx] {

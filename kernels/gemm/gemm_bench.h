@@ -25,7 +25,7 @@ struct GemmBenchOptions {
   bool cublasLtBaselines = true;                    // cuBLASLt FP8 and INT8 cores, alone
   int repeats = 15;
   int minLaunchesPerGraph = 20;
-  bool readFloor = false;  // also time a kernel that only reads each weight's bytes (gemm_read_floor.h)
+  bool readFloor = false;  // also time kernels that only read each weight's bytes: grid-stride, and as the GEMVs do (gemm_read_floor.h)
   std::function<void(const std::string&)> progress;  // one line per step (may be empty)
 };
 
@@ -50,6 +50,14 @@ struct GemmBenchResult {
   std::vector<GemmBenchRow> rows;
   std::string method;  // how it was timed, one paragraph
 };
+
+// Rows of options.readFloor: the kernel is one of these prefixes + the scheme's name.
+inline const std::string kReadFloorPrefix = "read-floor:";      // grid-stride reads
+inline const std::string kReadStreamsPrefix = "read-streams:";  // the skinny GEMVs' per-warp streams
+
+// The read floor of one weight (scheme name, n, k) at m: the faster of its two reading kernels'
+// times (neither is the faster on every shape), 0 when neither was timed.
+double readFloorMicros(const GemmBenchResult& result, const std::string& schemeName, int64_t n, int64_t k, int64_t m);
 
 // Throws ErrorKind::Unsupported in a build without CUDA, ErrorKind::Device without a device,
 // ErrorKind::BadInput for shapes the kernels do not take (k not a multiple of the group size).

@@ -10,6 +10,7 @@
 #include "kernels/backend/backend.h"
 #include "kernels/common/error.h"
 #include "kernels/common/half.h"
+#include "kernels/gemm/gemm_bench.h"
 #include "kernels/gemm/gemm_layout.h"
 #include "kernels/gemm/gemm_ops.h"
 #include "kernels/gemm/gemm_reference.h"
@@ -512,6 +513,31 @@ class TestGemm : public QObject {
     } catch (const Error& e) {
       QCOMPARE(e.kind(), ErrorKind::BadInput);
     }
+  }
+
+  // `bench gemm --read-floor` times two reading kernels per weight; the floor (the headline's
+  // "% of the read floor's speed") is the faster of them for that weight and m, whichever it is
+  // (H200: grid-stride on 8192², the per-warp streams on 4096² INT8).
+  void benchReadFloorIsTheFasterReader() {
+    GemmBenchResult r;
+    auto row = [&](const std::string& kernel, int64_t n, int64_t k, int64_t m, double us) {
+      GemmBenchRow x;
+      x.kernel = kernel, x.n = n, x.k = k, x.m = m, x.us = us;
+      r.rows.push_back(x);
+    };
+    row("w4a16-g128", 8192, 8192, 1, 12.3);
+    row(kReadFloorPrefix + "w4a16-g128", 8192, 8192, 1, 8.8);
+    row(kReadStreamsPrefix + "w4a16-g128", 8192, 8192, 1, 9.7);
+    row(kReadFloorPrefix + "w8a16-int8", 4096, 4096, 1, 6.7);
+    row(kReadStreamsPrefix + "w8a16-int8", 4096, 4096, 1, 5.4);
+    row(kReadStreamsPrefix + "w8a16-int8", 4096, 14336, 1, 0);  // not timed: ignored
+    row(kReadFloorPrefix + "w8a16-int8", 4096, 14336, 1, 14.4);
+    QCOMPARE(readFloorMicros(r, "w4a16-g128", 8192, 8192, 1), 8.8);
+    QCOMPARE(readFloorMicros(r, "w8a16-int8", 4096, 4096, 1), 5.4);
+    QCOMPARE(readFloorMicros(r, "w8a16-int8", 4096, 14336, 1), 14.4);
+    QCOMPARE(readFloorMicros(r, "w8a16-int8", 8192, 8192, 1), 0.0);  // another weight
+    QCOMPARE(readFloorMicros(r, "w4a16-g128", 8192, 8192, 16), 0.0);  // another m
+    QCOMPARE(readFloorMicros(r, "w4a16-g32", 8192, 8192, 1), 0.0);    // another scheme
   }
 
   void benchCliRejectsBadArguments() {

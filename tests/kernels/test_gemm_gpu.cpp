@@ -21,6 +21,7 @@
 #include "kernels/cuda/gemm/gemm_hopper_a8.h"
 #include "kernels/cuda/gemm/gemm_ggml.h"
 #include "kernels/cuda/gemm/gemm_launch.h"
+#include "kernels/cuda/gemm/gemm_read_floor.h"
 #include "kernels/gemm/gemm_ops.h"
 #include "kernels/gemm/gemm_layout.h"
 #include "kernels/gemm/gemm_reference.h"
@@ -385,8 +386,11 @@ class TestGemmGpu : public QObject {
         for (const Case& c : std::vector<Case>{{2064, 8192, 1}, {203, 384, 3}, {40, 4096, 8}, {4096, 4096, 1}, {136, 1152, 5}}) {
           std::string kernel;
           ++i;
-          const QString err = h->compare(s, c, i % 2 == 0, seed + uint64_t(i) * 7919, &kernel);
+          double relError = 0;
+          const QString err = h->compare(s, c, i % 2 == 0, seed + uint64_t(i) * 7919, &kernel, nullptr, &relError);
           QVERIFY2(err.isEmpty(), qPrintable(err));
+          qInfo("bulk=%s g128=%s n=%lld k=%lld m=%lld%s %s: relative error %.2e", bulk, g128, (long long)c.n,
+                (long long)c.k, (long long)c.m, i % 2 == 0 ? " outliers" : "", kernel.c_str(), relError);
           const bool specialized = kernel.find("-g128") != std::string::npos;
           QVERIFY2(specialized == (g128[0] == '1'),
                    qPrintable(QString("bulk=%1 g128=%2 n=%3 k=%4 m=%5 ran %6")
@@ -1421,6 +1425,59 @@ class TestGemmGpu : public QObject {
                                                    nullptr, 1.0f, RopeMode::HalfSplit, {}, fb + 65536, fb + 98304,
                                                    fb + 131072, reinterpret_cast<uint16_t*>(fb + 163840), p));
     QVERIFY2(t.failures.isEmpty(), qPrintable(t.failures.join('\n')));
+  }
+
+  // `bench gemm --read-floor`'s kernels read every 16-byte unit of the weight: with one unit set
+  // to the sink's key and all others zero, the thread that reads it (and only a thread that reads
+  // it) writes the sink. Both patterns, sizes from one unit to more than the grid holds in one
+  // pass, odd counts, a ragged 16-byte tail; every unit of the small sizes, the ends and a
+  // random sample of the large one (QS_GEMM_TEST_QUICK: the ends and a sample of every size).
+  void readFloorReadsEveryUnit() {
+    int device = 0, sms = 0;
+    QCOMPARE(cudaGetDevice(&device), cudaSuccess);
+    QCOMPARE(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), cudaSuccess);
+    cudaStream_t stream = nullptr;
+    QCOMPARE(cudaStreamCreate(&stream), cudaSuccess);
+    constexpr uint32_t kKey = 0x9E3779B9u;  // gemm_read_floor.cu's sink condition
+    const size_t largest = size_t(sms) * 2048 * 8 * 2 + 77;  // > two grid-stride passes of 8
+    void* buf = nullptr;
+    uint32_t* sink = nullptr;
+    QCOMPARE(cudaMalloc(&buf, largest * 16), cudaSuccess);
+    QCOMPARE(cudaMalloc(reinterpret_cast<void**>(&sink), 4), cudaSuccess);
+    QCOMPARE(cudaMemsetAsync(buf, 0, largest * 16, stream), cudaSuccess);
+    std::mt19937_64 rng(freshSeed());
+    int checked = 0;
+    for (const cuda_gemm::ReadPattern pattern : {cuda_gemm::ReadPattern::Grid, cuda_gemm::ReadPattern::WarpStreams})
+      for (const size_t units : {size_t(1), size_t(31), size_t(1000), size_t(4099), largest}) {
+        std::vector<size_t> positions;
+        if (units <= 4099 && !quick()) {
+          for (size_t p = 0; p < units; ++p) positions.push_back(p);
+        } else {
+          positions = {0, units - 1};
+          if (units > 1) positions.push_back(units - 2);
+          for (int i = 0; i < (quick() ? 16 : 200); ++i) positions.push_back(size_t(rng() % units));
+        }
+        const uint32_t key[4] = {kKey, 0, 0, 0}, zero[4] = {0, 0, 0, 0};
+        for (const size_t p : positions) {
+          auto* unit = static_cast<uint8_t*>(buf) + p * 16;
+          QCOMPARE(cudaMemcpyAsync(unit, key, 16, cudaMemcpyHostToDevice, stream), cudaSuccess);
+          QCOMPARE(cudaMemsetAsync(sink, 0, 4, stream), cudaSuccess);
+          cuda_gemm::launchReadFloor(buf, units * 16 + 9, sink, sms, stream, pattern);  // 9: a ragged tail, not read
+          uint32_t got = 0;
+          QCOMPARE(cudaMemcpyAsync(&got, sink, 4, cudaMemcpyDeviceToHost, stream), cudaSuccess);
+          QCOMPARE(cudaMemcpyAsync(unit, zero, 16, cudaMemcpyHostToDevice, stream), cudaSuccess);
+          QCOMPARE(cudaStreamSynchronize(stream), cudaSuccess);
+          QVERIFY2(got == kKey, qPrintable(QString("pattern %1, %2 units: unit %3 not read")
+                                               .arg(pattern == cuda_gemm::ReadPattern::Grid ? "grid" : "warp streams")
+                                               .arg(units)
+                                               .arg(p)));
+          ++checked;
+        }
+      }
+    qInfo("%d units checked", checked);
+    cudaFree(buf);
+    cudaFree(sink);
+    cudaStreamDestroy(stream);
   }
 
   void backendAccessorAndBadInput() {

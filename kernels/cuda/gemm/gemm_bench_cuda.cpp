@@ -218,11 +218,20 @@ class Bench {
     auto sink = ops_->allocate(64);
     auto* sp = static_cast<uint32_t*>(sink.get());
     const int launches = copies * ((opt_.minLaunchesPerGraph + copies - 1) / copies);
-    auto launch = [&](int i) { cuda_gemm::launchReadFloor(bufs[size_t(i % copies)].get(), bytes, sp, info_.multiprocessors, stream_); };
-    for (int i = 0; i < copies; ++i) launch(i);
-    ops_->synchronize();
-    const double ms = timeGraph(stream_, launches, opt_.repeats, launch);
-    for (int64_t m : opt_.batches) addRow(res, "read-floor:" + label, "reads the weight's bytes only", n, k, m, ms, bytes, copies);
+    // Grid-stride (the floor), then the skinny GEMVs' per-warp streams (what their stream costs).
+    using cuda_gemm::ReadPattern;
+    for (const ReadPattern pattern : {ReadPattern::Grid, ReadPattern::WarpStreams}) {
+      auto launch = [&](int i) {
+        cuda_gemm::launchReadFloor(bufs[size_t(i % copies)].get(), bytes, sp, info_.multiprocessors, stream_, pattern);
+      };
+      for (int i = 0; i < copies; ++i) launch(i);
+      ops_->synchronize();
+      const double ms = timeGraph(stream_, launches, opt_.repeats, launch);
+      const bool grid = pattern == ReadPattern::Grid;
+      for (int64_t m : opt_.batches)
+        addRow(res, (grid ? kReadFloorPrefix : kReadStreamsPrefix) + label,
+               grid ? "reads the weight's bytes only" : "reads them as the skinny GEMVs do", n, k, m, ms, bytes, copies);
+    }
   }
 
   void benchLt(LtMatmul::Kind kind, int64_t n, int64_t k, void* d, GemmBenchResult& res) {
