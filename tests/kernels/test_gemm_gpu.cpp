@@ -50,6 +50,19 @@ uint64_t freshSeed() {
   return (uint64_t(rd()) << 32) | rd();
 }
 
+// The skinny plan of an INT4 symmetric g128 weight as the op-set lays it out (n a multiple of 16,
+// k of 128: no padding), on `sms` multiprocessors, with the options the test sets.
+cuda_gemm::LaunchPlan planInt4G128(int n, int k, int m, int sms, const cuda_gemm::SkinnyOptions& opt) {
+  cuda_gemm::DeviceQuantWeight d;
+  d.kind = 0;
+  d.groupSize = 128;
+  d.n = d.nPad = n;
+  d.k = d.kPad = k;
+  d.chunkK = 64;
+  d.groupsPad = k / 128;
+  return cuda_gemm::planSkinny(d, m, sms, opt);
+}
+
 // Relative-error bound ‖gpu − ref‖ / ‖ref‖ per path, both outputs rounded to FP16 (2^-11).
 //  - skinny A16: exact integer weights in FP16, FP32 accumulation, scales in FP32: only
 //    accumulation order differs → 1e-3.
@@ -587,19 +600,11 @@ class TestGemmGpu : public QObject {
     auto whole = Harness::withEnv("QS_GEMM_SKINNY_BALANCE", "0");
     auto balanced = Harness::withEnv("QS_GEMM_SKINNY_BALANCE", "2");
     using Opt = cuda_gemm::SkinnyOptions;
-    // INT4 symmetric g128 as the op-set lays it out (n a multiple of 16, k of 128: no padding).
     auto int4Plan = [&](int n, int k, int m, bool bulk, Opt::Balance balance) {
-      cuda_gemm::DeviceQuantWeight d;
-      d.kind = 0;
-      d.groupSize = 128;
-      d.n = d.nPad = n;
-      d.k = d.kPad = k;
-      d.chunkK = 64;
-      d.groupsPad = k / 128;
       Opt opt;
       opt.bulk = bulk ? Opt::Bulk::Always : Opt::Bulk::Off;
       opt.balanceRows = balance;
-      return cuda_gemm::planSkinny(d, m, sms, opt);
+      return planInt4G128(n, k, m, sms, opt);
     };
     auto busiestSm = [&](const cuda_gemm::LaunchPlan& p, int n) {
       const int64_t blocks = int64_t((n / 16 + p.tilesPerBlock - 1) / p.tilesPerBlock) * p.splits;
@@ -657,6 +662,61 @@ class TestGemmGpu : public QObject {
         }
         QVERIFY2(y[0] == y[1], qPrintable(QString("%1 n=%2 k=%3 m=%4: balanced and blocks of 8 differ")
                                               .arg(name).arg(c.n).arg(c.k).arg(c.m)));
+      }
+  }
+
+  // Weights with more row groups than one wave of blocks holds (a vocabulary head) split K by
+  // SkinnyOptions::tailSplits (QS_GEMM_SKINNY_TAIL_SPLITS); one-wave plans are unchanged. The split
+  // products stay within the reference's bound on both weight paths, several batches and formats.
+  void tailSplitsOnMultiRoundPlans() {
+    int dev = 0, sms = 0;
+    QCOMPARE(cudaGetDevice(&dev), cudaSuccess);
+    QCOMPARE(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), cudaSuccess);
+    using Opt = cuda_gemm::SkinnyOptions;
+    auto int4Plan = [&](int n, int k, int m, bool bulk, int tailSplits) {
+      Opt opt;
+      opt.bulk = bulk ? Opt::Bulk::Always : Opt::Bulk::Off;
+      opt.tailSplits = tailSplits;
+      return planInt4G128(n, k, m, sms, opt);
+    };
+    for (bool bulk : {false, true}) {
+      // 128256 rows: 1,002 row groups, more than any device's one wave (2 or 3 blocks per SM).
+      const int n = 128256, k = 4096;
+      const auto p1 = int4Plan(n, k, 1, bulk, 1), p2 = int4Plan(n, k, 1, bulk, 2), p4 = int4Plan(n, k, 1, bulk, 4);
+      const QString what = QString("bulk=%1: splits %2 / %3 / %4 x %5 / %6 / %7 chunks")
+                               .arg(bulk).arg(p1.splits).arg(p2.splits).arg(p4.splits)
+                               .arg(p1.unitsPerSplit).arg(p2.unitsPerSplit).arg(p4.unitsPerSplit);
+      QVERIFY2(p1.splits == 1 && p1.unitsPerSplit == k / 64, qPrintable(what));
+      QVERIFY2(p2.splits == 2 && p2.unitsPerSplit == k / 128 && p2.partialFloats > 0, qPrintable(what));
+      QVERIFY2(p4.splits == 4 && p4.unitsPerSplit == k / 256, qPrintable(what));
+      QVERIFY2(p2.g128Sym == p1.g128Sym && p4.g128Sym == p1.g128Sym, qPrintable(what));
+      // One wave (the register path's plans of these shapes: split or balanced within one wave;
+      // the bulk rings hold fewer blocks per SM, and 28672 rows take more than one wave there):
+      // the option changes nothing.
+      if (bulk) continue;
+      for (const auto& [n1, k1] : std::vector<std::pair<int, int>>{{4096, 4096}, {28672, 4096}, {4096, 14336}}) {
+        const auto a = int4Plan(n1, k1, 1, bulk, 1), b = int4Plan(n1, k1, 1, bulk, 4);
+        QVERIFY2(a.splits == b.splits && a.unitsPerSplit == b.unitsPerSplit && a.tilesPerBlock == b.tilesPerBlock,
+                 qPrintable(QString("n=%1 k=%2 bulk=%3: %4 vs %5 splits").arg(n1).arg(k1).arg(bulk).arg(a.splits).arg(b.splits)));
+      }
+    }
+    // Through the op-set: 3 tail splits (odd chunk counts per split, short last split), every
+    // weight path, against the reference; multi-round shapes at m <= 8 (2 blocks per SM) and
+    // m > 8 (3 blocks per SM).
+    auto h = Harness::withEnv("QS_GEMM_SKINNY_TAIL_SPLITS", "3");
+    const int64_t rows8 = int64_t(sms) * 2 * 128 + 16 * 37, rows16 = int64_t(sms) * 3 * 128 + 16 * 41;
+    const uint64_t seed = freshSeed();
+    int i = 0;
+    for (const char* name : {"w4a16-g128", "w4a16-g32-asym", "w4a16-ch", "w8a16-int8", "w8a16-fp8", "w8a8-int8"})
+      for (const Case& c : std::vector<Case>{{rows8, 1024, 1}, {rows8, 1408, 5}, {rows16, 768, 13}}) {
+        const GemmScheme s = GemmScheme::parse(name);
+        ++i;
+        std::string kernel;
+        double rel = 0;
+        const QString err = h->compare(s, c, i % 2 == 0, seed + uint64_t(i) * 7919, &kernel, nullptr, &rel);
+        QVERIFY2(err.isEmpty(), qPrintable(err));
+        qInfo("%s n=%lld k=%lld m=%lld: %s, relative error %.3g", name, (long long)c.n, (long long)c.k,
+              (long long)c.m, kernel.c_str(), rel);
       }
   }
 

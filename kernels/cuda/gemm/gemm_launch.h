@@ -81,6 +81,12 @@ struct SkinnyOptions {
   // tile (every decode plan's splits in one round trip), 4 or 2 with two. The sum is taken in
   // split order whatever the batch: the products are the same bit for bit.
   int reduceBatch = 8;
+  // K splits for weights with more row groups than one wave of blocks holds even unsplit (a
+  // vocabulary head: 128256 rows are 1,002 blocks of 128 rows against 264 slots on an H200). Their
+  // blocks run in rounds, and those of the last round end over about one block's time with the
+  // DRAM less and less busy: a tail of roughly slots / (2 x blocks) of the stream. Splitting K
+  // shortens every block, and so the tail, for a split-K reduction. 1: unsplit.
+  int tailSplits = 1;
 };
 
 // The residual step before a GEMM, taken into the skinny kernel's activation staging (A16): the

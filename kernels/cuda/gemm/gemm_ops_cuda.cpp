@@ -153,6 +153,14 @@ class CudaGemmOps final : public GemmOps {
         throwBadInput("", "QS_GEMM_REDUCE_BATCH", "is '" + batch + "'; expected 1 to 8");
       skinnyOpt_.reduceBatch = batch[0] - '0';
     }
+    // Multi-round skinny plans (a vocabulary head): K splits against the last round's tail
+    // (SkinnyOptions::tailSplits): QS_GEMM_SKINNY_TAIL_SPLITS=1..8.
+    const std::string tail = env("QS_GEMM_SKINNY_TAIL_SPLITS");
+    if (!tail.empty()) {
+      if (tail.size() != 1 || tail[0] < '1' || tail[0] > '8')
+        throwBadInput("", "QS_GEMM_SKINNY_TAIL_SPLITS", "is '" + tail + "'; expected 1 to 8");
+      skinnyOpt_.tailSplits = tail[0] - '0';
+    }
     // A16 weights at m > 16: fused wide-mma or dequantize + cuBLAS FP16, picked by timing
     // (QS_GEMM_WIDE=fused / dequant forces one).
     const std::string wide = env("QS_GEMM_WIDE");

@@ -1032,7 +1032,7 @@ int log2Exact(int v) {
 namespace {
 
 LaunchPlan planSkinnyWith(const DeviceQuantWeight& w, int m, int multiprocessors, bool bulk, bool earlyTrigger,
-                          bool g128Allowed, bool balanceRows, int reduceBatch) {
+                          bool g128Allowed, bool balanceRows, int reduceBatch, int tailSplits) {
   const int nt = m <= 8 ? 1 : 2;
   const int stages = bulk ? bulkStages() : 0;
   const int elem = w.a8 ? 1 : 2;
@@ -1066,6 +1066,18 @@ LaunchPlan planSkinnyWith(const DeviceQuantWeight& w, int m, int multiprocessors
     if (resident > 0 && perSm <= std::min(resident, target)) {
       best = splits, bestPer = perSplit, bestResident = std::min(resident, target);
       break;
+    }
+  }
+  // More row groups than one wave holds even unsplit (SkinnyOptions::tailSplits): split K to
+  // shorten the last round's tail. Whole groups per split for the g128 kernel (even chunk counts).
+  if (bestResident == 0 && fn && tailSplits > 1) {
+    int resident = 0;
+    QS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, fn, kThreads, smemFor(chunks) + ring));
+    const int slots = multiprocessors * std::max(1, std::min(resident, target));
+    if (rowGroups8 > slots) {
+      const int s = std::min(tailSplits, std::max(1, chunks / 2));
+      bestPer = (chunks + s - 1) / s;
+      if (g128 && bestPer % 2) ++bestPer;
     }
   }
   // Very long k with few rows: the activation tile must still fit.
@@ -1121,7 +1133,8 @@ LaunchPlan planSkinny(const DeviceQuantWeight& w, int m, int multiprocessors, co
     const bool early = opt.trigger == Trigger::Always || (opt.trigger == Trigger::WithBulk && bulk);
     const bool balance = opt.balanceRows == SkinnyOptions::Balance::All ||
                          (opt.balanceRows == SkinnyOptions::Balance::Registers && !bulk && !w.a8 && m <= 8);
-    LaunchPlan p = planSkinnyWith(w, m, multiprocessors, bulk, early, opt.g128Sym, balance, opt.reduceBatch);
+    LaunchPlan p = planSkinnyWith(w, m, multiprocessors, bulk, early, opt.g128Sym, balance, opt.reduceBatch,
+                                  opt.tailSplits);
     p.lateTrigger = opt.lateTrigger && !p.earlyTrigger;
     p.lateAfterReduce = p.lateTrigger && opt.lateAfterReduce;
     return p;
