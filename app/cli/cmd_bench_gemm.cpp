@@ -103,6 +103,7 @@ void registerBenchGemm(CLI::App& bench, CliContext& ctx) {
     int repeats = 15;
     bool noLt = false;
     bool readFloor = false;
+    bool paired = false;
     bool json = false;
   };
   auto args = std::make_shared<Args>();
@@ -127,6 +128,10 @@ void registerBenchGemm(CLI::App& bench, CliContext& ctx) {
                 "(grid-stride) and 'read-streams' (the skinny GEMVs' own access pattern and occupancy: what "
                 "their weight stream alone costs). The faster of the two is the floor: its 'x fp16' is the "
                 "ceiling of that format's speedup");
+  cmd->add_flag("--paired", args->paired,
+                "Time each format's graph in alternation with cuBLAS FP16's of the same shape and m (ABBA) and "
+                "give 'x fp16' from that window's two medians ('fp16 us'): both sides see the same clock windows "
+                "(the H200's SM clock dips for fractions of a second under dense tensor-core load)");
   cmd->add_flag("--json", args->json, "Print the results as JSON on stdout");
 
   cmd->callback([args, &ctx] {
@@ -138,6 +143,7 @@ void registerBenchGemm(CLI::App& bench, CliContext& ctx) {
     o.repeats = args->repeats;
     o.cublasLtBaselines = !args->noLt;
     o.readFloor = args->readFloor;
+    o.paired = args->paired;
     const bool tty = isatty(STDERR_FILENO);
     o.progress = [&ctx, tty](const std::string& line) {
       if (tty) ctx.err << "\r\033[K" << line << std::flush;
@@ -155,7 +161,8 @@ void registerBenchGemm(CLI::App& bench, CliContext& ctx) {
       for (const auto& row : r.rows)
         rows.push_back({{"kernel", kernelText(row.kernel)}, {"impl", row.impl}, {"n", row.n}, {"k", row.k}, {"m", row.m},
                         {"us", row.us}, {"tflops", row.tflops}, {"gbps", row.gbps}, {"pct_copy", row.pctCopy},
-                        {"speedup_vs_cublas_fp16", row.speedup}, {"weight_bytes", row.weightBytes},
+                        {"speedup_vs_cublas_fp16", row.speedup}, {"paired_fp16_us", row.pairedFp16Us},
+                        {"weight_bytes", row.weightBytes},
                         {"copies", row.copies}, {"path", row.path}});
       j["headline"] = headline(r, o);
       ctx.out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
@@ -164,14 +171,17 @@ void registerBenchGemm(CLI::App& bench, CliContext& ctx) {
     ctx.out << "Device:          " << r.device << '\n';
     ctx.out << "Copy bandwidth:  " << fixed(r.copyGBps, 0) << " GB/s (device-to-device, read + write)\n";
     ctx.out << "Method:          " << r.method << "\n\n";
+    // "fp16 us": cuBLAS FP16 in the window this row was timed in alternation with ("x fp16" is
+    // its ratio); "-" where the row was timed alone.
     TextTable t({"shape NxK", "m", "kernel", "implementation", "us", "TFLOPS", "GB/s", "% copy", "x fp16",
-                 "copies", "path"},
-                {false, true, false, false, true, true, true, true, true, true, false});
+                 "fp16 us", "copies", "path"},
+                {false, true, false, false, true, true, true, true, true, true, true, false});
     for (const auto& row : r.rows)
       t.addRow({std::to_string(row.n) + "x" + std::to_string(row.k), std::to_string(row.m), kernelText(row.kernel), row.impl,
                 row.us > 0 ? fixed(row.us, 1) : "-", row.us > 0 ? fixed(row.tflops, 1) : "-",
                 row.us > 0 ? fixed(row.gbps, 0) : "-", row.us > 0 ? fixed(row.pctCopy, 0) : "-",
-                row.speedup > 0 ? fixed(row.speedup, 2) : "-", std::to_string(row.copies), row.path});
+                row.speedup > 0 ? fixed(row.speedup, 2) : "-", row.pairedFp16Us > 0 ? fixed(row.pairedFp16Us, 1) : "-",
+                std::to_string(row.copies), row.path});
     t.print(ctx.out);
     ctx.out << headline(r, o) << '\n';
   });

@@ -8,6 +8,15 @@
 // twice to warm up, then `repeats` times, each between CUDA events; reports the median replay
 // time / L. The device copy bandwidth (device-to-device cudaMemcpy of 1 GiB, bytes read plus
 // bytes written) is measured in the same run.
+// Paired timing (options.paired, `--paired`): each scheme's graph is replayed in alternation with
+// cuBLAS FP16's graph of the same shape and m (ABBA rounds), and its speedup is the ratio of the
+// two medians of that one window. On the H200 the SM clock drops from 1,980 to ~1,400-1,490 MHz
+// for 0.25-0.75 s at a time under dense tensor-core load (power far under its limit); a graph
+// timed alone lands in such a window or not, so compute-bound cells read two modes from run to
+// run (4096² at m = 4096: ~181-197 or ~204-213 us, cuBLAS included). Alternation gives both
+// sides the same windows, but not the same clock: each replay follows the other kernel's load,
+// which moved the W8A8 cells at m = 4096 by up to 19 % against them (docs/gemm.md, "Paired timing").
+// So it is a second view, not the default.
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -25,6 +34,7 @@ struct GemmBenchOptions {
   bool cublasLtBaselines = true;                    // cuBLASLt FP8 and INT8 cores, alone
   int repeats = 15;
   int minLaunchesPerGraph = 20;
+  bool paired = false;     // time each scheme in alternation with cuBLAS FP16 (above)
   bool readFloor = false;  // also time kernels that only read each weight's bytes: grid-stride, and as the GEMVs do (gemm_read_floor.h)
   std::function<void(const std::string&)> progress;  // one line per step (may be empty)
 };
@@ -38,7 +48,8 @@ struct GemmBenchRow {
   double tflops = 0;    // 2 m n k / time
   double gbps = 0;      // (weight bytes + x bytes + y bytes) / time
   double pctCopy = 0;   // gbps / copy bandwidth
-  double speedup = 0;   // cuBLAS FP16 time / this time (same shape and m)
+  double speedup = 0;   // cuBLAS FP16 time / this time (same shape and m); see fillSpeedups
+  double pairedFp16Us = 0;  // cuBLAS FP16's median in the window timed in alternation with this row (0: not paired)
   uint64_t weightBytes = 0;
   int copies = 0;       // weight copies rotated through
 };
@@ -58,6 +69,11 @@ inline const std::string kReadStreamsPrefix = "read-streams:";  // the skinny GE
 // The read floor of one weight (scheme name, n, k) at m: the faster of its two reading kernels'
 // times (neither is the faster on every shape), 0 when neither was timed.
 double readFloorMicros(const GemmBenchResult& result, const std::string& schemeName, int64_t n, int64_t k, int64_t m);
+
+// Speedups of rows[first..] against cuBLAS FP16 of the same shape and m: a row timed in
+// alternation with it uses that window's FP16 median (pairedFp16Us), others the "cublas-fp16"
+// row among rows[first..] of the same m.
+void fillSpeedups(std::vector<GemmBenchRow>& rows, size_t first);
 
 // Throws ErrorKind::Unsupported in a build without CUDA, ErrorKind::Device without a device,
 // ErrorKind::BadInput for shapes the kernels do not take (k not a multiple of the group size).

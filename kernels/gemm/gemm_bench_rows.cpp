@@ -14,4 +14,17 @@ double readFloorMicros(const GemmBenchResult& result, const std::string& schemeN
   return best;
 }
 
+void fillSpeedups(std::vector<GemmBenchRow>& rows, size_t first) {
+  for (size_t i = first; i < rows.size(); ++i) {
+    GemmBenchRow& row = rows[i];
+    if (row.us <= 0) continue;
+    if (row.pairedFp16Us > 0) {
+      row.speedup = row.pairedFp16Us / row.us;
+      continue;
+    }
+    for (size_t j = first; j < rows.size(); ++j)
+      if (rows[j].kernel == "cublas-fp16" && rows[j].m == row.m) row.speedup = rows[j].us / row.us;
+  }
+}
+
 }  // namespace qs

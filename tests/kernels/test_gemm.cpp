@@ -540,6 +540,31 @@ class TestGemm : public QObject {
     QCOMPARE(readFloorMicros(r, "w4a16-g32", 8192, 8192, 1), 0.0);    // another scheme
   }
 
+  // Paired timing: a row timed in alternation with cuBLAS FP16 takes its speedup from that
+  // window's FP16 median, not from the FP16 row timed alone (which may have landed in another
+  // clock state); unpaired rows keep the FP16 row of their m, and other shapes' rows are left alone.
+  void benchSpeedupsUseThePairedWindow() {
+    std::vector<GemmBenchRow> rows;
+    auto row = [&](const std::string& kernel, int64_t m, double us, double pairedFp16Us) {
+      GemmBenchRow x;
+      x.kernel = kernel, x.n = 4096, x.k = 4096, x.m = m, x.us = us, x.pairedFp16Us = pairedFp16Us;
+      rows.push_back(x);
+    };
+    row("int4-g128-sym", 1, 7.0, 0);  // the previous shape: not touched
+    const size_t first = rows.size();
+    row("cublas-fp16", 4096, 208.0, 0);
+    row("cublas-fp16", 1, 12.6, 0);
+    row("int4-g128-sym", 4096, 190.0, 188.0);  // paired: 188 / 190, not 208 / 190
+    row("int4-g128-sym", 1, 6.3, 0);           // alone: the FP16 row of m = 1
+    row("int8-ch-sym", 4096, 0, 191.0);        // not timed: no speedup
+    fillSpeedups(rows, first);
+    QCOMPARE(rows[0].speedup, 0.0);
+    QCOMPARE(rows[1].speedup, 1.0);
+    QCOMPARE(rows[3].speedup, 188.0 / 190.0);
+    QCOMPARE(rows[4].speedup, 12.6 / 6.3);
+    QCOMPARE(rows[5].speedup, 0.0);
+  }
+
   void benchCliRejectsBadArguments() {
     for (const QStringList& args : {QStringList{"bench", "gemm", "--shapes", "12x"},
                                     QStringList{"bench", "gemm", "--formats", "w4a16-g100"},

@@ -22,6 +22,7 @@
 #include "kernels/cuda/gemm/gemm_ggml.h"
 #include "kernels/cuda/gemm/gemm_launch.h"
 #include "kernels/cuda/gemm/gemm_read_floor.h"
+#include "kernels/gemm/gemm_bench.h"
 #include "kernels/gemm/gemm_ops.h"
 #include "kernels/gemm/gemm_layout.h"
 #include "kernels/gemm/gemm_reference.h"
@@ -1485,6 +1486,38 @@ class TestGemmGpu : public QObject {
                                                    nullptr, 1.0f, RopeMode::HalfSplit, {}, fb + 65536, fb + 98304,
                                                    fb + 131072, reinterpret_cast<uint16_t*>(fb + 163840), p));
     QVERIFY2(t.failures.isEmpty(), qPrintable(t.failures.join('\n')));
+  }
+
+  // `bench gemm` end to end on a small shape, alone and --paired: every row timed, the paired rows
+  // carry cuBLAS FP16's median of their window and take their speedup from it (gemm_bench.h);
+  // timed alone, from the FP16 row of their m. Exercises cuda::CapturedGraph and timePaired.
+  void benchPairedRows() {
+    for (const bool paired : {false, true}) {
+      GemmBenchOptions o;
+      o.shapes = {{256, 512}};
+      o.batches = {1, 64};
+      o.schemes = {GemmScheme::parse("w4a16-g128"), GemmScheme::parse("w8a16-int8")};
+      o.cublasLtBaselines = false;
+      o.repeats = 3;
+      o.paired = paired;
+      const GemmBenchResult r = runGemmBench(o);
+      QCOMPARE(int(r.rows.size()), 6);  // FP16 and two schemes at two m
+      for (const GemmBenchRow& row : r.rows) {
+        QVERIFY2(row.us > 0 && std::isfinite(row.us), qPrintable(QString::fromStdString(row.kernel)));
+        if (row.kernel == "cublas-fp16") {
+          QCOMPARE(row.pairedFp16Us, 0.0);
+          QCOMPARE(row.speedup, 1.0);
+          continue;
+        }
+        QCOMPARE(row.pairedFp16Us > 0, paired);
+        double fp16 = row.pairedFp16Us;
+        if (!paired)
+          for (const GemmBenchRow& f : r.rows)
+            if (f.kernel == "cublas-fp16" && f.m == row.m) fp16 = f.us;
+        QVERIFY(std::abs(row.speedup - fp16 / row.us) < 1e-12 * row.speedup);
+        QVERIFY2(row.impl.find("NON-FINITE") == std::string::npos, row.impl.c_str());
+      }
+    }
   }
 
   // `bench gemm --read-floor`'s kernels read every 16-byte unit of the weight: with one unit set

@@ -3,10 +3,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <random>
+#include <tuple>
+#include <utility>
 
 #include "kernels/common/error.h"
 #include "kernels/common/half.h"
+#include "kernels/cuda/common/captured_graph.h"
 #include "kernels/cuda/gemm/gemm_cublas.h"
 #include "kernels/cuda/gemm/gemm_read_floor.h"
 #include "kernels/device/device_info.h"
@@ -38,36 +42,39 @@ double median(std::vector<double> v) {
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
+using cuda::CapturedGraph;
+
 // Milliseconds per call: the median replay time of a graph of `launches` calls of launch(i),
-// divided by `launches`.
+// divided by `launches`; two warm-up replays first.
 double timeGraph(cudaStream_t stream, int launches, int repeats, const std::function<void(int)>& launch) {
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  QS_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  try {
-    for (int i = 0; i < launches; ++i) launch(i);
-  } catch (...) {
-    cudaStreamEndCapture(stream, &graph);
-    if (graph) cudaGraphDestroy(graph);
-    throw;
-  }
-  QS_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-  QS_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  Events ev;
+  const CapturedGraph g(stream, launches, launch);
   std::vector<double> ms;
   for (int r = 0; r < repeats + 2; ++r) {
-    QS_CUDA_CHECK(cudaEventRecord(ev.start, stream));
-    QS_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-    QS_CUDA_CHECK(cudaEventRecord(ev.stop, stream));
-    QS_CUDA_CHECK(cudaEventSynchronize(ev.stop));
-    float t = 0;
-    QS_CUDA_CHECK(cudaEventElapsedTime(&t, ev.start, ev.stop));
+    const double t = g.replayMs();
     if (r >= 2) ms.push_back(t);  // the first two replays are warm-up
   }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
   QS_CUDA_CHECK(cudaGetLastError());
-  return median(ms) / launches;
+  return median(ms);
+}
+
+// Two graphs timed in alternation (gemm_bench.h, "Paired timing"): rounds of A B, then B A, ...
+// (ABBA: a clock that changes during a round favours neither), two warm-up rounds, `repeats`
+// timed replays of each. Returns the medians in milliseconds per call, A first.
+std::pair<double, double> timePaired(const CapturedGraph& a, const CapturedGraph& b, int repeats) {
+  std::vector<double> ma, mb;
+  for (int r = 0; r < repeats + 2; ++r) {
+    double ta = 0, tb = 0;
+    if (r % 2 == 0) {
+      ta = a.replayMs();
+      tb = b.replayMs();
+    } else {
+      tb = b.replayMs();
+      ta = a.replayMs();
+    }
+    if (r >= 2) ma.push_back(ta), mb.push_back(tb);
+  }
+  QS_CUDA_CHECK(cudaGetLastError());
+  return {median(ma), median(mb)};
 }
 
 double copyBandwidthGBps(cudaStream_t stream) {
@@ -113,7 +120,12 @@ class Bench {
         " launches cycling through R = max(4, ceil(3 x L2 / weight bytes)) weight copies (L2 = " +
         std::to_string(info_.l2CacheBytes >> 20) + " MiB), captured identically for cuBLAS and ours; 2 warm-up " +
         "replays, median of " + std::to_string(opt_.repeats) +
-        " timed replays / launches per graph. Copy bandwidth: median device-to-device cudaMemcpy of 1 GiB, "
+        " timed replays / launches per graph" +
+        std::string(opt_.paired ? "; paired: each quantized row's graph replayed in alternation (ABBA) with cuBLAS "
+                                  "FP16's of the same shape and m, its 'x fp16' the ratio of the two medians of that "
+                                  "window ('fp16 us')"
+                                : "") +
+        ". Copy bandwidth: median device-to-device cudaMemcpy of 1 GiB, "
         "read + write bytes. W8A8 times include the activation quantization kernel. A16 at m > 16: the op-set "
         "times wide-mma and dequant+cublas (dequantize to a scratch FP16 weight, then cublasGemmEx) at its first "
         "eager call and keeps the faster (column 'path'); the row times the kept path, dequantization included.";
@@ -128,6 +140,9 @@ class Bench {
       auto ybig = ops_->allocate(size_t(maxM * n) * 4);
       const size_t firstRow = res.rows.size();
 
+      // cuBLAS FP16 first; with options.paired its weight copies stay until the shape is done, so
+      // that every other scheme is timed in alternation with it (timePaired).
+      baseline_.clear();
       benchScheme(GemmScheme{}, "cublas-fp16", n, k, x.get(), y.get(), res);
       if (opt_.cublasLtBaselines) {
         benchLt(LtMatmul::Kind::Fp8, n, k, ybig.get(), res);
@@ -136,11 +151,8 @@ class Bench {
       for (const GemmScheme& s : opt_.schemes)
         if (s.weight != GemmWeightType::F16) benchScheme(s, s.name(), n, k, x.get(), y.get(), res);
 
-      // Speedups against cuBLAS FP16 of the same (shape, m).
-      for (size_t i = firstRow; i < res.rows.size(); ++i)
-        for (size_t j = firstRow; j < res.rows.size(); ++j)
-          if (res.rows[j].kernel == "cublas-fp16" && res.rows[j].m == res.rows[i].m && res.rows[i].us > 0)
-            res.rows[i].speedup = res.rows[j].us / res.rows[i].us;
+      baseline_.clear();
+      fillSpeedups(res.rows, firstRow);  // against cuBLAS FP16 of the same (shape, m)
     }
     return res;
   }
@@ -184,11 +196,24 @@ class Bench {
     std::vector<std::unique_ptr<GemmWeight>> ws;
     for (int i = 0; i < copies; ++i) ws.push_back(ops_->preparePacked(packed));
     const int launches = copies * ((opt_.minLaunchesPerGraph + copies - 1) / copies);
+    const bool isBaseline = scheme.weight == GemmWeightType::F16;
     for (int64_t m : opt_.batches) {
       // Eager warm-up of every copy (grows workspaces, picks cuBLAS(Lt) algorithms).
       for (auto& wc : ws) ops_->run(*wc, x, m, y);
       ops_->synchronize();
-      const double ms = timeGraph(stream_, launches, opt_.repeats, [&](int i) { ops_->run(*ws[size_t(i % copies)], x, m, y); });
+      auto launch = [&](int i) { ops_->run(*ws[size_t(i % copies)], x, m, y); };
+      double ms = 0, pairedFp16Ms = 0;
+      if (isBaseline || !opt_.paired || baseline_.ws.empty()) {
+        ms = timeGraph(stream_, launches, opt_.repeats, launch);
+      } else {
+        // Both graphs captured now, after this scheme's warm-up (workspaces only grow: neither
+        // capture allocates), cuBLAS FP16 over its own copies as in its row.
+        const CapturedGraph ours(stream_, launches, launch);
+        const CapturedGraph fp16(stream_, baseline_.launches, [&](int i) {
+          ops_->run(*baseline_.ws[size_t(i % baseline_.ws.size())], x, m, y);
+        });
+        std::tie(ms, pairedFp16Ms) = timePaired(ours, fp16, opt_.repeats);
+      }
       std::string impl = ops_->kernelName(*ws[0], m);
       const std::string path = ops_->pathChoice(*ws[0], m);
       if (size_t(m * n) <= (size_t(1) << 22)) {  // sanity: the output is finite
@@ -202,8 +227,10 @@ class Bench {
       }
       addRow(res, label, impl, n, k, m, ms, packed.bytes(), copies);
       res.rows.back().path = path;
+      res.rows.back().pairedFp16Us = pairedFp16Ms * 1e3;
     }
     if (opt_.readFloor) benchReadFloor(label, n, k, packed.bytes(), copies, res);
+    if (isBaseline && opt_.paired) baseline_ = {std::move(ws), launches};
   }
 
   // The read floor of a weight of `bytes` (gemm_read_floor.h): the same rotation over copies, the
@@ -288,6 +315,14 @@ class Bench {
       row.pctCopy = 100.0 * row.gbps / copyGBps_;
     }
   }
+
+  // cuBLAS FP16's weight copies of the current shape (run()), for timePaired.
+  struct Baseline {
+    std::vector<std::unique_ptr<GemmWeight>> ws;
+    int launches = 0;
+    void clear() { ws.clear(); }
+  };
+  Baseline baseline_;
 
   GemmBenchOptions opt_;
   DeviceInfo info_;

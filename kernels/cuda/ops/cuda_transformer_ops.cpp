@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/common/device_error.h"
+#include "kernels/cuda/common/captured_graph.h"
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/ops/attention_decode.h"
 #include "kernels/cuda/ops/ggml_activations.cuh"
@@ -461,35 +462,12 @@ class CudaTransformerOps final : public TransformerOps {
     // capture), and lazy initialisation happens outside the timing.
     for (int i = 0; i < launches; ++i) call(i);
     synchronize();
-    cudaGraph_t graph = nullptr;
-    cudaGraphExec_t exec = nullptr;
-    QS_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-    try {
-      for (int i = 0; i < launches; ++i) call(i);
-    } catch (...) {
-      cudaStreamEndCapture(stream_, &graph);
-      if (graph) cudaGraphDestroy(graph);
-      throw;
-    }
-    QS_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
-    QS_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    cudaEvent_t start = nullptr, stop = nullptr;
-    QS_CUDA_CHECK(cudaEventCreate(&start));
-    QS_CUDA_CHECK(cudaEventCreate(&stop));
+    const cuda::CapturedGraph graph(stream_, launches, call);
     std::vector<double> us;
     for (int r = 0; r < std::max(1, repeats) + 1; ++r) {
-      QS_CUDA_CHECK(cudaEventRecord(start, stream_));
-      QS_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
-      QS_CUDA_CHECK(cudaEventRecord(stop, stream_));
-      QS_CUDA_CHECK(cudaEventSynchronize(stop));
-      float ms = 0;
-      QS_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-      if (r > 0) us.push_back(double(ms) * 1000.0 / launches);  // replay 0 warms up
+      const double ms = graph.replayMs();
+      if (r > 0) us.push_back(ms * 1000.0);  // replay 0 warms up
     }
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
     std::sort(us.begin(), us.end());
     return us[us.size() / 2];
   }
