@@ -10,6 +10,31 @@ has() { [[ " $steps " == *" $1 "* ]]; }
 device_header() {
   step device
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv | tee -a "$summary"
+  clock_log_start
+}
+
+# The SM clock through the call, every 250 ms, into /tmp (not $out: only a few files come back);
+# at exit one line in the summary says how much of the loaded time ran below the maximum. The
+# H200's clock dips to ~1,400-1,490 MHz for fractions of a second under dense tensor-core load
+# and differs between machines, which moves compute-bound timings and the GEMVs' fixed phases
+# (docs/gemm.md, "Paired timing"; docs/benchmarks.md, session 42).
+clock_log_start() {
+  command -v nvidia-smi >/dev/null || return 0
+  clock_csv=/tmp/qs_clocks.csv
+  nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.max.sm,power.draw --format=csv,noheader,nounits \
+    -lms 250 >"$clock_csv" 2>/dev/null &
+  clock_pid=$!
+  trap clock_log_stop EXIT
+}
+clock_log_stop() {
+  [[ -n ${clock_pid:-} ]] || return 0
+  kill "$clock_pid" 2>/dev/null
+  wait "$clock_pid" 2>/dev/null
+  # Loaded samples: above 500 MHz (idle reads 345).
+  awk -F', *' '$2 > 500 { n++; if ($2 >= $3) top++; else { below++; if (!lo || $2 < lo) lo = $2 } }
+    END { if (n) printf "SM clock: %d loaded samples of 250 ms, %.1f %% at its maximum, %d below (lowest %d MHz)\n",
+                        n, 100 * top / n, below, lo }' "$clock_csv" | tee -a "$summary"
+  clock_pid=
 }
 
 # The binaries and libraries carried as .carry/pack.tar.xz (bin/ + libs/) unpacked into /tmp/pack;
