@@ -35,7 +35,8 @@ void registerBenchE2e(CLI::App& bench, CliContext& ctx) {
   cmd->add_option("--repeat", a->repeat, "Timed runs per configuration (the median is reported)")->check(CLI::Range(1, 1000));
   cmd->add_flag("--allow-other-model", a->allowOtherModel, "Accept a plan made for a model with another hash")->needs(plan);
   cmd->add_flag("--timeline", a->timeline,
-                "Also show where a decode step's time goes, part by part (one more decode run with stamps)");
+                "Also show where a decode step's and a prefill's time go, part by part (one more decode run and "
+                "4 more prefills, with stamps)");
   cmd->add_flag("--json", a->json, "Print JSON on stdout");
   cmd->callback([&ctx, a] {
     std::optional<QuantFormat> format;
@@ -97,17 +98,19 @@ void registerBenchE2e(CLI::App& bench, CliContext& ctx) {
                                  {"kernels", r.kernels},
                                  {"decode_steps", r.decodeSteps},
                                  {"decode_steps_replayed", r.decodeReplays}};
-        if (r.timeline) {
+        auto timelineJson = [](const Runtime::StepTimeline& tl) {
           nlohmann::ordered_json parts = nlohmann::ordered_json::array();
-          for (const auto& p : r.timeline->parts)
+          for (const auto& p : tl.parts)
             parts.push_back({{"part", Runtime::stepPartName(p.part)},
                              {"us_per_step", p.usPerStep},
                              {"stamps_per_step", p.stampsPerStep}});
-          j["decode_timeline"] = {{"steps", r.timeline->steps},
-                                  {"step_us", r.timeline->stepUs},
-                                  {"dropped_stamps", r.timeline->dropped},
-                                  {"parts", parts}};
-        }
+          return nlohmann::ordered_json{{"steps", tl.steps},
+                                        {"step_us", tl.stepUs},
+                                        {"dropped_stamps", tl.dropped},
+                                        {"parts", parts}};
+        };
+        if (r.timeline) j["decode_timeline"] = timelineJson(*r.timeline);
+        if (r.prefillTimeline) j["prefill_timeline"] = timelineJson(*r.prefillTimeline);
         return j;
       };
       nlohmann::ordered_json j;
@@ -141,18 +144,25 @@ void registerBenchE2e(CLI::App& bench, CliContext& ctx) {
       if (rt.onDevice())
         ctx.out << "decode steps replayed from a recorded CUDA graph, " << r->name << ": " << r->decodeReplays << " of "
               << r->decodeSteps << "\n";
-    for (const ThroughputResult* r : {&base, &q}) {
-      if (!r->timeline) continue;
-      const Runtime::DecodeTimeline& tl = *r->timeline;
-      ctx.out << "\ndecode timeline, " << r->name << ": " << tl.steps << " steps with stamps, " << fmt(tl.stepUs)
-              << " us per step (unstamped: " << fmt(r->decodeTokensPerSecond > 0 ? 1e6 / r->decodeTokensPerSecond : 0)
-              << " us); a part runs from the previous stamp to its own\n";
+    // A timeline's parts tile its steps; the unstamped time is what the timed runs measured.
+    auto printTimeline = [&](const std::string& title, const Runtime::StepTimeline& tl, const char* unit,
+                             double unstampedUs) {
+      ctx.out << "\n" << title << ": " << tl.steps << " " << unit << "s with stamps, " << fmt(tl.stepUs) << " us per "
+              << unit << " (unstamped: " << fmt(unstampedUs) << " us); a part runs from the previous stamp to its own\n";
       if (tl.dropped > 0) ctx.out << "  (" << tl.dropped << " stamps past the buffer were dropped)\n";
       TextTable p({"part", "us per step", "stamps per step", "share"}, {false, true, true, true});
       for (const auto& part : tl.parts)
         p.addRow({std::string(Runtime::stepPartName(part.part)), fmt(part.usPerStep), fmt(part.stampsPerStep),
                   fmt(tl.stepUs > 0 ? 100.0 * part.usPerStep / tl.stepUs : 0) + " %"});
       p.print(ctx.out);
+    };
+    for (const ThroughputResult* r : {&base, &q}) {
+      if (r->timeline)
+        printTimeline("decode timeline, " + r->name, *r->timeline, "step",
+                      r->decodeTokensPerSecond > 0 ? 1e6 / r->decodeTokensPerSecond : 0);
+      if (r->prefillTimeline)
+        printTimeline("prefill timeline, " + r->name, *r->prefillTimeline, "prefill",
+                      r->prefillTokensPerSecond > 0 ? 1e6 * double(a->prompt) / r->prefillTokensPerSecond : 0);
     }
     char line[160];
     std::snprintf(line, sizeof line, "%s vs fp16: prefill %.2fx, decode %.2fx\n", q.name.c_str(), prefillRatio, decodeRatio);

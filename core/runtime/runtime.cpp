@@ -1313,11 +1313,11 @@ void Runtime::forward(std::span<const int32_t> tokens, int32_t startPos, std::ve
   const int64_t T = int64_t(tokens.size());
   checkRun(T, startPos);
   if (T == 1 && decodeRecordable()) return decodeStep(tokens[0], startPos, logits);
-  struct Stamping {  // an eager decode step takes the timeline's stamps too
+  struct Stamping {  // an eager decode step takes the decode timeline's stamps too
     Runtime& rt;
     Stamping(Runtime& r, bool on) : rt(r) { rt.stamping_ = on; }
     ~Stamping() { rt.stamping_ = false; }
-  } stamping(*this, T == 1 && decodeTimeline_);
+  } stamping(*this, T == 1 ? decodeTimeline_ : prefillTimeline_);
   mark(StepPart::Between);
   float* x = scratch(kFwdX, size_t(T * dim_));
   embedImpl(tokens, startPos, x);
@@ -1490,18 +1490,33 @@ std::string_view Runtime::stepPartName(StepPart p) {
   return "?";
 }
 
+void Runtime::armTimeline(int runs) {
+  // Stamps per step: a few per block plus the step's own; room for `runs` of them.
+  const int perStep = int(graph_.blocks.size()) * (int(StepPart::Count) - 4) + 8;
+  ops_.armTimeline(runs > 0 ? runs * perStep : 0);
+}
+
 void Runtime::setDecodeTimeline(bool on, int steps) {
   if (!on && !decodeTimeline_) return;  // off already (on re-arms: an empty timeline)
   decodeTimeline_ = on;
-  // Stamps per step: a few per block plus the step's own; room for `steps` of them.
-  const int perStep = int(graph_.blocks.size()) * (int(StepPart::Count) - 4) + 8;
-  ops_.armTimeline(on ? std::max(1, steps) * perStep : 0);
+  prefillTimeline_ = false;
+  armTimeline(on ? std::max(1, steps) : 0);
   ++stateVersion_;  // the recorded step is made again, with or without the stamps
 }
 
-Runtime::DecodeTimeline Runtime::decodeTimeline() {
+void Runtime::setPrefillTimeline(bool on, int forwards) {
+  if (!on && !prefillTimeline_) return;
+  prefillTimeline_ = on;
+  if (decodeTimeline_) {  // the recorded decode step loses its stamps
+    decodeTimeline_ = false;
+    ++stateVersion_;
+  }
+  armTimeline(on ? std::max(1, forwards) : 0);
+}
+
+Runtime::StepTimeline Runtime::timeline() {
   const TransformerOps::Timeline t = ops_.timeline();
-  DecodeTimeline r;
+  StepTimeline r;
   r.dropped = t.dropped;
   constexpr int kParts = int(StepPart::Count);
   std::vector<double> ns(kParts, 0.0), count(kParts, 0.0);

@@ -205,21 +205,23 @@ class Runtime {
   // recorded steps; a replay does not count again).
   int64_t outputProjectionsInAttention() const { return oProjInAttentionRuns_; }
 
-  // ---- decode timeline ---------------------------------------------------------------------
-  // Where a decode step's time goes, measured on the device (`bench e2e --timeline`). While on,
-  // every decode step stamps the end of each of its parts (TransformerOps::stamp: on CUDA a
-  // one-thread kernel chained after the part's last kernel, inside the recorded step) and
-  // decodeTimeline() turns the stamps taken since the last call into microseconds per step and
-  // part: a part's time runs from the previous stamp to its own, so the parts tile the step.
-  // A stamp costs about a microsecond of its own, which lands in the part after it.
+  // ---- step timelines --------------------------------------------------------------------
+  // Where a decode step's or a prefill's time goes, measured on the device (`bench e2e
+  // --timeline`). While on, every decode step (setDecodeTimeline) or every forward of more than
+  // one token (setPrefillTimeline) stamps the end of each of its parts (TransformerOps::stamp: on
+  // CUDA a one-thread kernel chained after the part's last kernel, inside the recorded step) and
+  // timeline() turns the stamps taken since the last call into microseconds per step and part: a
+  // part's time runs from the previous stamp to its own, so the parts tile the step. A "step" is
+  // one decode step, or one whole prefill forward. A stamp costs about a microsecond of its own,
+  // which lands in the part after it (nothing next to a prefill's milliseconds).
   // Between: from the end of one step to the start of the next (logits to the host, sampling,
-  // the next token up, the graph launch).
+  // the next token up, the graph launch; between prefills, whatever the caller does there).
   enum class StepPart : int32_t {
     Between, Embed, AttnNorm, Qkv, QkvFinish, QkNorm, Rope, Attention, OProj, FfnNorm, GateUp, Activation, Down,
     Residual, FinalNorm, Head, Sampling, Count
   };
   static std::string_view stepPartName(StepPart p);
-  struct DecodeTimeline {
+  struct StepTimeline {
     struct Part {
       StepPart part = StepPart::Between;
       double usPerStep = 0;     // mean over the steps
@@ -231,9 +233,13 @@ class Runtime {
     int64_t dropped = 0;       // stamps lost to the buffer's capacity
   };
   // On: arms a timeline for up to `steps` decode steps (re-records the step with stamps); off
-  // frees it and records the next step without them.
+  // frees it and records the next step without them. Arming one kind of timeline disarms the other.
   void setDecodeTimeline(bool on, int steps = 256);
-  DecodeTimeline decodeTimeline();
+  // On: arms a timeline for up to `forwards` forwards of more than one token (prefills); the
+  // stamps of the last one have no next start to end them, so `forwards` runs give forwards − 1
+  // whole steps. Off frees it.
+  void setPrefillTimeline(bool on, int forwards = 8);
+  StepTimeline timeline();
 
   int addTap(Tap tap);  // returns an id for removeTap
   void removeTap(int id);
@@ -390,7 +396,9 @@ class Runtime {
   Buffer greedyTokens_;                          // decodeGreedy's tokens [maxSeq_], compute memory
   const int32_t* stepPositions_ = nullptr;       // positionsAt() while a decode step is built
   int64_t decodeReplays_ = 0;
-  bool decodeTimeline_ = false;  // setDecodeTimeline
+  bool decodeTimeline_ = false;   // setDecodeTimeline
+  bool prefillTimeline_ = false;  // setPrefillTimeline
+  void armTimeline(int runs);     // room for `runs` steps' stamps (0: off)
   bool stampStep_ = false;       // the decode step being built takes stamps (not the warm-up step)
   bool stamping_ = false;        // inside a decode step with the timeline on
   void mark(StepPart p) {

@@ -12,6 +12,8 @@ namespace qs {
 
 namespace {
 
+constexpr int kPrefillTimelineRuns = 3;  // whole prefills in a prefill timeline
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0.0 : v[v.size() / 2];
@@ -63,12 +65,25 @@ ThroughputResult measureOne(Runtime& rt, const std::string& name, const LayerQua
     ctx.checkCancelled();
     struct Off {
       Runtime& rt;
-      ~Off() { rt.setDecodeTimeline(false); }
+      ~Off() {
+        rt.setDecodeTimeline(false);
+        rt.setPrefillTimeline(false);
+      }
     } off{rt};
     rt.setDecodeTimeline(true, o.decodeTokens + 1);
     rt.reset();
     generate(rt, prompt, o.decodeTokens, noStop, greedy, {}, nullptr, &cancelOnly);
-    r.timeline = rt.decodeTimeline();
+    r.timeline = rt.timeline();
+    // Prefills alone (forward, the last token's logits, as generate's prefill): each run's start
+    // ends the run before it, so one more run than the whole ones kept.
+    rt.setPrefillTimeline(true, kPrefillTimelineRuns + 1);
+    std::vector<float> logits;
+    for (int k = 0; k <= kPrefillTimelineRuns; ++k) {
+      ctx.checkCancelled();
+      rt.reset();
+      rt.forward(prompt, 0, logits, false);
+    }
+    r.prefillTimeline = rt.timeline();
   }
   // After the runs: a wide path picked by timing at its first call is known only then.
   r.kernels = "decode: " + kernelSummary(rt, 1) + "; prefill: " + kernelSummary(rt, int64_t(prompt.size()));

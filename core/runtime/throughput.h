@@ -24,16 +24,17 @@ struct ThroughputResult {
   // Timed decode steps, and how many of them replayed a recorded step (a CUDA graph; the rest ran
   // their launches one by one: see Runtime::setDecodeRecording).
   int64_t decodeSteps = 0, decodeReplays = 0;
-  // With ThroughputOptions::timeline: one more decode run with stamps (Runtime::DecodeTimeline),
-  // after the timed runs, so the stamps cost the tokens/s above nothing.
-  std::optional<Runtime::DecodeTimeline> timeline;
+  // With ThroughputOptions::timeline, after the timed runs (so the stamps cost the tokens/s above
+  // nothing): one more decode run with stamps, and kPrefillTimelineRuns prefills with stamps
+  // (Runtime::StepTimeline; a prefill is one step).
+  std::optional<Runtime::StepTimeline> timeline, prefillTimeline;
 };
 
 struct ThroughputOptions {
   int64_t promptTokens = 512;
   int decodeTokens = 128;
   int repeat = 3;
-  bool timeline = false;  // also take a decode timeline of each configuration
+  bool timeline = false;  // also take a decode and a prefill timeline of each configuration
 };
 
 struct ThroughputComparison {

@@ -32,8 +32,8 @@ clock_log_stop() {
   wait "$clock_pid" 2>/dev/null
   # Loaded samples: above 500 MHz (idle reads 345).
   awk -F', *' '$2 > 500 { n++; if ($2 >= $3) top++; else { below++; if (!lo || $2 < lo) lo = $2 } }
-    END { if (n) printf "SM clock: %d loaded samples of 250 ms, %.1f %% at its maximum, %d below (lowest %d MHz)\n",
-                        n, 100 * top / n, below, lo }' "$clock_csv" | tee -a "$summary"
+    END { if (n) printf "SM clock: %d loaded samples of 250 ms, %.1f %% at its maximum, %d below%s\n",
+                        n, 100 * top / n, below, below ? sprintf(" (lowest %d MHz)", lo) : "" }' "$clock_csv" | tee -a "$summary"
   clock_pid=
 }
 

@@ -566,8 +566,8 @@ class TestRuntimeGpu : public QObject {
 
   // The decode timeline on the device: stamps inside the recorded step (one chained one-thread
   // kernel per part) leave the logits exactly as they are, every replayed step yields a whole set
-  // of stamps, the per-block parts end once per block, and the parts tile the step. Bound: the
-  // logits are bit-identical (the stamps read no tensor).
+  // of stamps, the per-block parts end once per block, and the parts tile the step; the same for
+  // prefills. Bound: the logits are bit-identical (the stamps read no tensor).
   void decodeTimelineStampsTheRecordedStep() {
     Model m(qs::test::stories260K().toStdString());
     Runtime a(*m.file, m.graph, *gpu_), b(*m.file, m.graph, *gpu_);
@@ -586,7 +586,7 @@ class TestRuntimeGpu : public QObject {
       QVERIFY2(la == lb, qPrintable(QString("step %1").arg(s)));
     }
     QCOMPARE(a.decodeReplays(), int64_t(steps - 1));
-    const Runtime::DecodeTimeline tl = a.decodeTimeline();
+    const Runtime::StepTimeline tl = a.timeline();
     QCOMPARE(tl.dropped, int64_t(0));
     QCOMPARE(tl.steps, int64_t(steps - 2));  // no stamps in the warm-up step; the last has no end
     double sum = 0;
@@ -607,7 +607,31 @@ class TestRuntimeGpu : public QObject {
     QVERIFY(tl.stepUs > 0);
     QVERIFY(std::abs(sum - tl.stepUs) <= 1e-6 * tl.stepUs);
     a.setDecodeTimeline(false);
-    QVERIFY(a.decodeTimeline().parts.empty());
+    QVERIFY(a.timeline().parts.empty());
+    // Prefills (forwards of 9 tokens) stamp the same parts once per block or once per forward,
+    // eagerly; the logits stay bit-identical.
+    a.setPrefillTimeline(true, 3);
+    for (int k = 0; k < 3; ++k) {
+      a.reset();
+      b.reset();
+      a.forward(prompt, 0, la, false);
+      b.forward(prompt, 0, lb, false);
+      QVERIFY2(la == lb, qPrintable(QString("prefill %1").arg(k)));
+    }
+    const Runtime::StepTimeline pre = a.timeline();
+    QCOMPARE(pre.dropped, int64_t(0));
+    QCOMPARE(pre.steps, int64_t(2));
+    double preSum = 0;
+    for (const auto& p : pre.parts) {
+      preSum += p.usPerStep;
+      if (p.part == Runtime::StepPart::Attention) QCOMPARE(p.stampsPerStep, double(m.graph.blocks.size()));
+      QVERIFY(p.part != Runtime::StepPart::Sampling);
+    }
+    qInfo("stories260K prefill of 9 tokens with stamps: %.1f us, %zu parts", pre.stepUs, pre.parts.size());
+    QVERIFY(pre.stepUs > 0);
+    QVERIFY(std::abs(preSum - pre.stepUs) <= 1e-6 * pre.stepUs);
+    a.setPrefillTimeline(false);
+    QVERIFY(a.timeline().parts.empty());
   }
 
   void tapsAndWeightReplacementOnGpu() {

@@ -1,4 +1,6 @@
 // Causal grouped-query attention over a KV cache, for prefill (T tokens) and decode (T = 1).
+// For T > 1 attention() takes the tensor-core kernel first (attention_prefill_mma.cu: head sizes
+// 64, 80, 128); the tiled kernel below runs the other head sizes, and QS_PREFILL_ATTENTION=fp32.
 //
 // Layout: q [T, nHeads·hd], caches [maxSeq, nKvHeads·hd], out [T, nHeads·hd], row-major FP32.
 // One block = one query head × a tile of kQueryTile consecutive queries; 4 warps, each owning
@@ -26,6 +28,7 @@
 #include "kernels/cuda/common/cuda_check.h"
 #include "kernels/cuda/common/pdl.cuh"
 #include "kernels/cuda/ops/attention_decode.h"
+#include "kernels/cuda/ops/attention_prefill.h"
 #include "kernels/cuda/ops/decode_attention_tile.cuh"
 #include "kernels/cuda/ops/transformer_launch.h"
 
@@ -403,6 +406,16 @@ void attention(const float* q, const float* k, const float* v, const int32_t* po
     else
       launchDecodeAttention<8>(q, k, v, kCache, vCache, positions, nHeads, nKvHeads, headDim, sc, window, softcap, maxSeq,
                                decodeWork, out, reinterpret_cast<__half*>(outHalf), stream);
+    return;
+  }
+  // More than one query: the tensor-core kernel where it applies (attention_prefill_mma.cu),
+  // else the tiled CUDA-core kernel.
+  const PrefillAttentionArgs pre{.q = q, .kCache = kCache, .vCache = vCache, .positions = positions, .T = T,
+                                 .nHeads = nHeads, .nKvHeads = nKvHeads, .headDim = headDim,
+                                 .scale = scale > 0.0f ? scale : 1.0f / sqrtf(float(headDim)), .window = window,
+                                 .softcap = softcap, .out = out};
+  if (T > 1 && prefillAttentionMma(pre, stream)) {
+    if (outHalf) toHalf(out, T * int64_t(nHeads) * headDim, outHalf, stream);
     return;
   }
   if (headDim <= 32)
