@@ -1,7 +1,8 @@
 // GPU (label gpu): the backend-ops table (tests/kernels/backend_ops_table.h) on the CUDA backend,
 // every row against the independent scalar reference and against the CPU backend's outputs, with
 // the sentinels and NaN checks of the harness. Without a CUDA device every function is skipped
-// with the reason. QS_TEST_QUICK=1 shrinks the largest attention cases (compute-sanitizer).
+// with the reason. QS_TEST_QUICK=1 shrinks the largest attention cases (compute-sanitizer);
+// QS_BACKEND_OPS_FILTER=TEXT keeps the rows whose id contains TEXT.
 #include <QtTest>
 
 #include "kernels/backend/backend.h"

@@ -22,7 +22,8 @@ struct PrefillAttentionArgs {
 
 // Launches it and returns true where it applies: T ≥ 2, head sizes 64, 80 and 128, 16-byte
 // aligned tensors, sm_80 or newer, and QS_PREFILL_ATTENTION not "fp32" (which keeps the CUDA-core
-// kernel, for comparisons). Otherwise false, and nothing ran.
+// kernel, for comparisons; "mma-warp-split" runs the variant that splits the tiles per warp).
+// Otherwise false, and nothing ran.
 bool prefillAttentionMma(const PrefillAttentionArgs& a, cudaStream_t stream);
 
 }  // namespace qs::cuda_ops

@@ -18,7 +18,8 @@
 // c1 (g, 2t + 1), c2 (g + 8, 2t), c3 (g + 8, 2t + 1). For P·V the 8 keys of a k step are taken
 // in the order A column t ↔ key 2t, column t + 4 ↔ key 2t + 1, which is where S's C fragment left
 // them: P is used from the registers that computed it, and V's B fragment reads keys 2t and 2t + 1.
-// Shared-memory rows are padded to hd + 4 floats, which makes both reads conflict-free.
+// Shared-memory rows are padded to hd + 4 floats, which makes both reads conflict-free. The key
+// and value tiles are held as their TF32 parts, split once as they are staged (kPresplit).
 //
 // The extras of the CUDA-core kernel are applied per score as it does: a score scale, the
 // soft-cap cap·tanh(s / cap) after it, and a sliding window (a query at p sees keys p − window + 1
@@ -86,7 +87,38 @@ __device__ __forceinline__ void stageRows(float* dst, const float* src, int64_t 
   }
 }
 
+// The same, each value stored as its two TF32 parts (big and small rows, same stride).
 template <int HD>
+__device__ __forceinline__ void stageRowsSplit(uint32_t* big, uint32_t* small, const float* src, int64_t srcStride,
+                                               int rows, int valid) {
+  constexpr int kPieces = HD / 4;
+  for (int i = threadIdx.x; i < rows * kPieces; i += kWarps * 32) {
+    const int r = i / kPieces, c = 4 * (i - r * kPieces);
+    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (r < valid) v = *reinterpret_cast<const float4*>(src + int64_t(r) * srcStride + c);
+    uint4 b, sm;
+    splitTf32(v.x, b.x, sm.x);
+    splitTf32(v.y, b.y, sm.y);
+    splitTf32(v.z, b.z, sm.z);
+    splitTf32(v.w, b.w, sm.w);
+    *reinterpret_cast<uint4*>(big + r * (HD + 4) + c) = b;
+    *reinterpret_cast<uint4*>(small + r * (HD + 4) + c) = sm;
+  }
+}
+
+// Shared memory of a block: the queries [64][HD + 4] FP32, and the key and value tiles
+// [32][HD + 4] each, as FP32 or (kPresplit) as their big and small TF32 parts.
+template <int HD, bool kPresplit>
+constexpr size_t prefillSmem() {
+  return (size_t(kQueries) + size_t(kPresplit ? 4 : 2) * kKeys) * (HD + 4) * sizeof(float);
+}
+
+// kPresplit (the default): the key and value tiles are split into TF32 parts once, as they are
+// staged, instead of by every warp at every fragment load: fewer instructions per tile, more
+// shared memory (two blocks per SM instead of three at hd = 128). Same values, same products, so
+// the outputs are the same bit for bit; the 4-layer 8B-shaped model's 512-token prefill ran
+// 1.8-5.5 % faster with it in two alternating pairs (H200, session 43).
+template <int HD, bool kPresplit>
 __global__ void __launch_bounds__(kWarps * 32)
     prefillAttentionMmaKernel(const float* __restrict__ q, const float* __restrict__ kCache,
                               const float* __restrict__ vCache, const int32_t* __restrict__ positions, int64_t T,
@@ -98,8 +130,19 @@ __global__ void __launch_bounds__(kWarps * 32)
   cuda::waitForPriorGrids();  // chained launch (pdl.cuh): first, before any access
   extern __shared__ __align__(16) float smem[];
   float* qs = smem;               // [64][S]
-  float* ks = qs + kQueries * S;  // [32][S]
-  float* vs = ks + kKeys * S;     // [32][S]
+  float* ks = qs + kQueries * S;  // [32][S] (kPresplit: the big parts, as uint32_t)
+  float* vs = ks + kKeys * S;     // [32][S] (kPresplit: the big parts)
+  uint32_t* ksSmall = reinterpret_cast<uint32_t*>(vs + kKeys * S);  // kPresplit: [32][S] each
+  uint32_t* vsSmall = ksSmall + kKeys * S;
+  // A B fragment value of the key or value tile at shared offset i, as its two TF32 parts.
+  const auto fragment = [&](const float* tileBase, const uint32_t* smallBase, int i, uint32_t& big, uint32_t& small) {
+    if constexpr (kPresplit) {
+      big = reinterpret_cast<const uint32_t*>(tileBase)[i];
+      small = smallBase[i];
+    } else {
+      splitTf32(tileBase[i], big, small);
+    }
+  };
 
   // Heavy tiles first: the last query tiles see the most keys.
   const int64_t tile = int64_t(gridDim.x) - 1 - blockIdx.x;
@@ -133,8 +176,15 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int key0 = firstKey; key0 <= lastPos; key0 += kKeys) {
     const int nk = min(kKeys, lastPos + 1 - key0);
     __syncthreads();  // the previous tile is no longer read (and, first time, nothing is)
-    stageRows<HD>(ks, kCache + int64_t(key0) * kvDim + int64_t(kvh) * HD, kvDim, kKeys, nk);
-    stageRows<HD>(vs, vCache + int64_t(key0) * kvDim + int64_t(kvh) * HD, kvDim, kKeys, nk);
+    const float* kSrc = kCache + int64_t(key0) * kvDim + int64_t(kvh) * HD;
+    const float* vSrc = vCache + int64_t(key0) * kvDim + int64_t(kvh) * HD;
+    if constexpr (kPresplit) {
+      stageRowsSplit<HD>(reinterpret_cast<uint32_t*>(ks), ksSmall, kSrc, kvDim, kKeys, nk);
+      stageRowsSplit<HD>(reinterpret_cast<uint32_t*>(vs), vsSmall, vSrc, kvDim, kKeys, nk);
+    } else {
+      stageRows<HD>(ks, kSrc, kvDim, kKeys, nk);
+      stageRows<HD>(vs, vSrc, kvDim, kKeys, nk);
+    }
     __syncthreads();
     if (!warpHasRows || key0 > warpLast) continue;                         // all in the rows' future
     if (window > 0 && key0 + kKeys - 1 <= warpFirst - window) continue;  // all before their windows
@@ -159,10 +209,10 @@ __global__ void __launch_bounds__(kWarps * 32)
         splitTf32(qa[8 * S + 4], aBig[3], aSmall[3]);
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-          const float* kb = ks + (j * 8 + g) * S + kk * 8 + t;
+          const int kb = (j * 8 + g) * S + kk * 8 + t;
           uint32_t b0Big, b0Small, b1Big, b1Small;
-          splitTf32(kb[0], b0Big, b0Small);
-          splitTf32(kb[4], b1Big, b1Small);
+          fragment(ks, ksSmall, kb, b0Big, b0Small);
+          fragment(ks, ksSmall, kb + 4, b1Big, b1Small);
           mma3xTf32(part[j], aBig, aSmall, b0Big, b1Big, b0Small, b1Small);
         }
       }
@@ -236,10 +286,10 @@ __global__ void __launch_bounds__(kWarps * 32)
       float pv[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        const float* vb = vs + (j * 8 + 2 * t) * S + n * 8 + g;
+        const int vb = (j * 8 + 2 * t) * S + n * 8 + g;
         uint32_t b0Big, b0Small, b1Big, b1Small;
-        splitTf32(vb[0], b0Big, b0Small);
-        splitTf32(vb[S], b1Big, b1Small);
+        fragment(vs, vsSmall, vb, b0Big, b0Small);
+        fragment(vs, vsSmall, vb + S, b1Big, b1Small);
         mma3xTf32(pv, pBig[j], pSmall[j], b0Big, b1Big, b0Small, b1Small);
       }
       o[n][0] = fmaf(o[n][0], corr0, pv[0]);
@@ -263,43 +313,58 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-template <int HD>
+template <int HD, bool kPresplit>
 void launchPrefill(const PrefillAttentionArgs& a, cudaStream_t stream) {
-  constexpr size_t smem = size_t(kQueries + 2 * kKeys) * (HD + 4) * sizeof(float);
+  constexpr size_t smem = prefillSmem<HD, kPresplit>();
   static const bool configured = [] {  // above the default 48 KB
-    QS_CUDA_CHECK(cudaFuncSetAttribute(prefillAttentionMmaKernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       int(smem)));
+    QS_CUDA_CHECK(cudaFuncSetAttribute(prefillAttentionMmaKernel<HD, kPresplit>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     return true;
   }();
   (void)configured;
   const dim3 grid(unsigned((a.T + kQueries - 1) / kQueries), unsigned(a.nHeads));
-  cuda::launchChained(prefillAttentionMmaKernel<HD>, grid, kWarps * 32, smem, stream, a.q, a.kCache, a.vCache,
-                      a.positions, a.T, a.nHeads, a.nKvHeads, a.scale, a.window, a.softcap, a.out);
+  cuda::launchChained(prefillAttentionMmaKernel<HD, kPresplit>, grid, kWarps * 32, smem, stream, a.q, a.kCache,
+                      a.vCache, a.positions, a.T, a.nHeads, a.nKvHeads, a.scale, a.window, a.softcap, a.out);
   QS_CUDA_LAUNCHED("prefillAttentionMmaKernel");
 }
 
-// sm_80 or newer (TF32 mma), and QS_PREFILL_ATTENTION is not "fp32" (read once).
-bool mmaAvailable() {
-  static const bool available = [] {
+template <int HD>
+void launchPrefill(const PrefillAttentionArgs& a, bool presplit, cudaStream_t stream) {
+  if (presplit)
+    launchPrefill<HD, true>(a, stream);
+  else
+    launchPrefill<HD, false>(a, stream);
+}
+
+// Which prefill attention runs (QS_PREFILL_ATTENTION, read once): "fp32" the CUDA-core kernel,
+// "mma-warp-split" this kernel with every warp splitting the tiles' values itself, anything else
+// (default) this kernel with the tiles split as staged.
+enum class PrefillChoice { CudaCores, MmaWarpSplit, MmaPresplit };
+PrefillChoice prefillChoice() {
+  static const PrefillChoice choice = [] {
     const char* v = std::getenv("QS_PREFILL_ATTENTION");
-    if (v && std::strcmp(v, "fp32") == 0) return false;
+    if (v && std::strcmp(v, "fp32") == 0) return PrefillChoice::CudaCores;
     int dev = 0, major = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) return false;
-    return cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 8;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess || major < 8)
+      return PrefillChoice::CudaCores;  // TF32 mma: sm_80 and newer
+    return v && std::strcmp(v, "mma-warp-split") == 0 ? PrefillChoice::MmaWarpSplit : PrefillChoice::MmaPresplit;
   }();
-  return available;
+  return choice;
 }
 
 }  // namespace
 
 bool prefillAttentionMma(const PrefillAttentionArgs& a, cudaStream_t stream) {
-  if (a.T < 2 || a.nKvHeads <= 0 || a.nHeads % a.nKvHeads != 0 || !mmaAvailable()) return false;
+  const PrefillChoice choice = prefillChoice();
+  if (a.T < 2 || a.nKvHeads <= 0 || a.nHeads % a.nKvHeads != 0 || choice == PrefillChoice::CudaCores) return false;
+  const bool presplit = choice == PrefillChoice::MmaPresplit;
   const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   if (!aligned(a.q) || !aligned(a.kCache) || !aligned(a.vCache) || !aligned(a.out)) return false;
   switch (a.headDim) {
-    case 64: launchPrefill<64>(a, stream); return true;
-    case 80: launchPrefill<80>(a, stream); return true;
-    case 128: launchPrefill<128>(a, stream); return true;
+    case 64: launchPrefill<64>(a, presplit, stream); return true;
+    case 80: launchPrefill<80>(a, presplit, stream); return true;
+    case 128: launchPrefill<128>(a, presplit, stream); return true;
     default: return false;
   }
 }
