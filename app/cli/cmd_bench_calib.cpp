@@ -35,14 +35,6 @@ struct Options {
   bool noExtras = false;
 };
 
-std::string fixed(double v, int digits) {
-  std::ostringstream s;
-  s.setf(std::ios::fixed);
-  s.precision(digits);
-  s << v;
-  return s.str();
-}
-
 void parseShape(const std::string& text, const char* option, int64_t& rows, int64_t& cols) {
   const auto x = text.find('x');
   try {
@@ -200,19 +192,19 @@ void run(const Options& o, CliContext& ctx) {
   TextTable t({"data", "operation", "ms", "GB/s", "of copy", "speed-up", "vs"},
               {false, false, true, true, true, true, false});
   for (const auto& r : rep.rows)
-    t.addRow({r.data, r.op, fixed(r.ms, 3), r.gbs > 0 ? fixed(r.gbs, 1) : "-",
-              r.ofCopy > 0 ? fixed(r.ofCopy, 3) : "-",
-              r.vsBaseline > 0 ? fixed(r.vsBaseline, 2) + "x" : "-", r.baseline});
+    t.addRow({r.data, r.op, fixedPoint(r.ms, 3), r.gbs > 0 ? fixedPoint(r.gbs, 1) : "-",
+              r.ofCopy > 0 ? fixedPoint(r.ofCopy, 3) : "-",
+              r.vsBaseline > 0 ? fixedPoint(r.vsBaseline, 2) + "x" : "-", r.baseline});
   t.print(ctx.out);
   for (const auto& n : rep.notes) ctx.out << "note: " << n << '\n';
   if (cuda)
-    ctx.out << "\nheadline: statistics at " << fixed(rep.statsOfCopy, 3)
-            << " of copy bandwidth (target 0.85), histograms at " << fixed(rep.histOfCopy, 3)
-            << " (target 0.70), histogram " << fixed(rep.histVsCubOutliers, 2)
+    ctx.out << "\nheadline: statistics at " << fixedPoint(rep.statsOfCopy, 3)
+            << " of copy bandwidth (target 0.85), histograms at " << fixedPoint(rep.histOfCopy, 3)
+            << " (target 0.70), histogram " << fixedPoint(rep.histVsCubOutliers, 2)
             << "x CUB HistogramEven on the outlier-heavy activations\n";
   else
-    ctx.out << "\nheadline: CPU reference statistics at " << fixed(rep.statsOfCopy, 3)
-            << " of memcpy bandwidth, histograms at " << fixed(rep.histOfCopy, 3) << "\n";
+    ctx.out << "\nheadline: CPU reference statistics at " << fixedPoint(rep.statsOfCopy, 3)
+            << " of memcpy bandwidth, histograms at " << fixedPoint(rep.histOfCopy, 3) << "\n";
 }
 
 }  // namespace

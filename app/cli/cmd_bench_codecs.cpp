@@ -49,14 +49,6 @@ double medianSeconds(int reps, Fn&& fn) {
   return t[t.size() / 2];
 }
 
-std::string fixed(double v, int digits) {
-  std::ostringstream s;
-  s.setf(std::ios::fixed);
-  s.precision(digits);
-  s << v;
-  return s.str();
-}
-
 std::vector<float> realisticWeights(int64_t rows, int64_t cols, uint32_t seed) {
   std::vector<float> w(size_t(rows * cols));
   parallelFor(rows, 64, [&](int64_t b, int64_t e) {
@@ -99,10 +91,10 @@ void run(const Options& o, CliContext& ctx) {
   (void)n;
   const double copyGBs = bytes / tCopy / 1e9;
 
-  ctx.out << "bench codecs: " << o.rows << "x" << o.cols << " f32 weights (" << fixed(bytes / 1e6, 1)
+  ctx.out << "bench codecs: " << o.rows << "x" << o.cols << " f32 weights (" << fixedPoint(bytes / 1e6, 1)
           << " MB), " << threads << " thread" << (threads == 1 ? "" : "s") << ", median of "
           << o.reps << "\n";
-  ctx.out << "baseline: memcpy " << fixed(copyGBs, 2) << " GB/s\n\n";
+  ctx.out << "baseline: memcpy " << fixedPoint(copyGBs, 2) << " GB/s\n\n";
 
   TextTable t({"format", "bits/w", "SQNR dB", "quantize GB/s", "x copy", "dequantize GB/s",
                "x copy", "fake-quant GB/s", "x copy"},
@@ -119,10 +111,10 @@ void run(const Options& o, CliContext& ctx) {
     const double tf = medianSeconds(o.reps, [&] { fakeQuantWeight(spec, w, out, o.rows, o.cols); });
     const auto m = compareTensors(w, out);
     auto gbs = [&](double sec) { return bytes / sec / 1e9; };
-    t.addRow({name, fixed(effectiveBitsPerWeight(spec, o.rows, o.cols), 3),
-              std::isinf(m.sqnrDb) ? "exact" : fixed(m.sqnrDb, 2), fixed(gbs(tq), 2),
-              fixed(gbs(tq) / copyGBs, 3), fixed(gbs(td), 2), fixed(gbs(td) / copyGBs, 3),
-              fixed(gbs(tf), 2), fixed(gbs(tf) / copyGBs, 3)});
+    t.addRow({name, fixedPoint(effectiveBitsPerWeight(spec, o.rows, o.cols), 3),
+              std::isinf(m.sqnrDb) ? "exact" : fixedPoint(m.sqnrDb, 2), fixedPoint(gbs(tq), 2),
+              fixedPoint(gbs(tq) / copyGBs, 3), fixedPoint(gbs(td), 2), fixedPoint(gbs(td) / copyGBs, 3),
+              fixedPoint(gbs(tf), 2), fixedPoint(gbs(tf) / copyGBs, 3)});
     if (name == kHeadlineFormat) headline = gbs(tf) / copyGBs;
     if (headline < 0 && i + 1 == formats.size()) headline = gbs(tf) / copyGBs;  // fallback
   }
@@ -132,7 +124,7 @@ void run(const Options& o, CliContext& ctx) {
       std::any_of(formats.begin(), formats.end(),
                   [](const QuantFormat& f) { return weightSpecToString(f.weight) == kHeadlineFormat; });
   ctx.out << "\nheadline: " << (haveDefault ? kHeadlineFormat : weightSpecToString(formats.back().weight))
-          << " fake-quant runs at " << fixed(headline, 3) << "x memcpy bandwidth\n";
+          << " fake-quant runs at " << fixedPoint(headline, 3) << "x memcpy bandwidth\n";
   setCpuThreads(0);
 }
 

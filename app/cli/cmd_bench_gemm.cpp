@@ -18,12 +18,6 @@
 namespace qs::cli {
 namespace {
 
-std::string fixed(double v, int digits) {
-  std::ostringstream s;
-  s << std::fixed << std::setprecision(digits) << v;
-  return s.str();
-}
-
 int64_t parsePositive(const std::string& text, const std::string& flag) {
   size_t used = 0;
   long long v = 0;
@@ -83,10 +77,10 @@ std::string headline(const GemmBenchResult& r, const GemmBenchOptions& o) {
       }
     }
   if (!count) return "headline: " + name + " at m=" + std::to_string(m) + " was not measured";
-  return "headline: " + name + " at m=" + std::to_string(m) + ": " + fixed(std::exp(logSum / count), 2) +
-         "x over cuBLAS FP16 (geo-mean of " + std::to_string(count) + " shapes, min " + fixed(minSpeed, 2) +
-         "x), " + fixed(pctSum / count, 0) + "% of copy bandwidth (min " + fixed(minPct, 0) + "%)" +
-         (floors ? ", " + fixed(floorSum / floors, 0) + "% of the read floor's speed (min " + fixed(minFloor, 0) + "%)"
+  return "headline: " + name + " at m=" + std::to_string(m) + ": " + fixedPoint(std::exp(logSum / count), 2) +
+         "x over cuBLAS FP16 (geo-mean of " + std::to_string(count) + " shapes, min " + fixedPoint(minSpeed, 2) +
+         "x), " + fixedPoint(pctSum / count, 0) + "% of copy bandwidth (min " + fixedPoint(minPct, 0) + "%)" +
+         (floors ? ", " + fixedPoint(floorSum / floors, 0) + "% of the read floor's speed (min " + fixedPoint(minFloor, 0) + "%)"
                  : std::string());
 }
 
@@ -169,7 +163,7 @@ void registerBenchGemm(CLI::App& bench, CliContext& ctx) {
       return;
     }
     ctx.out << "Device:          " << r.device << '\n';
-    ctx.out << "Copy bandwidth:  " << fixed(r.copyGBps, 0) << " GB/s (device-to-device, read + write)\n";
+    ctx.out << "Copy bandwidth:  " << fixedPoint(r.copyGBps, 0) << " GB/s (device-to-device, read + write)\n";
     ctx.out << "Method:          " << r.method << "\n\n";
     // "fp16 us": cuBLAS FP16 in the window this row was timed in alternation with ("x fp16" is
     // its ratio); "-" where the row was timed alone.
@@ -178,9 +172,9 @@ void registerBenchGemm(CLI::App& bench, CliContext& ctx) {
                 {false, true, false, false, true, true, true, true, true, true, true, false});
     for (const auto& row : r.rows)
       t.addRow({std::to_string(row.n) + "x" + std::to_string(row.k), std::to_string(row.m), kernelText(row.kernel), row.impl,
-                row.us > 0 ? fixed(row.us, 1) : "-", row.us > 0 ? fixed(row.tflops, 1) : "-",
-                row.us > 0 ? fixed(row.gbps, 0) : "-", row.us > 0 ? fixed(row.pctCopy, 0) : "-",
-                row.speedup > 0 ? fixed(row.speedup, 2) : "-", row.pairedFp16Us > 0 ? fixed(row.pairedFp16Us, 1) : "-",
+                row.us > 0 ? fixedPoint(row.us, 1) : "-", row.us > 0 ? fixedPoint(row.tflops, 1) : "-",
+                row.us > 0 ? fixedPoint(row.gbps, 0) : "-", row.us > 0 ? fixedPoint(row.pctCopy, 0) : "-",
+                row.speedup > 0 ? fixedPoint(row.speedup, 2) : "-", row.pairedFp16Us > 0 ? fixedPoint(row.pairedFp16Us, 1) : "-",
                 std::to_string(row.copies), row.path});
     t.print(ctx.out);
     ctx.out << headline(r, o) << '\n';

@@ -14,6 +14,7 @@ void registerBenchSubcommands(CLI::App& bench, CliContext& ctx) {
   registerBenchCalib(bench, ctx);
   registerBenchSweep(bench, ctx);
   registerBenchE2e(bench, ctx);
+  registerBenchAttention(bench, ctx);
 }
 
 }  // namespace qs::cli

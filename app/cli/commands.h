@@ -56,5 +56,6 @@ void registerBenchRuntime(CLI::App& bench, CliContext& ctx);  // cmd_bench_runti
 void registerBenchCalib(CLI::App& bench, CliContext& ctx);   // cmd_bench_calib.cpp
 void registerBenchSweep(CLI::App& bench, CliContext& ctx);   // cmd_bench_sweep.cpp
 void registerBenchE2e(CLI::App& bench, CliContext& ctx);     // cmd_bench_e2e.cpp
+void registerBenchAttention(CLI::App& bench, CliContext& ctx);  // cmd_bench_attention.cpp
 
 }  // namespace qs::cli

@@ -3,8 +3,15 @@
 #include <algorithm>
 #include <cstdio>
 #include <iomanip>
+#include <sstream>
 
 namespace qs::cli {
+
+std::string fixedPoint(double v, int digits) {
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(digits) << v;
+  return s.str();
+}
 
 TextTable::TextTable(std::vector<std::string> header, std::vector<bool> rightAlign)
     : header_(std::move(header)), right_(std::move(rightAlign)) {

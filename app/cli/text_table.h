@@ -18,6 +18,8 @@ class TextTable {
   std::vector<std::vector<std::string>> rows_;
 };
 
+// 3.14159, 2 → "3.14"
+std::string fixedPoint(double v, int digits);
 // 260032 → "260,032"
 std::string withThousands(unsigned long long v);
 // 1056540 → "1.01 MiB"

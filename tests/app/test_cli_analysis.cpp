@@ -26,6 +26,15 @@ Run runCli(std::vector<std::string> args) {  // on the CPU backend
 
 int lines(const std::string& s) { return int(std::count(s.begin(), s.end(), '\n')); }
 
+// A bad option: exit 2, one line from quantscope-cli naming it.
+void expectRejected(const qs::test::CliRun& r, const std::string& option) {
+  QCOMPARE(r.code, 2);
+  const size_t at = r.err.find("quantscope-cli:");
+  QVERIFY2(at != std::string::npos, r.err.c_str());
+  QCOMPARE(lines(r.err.substr(at)), 1);
+  QVERIFY2(r.err.find(option, at) != std::string::npos, r.err.c_str());
+}
+
 }  // namespace
 
 class TestCliAnalysis : public QObject {
@@ -293,13 +302,29 @@ class TestCliAnalysis : public QObject {
     for (const auto& [extra, option] : cases) {
       std::vector<std::string> a{"sensitivity", model_, "--tokens", "64"};
       a.insert(a.end(), extra.begin(), extra.end());
-      const Run r = runCli(a);
-      QCOMPARE(r.code, 2);
-      const size_t at = r.err.find("quantscope-cli:");
-      QVERIFY2(at != std::string::npos, r.err.c_str());
-      QCOMPARE(lines(r.err.substr(at)), 1);
-      QVERIFY2(r.err.find(option, at) != std::string::npos, r.err.c_str());
+      expectRejected(runCli(a), option);
+      if (QTest::currentTestFailed()) return;
     }
+  }
+
+  // bench attention: a bad shape or kernel name is exit 2 with one line naming the flag; in a build
+  // without CUDA a good request is exit 2 saying so (the timings are test_transformer_ops_gpu's).
+  void benchAttentionRejectsBadArguments() {
+    const std::vector<std::pair<std::vector<std::string>, std::string>> cases{
+        {{"--kv-heads", "3"}, "--kv-heads"},   {{"--head-dim", "6"}, "--head-dim"}, {{"--tokens", "1"}, "--tokens"},
+        {{"--kernels", "mma-fast"}, "--kernels"}, {{"--window=-4"}, "--window"},  {{"--repeats", "2"}, "--repeats"},
+    };
+    for (const auto& [extra, option] : cases) {
+      std::vector<std::string> a{"bench", "attention"};
+      a.insert(a.end(), extra.begin(), extra.end());
+      expectRejected(runCli(a), option);
+      if (QTest::currentTestFailed()) return;
+    }
+#ifndef QS_HAVE_CUDA
+    const Run r = runCli({"bench", "attention", "--tokens", "64"});
+    QCOMPARE(r.code, 2);
+    QVERIFY2(r.err.find("CUDA") != std::string::npos, r.err.c_str());
+#endif
   }
 
   void progressTimesAreHonest() {

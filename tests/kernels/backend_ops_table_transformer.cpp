@@ -284,7 +284,8 @@ void addHalfSteps(std::vector<OpCase>& rows) {
         rows.push_back(std::move(c));
       }
   // fused: gate and up are the halves of one [T, 2 hidden] product (row pitch 2 hidden).
-  for (auto [T, H] : {std::pair{1, 7}, {1, 14336}, {4, 999}})
+  // (hidden in steps of 8: the CUDA kernel takes 8 columns a thread; 999 and 7: one a thread.)
+  for (auto [T, H] : {std::pair{1, 7}, {1, 14336}, {4, 999}, {6, 1000}})
     for (int variant = 0; variant < 3; ++variant)  // 0 plain, 1 biases, 2 fused with biases
       for (Distribution d : kDistributions) {
         const bool bias = variant >= 1, fused = variant == 2;

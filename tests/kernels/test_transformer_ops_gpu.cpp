@@ -10,6 +10,7 @@
 #include "kernels/backend/backend.h"
 #include "kernels/common/error.h"
 #include "kernels/cuda/ops/cuda_transformer_ops.h"
+#include "kernels/ops/attention_bench.h"
 
 using namespace qs;
 
@@ -71,6 +72,43 @@ class TestTransformerOpsGpu : public QObject {
     const double small = ops.timeCalls(20, 5, [&](int) { ops.add(x, x, 1 << 10); });
     const double big = ops.timeCalls(20, 5, [&](int) { ops.add(x, x, 1 << 22); });
     QVERIFY(small > 0 && big > small);
+  }
+
+  // `bench attention` times every prefill kernel and checks it against the CUDA-core kernel: on
+  // odd token counts (partial query and key tiles), every tensor-core head size, a window and a
+  // soft-cap, the tensor-core variants ran, agree with the CUDA-core kernel within the
+  // backend-ops table's bound (NMSE 1e-10), and agree with each other bit for bit (identical
+  // differences from the same reference). A head size they do not take (96) falls back.
+  void benchAttentionTimesAndChecksEveryKernel() {
+    struct Case {
+      int64_t tokens;
+      int heads, kvHeads, headDim, window;
+      float softcap;
+      bool mma;
+    };
+    for (const Case& c : {Case{200, 8, 2, 128, 0, 0.f, true}, Case{131, 4, 4, 64, 0, 0.f, true},
+                          Case{97, 6, 2, 80, 40, 30.f, true}, Case{70, 4, 1, 96, 0, 0.f, false}}) {
+      AttentionBenchOptions o;
+      o.tokens = c.tokens, o.heads = c.heads, o.kvHeads = c.kvHeads, o.headDim = c.headDim;
+      o.window = c.window, o.softcap = c.softcap, o.repeats = 3, o.launchesPerGraph = 2;
+      const AttentionBenchResult r = runAttentionBench(o);
+      QCOMPARE(r.rows.size(), attentionBenchKernels().size());
+      QCOMPARE(r.rows[0].kernel, std::string("fp32"));
+      QCOMPARE(r.rows[0].maxAbsDiff, 0.0);
+      for (size_t i = 0; i < r.rows.size(); ++i) {
+        const AttentionBenchRow& row = r.rows[i];
+        QVERIFY2(row.us > 0 && row.tflops > 0 && row.speedup > 0, row.kernel.c_str());
+        QCOMPARE(row.ran, c.mma || i == 0 ? row.kernel : std::string("fp32"));
+        QVERIFY2(row.nmse < 1e-10, (row.kernel + " nmse " + std::to_string(row.nmse)).c_str());
+        if (i > 1) {  // the tensor-core variants: the same outputs as the first one
+          QCOMPARE(row.maxAbsDiff, r.rows[1].maxAbsDiff);
+          QCOMPARE(row.nmse, r.rows[1].nmse);
+        }
+      }
+    }
+    AttentionBenchOptions bad;
+    bad.kernels = {"mma-fast"};
+    QVERIFY_THROWS_EXCEPTION(Error, runAttentionBench(bad));
   }
 };
 

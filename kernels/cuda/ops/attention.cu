@@ -414,23 +414,28 @@ void attention(const float* q, const float* k, const float* v, const int32_t* po
                                  .nHeads = nHeads, .nKvHeads = nKvHeads, .headDim = headDim,
                                  .scale = scale > 0.0f ? scale : 1.0f / sqrtf(float(headDim)), .window = window,
                                  .softcap = softcap, .out = out};
-  if (T > 1 && prefillAttentionMma(pre, stream)) {
-    if (outHalf) toHalf(out, T * int64_t(nHeads) * headDim, outHalf, stream);
-    return;
-  }
-  if (headDim <= 32)
-    launchAttention<1>(q, kCache, vCache, positions, T, nHeads, nKvHeads, headDim, out, stream, window, scale,
-                        softcap);
-  else if (headDim <= 64)
-    launchAttention<2>(q, kCache, vCache, positions, T, nHeads, nKvHeads, headDim, out, stream, window, scale,
-                        softcap);
-  else if (headDim <= 128)
-    launchAttention<4>(q, kCache, vCache, positions, T, nHeads, nKvHeads, headDim, out, stream, window, scale,
-                        softcap);
-  else
-    launchAttention<8>(q, kCache, vCache, positions, T, nHeads, nKvHeads, headDim, out, stream, window, scale,
-                        softcap);
+  prefillAttention(pre, T > 1 ? prefillKernelFromEnvironment() : PrefillKernel::CudaCores, stream);
   if (outHalf) toHalf(out, T * int64_t(nHeads) * headDim, outHalf, stream);
+}
+
+PrefillKernel prefillAttention(const PrefillAttentionArgs& a, PrefillKernel kernel, cudaStream_t stream) {
+  if (a.headDim <= 0 || a.headDim > 256 || a.nKvHeads <= 0 || a.nHeads % a.nKvHeads != 0)
+    throw Error(ErrorKind::Unsupported, "CUDA attention takes head sizes up to 256 and nHeads a multiple of nKvHeads");
+  if (prefillAttentionMma(a, kernel, stream)) return kernel;
+  const int hd = a.headDim;
+  if (hd <= 32)
+    launchAttention<1>(a.q, a.kCache, a.vCache, a.positions, a.T, a.nHeads, a.nKvHeads, hd, a.out, stream, a.window,
+                       a.scale, a.softcap);
+  else if (hd <= 64)
+    launchAttention<2>(a.q, a.kCache, a.vCache, a.positions, a.T, a.nHeads, a.nKvHeads, hd, a.out, stream, a.window,
+                       a.scale, a.softcap);
+  else if (hd <= 128)
+    launchAttention<4>(a.q, a.kCache, a.vCache, a.positions, a.T, a.nHeads, a.nKvHeads, hd, a.out, stream, a.window,
+                       a.scale, a.softcap);
+  else
+    launchAttention<8>(a.q, a.kCache, a.vCache, a.positions, a.T, a.nHeads, a.nKvHeads, hd, a.out, stream, a.window,
+                       a.scale, a.softcap);
+  return PrefillKernel::CudaCores;
 }
 
 size_t decodeWorkFloats(int nHeads, int headDim, int maxSeq) {

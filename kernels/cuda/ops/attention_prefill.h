@@ -1,6 +1,8 @@
 #pragma once
-// The tensor-core prefill attention (attention_prefill_mma.cu), which attention.cu's attention()
-// tries first for T > 1 queries once the new keys and values are in the caches. Device pointers.
+// The prefill attention (T > 1 queries once the new keys and values are in the caches): the
+// tensor-core kernel (attention_prefill_mma.cu) where it applies, else the CUDA-core tiled kernel
+// (attention.cu). attention() runs the one QS_PREFILL_ATTENTION names; `bench attention` times
+// each by name. Device pointers.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -20,10 +22,27 @@ struct PrefillAttentionArgs {
   float* out = nullptr;  // [T, nHeads·headDim]
 };
 
-// Launches it and returns true where it applies: T ≥ 2, head sizes 64, 80 and 128, 16-byte
-// aligned tensors, sm_80 or newer, and QS_PREFILL_ATTENTION not "fp32" (which keeps the CUDA-core
-// kernel, for comparisons; "mma-warp-split" runs the variant that splits the tiles per warp).
-// Otherwise false, and nothing ran.
-bool prefillAttentionMma(const PrefillAttentionArgs& a, cudaStream_t stream);
+// The prefill attention kernels. All compute FP32 scores, softmax and sums and meet the same
+// bounds against the CPU; the three tensor-core variants give the same outputs bit for bit.
+enum class PrefillKernel {
+  CudaCores,          // "fp32": the tiled kernel, a lane per key (any head size up to 256)
+  Mma,                // "mma": tensor cores (3xTF32), key and value tiles split into TF32 parts
+                      // once, as staged (the default)
+  MmaWarpSplit,       // "mma-warp-split": tiles staged as FP32, split by every warp at each read
+};
+inline constexpr PrefillKernel kPrefillKernels[] = {PrefillKernel::CudaCores, PrefillKernel::Mma,
+                                                    PrefillKernel::MmaWarpSplit};
+const char* prefillKernelName(PrefillKernel k);
+// The kernel QS_PREFILL_ATTENTION names (read once; unset or unknown: Mma), CudaCores below sm_80.
+PrefillKernel prefillKernelFromEnvironment();
+
+// Launches tensor-core kernel `kernel` and returns true where it applies: T ≥ 2, head sizes 64,
+// 80 and 128, 16-byte aligned tensors, sm_80 or newer, and kernel not CudaCores. Otherwise
+// false, and nothing ran.
+bool prefillAttentionMma(const PrefillAttentionArgs& a, PrefillKernel kernel, cudaStream_t stream);
+
+// Runs `kernel` where it applies, else the CUDA-core kernel; returns the kernel that ran
+// (attention.cu).
+PrefillKernel prefillAttention(const PrefillAttentionArgs& a, PrefillKernel kernel, cudaStream_t stream);
 
 }  // namespace qs::cuda_ops

@@ -19,7 +19,7 @@
 // in the order A column t ↔ key 2t, column t + 4 ↔ key 2t + 1, which is where S's C fragment left
 // them: P is used from the registers that computed it, and V's B fragment reads keys 2t and 2t + 1.
 // Shared-memory rows are padded to hd + 4 floats, which makes both reads conflict-free. The key
-// and value tiles are held as their TF32 parts, split once as they are staged (kPresplit).
+// and value tiles are held as their TF32 parts, split once as they are staged (TileLayout).
 //
 // The extras of the CUDA-core kernel are applied per score as it does: a score scale, the
 // soft-cap cap·tanh(s / cap) after it, and a sliding window (a query at p sees keys p − window + 1
@@ -74,87 +74,126 @@ __device__ __forceinline__ void mma3xTf32(float (&c)[4], const uint32_t (&aBig)[
   mmaTf32(c, aBig, b0Big, b1Big);
 }
 
-// Copies `rows` rows of HD floats (row stride srcStride) into shared rows of HD + 4, zeros past
-// `valid` rows; 16-byte pieces (the host checks the alignment).
-template <int HD>
-__device__ __forceinline__ void stageRows(float* dst, const float* src, int64_t srcStride, int rows, int valid) {
-  constexpr int kPieces = HD / 4;
-  for (int i = threadIdx.x; i < rows * kPieces; i += kWarps * 32) {
-    const int r = i / kPieces, c = 4 * (i - r * kPieces);
-    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (r < valid) v = *reinterpret_cast<const float4*>(src + int64_t(r) * srcStride + c);
-    *reinterpret_cast<float4*>(dst + r * (HD + 4) + c) = v;
-  }
-}
+// A tile's rows as each thread holds them between load and store: piece p of thread x is
+// piece x + p·128 of the tile (HD / 4 pieces of 16 bytes per row). Every load of a tile is
+// issued before any is used, so staging a tile costs one round trip to memory; a loop that
+// stores each piece before loading the next left ptxas two loads in flight, eight round trips a
+// tile at hd = 128 (SASS, session 44).
+template <int HD, int ROWS>
+struct TileRegs {
+  static constexpr int kPieces = HD / 4;
+  static constexpr int kPerThread = (ROWS * kPieces + kWarps * 32 - 1) / (kWarps * 32);
+  float4 v[kPerThread];
 
-// The same, each value stored as its two TF32 parts (big and small rows, same stride).
-template <int HD>
-__device__ __forceinline__ void stageRowsSplit(uint32_t* big, uint32_t* small, const float* src, int64_t srcStride,
-                                               int rows, int valid) {
-  constexpr int kPieces = HD / 4;
-  for (int i = threadIdx.x; i < rows * kPieces; i += kWarps * 32) {
-    const int r = i / kPieces, c = 4 * (i - r * kPieces);
-    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (r < valid) v = *reinterpret_cast<const float4*>(src + int64_t(r) * srcStride + c);
-    uint4 b, sm;
-    splitTf32(v.x, b.x, sm.x);
-    splitTf32(v.y, b.y, sm.y);
-    splitTf32(v.z, b.z, sm.z);
-    splitTf32(v.w, b.w, sm.w);
-    *reinterpret_cast<uint4*>(big + r * (HD + 4) + c) = b;
-    *reinterpret_cast<uint4*>(small + r * (HD + 4) + c) = sm;
+  // Loads rows [0, valid) of `src` (row stride srcStride); pieces past `valid` rows are zeros.
+  __device__ __forceinline__ void load(const float* src, int64_t srcStride, int valid) {
+#pragma unroll
+    for (int p = 0; p < kPerThread; ++p) {
+      const int i = threadIdx.x + p * kWarps * 32;
+      const int r = i / kPieces, c = 4 * (i - r * kPieces);
+      v[p] = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (i < ROWS * kPieces && r < valid) v[p] = __ldg(reinterpret_cast<const float4*>(src + int64_t(r) * srcStride + c));
+    }
   }
-}
 
-// Shared memory of a block: the queries [64][HD + 4] FP32, and the key and value tiles
-// [32][HD + 4] each, as FP32 or (kPresplit) as their big and small TF32 parts.
-template <int HD, bool kPresplit>
+  // Stores into shared rows of HD + 4 floats.
+  __device__ __forceinline__ void store(float* dst) const {
+#pragma unroll
+    for (int p = 0; p < kPerThread; ++p) {
+      const int i = threadIdx.x + p * kWarps * 32;
+      const int r = i / kPieces, c = 4 * (i - r * kPieces);
+      if (i < ROWS * kPieces) *reinterpret_cast<float4*>(dst + r * (HD + 4) + c) = v[p];
+    }
+  }
+
+  // Each value as its two TF32 parts in two planes (big and small rows of HD + 4).
+  __device__ __forceinline__ void storePlanes(uint32_t* big, uint32_t* small) const {
+#pragma unroll
+    for (int p = 0; p < kPerThread; ++p) {
+      const int i = threadIdx.x + p * kWarps * 32;
+      const int r = i / kPieces, c = 4 * (i - r * kPieces);
+      if (i >= ROWS * kPieces) continue;
+      uint4 b, sm;
+      splitTf32(v[p].x, b.x, sm.x);
+      splitTf32(v[p].y, b.y, sm.y);
+      splitTf32(v[p].z, b.z, sm.z);
+      splitTf32(v[p].w, b.w, sm.w);
+      *reinterpret_cast<uint4*>(big + r * (HD + 4) + c) = b;
+      *reinterpret_cast<uint4*>(small + r * (HD + 4) + c) = sm;
+    }
+  }
+};
+
+// How the key and value tiles sit in shared memory, rows of HD + 4. Same values, same products in
+// both, so the outputs are the same bit for bit.
+// - Planes (the default): split into TF32 parts once, as staged, a plane of big parts and one of
+//   small parts. Twice Raw's tile memory: two blocks per SM instead of three at hd = 128.
+// - Raw: FP32; every warp splits each value into its parts at each read.
+// Measured (H200, `bench attention`, T = 512, 32/8 heads, hd 128, session 44): Planes 112.2 us,
+// Raw 129.7 us; each value's parts side by side (one 8-byte read for both, half the shared-memory
+// reads) was slower, 125.6 us (255 registers with spills), and is not kept.
+enum class TileLayout { Raw, Planes };
+
+// Shared memory of a block: the queries [64][HD + 4] FP32, then the key and value tiles.
+template <int HD, TileLayout L>
 constexpr size_t prefillSmem() {
-  return (size_t(kQueries) + size_t(kPresplit ? 4 : 2) * kKeys) * (HD + 4) * sizeof(float);
+  return (size_t(kQueries) + size_t(L == TileLayout::Planes ? 4 : 2) * kKeys) * (HD + 4) * sizeof(float);
 }
 
-// kPresplit (the default): the key and value tiles are split into TF32 parts once, as they are
-// staged, instead of by every warp at every fragment load: fewer instructions per tile, more
-// shared memory (two blocks per SM instead of three at hd = 128). Same values, same products, so
-// the outputs are the same bit for bit; the 4-layer 8B-shaped model's 512-token prefill ran
-// 1.8-5.5 % faster with it in two alternating pairs (H200, session 43).
-template <int HD, bool kPresplit>
+template <int HD, TileLayout L>
 __global__ void __launch_bounds__(kWarps * 32)
     prefillAttentionMmaKernel(const float* __restrict__ q, const float* __restrict__ kCache,
                               const float* __restrict__ vCache, const int32_t* __restrict__ positions, int64_t T,
                               int nHeads, int nKvHeads, float scale, int window, float softcap,
-                              float* __restrict__ out) {
+                              float* __restrict__ out, int waveSms) {
   static_assert(HD % 8 == 0 && HD <= 128, "head sizes in steps of 8 up to 128");
   constexpr int S = HD + 4;   // shared row stride (floats)
   constexpr int NT = HD / 8;  // k steps of Q·Kᵀ, n tiles of P·V
   cuda::waitForPriorGrids();  // chained launch (pdl.cuh): first, before any access
   extern __shared__ __align__(16) float smem[];
+  // Which (query tile, head) this block takes: blocks start in the order of their linear index,
+  // and the work is ranked heaviest first (the last query tiles see the most keys; every head of
+  // a tile the same). Where the grid is more than one wave, rank = index: the heaviest start
+  // first and the lightest fill the tail. Where it is one wave (waveSms > 0: the host found that
+  // every block is resident at once), the scheduler hands blocks out one per SM and then a second
+  // round, so rank goes forward in even rounds and backward in odd ones: the heaviest block
+  // shares its SM with the lightest. At T = 512 and 32 heads (256 blocks, two per SM on 132 SMs)
+  // that is 9 key tiles of 64 per SM everywhere, where tiles ordered per head paired tile a with
+  // a + 4 (up to 12).
+  const int64_t nBlocks = int64_t(gridDim.x) * gridDim.y;
+  const int64_t index = int64_t(blockIdx.y) * gridDim.x + blockIdx.x;
+  int64_t rank = index;
+  if (waveSms > 0) {
+    const int64_t round = index / waveSms, p = index % waveSms;
+    const int64_t m = min(int64_t(waveSms), nBlocks - round * waveSms);  // blocks in this round
+    rank = round * waveSms + ((round & 1) ? m - 1 - p : p);
+  }
   float* qs = smem;               // [64][S]
-  float* ks = qs + kQueries * S;  // [32][S] (kPresplit: the big parts, as uint32_t)
-  float* vs = ks + kKeys * S;     // [32][S] (kPresplit: the big parts)
-  uint32_t* ksSmall = reinterpret_cast<uint32_t*>(vs + kKeys * S);  // kPresplit: [32][S] each
+  float* ks = qs + kQueries * S;  // [32][S] (Planes: the big parts, as uint32_t)
+  float* vs = ks + kKeys * S;     // [32][S] (Planes: the big parts)
+  uint32_t* ksSmall = reinterpret_cast<uint32_t*>(vs + kKeys * S);  // Planes: [32][S] each
   uint32_t* vsSmall = ksSmall + kKeys * S;
-  // A B fragment value of the key or value tile at shared offset i, as its two TF32 parts.
-  const auto fragment = [&](const float* tileBase, const uint32_t* smallBase, int i, uint32_t& big, uint32_t& small) {
-    if constexpr (kPresplit) {
-      big = reinterpret_cast<const uint32_t*>(tileBase)[i];
-      small = smallBase[i];
+  // A B fragment value of a tile (row, column), as its two TF32 parts.
+  const auto fragment = [&](const float* tileBase, const uint32_t* smallBase, int row, int col, uint32_t& big,
+                            uint32_t& small) {
+    if constexpr (L == TileLayout::Planes) {
+      big = reinterpret_cast<const uint32_t*>(tileBase)[row * S + col];
+      small = smallBase[row * S + col];
     } else {
-      splitTf32(tileBase[i], big, small);
+      splitTf32(tileBase[row * S + col], big, small);
     }
   };
 
-  // Heavy tiles first: the last query tiles see the most keys.
-  const int64_t tile = int64_t(gridDim.x) - 1 - blockIdx.x;
-  const int h = blockIdx.y;
+  // waveSms < 0 (QS_PREFILL_ATTENTION_ORDER=per-head, for comparisons): session 43's order, the
+  // tiles of each head heaviest first, head after head.
+  const int64_t tile = int64_t(gridDim.x) - 1 - (waveSms < 0 ? int64_t(blockIdx.x) : rank / nHeads);
+  const int h = waveSms < 0 ? int(blockIdx.y) : int(rank % nHeads);
   const int kvh = h / (nHeads / nKvHeads);
   const int64_t qDim = int64_t(nHeads) * HD, kvDim = int64_t(nKvHeads) * HD;
   const int64_t t0 = tile * kQueries;
   const int nq = int(T - t0 < kQueries ? T - t0 : kQueries);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
-
-  stageRows<HD>(qs, q + t0 * qDim + int64_t(h) * HD, qDim, kQueries, nq);
 
   const int w0 = warp * kRowsPerWarp;  // the warp's first row in the block
   const bool warpHasRows = w0 < nq;
@@ -168,6 +207,12 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int lastPos = positions[t0 + nq - 1];
   const int firstKey = window > 0 ? max(0, positions[t0] - window + 1) : 0;
 
+  {
+    TileRegs<HD, kQueries> qRegs;
+    qRegs.load(q + t0 * qDim + int64_t(h) * HD, qDim, nq);
+    qRegs.store(qs);
+  }
+
   float o[NT][4];
 #pragma unroll
   for (int n = 0; n < NT; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
@@ -175,15 +220,19 @@ __global__ void __launch_bounds__(kWarps * 32)
 
   for (int key0 = firstKey; key0 <= lastPos; key0 += kKeys) {
     const int nk = min(kKeys, lastPos + 1 - key0);
+    // Requested before the barrier, so the loads are in flight while slower warps finish the
+    // previous tile. (Loading the next tile during this one's arithmetic, in registers, was
+    // slower: 255 registers with spills at hd = 128, session 44.)
+    TileRegs<HD, kKeys> kTile, vTile;
+    kTile.load(kCache + int64_t(key0) * kvDim + int64_t(kvh) * HD, kvDim, nk);
+    vTile.load(vCache + int64_t(key0) * kvDim + int64_t(kvh) * HD, kvDim, nk);
     __syncthreads();  // the previous tile is no longer read (and, first time, nothing is)
-    const float* kSrc = kCache + int64_t(key0) * kvDim + int64_t(kvh) * HD;
-    const float* vSrc = vCache + int64_t(key0) * kvDim + int64_t(kvh) * HD;
-    if constexpr (kPresplit) {
-      stageRowsSplit<HD>(reinterpret_cast<uint32_t*>(ks), ksSmall, kSrc, kvDim, kKeys, nk);
-      stageRowsSplit<HD>(reinterpret_cast<uint32_t*>(vs), vsSmall, vSrc, kvDim, kKeys, nk);
+    if constexpr (L == TileLayout::Planes) {
+      kTile.storePlanes(reinterpret_cast<uint32_t*>(ks), ksSmall);
+      vTile.storePlanes(reinterpret_cast<uint32_t*>(vs), vsSmall);
     } else {
-      stageRows<HD>(ks, kSrc, kvDim, kKeys, nk);
-      stageRows<HD>(vs, vSrc, kvDim, kKeys, nk);
+      kTile.store(ks);
+      vTile.store(vs);
     }
     __syncthreads();
     if (!warpHasRows || key0 > warpLast) continue;                         // all in the rows' future
@@ -209,10 +258,9 @@ __global__ void __launch_bounds__(kWarps * 32)
         splitTf32(qa[8 * S + 4], aBig[3], aSmall[3]);
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-          const int kb = (j * 8 + g) * S + kk * 8 + t;
           uint32_t b0Big, b0Small, b1Big, b1Small;
-          fragment(ks, ksSmall, kb, b0Big, b0Small);
-          fragment(ks, ksSmall, kb + 4, b1Big, b1Small);
+          fragment(ks, ksSmall, j * 8 + g, kk * 8 + t, b0Big, b0Small);
+          fragment(ks, ksSmall, j * 8 + g, kk * 8 + t + 4, b1Big, b1Small);
           mma3xTf32(part[j], aBig, aSmall, b0Big, b1Big, b0Small, b1Small);
         }
       }
@@ -286,10 +334,9 @@ __global__ void __launch_bounds__(kWarps * 32)
       float pv[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        const int vb = (j * 8 + 2 * t) * S + n * 8 + g;
         uint32_t b0Big, b0Small, b1Big, b1Small;
-        fragment(vs, vsSmall, vb, b0Big, b0Small);
-        fragment(vs, vsSmall, vb + S, b1Big, b1Small);
+        fragment(vs, vsSmall, j * 8 + 2 * t, n * 8 + g, b0Big, b0Small);
+        fragment(vs, vsSmall, j * 8 + 2 * t + 1, n * 8 + g, b1Big, b1Small);
         mma3xTf32(pv, pBig[j], pSmall[j], b0Big, b1Big, b0Small, b1Small);
       }
       o[n][0] = fmaf(o[n][0], corr0, pv[0]);
@@ -313,58 +360,90 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-template <int HD, bool kPresplit>
+// QS_PREFILL_ATTENTION_ORDER=per-head: the blocks' work in session 43's order (see the kernel).
+bool orderPerHead() {
+  static const bool yes = [] {
+    const char* v = std::getenv("QS_PREFILL_ATTENTION_ORDER");
+    return v && std::strcmp(v, "per-head") == 0;
+  }();
+  return yes;
+}
+
+template <int HD, TileLayout L>
 void launchPrefill(const PrefillAttentionArgs& a, cudaStream_t stream) {
-  constexpr size_t smem = prefillSmem<HD, kPresplit>();
+  constexpr size_t smem = prefillSmem<HD, L>();
   static const bool configured = [] {  // above the default 48 KB
-    QS_CUDA_CHECK(cudaFuncSetAttribute(prefillAttentionMmaKernel<HD, kPresplit>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    QS_CUDA_CHECK(cudaFuncSetAttribute(prefillAttentionMmaKernel<HD, L>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       int(smem)));
     return true;
   }();
   (void)configured;
+  // Blocks resident at once on the device (read once): one wave or more decides the order.
+  static const int64_t slots = [] {
+    int dev = 0, sms = 0, perSm = 0;
+    QS_CUDA_CHECK(cudaGetDevice(&dev));
+    QS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    QS_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, prefillAttentionMmaKernel<HD, L>, kWarps * 32,
+                                                                smem));
+    return int64_t(sms) << 32 | int64_t(perSm);
+  }();
+  const int sms = int(slots >> 32), perSm = int(slots & 0xFFFFFFFF);
   const dim3 grid(unsigned((a.T + kQueries - 1) / kQueries), unsigned(a.nHeads));
-  cuda::launchChained(prefillAttentionMmaKernel<HD, kPresplit>, grid, kWarps * 32, smem, stream, a.q, a.kCache,
-                      a.vCache, a.positions, a.T, a.nHeads, a.nKvHeads, a.scale, a.window, a.softcap, a.out);
+  const int waveSms = orderPerHead() ? -1 : int64_t(grid.x) * grid.y <= int64_t(sms) * perSm ? sms : 0;
+  cuda::launchChained(prefillAttentionMmaKernel<HD, L>, grid, kWarps * 32, smem, stream, a.q, a.kCache, a.vCache,
+                      a.positions, a.T, a.nHeads, a.nKvHeads, a.scale, a.window, a.softcap, a.out, waveSms);
   QS_CUDA_LAUNCHED("prefillAttentionMmaKernel");
 }
 
 template <int HD>
-void launchPrefill(const PrefillAttentionArgs& a, bool presplit, cudaStream_t stream) {
-  if (presplit)
-    launchPrefill<HD, true>(a, stream);
-  else
-    launchPrefill<HD, false>(a, stream);
+void launchPrefill(const PrefillAttentionArgs& a, PrefillKernel kernel, cudaStream_t stream) {
+  switch (kernel) {
+    case PrefillKernel::Mma: launchPrefill<HD, TileLayout::Planes>(a, stream); break;
+    default: launchPrefill<HD, TileLayout::Raw>(a, stream); break;  // MmaWarpSplit
+  }
 }
 
-// Which prefill attention runs (QS_PREFILL_ATTENTION, read once): "fp32" the CUDA-core kernel,
-// "mma-warp-split" this kernel with every warp splitting the tiles' values itself, anything else
-// (default) this kernel with the tiles split as staged.
-enum class PrefillChoice { CudaCores, MmaWarpSplit, MmaPresplit };
-PrefillChoice prefillChoice() {
-  static const PrefillChoice choice = [] {
-    const char* v = std::getenv("QS_PREFILL_ATTENTION");
-    if (v && std::strcmp(v, "fp32") == 0) return PrefillChoice::CudaCores;
+bool deviceHasTf32Mma() {
+  static const bool yes = [] {
     int dev = 0, major = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess || major < 8)
-      return PrefillChoice::CudaCores;  // TF32 mma: sm_80 and newer
-    return v && std::strcmp(v, "mma-warp-split") == 0 ? PrefillChoice::MmaWarpSplit : PrefillChoice::MmaPresplit;
+    return cudaGetDevice(&dev) == cudaSuccess &&
+           cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 8;
   }();
-  return choice;
+  return yes;
 }
 
 }  // namespace
 
-bool prefillAttentionMma(const PrefillAttentionArgs& a, cudaStream_t stream) {
-  const PrefillChoice choice = prefillChoice();
-  if (a.T < 2 || a.nKvHeads <= 0 || a.nHeads % a.nKvHeads != 0 || choice == PrefillChoice::CudaCores) return false;
-  const bool presplit = choice == PrefillChoice::MmaPresplit;
+const char* prefillKernelName(PrefillKernel k) {
+  switch (k) {
+    case PrefillKernel::CudaCores: return "fp32";
+    case PrefillKernel::Mma: return "mma";
+    case PrefillKernel::MmaWarpSplit: return "mma-warp-split";
+  }
+  return "?";
+}
+
+PrefillKernel prefillKernelFromEnvironment() {
+  static const PrefillKernel kernel = [] {
+    if (!deviceHasTf32Mma()) return PrefillKernel::CudaCores;  // TF32 mma: sm_80 and newer
+    const char* v = std::getenv("QS_PREFILL_ATTENTION");
+    if (v)
+      for (PrefillKernel k : kPrefillKernels)
+        if (std::strcmp(v, prefillKernelName(k)) == 0) return k;
+    return PrefillKernel::Mma;
+  }();
+  return kernel;
+}
+
+bool prefillAttentionMma(const PrefillAttentionArgs& a, PrefillKernel kernel, cudaStream_t stream) {
+  if (kernel == PrefillKernel::CudaCores || !deviceHasTf32Mma()) return false;
+  if (a.T < 2 || a.nKvHeads <= 0 || a.nHeads % a.nKvHeads != 0) return false;
   const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   if (!aligned(a.q) || !aligned(a.kCache) || !aligned(a.vCache) || !aligned(a.out)) return false;
   switch (a.headDim) {
-    case 64: launchPrefill<64>(a, presplit, stream); return true;
-    case 80: launchPrefill<80>(a, presplit, stream); return true;
-    case 128: launchPrefill<128>(a, presplit, stream); return true;
+    case 64: launchPrefill<64>(a, kernel, stream); return true;
+    case 80: launchPrefill<80>(a, kernel, stream); return true;
+    case 128: launchPrefill<128>(a, kernel, stream); return true;
     default: return false;
   }
 }
