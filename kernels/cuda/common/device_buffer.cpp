@@ -39,7 +39,12 @@ void DeviceBuffer::allocate(size_t bytes, const char* what) {
 }
 
 void DeviceBuffer::copyIn(const void* host) {
-  QS_CUDA_CHECK(cudaMemcpy(ptr_, host, bytes_, cudaMemcpyHostToDevice));
+  // cudaMemcpy from pageable memory may return once the bytes sit in the driver's staging buffer,
+  // before the DMA has written them (CUDA's "API synchronization behavior"), and the op-sets
+  // launch on non-blocking streams, which the default stream does not order. A kernel could then
+  // read the buffer's old contents: wait for the copy itself.
+  QS_CUDA_CHECK(cudaMemcpyAsync(ptr_, host, bytes_, cudaMemcpyHostToDevice, cudaStreamLegacy));
+  QS_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
 }
 
 }  // namespace qs::cuda
