@@ -66,7 +66,10 @@ BlockStampSite reserveBlockStamps(unsigned blocks) {
   if (!r.dev) {
     void* p = nullptr;
     cudaError_t err = cudaMalloc(&p, kRecords * kWords * sizeof(unsigned long long));
-    if (err == cudaSuccess) err = cudaMemset(p, 0, kRecords * kWords * sizeof(unsigned long long));
+    // Zeroed and waited for: the kernels that write records run on non-blocking streams, which
+    // a plain cudaMemset (legacy stream, asynchronous to the host) would not be ordered before.
+    if (err == cudaSuccess) err = cudaMemsetAsync(p, 0, kRecords * kWords * sizeof(unsigned long long), cudaStreamLegacy);
+    if (err == cudaSuccess) err = cudaStreamSynchronize(cudaStreamLegacy);
     if (err != cudaSuccess) {
       (void)cudaGetLastError();
       if (p) (void)cudaFree(p);

@@ -874,10 +874,11 @@ class CudaGemmOps final : public GemmOps {
   cuda_gemm::SplitWorkspace splitWorkspace(const cuda_gemm::LaunchPlan& plan) {
     if (plan.splits > 1) {
       ensure(partials_, plan.partialFloats * sizeof(float));
-      if (counters_.bytes() < plan.counters * sizeof(int)) {
-        ensure(counters_, plan.counters * sizeof(int));
-        QS_CUDA_CHECK(cudaMemset(counters_.get(), 0, counters_.bytes()));
-      }
+      // ensure() zeroes a grown buffer on stream_, ordered before the kernel that takes tickets.
+      // (A second, plain cudaMemset here went to the legacy stream, which the non-blocking stream_
+      // is not ordered after; it wrote the same zeros and, measured, always landed before the
+      // next launch, but nothing promises that.)
+      ensure(counters_, plan.counters * sizeof(int));
     }
     if (plan.splits > 1 && mailboxes_.bytes() < plan.partialFloats * sizeof(float)) {
       ensure(mailboxes_, plan.partialFloats * sizeof(float));
