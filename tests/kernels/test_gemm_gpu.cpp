@@ -16,6 +16,7 @@
 #include "kernels/backend/backend.h"
 #include "kernels/common/error.h"
 #include "kernels/common/half.h"
+#include "kernels/cuda/common/device_buffer.h"
 #include "kernels/cuda/gemm/gemm_hopper.h"
 #include "tests/kernels/hopper_test_util.h"
 #include "kernels/cuda/gemm/gemm_hopper_a8.h"
@@ -863,6 +864,65 @@ class TestGemmGpu : public QObject {
     }
   }
 
+  // A fresh op-set's first split-K launch reads workspace no earlier launch wrote: the tickets'
+  // counters must start at zero and the mailboxes empty (gemm_ops_cuda.cpp's ensure() and
+  // splitWorkspace()), ordered before the launch on the op-set's stream. With every device
+  // allocation filled with 0x5A first (DeviceBuffer::setAllocationPoison), one fresh op-set per
+  // plan, launched once, equals a warmed op-set's product bit for bit. A zeroing dropped leaves
+  // counters at 0x5A5A5A5A (no split is ever last: the output stays unwritten) or mailboxes full
+  // of 1.5e16. The reduction mode is read once per process: the default (mailboxes) here, the
+  // tickets in the ctest entries test_gemm_gpu.ticketFence and .ticketAcqRel.
+  void freshWorkspacesOnPoisonedMemory() {
+    int dev = 0, sms = 0;
+    QCOMPARE(cudaGetDevice(&dev), cudaSuccess);
+    QCOMPARE(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), cudaSuccess);
+    struct Plan {
+      const char* scheme;
+      int64_t n, k, m;
+    };
+    const std::vector<Plan> plans = {{"w4a16-g128", 40, 4096, 1},     {"w4a16-g128", 4096, 4096, 1},
+                                     {"w4a16-g128", 48, 8192, 16},    {"w8a16-int8", 48, 8192, 3},
+                                     {"w4a16-g32-asym", 40, 8192, 13}, {"w8a8-fp8", 48, 4096, 5},
+                                     {"w4a8-int8", 1000, 2048, 16},   {"w4a16-g64", 64, 2048, 96}};
+    for (const Plan& p : {plans[0], plans[1], plans[2]})  // the INT4 g128 plans are split (so workspace is read)
+      QVERIFY2(planInt4G128(int(p.n), int(p.k), int(p.m), sms, cuda_gemm::SkinnyOptions{}).splits > 1,
+               qPrintable(QString("n=%1 k=%2 m=%3 is not split").arg(p.n).arg(p.k).arg(p.m)));
+    struct PoisonScope {  // restores the process's setting even when a check returns early
+      int before = cuda::DeviceBuffer::allocationPoison();
+      ~PoisonScope() { cuda::DeviceBuffer::setAllocationPoison(before); }
+    } scope;
+    const uint64_t seed = freshSeed();
+    int i = 0;
+    for (const Plan& p : plans) {
+      const GemmScheme s = GemmScheme::parse(p.scheme);
+      const QuantizedTensor wq = makeRandomQuantWeight(p.n, p.k, s, seed + uint64_t(i), i % 2 == 1);
+      const std::vector<uint16_t> xh = makeRandomActivations(p.m, p.k, seed + 100 + uint64_t(i), i % 2 == 0);
+      ++i;
+      const QString what = QString("%1 n=%2 k=%3 m=%4").arg(p.scheme).arg(p.n).arg(p.k).arg(p.m);
+      std::vector<uint16_t> y[2];
+      std::string kernel[2];
+      for (int fresh = 0; fresh < 2; ++fresh) {
+        cuda::DeviceBuffer::setAllocationPoison(fresh ? 0x5A : -1);
+        const std::unique_ptr<GemmOps> ops = createCudaGemmOps();
+        const auto w = ops->prepare(wq, s.activation);
+        auto x = ops->allocate(xh.size() * 2);
+        ops->upload(x.get(), xh.data(), xh.size() * 2);
+        auto out = ops->allocate(size_t(p.m * p.n) * 2);
+        for (int launch = 0; launch < (fresh ? 1 : 3); ++launch) ops->run(*w, x.get(), p.m, out.get());
+        ops->synchronize();
+        y[fresh].resize(size_t(p.m * p.n));
+        ops->download(y[fresh].data(), out.get(), y[fresh].size() * 2);
+        kernel[fresh] = ops->kernelName(*w, p.m);
+      }
+      cuda::DeviceBuffer::setAllocationPoison(scope.before);
+      QVERIFY2(kernel[0] == kernel[1], qPrintable(what + ": the two op-sets picked different kernels"));
+      size_t differ = 0;
+      for (size_t e = 0; e < y[0].size(); ++e) differ += y[0][e] != y[1][e];
+      QVERIFY2(differ == 0, qPrintable(QString("%1 (%2): a fresh op-set on poisoned memory differs from a warmed one in %3 of %4 outputs")
+                                          .arg(what).arg(QString::fromStdString(kernel[0])).arg(differ).arg(y[0].size())));
+    }
+  }
+
   // The activation quantization kernel is bit-exact with the CPU reference (codes and scales):
   // k = 32 … 16,384 (the row in registers) and 20,000 (the two-pass loop), one to 2,500 rows.
   void activationQuantizationIsBitExact() {
@@ -905,6 +965,8 @@ class TestGemmGpu : public QObject {
     }
   }
 
+ private:
+  // (helpers, not test functions: moc would list a slot without arguments as a test)
   // The skinny kernel's two weight paths as data rows: the device's pick, bulk rings
   // (QS_GEMM_BULK=1) and register prefetch (0) everywhere.
   static void addWeightPathRows() {
@@ -927,7 +989,6 @@ class TestGemmGpu : public QObject {
   }
 
   // (a type: moc takes no struct in a slots section)
- private:
   // What the residual-step tests share: a CUDA backend with the row's weight path, a fresh seed,
   // a normal generator, the failures found, and uploads of host data to the op-set's memory.
   struct StepBench {

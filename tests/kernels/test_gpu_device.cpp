@@ -90,6 +90,29 @@ class TestGpuDevice : public QObject {
     qInfo("stale read-backs in %d rounds: plain cudaMemcpy %d, DeviceBuffer::upload %d", kRounds, plain, fenced);
     QCOMPARE(fenced, 0);
   }
+
+  // The allocation poison (DeviceBuffer::setAllocationPoison, QS_POISON_DEVICE_ALLOCATIONS): on,
+  // every byte of a fresh buffer, odd sizes included, reads back as the byte; a byte out of range
+  // turns it off; off, allocations are left alone (and the setting reads back -1).
+  void allocationPoisonFillsEveryByte() {
+    using qs::cuda::DeviceBuffer;
+    const int before = DeviceBuffer::allocationPoison();
+    for (const int byte : {0x5A, 0x00, 0xFF}) {
+      DeviceBuffer::setAllocationPoison(byte);
+      QCOMPARE(DeviceBuffer::allocationPoison(), byte);
+      for (const size_t bytes : {size_t(1), size_t(4099), size_t(3) << 20}) {
+        DeviceBuffer b(bytes, "poisoned");
+        std::vector<uint8_t> host(bytes, uint8_t(~byte));
+        QCOMPARE(cudaMemcpy(host.data(), b.get(), bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+        size_t wrong = 0;
+        for (uint8_t v : host) wrong += v != uint8_t(byte);
+        QVERIFY2(wrong == 0, qPrintable(QString("%1 of %2 bytes are not 0x%3").arg(wrong).arg(bytes).arg(byte, 2, 16, QChar('0'))));
+      }
+    }
+    DeviceBuffer::setAllocationPoison(300);
+    QCOMPARE(DeviceBuffer::allocationPoison(), -1);
+    DeviceBuffer::setAllocationPoison(before);
+  }
 };
 
 QTEST_GUILESS_MAIN(TestGpuDevice)

@@ -2,11 +2,42 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
 #include <string>
 
 #include "kernels/common/device_error.h"
+#include "kernels/common/error.h"
 
 namespace qs::cuda {
+
+namespace {
+
+constexpr const char* kPoisonVariable = "QS_POISON_DEVICE_ALLOCATIONS";
+
+// -1 (off) or the byte; read from the environment once, on first use.
+int poisonFromEnvironment() {
+  const char* text = std::getenv(kPoisonVariable);
+  if (!text || !*text) return -1;
+  char* end = nullptr;
+  errno = 0;
+  const long v = std::strtol(text, &end, 0);
+  if (errno || *end || v < 0 || v > 255)
+    throw Error(ErrorKind::BadInput, std::string("'") + text + "' is not a byte (0 to 255)", {}, kPoisonVariable);
+  return int(v);
+}
+
+std::atomic<int>& poisonByte() {
+  static std::atomic<int> byte{poisonFromEnvironment()};
+  return byte;
+}
+
+}  // namespace
+
+void DeviceBuffer::setAllocationPoison(int byte) { poisonByte().store(byte < 0 || byte > 255 ? -1 : byte); }
+
+int DeviceBuffer::allocationPoison() { return poisonByte().load(); }
 
 void DeviceBuffer::reset() noexcept {
   if (ptr_) cudaFree(ptr_);
@@ -36,6 +67,15 @@ void DeviceBuffer::allocate(size_t bytes, const char* what) {
                             cudaGetErrorString(err));
   }
   bytes_ = bytes;
+  poisonFreshAllocation(ptr_, bytes_);
+}
+
+void poisonFreshAllocation(void* p, size_t bytes) {
+  const int poison = DeviceBuffer::allocationPoison();
+  if (poison < 0 || !p || !bytes) return;
+  // Waited for, like copyIn: the op-sets' non-blocking streams are not ordered after this one.
+  QS_CUDA_CHECK(cudaMemsetAsync(p, poison, bytes, cudaStreamLegacy));
+  QS_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
 }
 
 void DeviceBuffer::copyIn(const void* host) {

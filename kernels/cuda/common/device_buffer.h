@@ -41,6 +41,15 @@ class DeviceBuffer {
     if (bytes_) copyIn(host.data());
   }
   void* get() const { return ptr_; }
+
+  // A debugging aid in the manner of glibc's MALLOC_PERTURB_: with a byte set, every allocation is
+  // filled with it before it is handed out, so code that reads device memory it never wrote (a
+  // split-K counter never zeroed, a mailbox never emptied) fails the same way on every run rather
+  // than only when the allocator happens to return dirty memory. Starts from the environment
+  // (QS_POISON_DEVICE_ALLOCATIONS=0x5A; 0 to 255, any base strtol reads); -1 turns it off. Not
+  // for use while a stream is being captured (the fill runs on the legacy stream).
+  static void setAllocationPoison(int byte);
+  static int allocationPoison();
   template <typename T>
   T* as() const {
     return static_cast<T*>(ptr_);
@@ -53,5 +62,9 @@ class DeviceBuffer {
   void* ptr_ = nullptr;
   size_t bytes_ = 0;
 };
+
+// Fills fresh device memory with DeviceBuffer::allocationPoison() when one is set (a no-op
+// otherwise): for the op-sets' allocate(), which hand out memory outside a DeviceBuffer.
+void poisonFreshAllocation(void* p, size_t bytes);
 
 }  // namespace qs::cuda

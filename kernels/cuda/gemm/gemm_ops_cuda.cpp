@@ -541,7 +541,9 @@ class CudaGemmOps final : public GemmOps {
   std::shared_ptr<void> allocate(size_t bytes) override {
     void* p = nullptr;
     QS_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(bytes, 16)));
-    return std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
+    std::shared_ptr<void> owned(p, [](void* q) { cudaFree(q); });
+    cuda::poisonFreshAllocation(p, std::max<size_t>(bytes, 16));
+    return owned;
   }
   void upload(void* dst, const void* src, size_t bytes) override {
     QS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));

@@ -13,6 +13,7 @@
 #include "kernels/common/device_error.h"
 #include "kernels/cuda/common/captured_graph.h"
 #include "kernels/cuda/common/cuda_check.h"
+#include "kernels/cuda/common/device_buffer.h"
 #include "kernels/cuda/ops/attention_decode.h"
 #include "kernels/cuda/ops/ggml_activations.cuh"
 #include "kernels/cuda/ops/transformer_launch.h"
@@ -140,7 +141,9 @@ class CudaTransformerOps final : public TransformerOps {
       cudaGetLastError();
       throw outOfDeviceMemory("cudaMalloc of " + std::to_string(bytes) + " bytes", cudaGetErrorString(e));
     }
-    return std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
+    std::shared_ptr<void> owned(p, [](void* q) { cudaFree(q); });
+    cuda::poisonFreshAllocation(p, std::max<size_t>(bytes, 256));
+    return owned;
   }
   void upload(void* dst, const void* src, size_t bytes) override {
     if (!bytes) return;
