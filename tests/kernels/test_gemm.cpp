@@ -3,6 +3,7 @@
 // CPU op-set. GPU comparisons are in test_gemm_gpu.cpp.
 #include <QProcess>
 #include <QtTest>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <random>
@@ -10,6 +11,7 @@
 #include "kernels/backend/backend.h"
 #include "kernels/common/error.h"
 #include "kernels/common/half.h"
+#include "kernels/cuda/gemm/wide_pick.h"
 #include "kernels/gemm/gemm_bench.h"
 #include "kernels/gemm/gemm_layout.h"
 #include "kernels/gemm/gemm_ops.h"
@@ -563,6 +565,23 @@ class TestGemm : public QObject {
     QCOMPARE(rows[3].speedup, 188.0 / 190.0);
     QCOMPARE(rows[4].speedup, 12.6 / 6.3);
     QCOMPARE(rows[5].speedup, 0.0);
+  }
+
+  // The wide A16 pick (kernels/cuda/gemm/wide_pick.h): the fastest median, except that
+  // dequant+cublas (paths 1, 2 here) yields to a Hopper configuration (paths 3, 4) within 3 %.
+  // Paths: 0 wide-mma, 1 dequant+cublas, 2 sliced, 3 and 4 Hopper; 0 = not timed.
+  void widePickPrefersOneKernelOnNearTies() {
+    const auto twoKernel = [](int p) { return p == 1 || p == 2; };
+    const auto hopper = [](int p) { return p >= 3; };
+    const auto pick = [&](std::array<double, 5> us) { return cuda_gemm::pickWidePath(us.data(), 5, twoKernel, hopper); };
+    QCOMPARE(pick({2160.8, 698.0, 704.4, 730.3, 699.6}), 4);  // session 47's 14336x4096 FP8 m = 4096: a 0.2 % tie
+    QCOMPARE(pick({810.3, 197.9, 202.7, 219.9, 188.5}), 4);   // a Hopper path simply fastest
+    QCOMPARE(pick({810.3, 180.0, 202.7, 219.9, 188.5}), 1);   // dequant+cublas 4.7 % ahead: kept
+    QCOMPARE(pick({810.3, 190.0, 185.0, 219.9, 190.4}), 4);   // the sliced path within 3 % of a Hopper one
+    QCOMPARE(pick({810.3, 190.0, 185.0, 219.9, 190.6}), 2);   // ... and just beyond it
+    QCOMPARE(pick({47.4, 31.0, 0, 0, 0}), 1);                 // no Hopper path timed (another GPU)
+    QCOMPARE(pick({30.0, 31.0, 0, 0, 0}), 0);                 // wide-mma fastest
+    QCOMPARE(pick({0, 0, 0, 0, 0}), -1);                      // nothing timed
   }
 
   void benchCliRejectsBadArguments() {

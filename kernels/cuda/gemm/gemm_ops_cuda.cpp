@@ -53,6 +53,7 @@
 #include "kernels/cuda/gemm/gemm_hopper_a8.h"
 #include "kernels/cuda/common/device_buffer.h"
 #include "kernels/cuda/gemm/gemm_launch.h"
+#include "kernels/cuda/gemm/wide_pick.h"
 #include "kernels/device/device_info.h"
 #include "kernels/gemm/gemm_ops.h"
 #include "kernels/gemm/ggml_packing.h"
@@ -706,7 +707,12 @@ class CudaGemmOps final : public GemmOps {
     if (sliceRows(w) < w.dev.n) paths.push_back(2);
     if (w.hopperWhyNot.empty())
       for (int path = kHopperPath0; path < kPaths; ++path) paths.push_back(path);
-    return &wideChoices_.emplace(key, timePaths(paths, m, [&](int path) { runWide(w, x, m, y, path); })).first->second;
+    PathChoice c = timePaths(paths, m, [&](int path) { runWide(w, x, m, y, path); });
+    // The fastest median, unless that is a dequant+cublas path only marginally ahead of a Hopper
+    // configuration (wide_pick.h says why).
+    c.path = cuda_gemm::pickWidePath(
+        c.us, kPaths, [](int p) { return p == 1 || p == 2; }, [](int p) { return isHopperPath(p); });
+    return &wideChoices_.emplace(key, c).first->second;
   }
 
   // Warm-up of each path (workspaces, cuBLAS heuristics), then 3 interleaved timed calls each,
