@@ -42,6 +42,13 @@ std::pair<int64_t, int64_t> parseShape(const std::string& text) {
 
 // A result row's kernel as people read it: our schemes in the format spelling (int4-g128-sym),
 // the baselines (cublas-fp16, cublasLt-fp8 …) as they are.
+// "1980", or "1410-1980" where the clock moved during the row's replays; "-" where it was not read.
+std::string smClockText(const GemmBenchRow& row) {
+  if (row.smClockMaxMHz <= 0) return "-";
+  if (row.smClockMinMHz == row.smClockMaxMHz) return std::to_string(row.smClockMaxMHz);
+  return std::to_string(row.smClockMinMHz) + "-" + std::to_string(row.smClockMaxMHz);
+}
+
 std::string kernelText(const std::string& kernel) {
   for (const GemmScheme& s : GemmScheme::all())
     if (s.name() == kernel) return schemeSpelling(s);
@@ -98,6 +105,7 @@ void registerBenchGemm(CLI::App& bench, CliContext& ctx) {
     bool noLt = false;
     bool readFloor = false;
     bool paired = false;
+    int copies = 0;
     bool json = false;
   };
   auto args = std::make_shared<Args>();
@@ -126,6 +134,12 @@ void registerBenchGemm(CLI::App& bench, CliContext& ctx) {
                 "Time each format's graph in alternation with cuBLAS FP16's of the same shape and m (ABBA) and "
                 "give 'x fp16' from that window's two medians ('fp16 us'): both sides see the same clock windows "
                 "(the H200's SM clock dips for fractions of a second under dense tensor-core load)");
+  cmd->add_option("--copies", args->copies,
+                  "Weight copies each kernel's launches rotate through; 0 (default): enough that no launch finds "
+                  "its weight in L2 (max(4, 3 x L2 / weight bytes)). 1 reuses one weight, as llama.cpp's "
+                  "test-backend-ops perf does: weights that fit in L2 then read from it")
+      ->check(CLI::Range(0, 4096))
+      ->capture_default_str();
   cmd->add_flag("--json", args->json, "Print the results as JSON on stdout");
 
   cmd->callback([args, &ctx] {
@@ -138,6 +152,7 @@ void registerBenchGemm(CLI::App& bench, CliContext& ctx) {
     o.cublasLtBaselines = !args->noLt;
     o.readFloor = args->readFloor;
     o.paired = args->paired;
+    o.weightCopies = args->copies;
     const bool tty = isatty(STDERR_FILENO);
     o.progress = [&ctx, tty](const std::string& line) {
       if (tty) ctx.err << "\r\033[K" << line << std::flush;
@@ -156,8 +171,9 @@ void registerBenchGemm(CLI::App& bench, CliContext& ctx) {
         rows.push_back({{"kernel", kernelText(row.kernel)}, {"impl", row.impl}, {"n", row.n}, {"k", row.k}, {"m", row.m},
                         {"us", row.us}, {"tflops", row.tflops}, {"gbps", row.gbps}, {"pct_copy", row.pctCopy},
                         {"speedup_vs_cublas_fp16", row.speedup}, {"paired_fp16_us", row.pairedFp16Us},
-                        {"weight_bytes", row.weightBytes},
-                        {"copies", row.copies}, {"path", row.path}});
+                        {"weight_bytes", row.weightBytes}, {"copies", row.copies},
+                        {"sm_clock_min_mhz", row.smClockMinMHz}, {"sm_clock_max_mhz", row.smClockMaxMHz},
+                        {"path", row.path}});
       j["headline"] = headline(r, o);
       ctx.out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
       return;
@@ -168,14 +184,14 @@ void registerBenchGemm(CLI::App& bench, CliContext& ctx) {
     // "fp16 us": cuBLAS FP16 in the window this row was timed in alternation with ("x fp16" is
     // its ratio); "-" where the row was timed alone.
     TextTable t({"shape NxK", "m", "kernel", "implementation", "us", "TFLOPS", "GB/s", "% copy", "x fp16",
-                 "fp16 us", "copies", "path"},
-                {false, true, false, false, true, true, true, true, true, true, true, false});
+                 "fp16 us", "copies", "SM MHz", "path"},
+                {false, true, false, false, true, true, true, true, true, true, true, true, false});
     for (const auto& row : r.rows)
       t.addRow({std::to_string(row.n) + "x" + std::to_string(row.k), std::to_string(row.m), kernelText(row.kernel), row.impl,
                 row.us > 0 ? fixedPoint(row.us, 1) : "-", row.us > 0 ? fixedPoint(row.tflops, 1) : "-",
                 row.us > 0 ? fixedPoint(row.gbps, 0) : "-", row.us > 0 ? fixedPoint(row.pctCopy, 0) : "-",
                 row.speedup > 0 ? fixedPoint(row.speedup, 2) : "-", row.pairedFp16Us > 0 ? fixedPoint(row.pairedFp16Us, 1) : "-",
-                std::to_string(row.copies), row.path});
+                std::to_string(row.copies), smClockText(row), row.path});
     t.print(ctx.out);
     ctx.out << headline(r, o) << '\n';
   });

@@ -35,6 +35,7 @@ struct GemmBenchOptions {
   int repeats = 15;
   int minLaunchesPerGraph = 20;
   bool paired = false;     // time each scheme in alternation with cuBLAS FP16 (above)
+  int weightCopies = 0;    // copies rotated through (0: R above; 1: one weight, L2-resident where it fits)
   bool readFloor = false;  // also time kernels that only read each weight's bytes: grid-stride, and as the GEMVs do (gemm_read_floor.h)
   std::function<void(const std::string&)> progress;  // one line per step (may be empty)
 };
@@ -52,6 +53,7 @@ struct GemmBenchRow {
   double pairedFp16Us = 0;  // cuBLAS FP16's median in the window timed in alternation with this row (0: not paired)
   uint64_t weightBytes = 0;
   int copies = 0;       // weight copies rotated through
+  int smClockMinMHz = 0, smClockMaxMHz = 0;  // the SM clock during its timed replays (0: not read; gemm_bench_cuda.cpp)
 };
 
 struct GemmBenchResult {

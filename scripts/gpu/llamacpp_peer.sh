@@ -5,6 +5,10 @@
 # scripts/gpu/peers.py in the same call. Writes $OUT/llamacpp_build.log and
 # $OUT/llamacpp_mul_mat.txt; prints its MUL_MAT rows.
 # Usage: bash scripts/gpu/llamacpp_peer.sh SRC.tar.xz [BUILD_SECONDS]
+# LLAMACPP_TARGETS (default "test-backend-ops llama-bench") and LLAMACPP_CMAKE_ARGS (added to the
+# configure line; e.g. -DGGML_CUDA_FA=OFF, which empties the ~80 flash-attention template
+# instances: MUL_MAT alone does not need them) make the build shorter; LLAMACPP_BUILD_ONLY=1 stops
+# after the build (a later call times it).
 set -uo pipefail
 tarball=${1:?usage: llamacpp_peer.sh SRC.tar.xz [BUILD_SECONDS]}
 limit=${2:-360}
@@ -15,13 +19,15 @@ if [[ ! -x $work/build/bin/test-backend-ops ]]; then
   tar -C "$work/src" -xJf "$tarball"
   cmake -S "$work/src" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLLAMA_OPENSSL=OFF \
     -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_TESTS=ON -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON \
-    -DGGML_CCACHE=OFF -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a >"$out/llamacpp_build.log" 2>&1 \
+    -DGGML_CCACHE=OFF -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a ${LLAMACPP_CMAKE_ARGS:-} >"$out/llamacpp_build.log" 2>&1 \
     || { tail -20 "$out/llamacpp_build.log"; exit 1; }
   start=$(date +%s)
-  timeout "$limit" cmake --build "$work/build" -j "$(nproc)" --target test-backend-ops llama-bench \
+  # shellcheck disable=SC2086 # a list of targets
+  timeout "$limit" cmake --build "$work/build" -j "$(nproc)" --target ${LLAMACPP_TARGETS:-test-backend-ops llama-bench} \
     >>"$out/llamacpp_build.log" 2>&1 || { echo "llama.cpp build failed or ran past $limit s"; tail -5 "$out/llamacpp_build.log"; exit 1; }
   echo "llama.cpp CUDA build: $(( $(date +%s) - start )) s"
 fi
+[[ ${LLAMACPP_BUILD_ONLY:-0} == 1 ]] && exit 0
 # Its perf table for our shapes (n outputs × k inputs; ggml calls the outputs m and the tokens n)
 # and tokens (LLAMACPP_SHAPES "NxK …", LLAMACPP_TOKENS as a regex alternation), for F16 (the
 # baseline) and the weight types in LLAMACPP_TYPES (default: our formats' nearest kin, and the

@@ -11,12 +11,15 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <chrono>
 #include <random>
+#include <thread>
 
 #include "kernels/backend/backend.h"
 #include "kernels/common/error.h"
 #include "kernels/common/half.h"
 #include "kernels/cuda/common/device_buffer.h"
+#include "kernels/cuda/common/sm_clock.h"
 #include "kernels/cuda/gemm/gemm_hopper.h"
 #include "tests/kernels/hopper_test_util.h"
 #include "kernels/cuda/gemm/gemm_hopper_a8.h"
@@ -1577,8 +1580,61 @@ class TestGemmGpu : public QObject {
             if (f.kernel == "cublas-fp16" && f.m == row.m) fp16 = f.us;
         QVERIFY(std::abs(row.speedup - fp16 / row.us) < 1e-12 * row.speedup);
         QVERIFY2(row.impl.find("NON-FINITE") == std::string::npos, row.impl.c_str());
+        // The SM clock of its replays (NVML comes with the driver, so it is there on a GPU machine).
+        QVERIFY2(row.smClockMinMHz > 100 && row.smClockMinMHz <= row.smClockMaxMHz && row.smClockMaxMHz < 10000,
+                 qPrintable(QString("%1-%2 MHz").arg(row.smClockMinMHz).arg(row.smClockMaxMHz)));
       }
+      QVERIFY2(r.method.find("SM MHz: NVML") != std::string::npos, r.method.c_str());
     }
+  }
+
+  // `bench gemm --copies`: every row rotates through exactly the copies asked for (1: one weight,
+  // as llama.cpp's test-backend-ops perf times), and more copies than a quarter of the device
+  // memory holds is bad input, not an allocation failure.
+  void benchWeightCopies() {
+    GemmBenchOptions o;
+    o.shapes = {{256, 512}};
+    o.batches = {1, 32};
+    o.schemes = {GemmScheme::parse("w4a16-g128")};
+    o.repeats = 3;
+    o.weightCopies = 1;
+    const GemmBenchResult r = runGemmBench(o);
+    QVERIFY(r.rows.size() >= 4);  // FP16, cuBLASLt where offered, INT4 g128, at two m
+    for (const GemmBenchRow& row : r.rows) {
+      QCOMPARE(row.copies, 1);
+      QVERIFY2(row.us > 0 || row.impl == "no cuBLASLt algorithm", row.kernel.c_str());
+    }
+    QVERIFY2(r.method.find("1 weight copies (--copies") != std::string::npos, r.method.c_str());
+    o.shapes = {{4096, 4096}};  // 32 MiB in FP16: 4096 copies need 128 GiB
+    o.weightCopies = 4096;
+    bool threw = false;
+    try {
+      runGemmBench(o);
+    } catch (const Error& e) {
+      threw = e.kind() == ErrorKind::BadInput && std::string(e.what()).find("--copies") != std::string::npos;
+    }
+    QVERIFY(threw);
+  }
+
+  // The SM clock sampler (cuda::SmClockSampler): NVML found for the CUDA device by its PCI bus id,
+  // a span of 30 ms holds a reading at each end and about one per period between, all within
+  // the device's range; an end() without begin() and a second begin() are harmless.
+  void smClockSamplerReadsTheDevice() {
+    int device = 0, maxKHz = 0;
+    QCOMPARE(cudaGetDevice(&device), cudaSuccess);
+    QCOMPARE(cudaDeviceGetAttribute(&maxKHz, cudaDevAttrClockRate, device), cudaSuccess);
+    cuda::SmClockSampler clock(device, 1000);
+    QVERIFY2(clock.available(), clock.unavailableReason().c_str());
+    QCOMPARE(clock.end().samples, 0);
+    clock.begin();
+    clock.begin();
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    const cuda::ClockSpan span = clock.end();
+    QVERIFY2(span.samples >= 5, qPrintable(QString::number(span.samples)));
+    QVERIFY(span.minMHz > 100 && span.minMHz <= span.meanMHz && span.meanMHz <= span.maxMHz);
+    // NVML's current clock never exceeds the device's maximum (CUDA's attribute is in kHz).
+    QVERIFY2(span.maxMHz <= maxKHz / 1000 + 1, qPrintable(QString("%1 > %2").arg(span.maxMHz).arg(maxKHz / 1000)));
+    QCOMPARE(clock.end().samples, 0);
   }
 
   // `bench gemm --read-floor`'s kernels read every 16-byte unit of the weight: with one unit set

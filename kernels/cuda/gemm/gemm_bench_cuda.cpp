@@ -11,6 +11,7 @@
 #include "kernels/common/error.h"
 #include "kernels/common/half.h"
 #include "kernels/cuda/common/captured_graph.h"
+#include "kernels/cuda/common/sm_clock.h"
 #include "kernels/cuda/gemm/gemm_cublas.h"
 #include "kernels/cuda/gemm/gemm_read_floor.h"
 #include "kernels/device/device_info.h"
@@ -106,6 +107,9 @@ class Bench {
     ops_ = createCudaGemmOps();
     stream_ = static_cast<cudaStream_t>(ops_->stream());
     blas_ = std::make_unique<cuda_gemm::CublasContext>(stream_);
+    int device = 0;
+    QS_CUDA_CHECK(cudaGetDevice(&device));
+    clock_ = std::make_unique<cuda::SmClockSampler>(device);
   }
 
   GemmBenchResult run() {
@@ -117,8 +121,12 @@ class Bench {
     copyGBps_ = res.copyGBps;
     res.method =
         "CUDA events around CUDA-graph replays; each graph holds >= " + std::to_string(opt_.minLaunchesPerGraph) +
-        " launches cycling through R = max(4, ceil(3 x L2 / weight bytes)) weight copies (L2 = " +
-        std::to_string(info_.l2CacheBytes >> 20) + " MiB), captured identically for cuBLAS and ours; 2 warm-up " +
+        " launches cycling through " +
+        (opt_.weightCopies > 0 ? std::to_string(opt_.weightCopies) + " weight copies (--copies; L2 = " +
+                                     std::to_string(info_.l2CacheBytes >> 20) + " MiB: a weight that fits may stay in it)"
+                               : "R = max(4, ceil(3 x L2 / weight bytes)) weight copies (L2 = " +
+                                     std::to_string(info_.l2CacheBytes >> 20) + " MiB)") +
+        ", captured identically for cuBLAS and ours; 2 warm-up " +
         "replays, median of " + std::to_string(opt_.repeats) +
         " timed replays / launches per graph" +
         std::string(opt_.paired ? "; paired: each quantized row's graph replayed in alternation (ABBA) with cuBLAS "
@@ -128,7 +136,10 @@ class Bench {
         ". Copy bandwidth: median device-to-device cudaMemcpy of 1 GiB, "
         "read + write bytes. W8A8 times include the activation quantization kernel. A16 at m > 16: the op-set "
         "times wide-mma and dequant+cublas (dequantize to a scratch FP16 weight, then cublasGemmEx) at its first "
-        "eager call and keeps the faster (column 'path'); the row times the kept path, dequantization included.";
+        "eager call and keeps the faster (column 'path'); the row times the kept path, dequantization included. " +
+        (clock_->available() ? std::string("SM MHz: NVML's SM clock, read every 1 ms during the row's timed replays "
+                                           "(min-max; one value where they agree).")
+                             : "SM MHz: not read (" + clock_->unavailableReason() + ").");
     int64_t maxM = 1;
     for (int64_t m : opt_.batches) maxM = std::max(maxM, m);
     for (const auto& [n, k] : opt_.shapes) {
@@ -163,10 +174,17 @@ class Bench {
   }
 
   int copiesFor(uint64_t bytes) const {
-    const uint64_t l2 = std::max<uint64_t>(info_.l2CacheBytes, 50ull << 20);
-    int r = int(std::max<uint64_t>(4, (3 * l2 + bytes - 1) / bytes));
     // Keep the copies within a quarter of the device memory.
     const uint64_t cap = std::max<uint64_t>(1, info_.totalMemoryBytes / 4 / std::max<uint64_t>(bytes, 1));
+    if (opt_.weightCopies > 0) {
+      if (uint64_t(opt_.weightCopies) > cap)
+        throwBadInput("", "--copies", std::to_string(opt_.weightCopies) + " copies of a " + std::to_string(bytes) +
+                                          "-byte weight exceed a quarter of the device memory (at most " +
+                                          std::to_string(cap) + ")");
+      return opt_.weightCopies;
+    }
+    const uint64_t l2 = std::max<uint64_t>(info_.l2CacheBytes, 50ull << 20);
+    const int r = int(std::max<uint64_t>(4, (3 * l2 + bytes - 1) / bytes));
     return int(std::min<uint64_t>(uint64_t(r), cap));
   }
 
@@ -184,6 +202,8 @@ class Bench {
     row.pctCopy = copyGBps_ > 0 ? 100.0 * row.gbps / copyGBps_ : 0;
     row.weightBytes = weightBytes;
     row.copies = copies;
+    row.smClockMinMHz = span_.minMHz;
+    row.smClockMaxMHz = span_.maxMHz;
     res.rows.push_back(row);
   }
 
@@ -204,7 +224,9 @@ class Bench {
       auto launch = [&](int i) { ops_->run(*ws[size_t(i % copies)], x, m, y); };
       double ms = 0, pairedFp16Ms = 0;
       if (isBaseline || !opt_.paired || baseline_.ws.empty()) {
+        clock_->begin();
         ms = timeGraph(stream_, launches, opt_.repeats, launch);
+        span_ = clock_->end();
       } else {
         // Both graphs captured now, after this scheme's warm-up (workspaces only grow: neither
         // capture allocates), cuBLAS FP16 over its own copies as in its row.
@@ -212,7 +234,9 @@ class Bench {
         const CapturedGraph fp16(stream_, baseline_.launches, [&](int i) {
           ops_->run(*baseline_.ws[size_t(i % baseline_.ws.size())], x, m, y);
         });
+        clock_->begin();
         std::tie(ms, pairedFp16Ms) = timePaired(ours, fp16, opt_.repeats);
+        span_ = clock_->end();
       }
       std::string impl = ops_->kernelName(*ws[0], m);
       const std::string path = ops_->pathChoice(*ws[0], m);
@@ -253,7 +277,9 @@ class Bench {
       };
       for (int i = 0; i < copies; ++i) launch(i);
       ops_->synchronize();
+      clock_->begin();
       const double ms = timeGraph(stream_, launches, opt_.repeats, launch);
+      span_ = clock_->end();
       const bool grid = pattern == ReadPattern::Grid;
       for (int64_t m : opt_.batches)
         addRow(res, (grid ? kReadFloorPrefix : kReadStreamsPrefix) + label,
@@ -298,13 +324,16 @@ class Bench {
       auto mm = LtMatmul::create(*blas_, kind, false, int(n), int(m), int(k), int(k), fp8);
       if (!mm && fp8) mm = LtMatmul::create(*blas_, kind, false, int(n), int(m), int(k), int(k), false);
       if (!mm) {
+        span_ = {};
         addRow(res, label, "no cuBLASLt algorithm", n, k, m, 0, wBytes, copies);
         continue;
       }
       for (auto& wc : ws) mm->run(*blas_, wc.get(), xq.get(), scp, scp, d);
       ops_->synchronize();
+      clock_->begin();
       const double ms = timeGraph(stream_, launches, opt_.repeats,
                                   [&](int i) { mm->run(*blas_, ws[size_t(i % copies)].get(), xq.get(), scp, scp, d); });
+      span_ = clock_->end();
       const std::string impl = fp8 ? (mm->scaled() ? "fp8 outer-vec scales, fp16 out" : "fp8, fp32 out (unscaled)")
                                    : "int8, int32 out (unscaled)";
       // Bytes: the 8-bit weight, 8-bit activations, the output as written.
@@ -330,6 +359,8 @@ class Bench {
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<cuda_gemm::CublasContext> blas_;
   double copyGBps_ = 0;
+  std::unique_ptr<cuda::SmClockSampler> clock_;
+  cuda::ClockSpan span_;  // the SM clock during the last timing (addRow copies it into the row)
 };
 
 }  // namespace
