@@ -42,11 +42,14 @@ std::pair<int64_t, int64_t> parseShape(const std::string& text) {
 
 // A result row's kernel as people read it: our schemes in the format spelling (int4-g128-sym),
 // the baselines (cublas-fp16, cublasLt-fp8 …) as they are.
-// "1980", or "1410-1980" where the clock moved during the row's replays; "-" where it was not read.
+// "1980", or "1410-1980" where the clock moved during the row's replays, then NVML's reasons for
+// holding it down if any ("1410-1980 power-cap"); "-" where it was not read.
 std::string smClockText(const GemmBenchRow& row) {
   if (row.smClockMaxMHz <= 0) return "-";
-  if (row.smClockMinMHz == row.smClockMaxMHz) return std::to_string(row.smClockMaxMHz);
-  return std::to_string(row.smClockMinMHz) + "-" + std::to_string(row.smClockMaxMHz);
+  std::string s = row.smClockMinMHz == row.smClockMaxMHz
+                      ? std::to_string(row.smClockMaxMHz)
+                      : std::to_string(row.smClockMinMHz) + "-" + std::to_string(row.smClockMaxMHz);
+  return row.clockEvents.empty() ? s : s + " " + row.clockEvents;
 }
 
 std::string kernelText(const std::string& kernel) {
@@ -173,6 +176,7 @@ void registerBenchGemm(CLI::App& bench, CliContext& ctx) {
                         {"speedup_vs_cublas_fp16", row.speedup}, {"paired_fp16_us", row.pairedFp16Us},
                         {"weight_bytes", row.weightBytes}, {"copies", row.copies},
                         {"sm_clock_min_mhz", row.smClockMinMHz}, {"sm_clock_max_mhz", row.smClockMaxMHz},
+                        {"sm_clock_events", row.clockEvents},
                         {"path", row.path}});
       j["headline"] = headline(r, o);
       ctx.out << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';

@@ -11,12 +11,13 @@
 // Paired timing (options.paired, `--paired`): each scheme's graph is replayed in alternation with
 // cuBLAS FP16's graph of the same shape and m (ABBA rounds), and its speedup is the ratio of the
 // two medians of that one window. On the H200 the SM clock drops from 1,980 to ~1,400-1,490 MHz
-// for 0.25-0.75 s at a time under dense tensor-core load (power far under its limit); a graph
-// timed alone lands in such a window or not, so compute-bound cells read two modes from run to
-// run (4096² at m = 4096: ~181-197 or ~204-213 us, cuBLAS included). Alternation gives both
-// sides the same windows, but not the same clock: each replay follows the other kernel's load,
-// which moved the W8A8 cells at m = 4096 by up to 19 % against them (docs/gemm.md, "Paired timing").
-// So it is a second view, not the default.
+// for 0.25-0.75 s at a time under dense tensor-core load; a graph timed alone lands in such a
+// window or not. Alternation gives both sides the same windows, but not the same clock: each
+// replay follows the other kernel's load, which moved the W8A8 cells at m = 4096 by up to 19 %
+// against them (docs/gemm.md, "Paired timing"). So it is a second view, not the default.
+// Every row carries the SM clock NVML read during its replays (smClockMinMHz..Max, clockEvents):
+// the dips show there, and so does what they do not explain (4096² at m = 4096 reads ~180 or
+// ~205 us at a flat 1,980 MHz; docs/gemm.md, "The SM clock beside each row").
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -54,6 +55,7 @@ struct GemmBenchRow {
   uint64_t weightBytes = 0;
   int copies = 0;       // weight copies rotated through
   int smClockMinMHz = 0, smClockMaxMHz = 0;  // the SM clock during its timed replays (0: not read; gemm_bench_cuda.cpp)
+  std::string clockEvents;  // why NVML said the clock was held down during them ("" none; cuda::clockEventText)
 };
 
 struct GemmBenchResult {

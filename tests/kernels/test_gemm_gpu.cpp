@@ -1635,6 +1635,9 @@ class TestGemmGpu : public QObject {
     // NVML's current clock never exceeds the device's maximum (CUDA's attribute is in kHz).
     QVERIFY2(span.maxMHz <= maxKHz / 1000 + 1, qPrintable(QString("%1 > %2").arg(span.maxMHz).arg(maxKHz / 1000)));
     QCOMPARE(clock.end().samples, 0);
+    QVERIFY((span.eventReasons & 1) == 0);  // "GPU idle" is left out
+    QCOMPARE(cuda::clockEventText(0), std::string());
+    QCOMPARE(cuda::clockEventText(0x4 | 0x8 | 0x1), std::string("power-cap hw-slowdown"));
   }
 
   // `bench gemm --read-floor`'s kernels read every 16-byte unit of the weight: with one unit set

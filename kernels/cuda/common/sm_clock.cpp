@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <utility>
 
 namespace qs::cuda {
 
@@ -16,6 +17,7 @@ struct SmClockSampler::Api {
   int (*shutdown)() = nullptr;
   int (*byPciBusId)(const char*, void**) = nullptr;
   int (*clockInfo)(void*, int, unsigned*) = nullptr;
+  int (*eventReasons)(void*, unsigned long long*) = nullptr;  // optional
   ~Api() {
     if (shutdown) shutdown();
     if (lib) dlclose(lib);
@@ -24,6 +26,7 @@ struct SmClockSampler::Api {
 
 namespace {
 constexpr int kNvmlClockSm = 1;
+constexpr uint64_t kReasonGpuIdle = 0x1;
 
 template <typename F>
 bool bind(void* lib, const char* name, F& f) {
@@ -50,6 +53,9 @@ SmClockSampler::SmClockSampler(int cudaDevice, int periodMicros)
     return;
   }
   bind(api_->lib, "nvmlShutdown", api_->shutdown);  // from here on ~Api shuts NVML down
+  // Renamed from "throttle" to "event" reasons in driver 535; same signature and bits.
+  if (!bind(api_->lib, "nvmlDeviceGetCurrentClocksEventReasons", api_->eventReasons))
+    bind(api_->lib, "nvmlDeviceGetCurrentClocksThrottleReasons", api_->eventReasons);
   char bus[32] = {};
   if (cudaDeviceGetPCIBusId(bus, sizeof bus, cudaDevice) != cudaSuccess) {
     cudaGetLastError();
@@ -82,11 +88,30 @@ int SmClockSampler::readMHz() const {
   return int(mhz);
 }
 
+uint64_t SmClockSampler::readReasons() const {
+  unsigned long long r = 0;
+  if (!device_ || !api_->eventReasons || api_->eventReasons(device_, &r) != 0) return 0;
+  return uint64_t(r) & ~kReasonGpuIdle;
+}
+
+std::string clockEventText(uint64_t reasons) {
+  static const std::pair<uint64_t, const char*> kWords[] = {
+      {0x4, "power-cap"},  {0x8, "hw-slowdown"}, {0x20, "sw-thermal"}, {0x40, "hw-thermal"},
+      {0x80, "power-brake"}, {0x10, "sync-boost"}, {0x2, "app-clocks"},  {0x100, "display"}};
+  std::string s;
+  for (const auto& [bit, word] : kWords)
+    if (reasons & bit) s += (s.empty() ? "" : " ") + std::string(word);
+  return s;
+}
+
 void SmClockSampler::loop() {
   while (sampling_.load(std::memory_order_relaxed)) {
-    if (const int mhz = readMHz(); mhz > 0) {
+    const int mhz = readMHz();
+    const uint64_t why = readReasons();
+    if (mhz > 0) {
       const std::lock_guard<std::mutex> lock(mutex_);
       samples_.push_back(mhz);
+      reasons_ |= why;
     }
     std::this_thread::sleep_for(std::chrono::microseconds(periodMicros_));
   }
@@ -97,6 +122,7 @@ void SmClockSampler::begin() {
   {
     const std::lock_guard<std::mutex> lock(mutex_);
     samples_.clear();
+    reasons_ = 0;
   }
   sampling_ = true;
   thread_ = std::thread([this] { loop(); });  // its first reading is taken at once
@@ -106,12 +132,14 @@ ClockSpan SmClockSampler::end() {
   ClockSpan span;
   if (!thread_.joinable()) return span;
   const int last = readMHz();
+  const uint64_t lastWhy = readReasons();
   sampling_ = false;
   thread_.join();
   std::vector<int> s;
   {
     const std::lock_guard<std::mutex> lock(mutex_);
     s.swap(samples_);
+    span.eventReasons = reasons_ | lastWhy;
   }
   if (last > 0) s.push_back(last);
   if (s.empty()) return span;

@@ -9,6 +9,7 @@
 // loaded at run time with dlopen: a build links nothing new, and where the library or the device
 // is missing the sampler says why and every span is empty.
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -21,7 +22,14 @@ struct ClockSpan {
   int minMHz = 0, maxMHz = 0;
   double meanMHz = 0;
   int samples = 0;  // 0: nothing was read (no NVML, or the span was shorter than one read)
+  // Why the clock was held under its maximum at any reading (NVML's clocks-event reasons, OR-ed
+  // over the span, "GPU idle" left out; 0 where none or not readable), see clockEventText.
+  uint64_t eventReasons = 0;
 };
+
+// NVML's clocks-event reason bits as short words: "power-cap", "hw-slowdown", "sw-thermal",
+// "hw-thermal", "power-brake", "sync-boost", "app-clocks", "display" (space-separated; "" for 0).
+std::string clockEventText(uint64_t reasons);
 
 class SmClockSampler {
  public:
@@ -37,6 +45,8 @@ class SmClockSampler {
 
   // One clock reading now, in MHz (0 when unavailable).
   int readMHz() const;
+  // The clocks-event reasons now (0 when none or unavailable; "GPU idle" left out).
+  uint64_t readReasons() const;
 
   // Samples every period from begin() until end() (a reading at each end included); spans do
   // not nest.
@@ -55,6 +65,7 @@ class SmClockSampler {
   std::atomic<bool> sampling_{false};
   std::mutex mutex_;
   std::vector<int> samples_;
+  uint64_t reasons_ = 0;  // OR of the span's readings, under mutex_
 };
 
 }  // namespace qs::cuda

@@ -138,7 +138,8 @@ class Bench {
         "times wide-mma and dequant+cublas (dequantize to a scratch FP16 weight, then cublasGemmEx) at its first "
         "eager call and keeps the faster (column 'path'); the row times the kept path, dequantization included. " +
         (clock_->available() ? std::string("SM MHz: NVML's SM clock, read every 1 ms during the row's timed replays "
-                                           "(min-max; one value where they agree).")
+                                           "(min-max; one value where they agree), with the clocks-event reasons "
+                                           "NVML gave at any reading (power-cap, hw-slowdown, ...).")
                              : "SM MHz: not read (" + clock_->unavailableReason() + ").");
     int64_t maxM = 1;
     for (int64_t m : opt_.batches) maxM = std::max(maxM, m);
@@ -204,6 +205,7 @@ class Bench {
     row.copies = copies;
     row.smClockMinMHz = span_.minMHz;
     row.smClockMaxMHz = span_.maxMHz;
+    row.clockEvents = cuda::clockEventText(span_.eventReasons);
     res.rows.push_back(row);
   }
 
